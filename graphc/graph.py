@@ -1,0 +1,181 @@
+"""Graph: ops connected by logical tensor ids (a networkx DiGraph inside)."""
+from __future__ import annotations
+
+import networkx as nx
+
+from .errors import GraphcError, InvalidArguments, InvalidGraph, InvalidShape
+from .op import Op
+from .types import LogicalTensor
+
+ENGINE_KINDS = ("cpu",)
+FPMATH_MODES = ("strict", "bf16", "f16", "tf32", "any")
+
+
+class Graph:
+    """``Graph(engine_kind="cpu", fpmath_mode="strict")``.
+
+    ``add_op`` checks each op against its schema at once; ``finalize`` checks
+    the graph as a whole (unique ids, one producer per tensor, consistent
+    tensors, no cycles) and infers every shape it can.
+    """
+
+    def __init__(self, engine_kind: str = "cpu", fpmath_mode: str = "strict",
+                 fpmath_mode_apply_to_int: bool = False):
+        if engine_kind not in ENGINE_KINDS:
+            raise InvalidArguments("unsupported engine kind", expected=" or ".join(ENGINE_KINDS),
+                                   found=repr(engine_kind))
+        if fpmath_mode not in FPMATH_MODES:
+            raise InvalidArguments("unsupported fpmath mode", expected=", ".join(FPMATH_MODES),
+                                   found=repr(fpmath_mode))
+        self.engine_kind = engine_kind
+        self.fpmath_mode = fpmath_mode
+        self.fpmath_mode_apply_to_int = bool(fpmath_mode_apply_to_int)
+        self.ops: dict[int, Op] = {}
+        self.nx = nx.DiGraph()
+        self.producer: dict[int, tuple[int, int]] = {}       # tensor id -> (op id, output index)
+        self.consumers: dict[int, list[tuple[int, int]]] = {}  # tensor id -> [(op id, input index)]
+        self.tensors: dict[int, LogicalTensor] = {}
+        self._declared_inputs: list[int] | None = None
+        self._declared_outputs: list[int] | None = None
+        self.finalized = False
+
+    # ------------------------------------------------------------------ building
+    def add_op(self, op: Op) -> Op:
+        if self.finalized:
+            raise InvalidGraph("graph is finalized; ops can no longer be added", found=repr(op))
+        if not isinstance(op, Op):
+            raise InvalidArguments("add_op expects an Op", found=type(op).__name__)
+        if op.id in self.ops:
+            raise InvalidGraph("duplicate op id", op=op, expected="a unique id",
+                               found=f"{op.id}, already used by {self.ops[op.id]!r}")
+        op.validate()
+        seen_out = set()
+        for i, t in enumerate(op.outputs):
+            if t.id in self.producer or t.id in seen_out:
+                who = self.producer.get(t.id, (op.id, None))[0]
+                raise InvalidGraph("tensor is produced twice", op=op, where=f"output {i} (tensor {t.id})",
+                                   expected="each tensor produced by one op",
+                                   found=f"already produced by op {who}")
+            seen_out.add(t.id)
+        for i, t in enumerate(op.inputs):
+            self._note_tensor(op, f"input {i}", t)
+        for i, t in enumerate(op.outputs):
+            self._note_tensor(op, f"output {i}", t)
+        self.ops[op.id] = op
+        self.nx.add_node(op.id)
+        for i, t in enumerate(op.outputs):
+            self.producer[t.id] = (op.id, i)
+            for cid, _ in self.consumers.get(t.id, []):
+                self.nx.add_edge(op.id, cid, tensor=t.id)
+        for i, t in enumerate(op.inputs):
+            self.consumers.setdefault(t.id, []).append((op.id, i))
+            if t.id in self.producer:
+                self.nx.add_edge(self.producer[t.id][0], op.id, tensor=t.id)
+        return op
+
+    def _note_tensor(self, op, where, t: LogicalTensor):
+        old = self.tensors.get(t.id)
+        if old is None:
+            self.tensors[t.id] = t
+            return
+        if old.dtype != t.dtype:
+            raise InvalidGraph("tensor appears with different data types", op=op, where=f"{where} (tensor {t.id})",
+                               expected=str(old.dtype), found=str(t.dtype))
+        if len(old.shape) != len(t.shape) or any(a != b and a != -1 and b != -1
+                                                 for a, b in zip(old.shape, t.shape)):
+            raise InvalidShape("tensor appears with different shapes", op=op, where=f"{where} (tensor {t.id})",
+                               expected=list(old.shape), found=list(t.shape))
+        if old.strides and t.strides and old.is_complete and t.is_complete and old.strides != t.strides \
+                and old.nelems > 1:
+            raise InvalidGraph("tensor appears with different strides", op=op, where=f"{where} (tensor {t.id})",
+                               expected=list(old.strides), found=list(t.strides))
+        if sum(d == -1 for d in t.shape) < sum(d == -1 for d in old.shape):
+            self.tensors[t.id] = t
+
+    def set_ports(self, inputs=None, outputs=None):
+        """Declare the graph's input and output tensor ids (as JSON dumps do)."""
+        if inputs is not None:
+            self._declared_inputs = [int(i) for i in inputs]
+        if outputs is not None:
+            self._declared_outputs = [int(i) for i in outputs]
+
+    # ---------------------------------------------------------------- finalizing
+    def finalize(self) -> "Graph":
+        if self.finalized:
+            return self
+        if not self.ops:
+            raise InvalidGraph("graph has no ops")
+        if not nx.is_directed_acyclic_graph(self.nx):
+            cycle = nx.find_cycle(self.nx)
+            ops = " -> ".join(repr(self.ops[a]) for a, _ in cycle)
+            raise InvalidGraph("graph has a cycle", found=ops, expected="an acyclic graph")
+        for tid, (pid, idx) in self.producer.items():
+            self.tensors[tid] = self.ops[pid].outputs[idx]
+        for oid in nx.lexicographical_topological_sort(self.nx):
+            op = self.ops[oid]
+            new_inputs = [self._known(t) for t in op.inputs]
+            op.rebind_inputs(new_inputs)
+            for t in op.outputs:
+                self.tensors[t.id] = t
+        for tid in self._declared_inputs or []:
+            if tid not in self.consumers:
+                raise InvalidGraph("declared input port is not consumed by any op", where=f"input_ports ({tid})")
+        for tid in self._declared_outputs or []:
+            if tid not in self.tensors:
+                raise InvalidGraph("declared output port is not a tensor of the graph", where=f"output_ports ({tid})")
+        self.finalized = True
+        return self
+
+    def _known(self, t: LogicalTensor) -> LogicalTensor:
+        best = self.tensors.get(t.id, t)
+        if best.shape != t.shape and len(best.shape) == len(t.shape):
+            for a, b in zip(best.shape, t.shape):
+                if a != -1 and b != -1 and a != b:
+                    raise InvalidShape(f"tensor {t.id} inferred with a different shape than declared",
+                                       expected=list(best.shape), found=list(t.shape))
+        return best if sum(d == -1 for d in best.shape) <= sum(d == -1 for d in t.shape) else t
+
+    # ------------------------------------------------------------------- queries
+    def topo_ops(self) -> list[Op]:
+        return [self.ops[i] for i in nx.lexicographical_topological_sort(self.nx)]
+
+    @property
+    def input_ports(self) -> list[int]:
+        """Tensor ids consumed but produced by no op, in first-use order."""
+        if self._declared_inputs is not None:
+            return list(self._declared_inputs)
+        out = []
+        for op in self.topo_ops():
+            for t in op.inputs:
+                if t.id not in self.producer and t.id not in out:
+                    out.append(t.id)
+        return out
+
+    @property
+    def output_ports(self) -> list[int]:
+        """Tensor ids produced and consumed by no op (or consumed only by End)."""
+        if self._declared_outputs is not None:
+            return list(self._declared_outputs)
+        out = []
+        for op in self.topo_ops():
+            for t in op.outputs:
+                cons = self.consumers.get(t.id, [])
+                if all(self.ops[c].kind == "End" for c, _ in cons):
+                    out.append(t.id)
+        return out
+
+    def tensor(self, tid: int) -> LogicalTensor:
+        try:
+            return self.tensors[tid]
+        except KeyError:
+            raise InvalidArguments("no such tensor in the graph", found=tid) from None
+
+    def get_partitions(self, policy: str = "fusion"):
+        from .partition import partition_graph
+        return partition_graph(self, policy)
+
+    def __repr__(self) -> str:
+        return f"Graph({len(self.ops)} ops, inputs={self.input_ports}, outputs={self.output_ports})"
+
+
+__all__ = ["Graph", "GraphcError"]

@@ -1,0 +1,202 @@
+"""oneDNN Graph JSON (version 3.x): load, dump, save.
+
+Errors while loading carry the JSON path of the fault, e.g.
+``graph[0].inputs[2].dtype``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .errors import GraphcError, InvalidArguments, InvalidGraph
+from .graph import Graph
+from .op import Op
+from .types import ATTR_JSON_TYPES, LogicalTensor
+
+_LT_KEYS = ("id", "dtype", "shape", "stride", "layout_type", "property_type")
+
+
+class _Path:
+    def __init__(self, text=""):
+        self.text = text
+
+    def key(self, k):
+        return _Path(f"{self.text}.{k}" if self.text else str(k))
+
+    def idx(self, i):
+        return _Path(f"{self.text}[{i}]")
+
+    def __str__(self):
+        return self.text or "(top level)"
+
+
+def _fail(path, msg, cls=InvalidArguments, **kw):
+    return cls(msg, path=str(path), **kw)
+
+
+def _get(obj, key, path, types, required=True, default=None):
+    if not isinstance(obj, dict):
+        raise _fail(path, "expected a JSON object", found=type(obj).__name__)
+    if key not in obj:
+        if required:
+            raise _fail(path.key(key), "missing key")
+        return default
+    v = obj[key]
+    if types is not None and (not isinstance(v, types) or (isinstance(v, bool) and bool not in _tuple(types))):
+        raise _fail(path.key(key), "wrong JSON type", expected=_tname(types), found=f"{type(v).__name__} {v!r:.60}")
+    return v
+
+
+def _tuple(t):
+    return t if isinstance(t, tuple) else (t,)
+
+
+def _tname(types):
+    names = {int: "integer", float: "number", str: "string", list: "array", dict: "object", bool: "boolean"}
+    return " or ".join(names.get(t, t.__name__) for t in _tuple(types))
+
+
+def _int_list(v, path):
+    if not isinstance(v, list):
+        raise _fail(path, "expected an array of integers", found=type(v).__name__)
+    for i, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise _fail(path.idx(i), "expected an integer", found=repr(x))
+    return v
+
+
+def _lt_from_json(d, path) -> LogicalTensor:
+    tid = _get(d, "id", path, int)
+    dtype = _get(d, "dtype", path, str)
+    shape = _int_list(_get(d, "shape", path, list), path.key("shape"))
+    stride = _get(d, "stride", path, list, required=False)
+    if stride is not None:
+        _int_list(stride, path.key("stride"))
+    layout = _get(d, "layout_type", path, str, required=False, default="strided")
+    prop = _get(d, "property_type", path, str, required=False, default="undef")
+    try:
+        return LogicalTensor(tid, dtype, shape, stride if stride else None, layout, prop)
+    except GraphcError as e:
+        field = {"InvalidDataType": "dtype"}.get(type(e).__name__)
+        if field is None:
+            low = e.message.lower()
+            field = ("stride" if "stride" in low else "shape" if ("dim" in low or "shape" in low)
+                     else "layout_type" if "layout" in low else "property_type" if "property" in low else "id")
+        raise type(e)(e.message, path=str(path.key(field)), expected=e.expected, found=e.found) from None
+
+
+def _attrs_from_json(d, path) -> dict:
+    attrs = {}
+    if not isinstance(d, dict):
+        raise _fail(path, "expected a JSON object", found=type(d).__name__)
+    for name, spec in d.items():
+        p = path.key(name)
+        typ = _get(spec, "type", p, str)
+        if typ not in ATTR_JSON_TYPES:
+            raise _fail(p.key("type"), "unknown attribute type", expected=", ".join(ATTR_JSON_TYPES), found=repr(typ))
+        val = _get(spec, "value", p, None)
+        if typ.endswith("[]") and not isinstance(val, list):
+            raise _fail(p.key("value"), f"attribute of type {typ} needs an array", found=repr(val))
+        if not typ.endswith("[]") and isinstance(val, (list, dict)):
+            raise _fail(p.key("value"), f"attribute of type {typ} needs a scalar", found=repr(val))
+        attrs[name] = val
+    return attrs
+
+
+def graph_from_dict(d: dict) -> Graph:
+    root = _Path()
+    if not isinstance(d, dict):
+        raise _fail(root, "a graph JSON must be an object", found=type(d).__name__)
+    version = _get(d, "version", root, str, required=False, default="3.0.0")
+    if not version.split(".")[0].isdigit() or int(version.split(".")[0]) < 3 and version != "":
+        raise _fail(root.key("version"), "unsupported JSON version", expected="3.x", found=repr(version))
+    g = Graph(engine_kind=_get(d, "engine_kind", root, str, required=False, default="cpu"),
+              fpmath_mode=_get(d, "fpmath_mode", root, str, required=False, default="strict"),
+              fpmath_mode_apply_to_int=_get(d, "fpmath_mode_apply_to_int", root, (bool, str), required=False,
+                                            default=False) in (True, "true"))
+    ops = _get(d, "graph", root, list)
+    for i, od in enumerate(ops):
+        p = root.key("graph").idx(i)
+        oid = _get(od, "id", p, int)
+        kind = _get(od, "kind", p, str)
+        name = _get(od, "name", p, str, required=False)
+        attrs = _attrs_from_json(_get(od, "attrs", p, dict, required=False, default={}), p.key("attrs"))
+        ins = [_lt_from_json(t, p.key("inputs").idx(j)) for j, t in enumerate(_get(od, "inputs", p, list))]
+        outs = [_lt_from_json(t, p.key("outputs").idx(j)) for j, t in enumerate(_get(od, "outputs", p, list))]
+        try:
+            g.add_op(Op(oid, kind, ins, outs, attrs, name))
+        except GraphcError as e:
+            raise _with_path(e, p) from None
+    inp = _get(d, "input_ports", root, list, required=False)
+    outp = _get(d, "output_ports", root, list, required=False)
+    if inp is not None:
+        _int_list(inp, root.key("input_ports"))
+    if outp is not None:
+        _int_list(outp, root.key("output_ports"))
+    g.set_ports(inp, outp)
+    try:
+        g.finalize()
+    except GraphcError as e:
+        raise _with_path(e, root.key("graph")) from None
+    return g
+
+
+def _with_path(e: GraphcError, p) -> GraphcError:
+    if e.path:
+        return e
+    return type(e)(e.message, op=e.op, where=e.where, expected=e.expected, found=e.found, path=str(p))
+
+
+def load_graph(src) -> Graph:
+    """Load a finalized Graph from a path, a JSON string or a dict."""
+    if isinstance(src, dict):
+        return graph_from_dict(src)
+    if isinstance(src, Path) or (isinstance(src, str) and not src.lstrip().startswith("{")):
+        try:
+            text = Path(src).read_text()
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise InvalidArguments("cannot read graph file", found=f"{src}: {e}") from None
+    elif isinstance(src, (str, bytes)):
+        text = src
+    else:
+        raise InvalidArguments("load_graph expects a path, a JSON string or a dict", found=type(src).__name__)
+    try:
+        d = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise InvalidArguments("not valid JSON", found=str(e)) from None
+    return graph_from_dict(d)
+
+
+def lt_to_json(t: LogicalTensor) -> dict:
+    return {"id": t.id, "dtype": t.dtype.value, "shape": list(t.shape),
+            "stride": list(t.strides) if t.strides is not None else [],
+            "layout_type": t.layout_type.value, "property_type": t.property_type.value}
+
+
+def attr_to_json(spec, value) -> dict:
+    v = list(value) if isinstance(value, tuple) else value
+    return {"type": spec.type if spec is not None else "string", "value": v}
+
+
+def dump_graph(graph: Graph) -> dict:
+    graph.finalize()
+    ops = []
+    for op in sorted(graph.ops.values(), key=lambda o: o.id):
+        attrs = {k: attr_to_json(op.schema.attr_spec(k), v) for k, v in sorted(op.raw_attrs.items())}
+        attrs = {k: attr_to_json(op.schema.attr_spec(k), op.attrs[k]) for k in attrs}
+        ops.append({"id": op.id, "name": op.name if op.name is not None else f"{op.kind}_{op.id}",
+                    "kind": op.kind, "attrs": attrs,
+                    "inputs": [lt_to_json(graph.tensors.get(t.id, t)) for t in op.inputs],
+                    "outputs": [lt_to_json(t) for t in op.outputs]})
+    return {"version": "3.0.0", "engine_kind": graph.engine_kind, "fpmath_mode": graph.fpmath_mode,
+            "fpmath_mode_apply_to_int": "true" if graph.fpmath_mode_apply_to_int else "false",
+            "input_ports": graph.input_ports, "output_ports": graph.output_ports, "graph": ops}
+
+
+def save_graph(graph: Graph, path) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(dump_graph(graph), f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)

@@ -1,0 +1,58 @@
+"""Widening inputs for the reference and rounding results once to a storage dtype."""
+from __future__ import annotations
+
+import numpy as np
+
+from .types import DataType
+
+_NARROW_VIA_F32 = (DataType.bf16, DataType.f8_e4m3, DataType.f8_e5m2)
+
+
+def widen(a: np.ndarray, dt: DataType) -> np.ndarray:
+    """float types -> float64, c64 -> complex128, integer types -> int64, boolean kept."""
+    if dt.is_float:
+        return np.asarray(a).astype(np.float64)
+    if dt is DataType.c64:
+        return np.asarray(a).astype(np.complex128)
+    if dt.is_int:
+        return np.asarray(a).astype(np.int64)
+    return np.asarray(a).astype(np.bool_)
+
+
+def _f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """f64 -> f32 rounding to odd: a later RNE rounding to a narrower type is then
+    the same as rounding x directly (no double-rounding error)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x.astype(np.float32)
+        inexact = (y.astype(np.float64) != x) & np.isfinite(x) & np.isfinite(y)
+        away = inexact & (np.abs(y.astype(np.float64)) > np.abs(x))
+        y = np.where(away, np.nextafter(y, np.float32(0)), y).astype(np.float32)
+        bits = y.view(np.uint32)
+        bits = np.where(inexact, bits | np.uint32(1), bits).astype(np.uint32)
+    return bits.view(np.float32)
+
+
+def round_to(x, dt: DataType) -> np.ndarray:
+    """Round a float64/complex/int result once to ``dt``'s storage format.
+    Integers round half to even and saturate."""
+    x = np.asarray(x)
+    target = dt.np
+    if dt.is_float:
+        x = x.astype(np.float64) if x.dtype != np.float64 else x
+        if dt in _NARROW_VIA_F32:
+            return _f64_to_f32_round_to_odd(x).astype(target)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return x.astype(target)
+    if dt is DataType.c64:
+        return x.astype(np.complex64)
+    if dt is DataType.boolean:
+        return x.astype(np.bool_)
+    info = _int_range(dt)
+    if x.dtype.kind == "f":
+        x = np.rint(np.nan_to_num(x, nan=0.0, posinf=info[1], neginf=info[0]))
+    return np.clip(x, info[0], info[1]).astype(np.int64).astype(target)
+
+
+def _int_range(dt: DataType):
+    return {DataType.s8: (-128, 127), DataType.u8: (0, 255), DataType.s4: (-8, 7), DataType.u4: (0, 15),
+            DataType.s32: (-(2 ** 31), 2 ** 31 - 1), DataType.u32: (0, 2 ** 32 - 1)}[dt]

@@ -1,0 +1,116 @@
+"""Shared bases for op families: same-shape unary ops, backward ops of them,
+and numpy-broadcasting binary ops."""
+from __future__ import annotations
+
+import numpy as np
+
+from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, same_dtype
+
+F = "f32,bf16,f16"
+
+
+def same_shape_as(op, a: str, b: str):
+    """Check two ports have equal shapes (where known)."""
+    ta, tb = op.input(a) or op.output(a), op.input(b) or op.output(b)
+    if ta is None or tb is None:
+        return
+    if len(ta.shape) != len(tb.shape) or any(x != y and x != -1 and y != -1 for x, y in zip(ta.shape, tb.shape)):
+        raise bad_shape(op, f"'{a}' and '{b}' must have the same shape", expected=list(ta.shape),
+                        found=list(tb.shape), where=f"port '{b}'")
+
+
+def merged_shape(*shapes):
+    out = list(shapes[0])
+    for s in shapes[1:]:
+        out = [y if x == -1 else x for x, y in zip(out, s)]
+    return tuple(out)
+
+
+class Unary(OpSchema):
+    """dst = f(src), elementwise; f32/bf16/f16 with src and dst alike."""
+
+    family = "eltwise"
+    inputs = (In("src"),)
+    outputs = (Out("dst"),)
+    dtypes = DtypeTable(["src|dst"], [("f32",), ("bf16",), ("f16",)])
+
+    def infer(self, op):
+        return [op.inputs[0].shape]
+
+    def fn(self, op, x):
+        raise NotImplementedError
+
+    def reference(self, op, src):
+        return (self.fn(op, src),)
+
+
+class UnaryBackward(OpSchema):
+    """diff_src = diff_dst * f'(src or dst)."""
+
+    family = "eltwise_bwd"
+    inputs = (In("src"), In("diff_dst"))
+    outputs = (Out("diff_src"),)
+    dtypes = DtypeTable(["src|diff_dst|diff_src"], [("f32",), ("bf16",), ("f16",)])
+    #: the forward kind whose gradient this is (for finite-difference tests)
+    forward: str = ""
+
+    def check(self, op):
+        same_shape_as(op, self.inputs[0].name, "diff_dst")
+
+    def infer(self, op):
+        return [merged_shape(op.inputs[0].shape, op.inputs[1].shape)]
+
+    def grad(self, op, x, dy):
+        raise NotImplementedError
+
+    def reference(self, op, x, dy):
+        return (self.grad(op, x, dy),)
+
+
+AUTO_BROADCAST = Attr("auto_broadcast", "string", "numpy", choices=("none", "numpy"))
+
+
+def binary_shape(op, a, b):
+    if op.attr("auto_broadcast") == "none":
+        if len(a) != len(b) or any(x != y and x != -1 and y != -1 for x, y in zip(a, b)):
+            raise bad_shape(op, "shapes must match when auto_broadcast is 'none'", where="inputs",
+                            expected=list(a), found=list(b))
+        return merged_shape(a, b)
+    return broadcast_shapes(op, a, b)
+
+
+class Binary(OpSchema):
+    """dst = f(src_0, src_1) with numpy broadcasting (or none)."""
+
+    family = "binary"
+    inputs = (In("src_0"), In("src_1"))
+    outputs = (Out("dst"),)
+    attrs = (AUTO_BROADCAST,)
+    dtypes = DtypeTable(["src_0", "src_1", "dst"],
+                        [("f32", "f32", "f32"), ("bf16", "bf16", "bf16"), ("f16", "f16", "f16"),
+                         ("f32", "bf16,f16", "f32"), ("bf16,f16", "f32", "f32"), ("s32", "s32", "s32")])
+
+    def infer(self, op):
+        return [binary_shape(op, op.inputs[0].shape, op.inputs[1].shape)]
+
+    def fn(self, op, a, b):
+        raise NotImplementedError
+
+    def reference(self, op, a, b):
+        return (self.fn(op, a, b),)
+
+
+def unbroadcast(g: np.ndarray, shape) -> np.ndarray:
+    """Sum ``g`` over the dims that broadcasting expanded to reach g.shape from ``shape``."""
+    shape = tuple(shape)
+    lead = g.ndim - len(shape)
+    if lead > 0:
+        g = g.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, d in enumerate(shape) if d == 1 and g.shape[i] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g.reshape(shape)
+
+
+__all__ = ["Unary", "UnaryBackward", "Binary", "AUTO_BROADCAST", "binary_shape", "unbroadcast",
+           "same_shape_as", "merged_shape", "same_dtype", "F"]

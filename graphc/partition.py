@@ -1,0 +1,52 @@
+"""Partitions: groups of ops compiled together."""
+from __future__ import annotations
+
+from .types import LogicalTensor
+
+
+class Partition:
+    """A set of ops of one graph with its input and output logical tensors."""
+
+    def __init__(self, pid: int, graph, ops: list, kind: str = ""):
+        self.id = pid
+        self.graph = graph
+        self.ops = list(ops)
+        self.kind = kind or "+".join(op.kind for op in self.ops)
+        ids = {op.id for op in self.ops}
+        produced = {t.id for op in self.ops for t in op.outputs}
+        ins: list[LogicalTensor] = []
+        for op in self.ops:
+            for t in op.inputs:
+                if t.id not in produced and t.id not in [x.id for x in ins]:
+                    ins.append(graph.tensors[t.id])
+        outs: list[LogicalTensor] = []
+        graph_outs = set(graph.output_ports)
+        for op in self.ops:
+            for t in op.outputs:
+                used_outside = any(c not in ids for c, _ in graph.consumers.get(t.id, []))
+                if used_outside or t.id in graph_outs or not graph.consumers.get(t.id):
+                    outs.append(graph.tensors[t.id])
+        self.inputs = ins
+        self.outputs = outs
+
+    def is_supported(self) -> bool:
+        """True when graphc can compile this partition to machine code."""
+        from .lowering import can_lower
+        return can_lower(self)
+
+    def __repr__(self) -> str:
+        return (f"Partition({self.id}, {self.kind}, ops={[op.id for op in self.ops]}, "
+                f"in={[t.id for t in self.inputs]}, out={[t.id for t in self.outputs]})")
+
+
+def partition_graph(graph, policy: str = "fusion") -> list[Partition]:
+    from .errors import InvalidArguments
+    if policy not in ("fusion", "debug"):
+        raise InvalidArguments("unknown partition policy", expected="'fusion' or 'debug'", found=repr(policy))
+    graph.finalize()
+    parts = []
+    for op in graph.topo_ops():
+        if op.kind == "End":
+            continue
+        parts.append(Partition(len(parts), graph, [op]))
+    return parts

@@ -1,0 +1,80 @@
+"""The numpy reference executor: runs a finalized graph op by op.
+
+This is graphc's oracle; compiled kernels are judged against it.  Every op's
+reference semantics live with its schema (``OpSchema.reference``); this module
+only checks inputs, widens them (floats to float64), calls each op and rounds
+each result once to its output dtype.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import GraphcError, InvalidArguments, RuntimeFault
+from .numerics import round_to, widen
+from .types import DataType, LogicalTensor
+
+
+def check_input_array(lt: LogicalTensor, arr, what: str = "input") -> np.ndarray:
+    """Check one user array against its logical tensor; return it as an ndarray."""
+    if not isinstance(arr, np.ndarray):
+        if np.isscalar(arr) and lt.ndim == 0:
+            arr = np.asarray(arr, dtype=lt.dtype.np)
+        else:
+            raise InvalidArguments(f"{what} tensor {lt.id} must be a numpy array", found=type(arr).__name__)
+    if arr.dtype != lt.dtype.np:
+        raise InvalidArguments(f"{what} tensor {lt.id} has the wrong dtype", expected=f"{lt.dtype} ({lt.dtype.np})",
+                               found=str(arr.dtype))
+    if len(arr.shape) != len(lt.shape) or any(d != -1 and d != a for d, a in zip(lt.shape, arr.shape)):
+        raise InvalidArguments(f"{what} tensor {lt.id} has the wrong shape", expected=list(lt.shape),
+                               found=list(arr.shape))
+    return arr
+
+
+def run(graph, inputs: dict, comm=None) -> dict:
+    """Run ``graph`` in numpy on ``inputs`` ({tensor id: array}); return every
+    graph output {tensor id: array} in its logical tensor's dtype."""
+    graph.finalize()
+    if not isinstance(inputs, dict):
+        raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
+    values: dict[int, np.ndarray] = {}
+    for tid in graph.input_ports:
+        lt = graph.tensors[tid]
+        if tid not in inputs:
+            raise InvalidArguments("missing input", where=f"tensor {tid}", expected=repr(lt))
+        values[tid] = check_input_array(lt, inputs[tid])
+    for op in graph.topo_ops():
+        if op.kind == "End":
+            continue
+        values.update(run_op(op, [values[t.id] for t in op.inputs], comm=comm))
+    return {tid: values[tid] for tid in graph.output_ports}
+
+
+def run_op(op, arrays: list, comm=None) -> dict:
+    """Run one op's reference on storage-format arrays; returns {tensor id: array}."""
+    schema = op.schema
+    ins = [widen(a, t.dtype) for a, t in zip(arrays, op.inputs)]
+    kw = {"comm": comm} if getattr(schema, "needs_comm", False) else {}
+    try:
+        with np.errstate(all="ignore"):
+            outs = schema.reference(op, *ins, **kw)
+    except GraphcError:
+        raise
+    except (ValueError, IndexError, TypeError, ArithmeticError) as e:  # a reference bug or unforeseen input
+        raise RuntimeFault(f"reference failed: {type(e).__name__}: {e}", op=op) from e
+    if len(outs) != len(op.outputs):
+        raise RuntimeFault("reference returned the wrong number of outputs", op=op,
+                           expected=len(op.outputs), found=len(outs))
+    result = {}
+    for t, v in zip(op.outputs, outs):
+        v = np.asarray(v)
+        if t.is_complete and tuple(v.shape) != t.shape:
+            if v.size == t.nelems:
+                v = v.reshape(t.shape)
+            else:
+                raise RuntimeFault("reference output has the wrong shape", op=op, where=f"tensor {t.id}",
+                                   expected=list(t.shape), found=list(v.shape))
+        result[t.id] = round_to(v, t.dtype)
+    return result
+
+
+__all__ = ["run", "run_op", "check_input_array", "DataType"]

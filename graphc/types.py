@@ -1,0 +1,238 @@
+"""Data types, layout and property types, and logical tensors."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .errors import InvalidArguments, InvalidDataType, InvalidShape
+
+
+class DataType(str, enum.Enum):
+    undef = "undef"
+    f32 = "f32"
+    f16 = "f16"
+    bf16 = "bf16"
+    f64 = "f64"
+    s32 = "s32"
+    u32 = "u32"
+    s8 = "s8"
+    u8 = "u8"
+    s4 = "s4"
+    u4 = "u4"
+    f8_e4m3 = "f8_e4m3"
+    f8_e5m2 = "f8_e5m2"
+    boolean = "boolean"
+    c64 = "c64"
+
+    def __str__(self) -> str:  # 'f32', not 'DataType.f32'
+        return self.value
+
+    @property
+    def np(self) -> np.dtype:
+        """The numpy dtype arrays of this type are stored in."""
+        if self is DataType.undef:
+            raise InvalidDataType("data type undef has no storage type")
+        return _NP[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in _FLOATS
+
+    @property
+    def is_int(self) -> bool:
+        return self in _INTS
+
+    @property
+    def is_low_precision(self) -> bool:
+        """Stored narrower than f32 and computed in f32."""
+        return self in (DataType.bf16, DataType.f16, DataType.f8_e4m3, DataType.f8_e5m2)
+
+    @property
+    def itemsize(self) -> int:
+        return self.np.itemsize
+
+    @classmethod
+    def parse(cls, value) -> "DataType":
+        if isinstance(value, DataType):
+            return value
+        try:
+            return cls(value)
+        except (ValueError, TypeError):
+            raise InvalidDataType("unknown data type", expected="one of " + ", ".join(d.value for d in cls),
+                                  found=repr(value)) from None
+
+    @classmethod
+    def from_numpy(cls, dtype) -> "DataType":
+        dt = np.dtype(dtype)
+        for k, v in _NP.items():
+            if v == dt:
+                return k
+        raise InvalidDataType("numpy dtype has no graphc data type", found=str(dt))
+
+
+_NP = {
+    DataType.f32: np.dtype(np.float32),
+    DataType.f16: np.dtype(np.float16),
+    DataType.bf16: np.dtype(ml_dtypes.bfloat16),
+    DataType.f64: np.dtype(np.float64),
+    DataType.s32: np.dtype(np.int32),
+    DataType.u32: np.dtype(np.uint32),
+    DataType.s8: np.dtype(np.int8),
+    DataType.u8: np.dtype(np.uint8),
+    DataType.s4: np.dtype(ml_dtypes.int4),
+    DataType.u4: np.dtype(ml_dtypes.uint4),
+    DataType.f8_e4m3: np.dtype(ml_dtypes.float8_e4m3fn),
+    DataType.f8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
+    DataType.boolean: np.dtype(np.bool_),
+    DataType.c64: np.dtype(np.complex64),
+}
+_FLOATS = {DataType.f32, DataType.f16, DataType.bf16, DataType.f64, DataType.f8_e4m3, DataType.f8_e5m2}
+_INTS = {DataType.s32, DataType.u32, DataType.s8, DataType.u8, DataType.s4, DataType.u4}
+
+
+ATTR_JSON_TYPES = ("f32", "s64", "string", "bool", "s64[]", "f32[]", "bool[]")
+
+
+class LayoutType(str, enum.Enum):
+    undef = "undef"
+    any = "any"
+    strided = "strided"
+    opaque = "opaque"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class PropertyType(str, enum.Enum):
+    undef = "undef"
+    variable = "variable"
+    constant = "constant"
+    host_scalar = "host_scalar"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _parse_enum(cls, value, what):
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except (ValueError, TypeError):
+        raise InvalidArguments(f"unknown {what}", expected="one of " + ", ".join(e.value for e in cls),
+                               found=repr(value)) from None
+
+
+def dense_strides(shape) -> tuple[int, ...]:
+    """Row-major strides, in elements; -1 where a dim to the right is unknown."""
+    strides = []
+    acc = 1
+    for d in reversed(shape):
+        strides.append(acc)
+        if acc != -1:
+            acc = -1 if d < 0 else acc * max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _as_int_tuple(value, what) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise InvalidShape(f"{what} must be a list of integers", found=repr(value))
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise InvalidShape(f"{what} must be a list of integers", found=repr(list(value)))
+        out.append(int(v))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class LogicalTensor:
+    """A typed tensor description: id, data type, shape, strides, layout, property.
+
+    A dim of -1 is unknown until compile time.  ``strides`` default to dense
+    row-major when the layout is strided; ``ndims == -1`` is an unknown rank.
+    """
+
+    id: int
+    dtype: DataType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None = None
+    layout_type: LayoutType = LayoutType.strided
+    property_type: PropertyType = PropertyType.undef
+
+    def __init__(self, id, dtype, shape, strides=None, layout_type=LayoutType.strided,
+                 property_type=PropertyType.undef):
+        if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or id < 0:
+            raise InvalidArguments("logical tensor id must be a non-negative integer", found=repr(id))
+        dtype = DataType.parse(dtype)
+        shape = _as_int_tuple(shape, "shape")
+        if any(d < -1 for d in shape):
+            raise InvalidShape(f"logical tensor {id}: dims must be >= 0 or -1 (unknown)", found=list(shape))
+        layout_type = _parse_enum(LayoutType, layout_type, "layout type")
+        property_type = _parse_enum(PropertyType, property_type, "property type")
+        if strides is not None and len(strides) == 0 and len(shape) > 0:
+            strides = None  # oneDNN dumps use [] for 'not given'
+        if strides is not None:
+            strides = _as_int_tuple(strides, "strides")
+            if len(strides) != len(shape):
+                raise InvalidShape(f"logical tensor {id}: strides and shape differ in rank",
+                                   expected=len(shape), found=len(strides))
+        elif layout_type in (LayoutType.strided, LayoutType.undef):
+            strides = dense_strides(shape)
+        object.__setattr__(self, "id", int(id))
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "strides", strides)
+        object.__setattr__(self, "layout_type", layout_type)
+        object.__setattr__(self, "property_type", property_type)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_complete(self) -> bool:
+        """Every dim known."""
+        return all(d >= 0 for d in self.shape)
+
+    @property
+    def nelems(self) -> int:
+        n = 1
+        for d in self.shape:
+            if d < 0:
+                return -1
+            n *= d
+        return n
+
+    @property
+    def is_dense(self) -> bool:
+        return self.strides is not None and _dense_equal(self.shape, self.strides)
+
+    def with_shape(self, shape, strides=None) -> "LogicalTensor":
+        """The same tensor with a (more) resolved shape; dense strides unless given."""
+        if strides is None and self.strides is not None and len(self.strides) == len(shape) and all(s >= 0 for s in self.strides) \
+                and not _dense_equal(self.shape, self.strides):
+            strides = self.strides  # keep user-given non-dense strides
+        return LogicalTensor(self.id, self.dtype, shape, strides,
+                             LayoutType.strided if self.layout_type == LayoutType.any else self.layout_type,
+                             self.property_type)
+
+    def __repr__(self) -> str:
+        s = "x".join(str(d) for d in self.shape) if self.shape else "scalar"
+        extra = "" if self.is_dense else f" strides={list(self.strides) if self.strides else None}"
+        return f"LogicalTensor({self.id}, {self.dtype}, {s}{extra}, {self.layout_type}, {self.property_type})"
+
+
+def _dense_equal(shape, strides) -> bool:
+    """True when strides are dense row-major for shape (size-1 dims may have any stride)."""
+    acc = 1
+    for d, s in zip(reversed(shape), reversed(strides)):
+        if d < 0:
+            return False
+        if d != 1 and s != acc:
+            return False
+        acc *= d
+    return True

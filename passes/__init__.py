@@ -1,0 +1,1 @@
+"""graphc compiler passes."""
