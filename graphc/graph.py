@@ -89,8 +89,9 @@ class Graph:
                 and old.nelems > 1:
             raise InvalidGraph("tensor appears with different strides", op=op, where=f"{where} (tensor {t.id})",
                                expected=list(old.strides), found=list(t.strides))
-        if sum(d == -1 for d in t.shape) < sum(d == -1 for d in old.shape):
-            self.tensors[t.id] = t
+        merged = tuple(b if a == -1 else a for a, b in zip(old.shape, t.shape))
+        if merged != old.shape:
+            self.tensors[t.id] = t if merged == t.shape else old.with_shape(merged)
 
     def set_ports(self, inputs=None, outputs=None):
         """Declare the graph's input and output tensor ids (as JSON dumps do)."""
@@ -113,7 +114,7 @@ class Graph:
             self.tensors[tid] = self.ops[pid].outputs[idx]
         for oid in nx.lexicographical_topological_sort(self.nx):
             op = self.ops[oid]
-            new_inputs = [self._known(t) for t in op.inputs]
+            new_inputs = [self._known(op, i, t) for i, t in enumerate(op.inputs)]
             op.rebind_inputs(new_inputs)
             for t in op.outputs:
                 self.tensors[t.id] = t
@@ -126,14 +127,20 @@ class Graph:
         self.finalized = True
         return self
 
-    def _known(self, t: LogicalTensor) -> LogicalTensor:
+    def _known(self, op, i, t: LogicalTensor) -> LogicalTensor:
+        """Input ``i`` of ``op`` with every dim known anywhere in the graph."""
         best = self.tensors.get(t.id, t)
-        if best.shape != t.shape and len(best.shape) == len(t.shape):
-            for a, b in zip(best.shape, t.shape):
-                if a != -1 and b != -1 and a != b:
-                    raise InvalidShape(f"tensor {t.id} inferred with a different shape than declared",
-                                       expected=list(best.shape), found=list(t.shape))
-        return best if sum(d == -1 for d in best.shape) <= sum(d == -1 for d in t.shape) else t
+        if best.shape == t.shape or len(best.shape) != len(t.shape):
+            return best
+        for a, b in zip(best.shape, t.shape):
+            if a != -1 and b != -1 and a != b:
+                raise InvalidShape("tensor inferred with a different shape than declared", op=op,
+                                   where=f"input {i} (tensor {t.id})", expected=list(best.shape),
+                                   found=list(t.shape))
+        merged = tuple(b if a == -1 else a for a, b in zip(best.shape, t.shape))
+        if merged != best.shape:
+            best = self.tensors[t.id] = best.with_shape(merged)
+        return best
 
     # ------------------------------------------------------------------- queries
     def topo_ops(self) -> list[Op]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
-from .errors import GraphcError, InvalidArguments, InvalidGraph
+from .errors import GraphcError, InvalidArguments, InvalidGraphOp
 from .graph import Graph
 from .op import Op
 from .types import ATTR_JSON_TYPES, LogicalTensor
@@ -109,12 +110,18 @@ def graph_from_dict(d: dict) -> Graph:
     if not isinstance(d, dict):
         raise _fail(root, "a graph JSON must be an object", found=type(d).__name__)
     version = _get(d, "version", root, str, required=False, default="3.0.0")
-    if not version.split(".")[0].isdigit() or int(version.split(".")[0]) < 3 and version != "":
+    if not re.fullmatch(r"3(\.[0-9]+)*", version):
         raise _fail(root.key("version"), "unsupported JSON version", expected="3.x", found=repr(version))
-    g = Graph(engine_kind=_get(d, "engine_kind", root, str, required=False, default="cpu"),
-              fpmath_mode=_get(d, "fpmath_mode", root, str, required=False, default="strict"),
-              fpmath_mode_apply_to_int=_get(d, "fpmath_mode_apply_to_int", root, (bool, str), required=False,
-                                            default=False) in (True, "true"))
+    engine_kind = _get(d, "engine_kind", root, str, required=False, default="cpu")
+    fpmath_mode = _get(d, "fpmath_mode", root, str, required=False, default="strict")
+    to_int = _get(d, "fpmath_mode_apply_to_int", root, (bool, str), required=False, default=False)
+    if to_int not in (True, False, "true", "false"):
+        raise _fail(root.key("fpmath_mode_apply_to_int"), "expected a boolean", expected="true or false",
+                    found=repr(to_int))
+    try:
+        g = Graph(engine_kind=engine_kind, fpmath_mode=fpmath_mode, fpmath_mode_apply_to_int=to_int in (True, "true"))
+    except GraphcError as e:
+        raise _with_path(e, root.key("engine_kind" if "engine" in e.message else "fpmath_mode")) from None
     ops = _get(d, "graph", root, list)
     for i, od in enumerate(ops):
         p = root.key("graph").idx(i)
@@ -125,9 +132,14 @@ def graph_from_dict(d: dict) -> Graph:
         ins = [_lt_from_json(t, p.key("inputs").idx(j)) for j, t in enumerate(_get(od, "inputs", p, list))]
         outs = [_lt_from_json(t, p.key("outputs").idx(j)) for j, t in enumerate(_get(od, "outputs", p, list))]
         try:
-            g.add_op(Op(oid, kind, ins, outs, attrs, name))
+            op = Op(oid, kind, ins, outs, attrs, name)
+        except GraphcError as e:
+            raise _with_path(e, p.key("id")) from None
+        try:
+            g.add_op(op)
         except GraphcError as e:
             raise _with_path(e, p) from None
+        _check_attr_types(op, od.get("attrs", {}), p.key("attrs"))
     inp = _get(d, "input_ports", root, list, required=False)
     outp = _get(d, "output_ports", root, list, required=False)
     if inp is not None:
@@ -140,6 +152,15 @@ def graph_from_dict(d: dict) -> Graph:
     except GraphcError as e:
         raise _with_path(e, root.key("graph")) from None
     return g
+
+
+def _check_attr_types(op: Op, specs: dict, path) -> None:
+    """The declared JSON type of each attribute is the one its schema states."""
+    for name, spec in specs.items():
+        want = op.schema.attr_spec(name).type
+        if spec["type"] != want:
+            raise InvalidGraphOp("attribute has the wrong type", op=op, where=f"attribute '{name}'",
+                                 expected=want, found=spec["type"], path=str(path.key(name).key("type")))
 
 
 def _with_path(e: GraphcError, p) -> GraphcError:
@@ -183,8 +204,7 @@ def dump_graph(graph: Graph) -> dict:
     graph.finalize()
     ops = []
     for op in sorted(graph.ops.values(), key=lambda o: o.id):
-        attrs = {k: attr_to_json(op.schema.attr_spec(k), v) for k, v in sorted(op.raw_attrs.items())}
-        attrs = {k: attr_to_json(op.schema.attr_spec(k), op.attrs[k]) for k in attrs}
+        attrs = {k: attr_to_json(op.schema.attr_spec(k), op.attrs[k]) for k in sorted(op.raw_attrs)}
         ops.append({"id": op.id, "name": op.name if op.name is not None else f"{op.kind}_{op.id}",
                     "kind": op.kind, "attrs": attrs,
                     "inputs": [lt_to_json(graph.tensors.get(t.id, t)) for t in op.inputs],

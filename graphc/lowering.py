@@ -1,6 +1,46 @@
-"""Which partitions graphc can compile (filled in by the code generator)."""
+"""Lowering partitions to one generated kernel each.
+
+Each op kind lowers itself (``OpSchema.lower``, next to its reference); this
+module assigns kernel arguments (partition inputs, outputs, and scratch buffers
+for intermediates) and asks each op, in order, to emit its code.
+"""
 from __future__ import annotations
+
+from .codegen.kernel import KernelBuilder
+
+
+def op_lowerable(op) -> bool:
+    return op.schema.supports_lowering(op)
 
 
 def can_lower(partition) -> bool:
-    return False
+    return all(op_lowerable(op) for op in partition.ops)
+
+
+def build_kernel(partition, ops, in_lts, out_lts):
+    """(source, arg plan, runner).  ``runner`` replaces the kernel for ops that are
+    not computation (collectives); source is then None."""
+    if len(ops) == 1:
+        runner = ops[0].schema.runner(ops[0]) if hasattr(ops[0].schema, "runner") else None
+        if runner is not None:
+            return None, [], runner
+    kb = KernelBuilder()
+    refs = {}
+    plan = []
+    for i, lt in enumerate(in_lts):
+        refs[lt.id] = kb.arg(lt, "a")
+        plan.append(("in", i))
+    for i, lt in enumerate(out_lts):
+        refs[lt.id] = kb.arg(lt, "o")
+        plan.append(("out", i))
+    from passes.fuse_lower import lower_fused
+    if lower_fused(kb, ops, refs):
+        return kb.source(), plan, None
+    for op in ops:
+        for t in op.outputs:
+            if t.id not in refs:
+                refs[t.id] = kb.arg(t, "t")
+                plan.append(("tmp", t))
+        op.schema.lower(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs])
+    kb.line("return -1")
+    return kb.source(), plan, None

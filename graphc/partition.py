@@ -34,6 +34,11 @@ class Partition:
         from .lowering import can_lower
         return can_lower(self)
 
+    def compile(self, inputs=None, outputs=None):
+        """Compile for concrete input (and optionally output) logical tensors."""
+        from .compiled import compile_partition
+        return compile_partition(self, inputs, outputs)
+
     def __repr__(self) -> str:
         return (f"Partition({self.id}, {self.kind}, ops={[op.id for op in self.ops]}, "
                 f"in={[t.id for t in self.inputs]}, out={[t.id for t in self.outputs]})")

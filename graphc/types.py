@@ -137,15 +137,20 @@ def dense_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+INT64_MAX = 2 ** 63 - 1
+
+
 def _as_int_tuple(value, what) -> tuple[int, ...]:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+    """A tuple of int64 values (dims or strides)."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
         raise InvalidShape(f"{what} must be a list of integers", found=repr(value))
-    out = []
+    value = list(value)
     for v in value:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise InvalidShape(f"{what} must be a list of integers", found=repr(list(value)))
-        out.append(int(v))
-    return tuple(out)
+            raise InvalidShape(f"{what} must be a list of integers", found=repr(value))
+        if not -INT64_MAX - 1 <= v <= INT64_MAX:
+            raise InvalidShape(f"{what} must fit in int64", found=repr(value))
+    return tuple(int(v) for v in value)
 
 
 @dataclass(frozen=True)
@@ -173,10 +178,11 @@ class LogicalTensor:
             raise InvalidShape(f"logical tensor {id}: dims must be >= 0 or -1 (unknown)", found=list(shape))
         layout_type = _parse_enum(LayoutType, layout_type, "layout type")
         property_type = _parse_enum(PropertyType, property_type, "property type")
-        if strides is not None and len(strides) == 0 and len(shape) > 0:
-            strides = None  # oneDNN dumps use [] for 'not given'
         if strides is not None:
             strides = _as_int_tuple(strides, "strides")
+            if len(strides) == 0 and len(shape) > 0:
+                strides = None  # oneDNN dumps use [] for 'not given'
+        if strides is not None:
             if len(strides) != len(shape):
                 raise InvalidShape(f"logical tensor {id}: strides and shape differ in rank",
                                    expected=len(shape), found=len(strides))

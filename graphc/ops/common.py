@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen.elementwise import emit_elementwise
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, same_dtype
 
 F = "f32,bf16,f16"
@@ -26,7 +27,22 @@ def merged_shape(*shapes):
     return tuple(out)
 
 
-class Unary(OpSchema):
+class Elementwise(OpSchema):
+    """An op computing each output element from the matching (broadcast) input
+    elements: it gives ``expr`` (scalar source text over the loaded input value
+    names) and lowers through the shared elementwise loop nest."""
+
+    def expr(self, op, *values: str) -> str:
+        raise NotImplementedError
+
+    def supports_lowering(self, op) -> bool:
+        return type(self).expr is not Elementwise.expr
+
+    def lower(self, op, kb, ins, outs):
+        emit_elementwise(kb, outs, ins, lambda kb_, vals: [self.expr(op, *vals)])
+
+
+class Unary(Elementwise):
     """dst = f(src), elementwise; f32/bf16/f16 with src and dst alike."""
 
     family = "eltwise"
@@ -44,7 +60,7 @@ class Unary(OpSchema):
         return (self.fn(op, src),)
 
 
-class UnaryBackward(OpSchema):
+class UnaryBackward(Elementwise):
     """diff_src = diff_dst * f'(src or dst)."""
 
     family = "eltwise_bwd"
@@ -79,7 +95,7 @@ def binary_shape(op, a, b):
     return broadcast_shapes(op, a, b)
 
 
-class Binary(OpSchema):
+class Binary(Elementwise):
     """dst = f(src_0, src_1) with numpy broadcasting (or none)."""
 
     family = "binary"
@@ -112,5 +128,5 @@ def unbroadcast(g: np.ndarray, shape) -> np.ndarray:
     return g.reshape(shape)
 
 
-__all__ = ["Unary", "UnaryBackward", "Binary", "AUTO_BROADCAST", "binary_shape", "unbroadcast",
+__all__ = ["Elementwise", "Unary", "UnaryBackward", "Binary", "AUTO_BROADCAST", "binary_shape", "unbroadcast",
            "same_shape_as", "merged_shape", "same_dtype", "F"]

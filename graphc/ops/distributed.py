@@ -1,1 +1,146 @@
-"""(being written)"""
+"""Distributed LayerNorm (ttnn.layer_norm_pre_all_gather / post_all_gather) and
+the AllGather collective between them.
+
+Each of P ranks holds a [..., W] slice of the rows.  LayerNormPreAllGather gives
+per row the local mean and M2 (sum of squared deviations from it); AllGather
+concatenates the [..., 2] stats of all ranks into [..., 2P]; and
+LayerNormPostAllGather merges them with Chan's parallel formula (stable where
+the sum / sum of squares form cancels) and normalizes the local slice.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidGraphOp, RuntimeFault
+from .common import F
+from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
+                     same_dtype)
+
+
+def _check_rows(op, port="src"):
+    """src must be [..., W] with W > 0 (a row mean needs elements)."""
+    t = op.input(port)
+    if t.ndim == 0 or t.shape[-1] == 0:
+        raise bad_shape(op, "rows must be non-empty: the shape must be [..., W] with W > 0", where=f"port '{port}'",
+                        found=list(t.shape))
+
+
+def merge_stats(stats: np.ndarray, width: int):
+    """(mean, var) per row of all P*width elements, from gathered stats
+    [..., 2P] = (mean_p, M2_p) pairs of P shards of ``width`` elements each."""
+    means, m2 = stats[..., 0::2], stats[..., 1::2]
+    shards = means.shape[-1]
+    mean = means.mean(axis=-1)
+    # Chan et al.: M2 = sum M2_p + sum n_p (mean_p - mean)^2, with n_p = width
+    total_m2 = m2.sum(axis=-1) + width * ((means - mean[..., None]) ** 2).sum(axis=-1)
+    return mean, total_m2 / (shards * width)
+
+
+class LayerNormPreAllGather(OpSchema):
+    kind = "LayerNormPreAllGather"
+    family = "norm_distributed"
+    doc = "Per-row local statistics for a distributed LayerNorm: stats [..., 2] = (mean, M2)."
+    inputs = (In("src", doc="[..., W], this rank's slice of each row"),)
+    outputs = (Out("stats", doc="[..., 2]: the local mean and sum of squared deviations from it"),)
+    dtypes = DtypeTable(["src", "stats"], [(F, "f32")])
+
+    def check(self, op):
+        _check_rows(op)
+
+    def infer(self, op):
+        return [op.input("src").shape[:-1] + (2,)]
+
+    def reference(self, op, x):
+        mean = x.mean(axis=-1, keepdims=True)
+        m2 = ((x - mean) ** 2).sum(axis=-1, keepdims=True)
+        return (np.concatenate([mean, m2], axis=-1),)
+
+
+class AllGather(OpSchema):
+    kind = "AllGather"
+    family = "collective"
+    doc = "Concatenates src of every member of the group along axis, in rank order."
+    inputs = (In("src"),)
+    outputs = (Out("dst", doc="src's shape with dim axis multiplied by the group size"),)
+    attrs = (Attr("axis", "s64", -1),)
+    dtypes = same_dtype("src|dst", F + ",s32,s8,u8")
+    #: the reference executor passes its communicator (mpi4py-like) to reference()
+    needs_comm = True
+
+    def axis(self, op) -> int:
+        x = op.input("src")
+        if x.ndim == 0:
+            raise bad_shape(op, "src must have rank >= 1", where="port 'src'", found=[])
+        return norm_axis(op, op.attr("axis"), x.ndim)
+
+    def gathered_dim(self, op, axis) -> int:
+        """The declared output dim along axis (-1 when unknown)."""
+        y = op.output("dst")
+        return y.shape[axis] if y.ndim == op.input("src").ndim else -1
+
+    def check(self, op):
+        axis = self.axis(op)
+        n, m = op.input("src").shape[axis], self.gathered_dim(op, axis)
+        if n != -1 and m != -1 and not (m == 0 if n == 0 else (m > 0 and m % n == 0)):
+            raise bad_shape(op, "the output dim along axis must be a multiple of src's (times the group size)",
+                            where="port 'dst'", expected=f"a positive multiple of {n} at dim {axis}", found=m)
+
+    def infer(self, op):
+        axis = self.axis(op)
+        shape = list(op.input("src").shape)
+        shape[axis] = self.gathered_dim(op, axis)
+        return [tuple(shape)]
+
+    def reference(self, op, src, comm=None):
+        axis = self.axis(op)
+        size = 1 if comm is None else comm.Get_size()
+        declared = self.gathered_dim(op, axis)
+        if declared != -1 and declared != size * src.shape[axis]:
+            raise RuntimeFault("the output dim along axis disagrees with the group size", op=op, where="port 'dst'",
+                               expected=f"{src.shape[axis]} x {size} members = {size * src.shape[axis]}",
+                               found=declared)
+        parts = [src] if comm is None else comm.allgather(src)
+        return (np.concatenate(parts, axis=axis),)
+
+
+class LayerNormPostAllGather(OpSchema):
+    kind = "LayerNormPostAllGather"
+    family = "norm_distributed"
+    doc = "LayerNorm of this rank's slice with the mean and variance merged from all ranks' gathered stats."
+    inputs = (In("src", doc="[..., W], this rank's slice of each row"),
+              In("stats", doc="[..., 2P]: (mean_p, M2_p) of the P slices, in rank order"),
+              In("gamma", optional=True, doc="[W]"), In("beta", optional=True, doc="[W]"))
+    outputs = (Out("dst"),)
+    attrs = (Attr("epsilon", "f32", 1e-12, check=non_negative, check_doc="non-negative"),)
+    dtypes = DtypeTable(["src|dst", "stats", "gamma|beta"],
+                        [("f32", "f32", "f32"), ("bf16", "f32", "f32,bf16"), ("f16", "f32", "f32,f16")])
+
+    def check(self, op):
+        _check_rows(op)
+        x, stats, gamma = op.input("src"), op.input("stats"), op.input("gamma")
+        if gamma is not None and op.input("beta") is None:
+            raise InvalidGraphOp("gamma and beta must be given both or neither", op=op, where="port 'beta'",
+                                 expected="beta with gamma")
+        lead = x.shape[:-1]
+        if stats.ndim != x.ndim or not all(dims_equal(a, b) for a, b in zip(stats.shape[:-1], lead)):
+            raise bad_shape(op, "stats must be [..., 2P] with src's leading dims", where="port 'stats'",
+                            expected=list(lead) + ["2P"], found=list(stats.shape))
+        w = stats.shape[-1]
+        if w != -1 and (w == 0 or w % 2):
+            raise bad_shape(op, "the stats width must be even: a (mean, M2) pair per shard", where="port 'stats'",
+                            expected="a positive even last dim", found=w)
+        for name in ("gamma", "beta"):
+            t = op.input(name)
+            if t is not None and (t.ndim != 1 or not dims_equal(t.shape[0], x.shape[-1])):
+                raise bad_shape(op, f"{name} must be [W], W the last dim of src", where=f"port '{name}'",
+                                expected=[x.shape[-1]], found=list(t.shape))
+
+    def infer(self, op):
+        return [op.input("src").shape]
+
+    def reference(self, op, x, stats, gamma=None, beta=None):
+        mean, var = merge_stats(stats, x.shape[-1])
+        y = (x - mean[..., None]) / np.sqrt(var[..., None] + op.attr("epsilon"))
+        if gamma is not None:
+            y = y * gamma + beta
+        return (y,)

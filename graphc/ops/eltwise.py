@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .common import Unary, UnaryBackward
+from ..codegen.kernel import num
 from .schema import Attr, In, non_negative
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -40,6 +41,9 @@ class Abs(Unary):
     def fn(self, op, x):
         return np.abs(x)
 
+    def expr(self, op, x):
+        return f"abs({x})"
+
 
 class Clamp(Unary):
     kind = "Clamp"
@@ -47,6 +51,9 @@ class Clamp(Unary):
 
     def fn(self, op, x):
         return np.minimum(np.maximum(x, op.attr("min")), op.attr("max"))
+
+    def expr(self, op, x):
+        return f"np.minimum(np.maximum({x}, {num(op.attr('min'))}), {num(op.attr('max'))})"
 
 
 class Elu(Unary):
@@ -56,12 +63,18 @@ class Elu(Unary):
     def fn(self, op, x):
         return np.where(x >= 0, x, op.attr("alpha") * np.expm1(np.minimum(x, 0)))
 
+    def expr(self, op, x):
+        return f"({x} if {x} >= 0 else {num(op.attr('alpha'))} * math.expm1({x}))"
+
 
 class Exp(Unary):
     kind = "Exp"
 
     def fn(self, op, x):
         return np.exp(x)
+
+    def expr(self, op, x):
+        return f"math.exp({x})"
 
 
 class GELU(Unary):
@@ -73,6 +86,11 @@ class GELU(Unary):
             return 0.5 * x * (1.0 + np.tanh(SQRT_2_PI * (x + 0.044715 * x ** 3)))
         return 0.5 * x * (1.0 + _erf_arr(x / math.sqrt(2.0)))
 
+    def expr(self, op, x):
+        if op.attr("mode") == "gelu_tanh":
+            return f"0.5 * {x} * (1.0 + math.tanh({num(SQRT_2_PI)} * ({x} + 0.044715 * {x} * {x} * {x})))"
+        return f"0.5 * {x} * (1.0 + math.erf({x} * {num(1 / math.sqrt(2.0))}))"
+
 
 class HardSigmoid(Unary):
     kind = "HardSigmoid"
@@ -81,12 +99,18 @@ class HardSigmoid(Unary):
     def fn(self, op, x):
         return np.clip(op.attr("alpha") * x + op.attr("beta"), 0.0, 1.0)
 
+    def expr(self, op, x):
+        return f"np.minimum(np.maximum({num(op.attr('alpha'))} * {x} + {num(op.attr('beta'))}, 0.0), 1.0)"
+
 
 class HardSwish(Unary):
     kind = "HardSwish"
 
     def fn(self, op, x):
         return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
+
+    def expr(self, op, x):
+        return f"{x} * np.minimum(np.maximum({x} + 3.0, 0.0), 6.0) / 6.0"
 
 
 class LeakyReLU(Unary):
@@ -96,6 +120,9 @@ class LeakyReLU(Unary):
     def fn(self, op, x):
         return np.where(x >= 0, x, op.attr("alpha") * x)
 
+    def expr(self, op, x):
+        return f"({x} if {x} >= 0 else {num(op.attr('alpha'))} * {x})"
+
 
 class Log(Unary):
     kind = "Log"
@@ -104,12 +131,18 @@ class Log(Unary):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(x)
 
+    def expr(self, op, x):
+        return f"np.log({x})"
+
 
 class Mish(Unary):
     kind = "Mish"
 
     def fn(self, op, x):
         return x * np.tanh(_softplus(x))
+
+    def expr(self, op, x):
+        return f"{x} * math.tanh(softplus({x}, 1.0))"
 
 
 class Pow(Unary):
@@ -120,6 +153,9 @@ class Pow(Unary):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.power(x, op.attr("beta"))
 
+    def expr(self, op, x):
+        return f"np.power({x}, {num(op.attr('beta'))})"
+
 
 class Reciprocal(Unary):
     kind = "Reciprocal"
@@ -128,12 +164,18 @@ class Reciprocal(Unary):
         with np.errstate(divide="ignore"):
             return 1.0 / x
 
+    def expr(self, op, x):
+        return f"1.0 / {x}"
+
 
 class ReLU(Unary):
     kind = "ReLU"
 
     def fn(self, op, x):
         return np.maximum(x, 0.0)
+
+    def expr(self, op, x):
+        return f"np.maximum({x}, 0.0)"
 
 
 class Round(Unary):
@@ -143,12 +185,18 @@ class Round(Unary):
         # half away from zero, as oneDNN's round
         return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
+    def expr(self, op, x):
+        return f"round_half_away({x})"
+
 
 class Sigmoid(Unary):
     kind = "Sigmoid"
 
     def fn(self, op, x):
         return _sigmoid(x)
+
+    def expr(self, op, x):
+        return f"sigmoid({x})"
 
 
 class SoftPlus(Unary):
@@ -158,6 +206,9 @@ class SoftPlus(Unary):
     def fn(self, op, x):
         return _softplus(x, op.attr("beta"))
 
+    def expr(self, op, x):
+        return f"softplus({x}, {num(op.attr('beta'))})"
+
 
 class Sqrt(Unary):
     kind = "Sqrt"
@@ -166,6 +217,9 @@ class Sqrt(Unary):
         with np.errstate(invalid="ignore"):
             return np.sqrt(x)
 
+    def expr(self, op, x):
+        return f"np.sqrt({x})"
+
 
 class Square(Unary):
     kind = "Square"
@@ -173,12 +227,18 @@ class Square(Unary):
     def fn(self, op, x):
         return x * x
 
+    def expr(self, op, x):
+        return f"{x} * {x}"
+
 
 class Tanh(Unary):
     kind = "Tanh"
 
     def fn(self, op, x):
         return np.tanh(x)
+
+    def expr(self, op, x):
+        return f"math.tanh({x})"
 
 
 # ------------------------------------------------------------------ backward ops
@@ -188,6 +248,9 @@ class AbsBackward(UnaryBackward):
 
     def grad(self, op, x, dy):
         return dy * np.sign(x)
+
+    def expr(self, op, x, dy):
+        return f"{dy} * np.sign({x})"
 
 
 class ClampBackward(UnaryBackward):
@@ -201,6 +264,9 @@ class ClampBackward(UnaryBackward):
         # with use_dst, x = clamp(src): the same open interval selects the gradient
         return np.where((x > lo) & (x < hi), dy, 0.0)
 
+    def expr(self, op, x, dy):
+        return f"({dy} if ({x} > {num(op.attr('min'))} and {x} < {num(op.attr('max'))}) else 0.0)"
+
 
 class EluBackward(UnaryBackward):
     kind = "EluBackward"
@@ -213,6 +279,12 @@ class EluBackward(UnaryBackward):
         if op.attr("use_dst"):
             return np.where(x > 0, dy, dy * (x + a))
         return np.where(x > 0, dy, dy * a * np.exp(np.minimum(x, 0)))
+
+    def expr(self, op, x, dy):
+        a = num(op.attr("alpha"))
+        if op.attr("use_dst"):
+            return f"({dy} if {x} > 0 else {dy} * ({x} + {a}))"
+        return f"({dy} if {x} > 0 else {dy} * {a} * math.exp({x}))"
 
 
 class GELUBackward(UnaryBackward):
@@ -230,6 +302,11 @@ class GELUBackward(UnaryBackward):
         pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
         return dy * (cdf + x * pdf)
 
+    def expr(self, op, x, dy):
+        if op.attr("mode") == "gelu_tanh":
+            return (f"gelu_tanh_grad({x}) * {dy}")
+        return f"{dy} * (0.5 * (1.0 + math.erf({x} * {num(1 / math.sqrt(2.0))})) + {x} * math.exp(-0.5 * {x} * {x}) * {num(1 / math.sqrt(2.0 * math.pi))})"
+
 
 class HardSigmoidBackward(UnaryBackward):
     kind = "HardSigmoidBackward"
@@ -241,6 +318,10 @@ class HardSigmoidBackward(UnaryBackward):
         v = a * x + b
         return np.where((v > 0) & (v < 1), dy * a, 0.0)
 
+    def expr(self, op, x, dy):
+        a, b = num(op.attr("alpha")), num(op.attr("beta"))
+        return f"({dy} * {a} if (0.0 < {a} * {x} + {b} < 1.0) else 0.0)"
+
 
 class HardSwishBackward(UnaryBackward):
     kind = "HardSwishBackward"
@@ -248,6 +329,9 @@ class HardSwishBackward(UnaryBackward):
 
     def grad(self, op, x, dy):
         return np.where(x < -3, 0.0, np.where(x > 3, dy, dy * (2 * x + 3) / 6.0))
+
+    def expr(self, op, x, dy):
+        return f"(0.0 if {x} < -3.0 else ({dy} if {x} > 3.0 else {dy} * (2.0 * {x} + 3.0) / 6.0))"
 
 
 class MishBackward(UnaryBackward):
@@ -259,6 +343,9 @@ class MishBackward(UnaryBackward):
         t = np.tanh(sp)
         return dy * (t + x * (1 - t * t) * _sigmoid(x))
 
+    def expr(self, op, x, dy):
+        return f"mish_grad({x}) * {dy}"
+
 
 class ReLUBackward(UnaryBackward):
     kind = "ReLUBackward"
@@ -268,6 +355,9 @@ class ReLUBackward(UnaryBackward):
 
     def grad(self, op, x, dy):
         return np.where(x > 0, dy, 0.0)
+
+    def expr(self, op, x, dy):
+        return f"({dy} if {x} > 0 else 0.0)"
 
 
 class SigmoidBackward(UnaryBackward):
@@ -280,6 +370,11 @@ class SigmoidBackward(UnaryBackward):
         s = x if op.attr("use_dst") else _sigmoid(x)
         return dy * s * (1 - s)
 
+    def expr(self, op, x, dy):
+        if op.attr("use_dst"):
+            return f"{dy} * {x} * (1.0 - {x})"
+        return f"{dy} * sigmoid({x}) * (1.0 - sigmoid({x}))"
+
 
 class SoftPlusBackward(UnaryBackward):
     kind = "SoftPlusBackward"
@@ -288,6 +383,9 @@ class SoftPlusBackward(UnaryBackward):
 
     def grad(self, op, x, dy):
         return dy * _sigmoid(op.attr("beta") * x)
+
+    def expr(self, op, x, dy):
+        return f"{dy} * sigmoid({num(op.attr('beta'))} * {x})"
 
 
 class SqrtBackward(UnaryBackward):
@@ -301,6 +399,11 @@ class SqrtBackward(UnaryBackward):
             s = x if op.attr("use_dst") else np.sqrt(x)
             return dy / (2 * s)
 
+    def expr(self, op, x, dy):
+        if op.attr("use_dst"):
+            return f"{dy} / (2.0 * {x})"
+        return f"{dy} / (2.0 * np.sqrt({x}))"
+
 
 class TanhBackward(UnaryBackward):
     kind = "TanhBackward"
@@ -311,3 +414,8 @@ class TanhBackward(UnaryBackward):
     def grad(self, op, x, dy):
         t = x if op.attr("use_dst") else np.tanh(x)
         return dy * (1 - t * t)
+
+    def expr(self, op, x, dy):
+        if op.attr("use_dst"):
+            return f"{dy} * (1.0 - {x} * {x})"
+        return f"{dy} * (1.0 - math.tanh({x}) ** 2)"

@@ -1,1 +1,361 @@
-"""(being written)"""
+"""Normalization ops (docs: BatchNormInference.md, BatchNormForwardTraining.md,
+BatchNormTrainingBackward.md, LayerNorm.md, LayerNormBackward.md, GroupNorm.md,
+RMSNorm.md).
+
+All of them normalize ``x`` over some ``axes`` as ``(x - mean) / sqrt(var + eps)``
+with the biased variance; the backward ops differentiate that through the
+statistics (which were computed from ``x`` itself).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidGraphOp
+from .common import merged_shape
+from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, merge_dim,
+                     norm_axis, positive)
+
+DATA_FORMAT = Attr("data_format", "string", "NXC", choices=("NCX", "NXC"),
+                   doc="NCX: channels at dim 1; NXC: channels last")
+EPSILON = Attr("epsilon", "f32", check=positive, check_doc="positive")
+EPSILON_1E5 = Attr("epsilon", "f32", 1e-5, check=positive, check_doc="positive")
+BEGIN_NORM_AXIS = Attr("begin_norm_axis", "s64", -1, doc="normalize over dims begin_norm_axis..rank-1")
+USE_AFFINE = Attr("use_affine", "bool", True, doc="scale by gamma and shift by beta")
+KEEP_STATS = Attr("keep_stats", "bool", True, doc="output mean and variance")
+
+#: the momentum BatchNormForwardTraining uses when the attribute is absent (as oneDNN)
+DEFAULT_MOMENTUM = 0.5
+
+
+# ------------------------------------------------------------------ shape helpers
+def channel_dim(op, port="src") -> int:
+    """The channel axis of ``port`` per data_format; the port needs rank >= 2."""
+    t = op.input(port)
+    if t.ndim < 2:
+        raise bad_shape(op, "data_format needs a batch and a channel dim (rank >= 2)", where=f"port '{port}'",
+                        found=list(t.shape))
+    return channel_axis(op.attr("data_format"), t.ndim)
+
+
+def expect_shape(op, name, shape):
+    """Input ``name``, when present, must have ``shape`` (-1 dims match anything)."""
+    t = op.input(name)
+    if t is not None and (t.ndim != len(shape) or not all(dims_equal(a, b) for a, b in zip(t.shape, shape))):
+        raise bad_shape(op, f"wrong shape for '{name}'", where=f"port '{name}'", expected=list(shape),
+                        found=list(t.shape))
+
+
+def per_channel(op, c: int, names) -> int:
+    """Check the present inputs among ``names`` are [c]; return c resolved by them."""
+    for name in names:
+        expect_shape(op, name, (c,))
+        if op.input(name) is not None:
+            c = merge_dim(c, op.input(name).shape[0])
+    return c
+
+
+def expect_broadcastable(op, name, target):
+    """Input ``name`` must broadcast (numpy, one-way) to ``target``."""
+    shape = op.input(name).shape
+    if len(shape) > len(target) or not all(
+            d == 1 or dims_equal(d, t) for d, t in zip(shape[::-1], target[::-1])):
+        raise bad_shape(op, f"'{name}' does not broadcast to src", where=f"port '{name}'",
+                        expected=f"numpy-broadcastable to {list(target)}", found=list(shape))
+
+
+def both_or_neither(op, a, b, required_by=None):
+    """Ports ``a`` and ``b`` are given together; with ``required_by`` (an attribute
+    name whose value is true) they must be given."""
+    have = [n in op.input_names or n in op.output_names for n in (a, b)]
+    if have[0] != have[1]:
+        raise InvalidGraphOp(f"'{a}' and '{b}' must be given both or neither", op=op,
+                             where=f"port '{b if have[0] else a}'", expected="both or neither",
+                             found=f"only '{a if have[0] else b}'")
+    if required_by and not have[0]:
+        raise InvalidGraphOp(f"'{a}' and '{b}' are required when {required_by} is true", op=op,
+                             where=f"attribute '{required_by}'", expected=f"ports '{a}' and '{b}'", found="absent")
+
+
+def with_dim(shape, axis, d):
+    s = list(shape)
+    s[axis] = d
+    return tuple(s)
+
+
+# ------------------------------------------------------------------- the math
+def stats(x, axes):
+    """Mean and biased variance over ``axes`` (kept as size-1 dims)."""
+    mean = x.mean(axis=axes, keepdims=True)
+    return mean, ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+
+
+def normalize(x, mean, var, eps):
+    return (x - mean) / np.sqrt(var + eps)
+
+
+def norm_grad(x, dy, mean, var, eps, axes, gamma=None):
+    """(diff_src, xhat) of y = gamma * xhat, xhat = (x - mean) / sqrt(var + eps),
+    where mean and var are x's own statistics over ``axes`` (broadcast shapes)."""
+    inv = 1.0 / np.sqrt(var + eps)
+    xhat = (x - mean) * inv
+    g = dy if gamma is None else dy * gamma
+    dx = inv * (g - g.mean(axis=axes, keepdims=True) - xhat * (g * xhat).mean(axis=axes, keepdims=True))
+    return dx, xhat
+
+
+def channel_view(v, ndim, axis):
+    """A [C] vector shaped to broadcast along dim ``axis`` of a rank-ndim tensor."""
+    return v.reshape(with_dim((1,) * ndim, axis, -1))
+
+
+def other_axes(ndim, axis):
+    return tuple(i for i in range(ndim) if i != axis)
+
+
+# -------------------------------------------------------------------- BatchNorm
+class _BatchNorm(OpSchema):
+    family = "norm"
+    #: the [C]-shaped inputs
+    channel_inputs: tuple = ()
+
+    def channels(self, op) -> int:
+        return per_channel(op, op.input("src").shape[channel_dim(op)], self.channel_inputs)
+
+    def check(self, op):
+        self.channels(op)
+
+    def dst_shape(self, op, *others):
+        """src's shape (merged with the ``others`` inputs) with the channel dim resolved."""
+        shape = merged_shape(op.input("src").shape, *(op.input(n).shape for n in others))
+        return with_dim(shape, channel_dim(op), self.channels(op))
+
+
+class BatchNormInference(_BatchNorm):
+    kind = "BatchNormInference"
+    doc = "dst = gamma * (src - mean) / sqrt(variance + epsilon) + beta, per channel, with given statistics."
+    inputs = (In("src"), In("gamma"), In("beta"), In("mean"), In("variance"))
+    outputs = (Out("dst"),)
+    attrs = (EPSILON, DATA_FORMAT)
+    dtypes = DtypeTable(["src|dst", "gamma|beta|mean|variance"], [("f32", "f32"), ("bf16", "f32,bf16"), ("f16", "f32")])
+    channel_inputs = ("gamma", "beta", "mean", "variance")
+
+    def infer(self, op):
+        return [self.dst_shape(op)]
+
+    def reference(self, op, src, gamma, beta, mean, variance):
+        ca = channel_dim(op)
+        gamma, beta, mean, variance = (channel_view(v, src.ndim, ca) for v in (gamma, beta, mean, variance))
+        return (gamma * normalize(src, mean, variance, op.attr("epsilon")) + beta,)
+
+
+class BatchNormForwardTraining(_BatchNorm):
+    kind = "BatchNormForwardTraining"
+    doc = ("Batch norm with the batch's statistics; running_x = momentum * x + (1 - momentum) * batch_x "
+           "(momentum 0.5 when absent).")
+    inputs = (In("src"), In("mean", doc="the running mean so far"), In("variance", doc="the running variance so far"),
+              In("gamma", optional=True), In("beta", optional=True))
+    outputs = (Out("dst"), Out("running_mean"), Out("running_variance"), Out("batch_mean"), Out("batch_variance"))
+    attrs = (EPSILON, Attr("momentum", "f32", None, check=positive, check_doc="positive"), DATA_FORMAT)
+    dtypes = DtypeTable(["src|dst", "gamma|beta|mean|variance|batch_mean|batch_variance|running_mean|running_variance"],
+                        [("f32", "f32"), ("bf16", "f32,bf16"), ("f16", "f32")])
+    channel_inputs = ("mean", "variance", "gamma", "beta")
+
+    def check(self, op):
+        both_or_neither(op, "gamma", "beta")
+        super().check(op)
+
+    def infer(self, op):
+        c = self.channels(op)
+        return [self.dst_shape(op)] + [(c,)] * 4
+
+    def reference(self, op, src, mean, variance, *affine):
+        ca = channel_dim(op)
+        axes = other_axes(src.ndim, ca)
+        bmean, bvar = stats(src, axes)
+        dst = normalize(src, bmean, bvar, op.attr("epsilon"))
+        if affine:
+            gamma, beta = (channel_view(v, src.ndim, ca) for v in affine)
+            dst = gamma * dst + beta
+        bmean, bvar = bmean.reshape(-1), bvar.reshape(-1)
+        m = op.attr("momentum", DEFAULT_MOMENTUM)
+        return dst, m * mean + (1 - m) * bmean, m * variance + (1 - m) * bvar, bmean, bvar
+
+
+class BatchNormTrainingBackward(_BatchNorm):
+    kind = "BatchNormTrainingBackward"
+    doc = "Gradients of BatchNormForwardTraining; gamma is ignored unless diff_gamma and diff_beta are requested."
+    inputs = (In("src"), In("diff_dst"), In("mean"), In("variance"), In("gamma", optional=True))
+    outputs = (Out("diff_src"), Out("diff_gamma", optional=True), Out("diff_beta", optional=True))
+    attrs = (EPSILON, DATA_FORMAT)
+    dtypes = DtypeTable(["src|diff_dst|diff_src", "mean|variance|gamma|diff_gamma|diff_beta"],
+                        [("f32", "f32"), ("bf16", "f32,bf16"), ("f16", "f32")])
+    channel_inputs = ("mean", "variance", "gamma")
+
+    def check(self, op):
+        both_or_neither(op, "diff_gamma", "diff_beta")
+        expect_shape(op, "diff_dst", op.input("src").shape)
+        super().check(op)
+
+    def infer(self, op):
+        c = self.channels(op)
+        return [self.dst_shape(op, "diff_dst")] + [(c,)] * (len(op.outputs) - 1)
+
+    def reference(self, op, src, diff_dst, mean, variance, *gamma):
+        ca = channel_dim(op)
+        axes = other_axes(src.ndim, ca)
+        with_affine = len(op.outputs) == 3
+        mean, variance = channel_view(mean, src.ndim, ca), channel_view(variance, src.ndim, ca)
+        g = channel_view(gamma[0], src.ndim, ca) if gamma and with_affine else None
+        dx, xhat = norm_grad(src, diff_dst, mean, variance, op.attr("epsilon"), axes, g)
+        if not with_affine:
+            return (dx,)
+        return dx, (diff_dst * xhat).sum(axis=axes), diff_dst.sum(axis=axes)
+
+
+# -------------------------------------------------------------------- LayerNorm
+class _LayerNorm(OpSchema):
+    family = "norm"
+
+    def begin(self, op) -> int:
+        return norm_axis(op, op.attr("begin_norm_axis"), op.input("src").ndim, attr="begin_norm_axis")
+
+    def check_shapes(self, op, stats_ports, affine_ports):
+        """Stats ports are src.shape[:begin], affine ports src.shape[begin:]."""
+        shape, b = op.input("src").shape, self.begin(op)
+        for name in stats_ports:
+            expect_shape(op, name, shape[:b])
+        for name in affine_ports:
+            expect_shape(op, name, shape[b:])
+
+    def axes(self, op):
+        return tuple(range(self.begin(op), op.input("src").ndim))
+
+
+class LayerNorm(_LayerNorm):
+    kind = "LayerNorm"
+    doc = "Normalizes src over dims begin_norm_axis.. ; gamma and beta have the normalized dims' shape."
+    inputs = (In("src"), In("gamma", optional=True), In("beta", optional=True))
+    outputs = (Out("dst"), Out("mean", optional=True), Out("variance", optional=True))
+    attrs = (KEEP_STATS, BEGIN_NORM_AXIS, USE_AFFINE, EPSILON_1E5)
+    dtypes = DtypeTable(["src|dst", "gamma|beta|mean|variance"], [("f32", "f32"), ("bf16", "f32,bf16"), ("f16", "f32")])
+
+    def check(self, op):
+        both_or_neither(op, "gamma", "beta", "use_affine" if op.attr("use_affine") else None)
+        both_or_neither(op, "mean", "variance", "keep_stats" if op.attr("keep_stats") else None)
+        self.check_shapes(op, (), ("gamma", "beta"))
+
+    def infer(self, op):
+        shape = op.input("src").shape
+        return [shape] + [shape[:self.begin(op)]] * (len(op.outputs) - 1)
+
+    def reference(self, op, src, *affine):
+        axes = self.axes(op)
+        mean, var = stats(src, axes)
+        dst = normalize(src, mean, var, op.attr("epsilon"))
+        if affine and op.attr("use_affine"):
+            dst = affine[0] * dst + affine[1]
+        lead = src.shape[:self.begin(op)]
+        return (dst, mean.reshape(lead), var.reshape(lead))[:len(op.outputs)]
+
+
+class LayerNormBackward(_LayerNorm):
+    kind = "LayerNormBackward"
+    doc = "Gradients of LayerNorm given its mean and variance; diff_gamma and diff_beta when use_affine is true."
+    inputs = (In("src"), In("diff_dst"), In("mean"), In("variance"), In("gamma", optional=True),
+              In("beta", optional=True, doc="not used by the gradient"))
+    outputs = (Out("diff_src"), Out("diff_gamma", optional=True), Out("diff_beta", optional=True))
+    attrs = (BEGIN_NORM_AXIS, USE_AFFINE, EPSILON_1E5)
+    dtypes = DtypeTable(["src|diff_dst|diff_src", "gamma|beta|mean|variance|diff_gamma|diff_beta"],
+                        [("f32", "f32"), ("bf16", "f32,bf16"), ("f16", "f32")])
+
+    def check(self, op):
+        if op.attr("use_affine"):
+            if op.input("gamma") is None:
+                raise InvalidGraphOp("'gamma' is required when use_affine is true", op=op,
+                                     where="attribute 'use_affine'", expected="port 'gamma'", found="absent")
+            both_or_neither(op, "diff_gamma", "diff_beta", "use_affine")
+        elif len(op.outputs) > 1:
+            raise InvalidGraphOp("diff_gamma and diff_beta need use_affine true", op=op, where="port 'diff_gamma'",
+                                 expected="diff_src only", found=f"{len(op.outputs)} outputs")
+        expect_shape(op, "diff_dst", op.input("src").shape)
+        self.check_shapes(op, ("mean", "variance"), ("gamma", "beta"))
+
+    def infer(self, op):
+        shape = merged_shape(op.input("src").shape, op.input("diff_dst").shape)
+        return [shape] + [shape[self.begin(op):]] * (len(op.outputs) - 1)
+
+    def reference(self, op, src, diff_dst, mean, variance, *affine):
+        axes = self.axes(op)
+        keep = src.shape[:self.begin(op)] + (1,) * len(axes)
+        mean, variance = mean.reshape(keep), variance.reshape(keep)
+        gamma = affine[0] if op.attr("use_affine") else None
+        dx, xhat = norm_grad(src, diff_dst, mean, variance, op.attr("epsilon"), axes, gamma)
+        if len(op.outputs) == 1:
+            return (dx,)
+        lead = tuple(range(self.begin(op)))
+        return dx, (diff_dst * xhat).sum(axis=lead), diff_dst.sum(axis=lead)
+
+
+# -------------------------------------------------------------------- GroupNorm
+class GroupNorm(OpSchema):
+    kind = "GroupNorm"
+    family = "norm"
+    doc = "Normalizes each of `groups` channel groups per batch item; mean and variance are [N, groups]."
+    inputs = (In("src"), In("gamma", optional=True), In("beta", optional=True))
+    outputs = (Out("dst"), Out("mean", optional=True), Out("variance", optional=True))
+    attrs = (Attr("groups", "s64", check=positive, check_doc="positive"), KEEP_STATS, USE_AFFINE, EPSILON_1E5,
+             DATA_FORMAT)
+    dtypes = DtypeTable(["src|dst", "gamma|beta|mean|variance"], [("f32", "f32"), ("bf16", "f32,bf16"), ("f16", "f32")])
+
+    def check(self, op):
+        both_or_neither(op, "gamma", "beta", "use_affine" if op.attr("use_affine") else None)
+        both_or_neither(op, "mean", "variance", "keep_stats" if op.attr("keep_stats") else None)
+        c, g = self.channels(op), op.attr("groups")
+        if c != -1 and (g > c or c % g):
+            raise bad_shape(op, "groups must divide the number of channels", where="attribute 'groups'",
+                            expected=f"a divisor of {c}", found=g)
+
+    def channels(self, op) -> int:
+        return per_channel(op, op.input("src").shape[channel_dim(op)], ("gamma", "beta"))
+
+    def infer(self, op):
+        src = op.input("src").shape
+        return [with_dim(src, channel_dim(op), self.channels(op))] + \
+            [(src[0], op.attr("groups"))] * (len(op.outputs) - 1)
+
+    def reference(self, op, src, *affine):
+        ca, g = channel_dim(op), op.attr("groups")
+        x = np.moveaxis(src, ca, 1)                                        # [N, C, ...]
+        n, c = x.shape[:2]
+        grouped = x.reshape((n, g, c // g) + x.shape[2:])                  # [N, G, C/G, ...]
+        mean, var = stats(grouped, tuple(range(2, grouped.ndim)))
+        dst = np.moveaxis(normalize(grouped, mean, var, op.attr("epsilon")).reshape(x.shape), 1, ca)
+        if affine and op.attr("use_affine"):
+            gamma, beta = (channel_view(v, src.ndim, ca) for v in affine)
+            dst = gamma * dst + beta
+        return (dst, mean.reshape(n, g), var.reshape(n, g))[:len(op.outputs)]
+
+
+# ---------------------------------------------------------------------- RMSNorm
+class RMSNorm(_LayerNorm):
+    kind = "RMSNorm"
+    doc = "dst = gamma * src / sqrt(mean(src^2 over dims begin_norm_axis..) + epsilon); gamma broadcasts to src."
+    inputs = (In("src"), In("gamma", optional=True))
+    outputs = (Out("dst"),)
+    attrs = (EPSILON_1E5, BEGIN_NORM_AXIS)
+    dtypes = DtypeTable(["src|dst", "gamma"], [("f32", "f32"), ("bf16", "f32,bf16"), ("f16", "f32,f16")])
+
+    def check(self, op):
+        self.begin(op)
+        if op.input("gamma") is not None:
+            expect_broadcastable(op, "gamma", op.input("src").shape)
+
+    def infer(self, op):
+        return [op.input("src").shape]
+
+    def reference(self, op, src, *gamma):
+        # The doc's formula reads sqrt(RMS + eps) with RMS already a root; oneDNN
+        # (and every framework) divides by sqrt(mean square + eps).
+        ms = (src * src).mean(axis=self.axes(op), keepdims=True)
+        dst = src / np.sqrt(ms + op.attr("epsilon"))
+        return (dst * gamma[0] if gamma else dst,)

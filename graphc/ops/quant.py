@@ -1,1 +1,173 @@
-"""(being written)"""
+"""Linear (de)quantization ops (docs: Quantize.md, Dequantize.md,
+DynamicQuantize.md, DynamicDequantize.md).
+
+Quantize computes ``src / scale + zp`` and Dequantize ``(src - zp) * scale``
+in float64; the executor then rounds once to the dst dtype (integers: round
+half to even, then saturate).  Scales and zero points apply per tensor (one
+value), per channel (one value per index of ``axis``) or, for
+DynamicDequantize, per group (one value per ``group_shape`` block of src).
+The static ops take them as attributes, the dynamic ops as input tensors.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import InvalidGraphOp, RuntimeFault
+from .schema import Attr, DtypeTable, In, OpSchema, Out, all_positive, bad_shape, dims_equal, norm_axis
+
+QTYPE = Attr("qtype", "string", "per_tensor", choices=("per_tensor", "per_channel"))
+AXIS = Attr("axis", "s64", 1, doc="the channel axis of per_channel (de)quantization")
+F8 = ("f8_e4m3", "f8_e5m2")
+
+
+def param_shape(op, src_shape) -> tuple | None:
+    """The shape scales / zps must have for src of ``src_shape`` (-1 for
+    unknown dims), or None for per_tensor (any shape of one element)."""
+    qtype = op.attr("qtype")
+    if qtype == "per_channel":
+        return (src_shape[norm_axis(op, op.attr("axis"), len(src_shape))],)
+    if qtype == "per_group":
+        groups = op.attr("group_shape")
+        if groups is None:
+            raise InvalidGraphOp("per_group quantization needs a group shape", op=op,
+                                 where="attribute 'group_shape'", expected="an s64 list, one entry per src dim")
+        if len(groups) != len(src_shape):
+            raise InvalidGraphOp("group_shape must have one entry per src dim", op=op,
+                                 where="attribute 'group_shape'", expected=len(src_shape), found=len(groups))
+        if any(d != -1 and d % g for d, g in zip(src_shape, groups)):
+            raise bad_shape(op, "group sizes must divide the src dims", where="attribute 'group_shape'",
+                            expected=f"divisors of {list(src_shape)}", found=list(groups))
+        return tuple(-1 if d == -1 else d // g for d, g in zip(src_shape, groups))
+    return None
+
+
+def fits(shape, expected) -> bool:
+    """Does a scales / zps shape agree with ``param_shape``'s answer (-1 dims agree with anything)?"""
+    if expected is None:
+        return -1 in shape or math.prod(shape) == 1
+    return len(shape) == len(expected) and all(map(dims_equal, shape, expected))
+
+
+def check_params(op, src_shape, named_shapes):
+    """Check each (where, shape) of scales / zps against the src shape."""
+    expected = param_shape(op, src_shape)
+    for where, shape in named_shapes:
+        if not fits(shape, expected):
+            raise bad_shape(op, f"{op.attr('qtype')} scales and zero points have the wrong shape", where=where,
+                            expected="one element" if expected is None else list(expected), found=list(shape))
+
+
+def expand(op, p: np.ndarray, src_shape) -> np.ndarray:
+    """Broadcast a scales / zps array ``p`` against src of the actual ``src_shape``."""
+    expected = param_shape(op, src_shape)
+    if not fits(p.shape, expected):
+        raise RuntimeFault("scales or zero points do not match src", op=op,
+                           expected="one element" if expected is None else list(expected), found=list(p.shape))
+    if expected is None:
+        return p.reshape(())
+    if op.attr("qtype") == "per_channel":
+        axis = norm_axis(op, op.attr("axis"), len(src_shape))
+        return p.reshape([-1 if i == axis else 1 for i in range(len(src_shape))])
+    for axis, g in enumerate(op.attr("group_shape")):
+        p = np.repeat(p, g, axis=axis)
+    return p
+
+
+class _StaticQuant(OpSchema):
+    """Quantize / Dequantize: scales and zero points as attributes."""
+
+    family = "quant"
+    inputs = (In("src"),)
+    outputs = (Out("dst"),)
+    attrs = (QTYPE, AXIS, Attr("scales", "f32[]"),
+             Attr("zps", "s64[]", None, doc="zero points; zero when omitted"))
+    #: the port holding the quantized tensor
+    quantized = ""
+
+    def check(self, op):
+        params = [("attribute 'scales'", (len(op.attr("scales")),))]
+        zps = op.attr("zps")
+        if zps is not None:
+            params.append(("attribute 'zps'", (len(zps),)))
+            if op.ports(self.quantized)[0].dtype.value in F8 and any(zps):
+                raise InvalidGraphOp("zero points are not supported for f8 (de)quantization", op=op,
+                                     where="attribute 'zps'", expected="no zero points", found=list(zps))
+        check_params(op, op.inputs[0].shape, params)
+
+    def infer(self, op):
+        return [op.inputs[0].shape]
+
+    def params(self, op, src):
+        scales = expand(op, np.asarray(op.attr("scales"), dtype=np.float64), src.shape)
+        zps = op.attr("zps")
+        return scales, (0.0 if zps is None else expand(op, np.asarray(zps, dtype=np.float64), src.shape))
+
+
+class Quantize(_StaticQuant):
+    kind = "Quantize"
+    doc = "dst = round(src / scale + zp) to s8/u8 (saturated) or f8"
+    quantized = "dst"
+    dtypes = DtypeTable(["src", "dst"], [("f32", "s8,u8,f8_e4m3,f8_e5m2")])
+
+    def reference(self, op, src):
+        scales, zps = self.params(op, src)
+        return (src / scales + zps,)
+
+
+class Dequantize(_StaticQuant):
+    kind = "Dequantize"
+    doc = "dst = (src - zp) * scale, from s8/u8/f8 to f32"
+    quantized = "src"
+    dtypes = DtypeTable(["src", "dst"], [("s8,u8,f8_e4m3,f8_e5m2", "f32")])
+
+    def reference(self, op, src):
+        scales, zps = self.params(op, src)
+        return ((src - zps) * scales,)
+
+
+class _DynamicQuant(OpSchema):
+    """DynamicQuantize / DynamicDequantize: scales and zero points as inputs."""
+
+    family = "quant"
+    inputs = (In("src"), In("scales"), In("zps", optional=True, doc="zero points; zero when omitted"))
+    outputs = (Out("dst"),)
+    attrs = (QTYPE, AXIS)
+
+    def check(self, op):
+        check_params(op, op.inputs[0].shape, [(f"port '{n}'", t.shape) for n, t in op.named_ports()
+                                              if n in ("scales", "zps")])
+
+    def infer(self, op):
+        return [op.inputs[0].shape]
+
+    def params(self, op, src, scales, zps=None):
+        return expand(op, scales, src.shape), (0.0 if zps is None else expand(op, zps, src.shape))
+
+
+class DynamicQuantize(_DynamicQuant):
+    kind = "DynamicQuantize"
+    doc = "dst = round(src / scales + zps) to s8/u8 (saturated), scales and zps given as tensors"
+    dtypes = DtypeTable(["src", "scales", "zps", "dst"],
+                        [("f32", "f32", "s8,u8,s32", "s8"), ("f32", "f32", "s8,u8,s32", "u8")])
+
+    def reference(self, op, src, scales, zps=None):
+        s, z = self.params(op, src, scales, zps)
+        return (src / s + z,)
+
+
+class DynamicDequantize(_DynamicQuant):
+    kind = "DynamicDequantize"
+    doc = "dst = (src - zps) * scales from s8/u8/s4/u4, per tensor, channel or group"
+    attrs = (Attr("qtype", "string", "per_tensor", choices=("per_tensor", "per_channel", "per_group")), AXIS,
+             Attr("group_shape", "s64[]", None, check=all_positive, check_doc="positive group sizes",
+                  doc="per_group: the group size of each src dim (1 where not grouped)"))
+    # the doc expects scales and dst to have the same dtype: one column
+    dtypes = DtypeTable(["src", "dst|scales", "zps"],
+                        [("s8", "f16,bf16,f32", "s8,u8,s32"), ("u8", "f16,bf16,f32", "s8,u8,s32"),
+                         ("s4", "f16,bf16,f32", "s4,u4,s32"), ("u4", "f16,bf16,f32", "s4,u4,s32")])
+
+    def reference(self, op, src, scales, zps=None):
+        s, z = self.params(op, src, scales, zps)
+        return ((src - z) * s,)

@@ -1,1 +1,135 @@
-"""(being written)"""
+"""Reductions over a set of axes (docs: ReduceL1.md ... ReduceSum.md).
+
+The axes come from the ``axes`` attribute or from the optional ``axes`` input
+tensor (exactly one of them).  Empty axes make the op the identity, as the
+docs state.  With ``keep_dims`` the reduced dims stay as 1s, else they go.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidGraphOp, RuntimeFault
+from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape
+
+
+def _normalized_axes(op, axes, rank, error=InvalidGraphOp, where="attribute 'axes'") -> tuple:
+    """Sorted non-negative axes, checked to be in range and unique."""
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise error("axis out of range", op=op, where=where, expected=f"values in [{-rank}, {rank - 1}]",
+                        found=list(axes))
+        out.append(a + rank if a < 0 else a)
+    if len(set(out)) != len(out):
+        raise error("axes must be unique", op=op, where=where, found=list(axes))
+    return tuple(sorted(out))
+
+
+class Reduce(OpSchema):
+    family = "reduce"
+    inputs = (In("src"), In("axes", optional=True, doc="1-D s32 tensor of axes, instead of the attribute"))
+    outputs = (Out("dst"),)
+    attrs = (Attr("axes", "s64[]", (), doc="axes to reduce; empty means the identity"),
+             Attr("keep_dims", "bool", False))
+    dtypes = DtypeTable(["src|dst", "axes"], [("f32", "s32"), ("bf16", "s32"), ("f16", "s32")])
+
+    def check(self, op):
+        axes_in = op.input("axes")
+        if axes_in is None:
+            _normalized_axes(op, op.attr("axes"), op.inputs[0].ndim)
+            return
+        if op.attr("axes"):
+            raise InvalidGraphOp("give the axes either as the attribute or as input 1, not both", op=op,
+                                 where="attribute 'axes'", expected="no attribute 'axes' with an axes input",
+                                 found=list(op.attr("axes")))
+        if axes_in.ndim != 1:
+            raise bad_shape(op, "axes must be a 1-D tensor", where="port 'axes'", expected="rank 1",
+                            found=list(axes_in.shape))
+
+    def infer(self, op):
+        src = op.inputs[0].shape
+        axes_in = op.input("axes")
+        if axes_in is None:
+            axes = _normalized_axes(op, op.attr("axes"), len(src))
+            return [self._reduced_shape(op, src, axes)]
+        n = axes_in.shape[0]
+        if n == 0:
+            return [src]
+        # the axes are data: only what holds for any choice of them is known
+        if op.attr("keep_dims"):
+            return [tuple(1 if d == 1 else -1 for d in src)]
+        return [(-1,) * (len(src) - n) if n != -1 else None]
+
+    @staticmethod
+    def _reduced_shape(op, src, axes):
+        if op.attr("keep_dims"):
+            return tuple(1 if i in axes else d for i, d in enumerate(src))
+        return tuple(d for i, d in enumerate(src) if i not in axes)
+
+    def reference(self, op, src, axes=None):
+        if axes is None:
+            axes = _normalized_axes(op, op.attr("axes"), src.ndim)
+        else:
+            axes = _normalized_axes(op, [int(a) for a in axes], src.ndim, RuntimeFault, "input 'axes'")
+        if not axes:
+            return (src,)
+        return (self.reduce(src, axes).reshape(self._reduced_shape(op, src.shape, axes)),)
+
+    def reduce(self, x, axes):
+        raise NotImplementedError
+
+
+class ReduceL1(Reduce):
+    kind = "ReduceL1"
+    doc = "sum of |src| over axes"
+
+    def reduce(self, x, axes):
+        return np.sum(np.abs(x), axis=axes)
+
+
+class ReduceL2(Reduce):
+    kind = "ReduceL2"
+    doc = "sqrt of the sum of src^2 over axes"
+
+    def reduce(self, x, axes):
+        return np.sqrt(np.sum(x * x, axis=axes))
+
+
+class ReduceMax(Reduce):
+    kind = "ReduceMax"
+    doc = "max of src over axes (-inf over no elements)"
+
+    def reduce(self, x, axes):
+        return np.max(x, axis=axes, initial=-np.inf)
+
+
+class ReduceMean(Reduce):
+    kind = "ReduceMean"
+    doc = "mean of src over axes"
+
+    def reduce(self, x, axes):
+        return np.mean(x, axis=axes)
+
+
+class ReduceMin(Reduce):
+    kind = "ReduceMin"
+    doc = "min of src over axes (+inf over no elements)"
+
+    def reduce(self, x, axes):
+        return np.min(x, axis=axes, initial=np.inf)
+
+
+class ReduceProd(Reduce):
+    kind = "ReduceProd"
+    doc = "product of src over axes"
+
+    def reduce(self, x, axes):
+        return np.prod(x, axis=axes)
+
+
+class ReduceSum(Reduce):
+    kind = "ReduceSum"
+    doc = "sum of src over axes"
+
+    def reduce(self, x, axes):
+        return np.sum(x, axis=axes)

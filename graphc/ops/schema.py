@@ -15,7 +15,6 @@ finds it, aliases included.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Sequence
 
@@ -115,14 +114,11 @@ def _coerce_scalar(t, v):
     if t == "f32":
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise TypeError
-        v = float(v)
-        if math.isnan(v):
-            return v
-        return v
+        return float(v)
     if t == "s64":
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            if isinstance(v, float) and v.is_integer():
-                return int(v)
             raise TypeError
         v = int(v)
         if not -(2 ** 63) <= v < 2 ** 63:
@@ -295,6 +291,14 @@ class OpSchema:
 
     def reference(self, op, *inputs):
         raise Unimplemented("this op has no reference implementation", op=op)
+
+    def lower(self, op, kb, ins, outs) -> None:
+        """Emit this op's kernel code into ``kb`` (a KernelBuilder) reading the
+        ArrayRefs ``ins`` and writing ``outs``."""
+        raise Unimplemented("this build cannot lower this op", op=op)
+
+    def supports_lowering(self, op) -> bool:
+        return type(self).lower is not OpSchema.lower
 
     def check_dtypes(self, op) -> None:
         if self.dtypes is None:

@@ -1,0 +1,116 @@
+"""The `graphc` command line."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import GraphcError
+
+
+def _cmd_ops(args) -> int:
+    from .ops import all_kinds, aliases, get_schema
+    if args.kind:
+        print(get_schema(args.kind).describe())
+        return 0
+    al = {}
+    for a, k in aliases().items():
+        al.setdefault(k, []).append(a)
+    for k in all_kinds():
+        s = get_schema(k)
+        extra = f" (alias {', '.join(al[k])})" if k in al else ""
+        print(f"{k:32s} {s.family:12s}{extra}")
+    return 0
+
+
+def _cmd_validate(args) -> int:
+    from .jsonio import load_graph
+    bad = 0
+    for path in args.files:
+        try:
+            g = load_graph(path)
+            print(f"{path}: OK ({len(g.ops)} ops, inputs {g.input_ports}, outputs {g.output_ports})")
+        except GraphcError as e:
+            bad += 1
+            print(f"{path}: {type(e).__name__}: {e}")
+    return 1 if bad else 0
+
+
+def _cmd_partitions(args) -> int:
+    from .jsonio import load_graph
+    g = load_graph(args.file)
+    if getattr(args, "passes", False):
+        from passes import run_pipeline
+        run_pipeline(g, policy=args.policy, verbose=True, out=sys.stdout)
+    for p in g.get_partitions(args.policy):
+        sup = "supported" if p.is_supported() else "unsupported"
+        print(f"partition {p.id}: {p.kind} [{sup}]")
+        for op in p.ops:
+            ins = ", ".join(f"{n}={t.id}" for n, t in zip(op.input_names, op.inputs))
+            outs = ", ".join(f"{n}={t.id}" for n, t in zip(op.output_names, op.outputs))
+            print(f"  op {op.id} {op.kind}" + (f' "{op.name}"' if op.name else "") + f": ({ins}) -> ({outs})")
+        print("  inputs:  " + ", ".join(repr(t) for t in p.inputs))
+        print("  outputs: " + ", ".join(repr(t) for t in p.outputs))
+        if args.source:
+            if not p.is_supported():
+                print("  (no kernel: this build cannot lower it)")
+                continue
+            cp = p.compile(p.inputs, p.outputs)
+            print("  source:")
+            print("\n".join("    " + ln for ln in cp.source.splitlines()))
+    return 0
+
+
+def _cmd_dot(args) -> int:
+    from .jsonio import load_graph
+    from .dot import to_dot
+    g = load_graph(args.file)
+    print(to_dot(g, g.get_partitions(args.policy)))
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from .demo import main as demo_main
+    return demo_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="graphc", description="graphc: an operation graph compiler lowering to Numba")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("ops", help="list op kinds, or print one kind's schema")
+    s.add_argument("kind", nargs="?")
+    s.set_defaults(fn=_cmd_ops)
+    s = sub.add_parser("validate", help="load and check graph JSON files")
+    s.add_argument("files", nargs="+")
+    s.set_defaults(fn=_cmd_validate)
+    s = sub.add_parser("partitions", help="show a graph's partitions")
+    s.add_argument("file")
+    s.add_argument("--policy", default="fusion", choices=("fusion", "debug"))
+    s.add_argument("--source", action="store_true", help="print each partition's generated kernel source")
+    s.add_argument("--passes", action="store_true", help="show what each compiler pass changed")
+    s.set_defaults(fn=_cmd_partitions)
+    s = sub.add_parser("dot", help="Graphviz DOT of a graph with partitions as clusters")
+    s.add_argument("file")
+    s.add_argument("--policy", default="fusion", choices=("fusion", "debug"))
+    s.set_defaults(fn=_cmd_dot)
+    s = sub.add_parser("demo", help="compile, run and check the bundled specs")
+    s.set_defaults(fn=_cmd_demo)
+    return p
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        from .bench.driver import main as bench_main
+        return bench_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except GraphcError as e:
+        print(f"graphc: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Kernel generation: source for concrete shapes, strides and dtypes, compiled by Numba."""

@@ -1,0 +1,102 @@
+"""The loop nest shared by every elementwise kernel (and fused eltwise chains).
+
+Outputs share one shape; inputs broadcast to it (numpy rules).  Dims that are
+contiguous in every array are merged, so dense tensors run as one flat loop.
+"""
+from __future__ import annotations
+
+from .kernel import ArrayRef, KernelBuilder, worth_parallel
+
+
+def aligned_strides(ref: ArrayRef, shape) -> list[int]:
+    """ref's strides right-aligned to ``shape``, 0 where ref broadcasts."""
+    lead = len(shape) - len(ref.shape)
+    out = [0] * lead
+    for d_out, d, s in zip(shape[lead:], ref.shape, ref.strides):
+        out.append(0 if (d == 1 and d_out != 1) else (0 if d == 1 else s))
+    return out
+
+
+def collapse(shape, strides_list):
+    """Merge adjacent dims that are contiguous in every array; drop size-1 dims."""
+    dims = []
+    sl = [[] for _ in strides_list]
+    for k, d in enumerate(shape):
+        if d == 1:
+            continue
+        if dims and all(st[-1] == s[k] * d for s, st in zip(strides_list, sl)):
+            # the previous dim steps exactly over this one in every array: merge
+            dims[-1] *= d
+            for s, st in zip(strides_list, sl):
+                st[-1] = s[k]
+            continue
+        dims.append(d)
+        for s, st in zip(strides_list, sl):
+            st.append(s[k])
+    return dims, sl
+
+
+def emit_elementwise(kb: KernelBuilder, outs: list[ArrayRef], ins: list[ArrayRef], compute) -> None:
+    """Emit a loop over the outputs' shape; ``compute(kb, values)`` returns one
+    expression per output from the names of the loaded input values."""
+    shape = outs[0].shape
+    arrs = list(outs) + list(ins)
+    dims, strides = collapse(shape, [aligned_strides(a, shape) for a in arrs])
+    total = 1
+    for d in dims:
+        total *= d
+    if total == 0:
+        return
+    if not dims:
+        dims, strides = [1], [[0] for _ in arrs]
+    par = worth_parallel(total)
+    inner = dims[-1]
+    outer = dims[:-1]
+    rows = 1
+    for d in outer:
+        rows *= d
+
+    def body(offsets):
+        vals = []
+        for a, off in zip(ins, offsets[len(outs):]):
+            v = kb.fresh("x")
+            kb.line(f"{v} = {a.load(off)}")
+            vals.append(v)
+        exprs = compute(kb, vals)
+        for o, off, e in zip(outs, offsets, exprs):
+            kb.line(o.store(off, e))
+
+    if not outer:
+        i = kb.fresh("i")
+        with kb.loop(i, inner, par):
+            body([_term(i, s[0]) for s in strides])
+        return
+    r = kb.fresh("r")
+    with kb.loop(r, rows, par and rows > 1):
+        # multi-index of the row
+        q = kb.fresh("q")
+        kb.line(f"{q} = {r}")
+        idx = []
+        for k in range(len(outer) - 1, -1, -1):
+            v = kb.fresh("i")
+            if k == 0:
+                kb.line(f"{v} = {q}")
+            else:
+                kb.line(f"{v} = {q} % {outer[k]}")
+                kb.line(f"{q} = {q} // {outer[k]}")
+            idx.append((k, v))
+        bases = []
+        for s in strides:
+            b = kb.fresh("b")
+            terms = [_term(v, s[k]) for k, v in idx if s[k] != 0]
+            kb.line(f"{b} = {' + '.join(terms) if terms else '0'}")
+            bases.append(b)
+        j = kb.fresh("j")
+        with kb.loop(j, inner, par and rows == 1):
+            body([f"{b} + {_term(j, s[-1])}" if s[-1] else b for b, s in zip(bases, strides)])
+
+
+def _term(v: str, stride: int) -> str:
+    if stride == 0:
+        return "0"
+    return v if stride == 1 else f"{v} * {stride}"

@@ -1,0 +1,207 @@
+"""Scalar helpers that generated kernels call: storage-format conversions.
+
+bf16, f16 and f8 tensors reach kernels as unsigned-integer views of their bits;
+these helpers widen them to f32 and narrow f32 back with round-to-nearest-even.
+All are ``njit(cache=True, inline="always")`` so a generated kernel pays no call.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def _bitcast_u32_f32(typingctx, u):
+    sig = types.float32(types.uint32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float32))
+    return sig, codegen
+
+
+@intrinsic
+def _bitcast_f32_u32(typingctx, f):
+    sig = types.uint32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.uint32))
+    return sig, codegen
+
+
+_JIT = dict(cache=True, inline="always", nogil=True)
+
+
+@njit(**_JIT)
+def bits_to_f32(u):
+    return _bitcast_u32_f32(np.uint32(u))
+
+
+@njit(**_JIT)
+def f32_to_bits(f):
+    return _bitcast_f32_u32(np.float32(f))
+
+
+# ---------------------------------------------------------------------- bf16
+@njit(**_JIT)
+def bf16_to_f32(h):
+    return _bitcast_u32_f32(np.uint32(h) << np.uint32(16))
+
+
+@njit(**_JIT)
+def f32_to_bf16(f):
+    u = _bitcast_f32_u32(np.float32(f))
+    if (u & np.uint32(0x7F800000)) == np.uint32(0x7F800000) and (u & np.uint32(0x007FFFFF)) != 0:
+        return np.uint16((u >> np.uint32(16)) | np.uint32(0x40))  # quiet NaN
+    lsb = (u >> np.uint32(16)) & np.uint32(1)
+    u = u + np.uint32(0x7FFF) + lsb
+    return np.uint16(u >> np.uint32(16))
+
+
+# ---------------------------------------------------------------------- f16
+@njit(**_JIT)
+def f16_to_f32(h):
+    h = np.uint32(h)
+    sign = (h & np.uint32(0x8000)) << np.uint32(16)
+    exp = (h >> np.uint32(10)) & np.uint32(0x1F)
+    man = h & np.uint32(0x3FF)
+    if exp == 0:
+        if man == 0:
+            return _bitcast_u32_f32(sign)
+        # subnormal: man * 2^-24
+        v = np.float32(man) * np.float32(5.960464477539063e-08)
+        return -v if sign else v
+    if exp == 0x1F:
+        return _bitcast_u32_f32(sign | np.uint32(0x7F800000) | (man << np.uint32(13)))
+    return _bitcast_u32_f32(sign | ((exp + np.uint32(112)) << np.uint32(23)) | (man << np.uint32(13)))
+
+
+@njit(**_JIT)
+def f32_to_f16(f):
+    u = _bitcast_f32_u32(np.float32(f))
+    sign = np.uint32((u >> np.uint32(16)) & np.uint32(0x8000))
+    a = u & np.uint32(0x7FFFFFFF)
+    if a >= np.uint32(0x7F800000):  # inf or nan
+        if a > np.uint32(0x7F800000):
+            return np.uint16(sign | np.uint32(0x7E00))
+        return np.uint16(sign | np.uint32(0x7C00))
+    if a >= np.uint32(0x477FF000):  # rounds to >= 65520 -> inf
+        return np.uint16(sign | np.uint32(0x7C00))
+    if a < np.uint32(0x38800000):  # below f16 normal range: subnormal or zero
+        # value * 2^24 rounded to nearest even integer = subnormal mantissa
+        v = _bitcast_u32_f32(a) * np.float32(16777216.0)
+        r = np.float32(np.round(v))  # numpy round: half to even
+        return np.uint16(sign | np.uint32(r))
+    # normal: rebias exponent, round mantissa 23 -> 10 bits, ties to even
+    lsb = (a >> np.uint32(13)) & np.uint32(1)
+    a = a + np.uint32(0xFFF) + lsb
+    return np.uint16(sign | ((a - np.uint32(0x38000000)) >> np.uint32(13)))
+
+
+# ---------------------------------------------------------------------- f8
+@njit(**_JIT)
+def f8e4m3_to_f32(b):
+    b = np.uint32(b)
+    sign = np.float32(-1.0) if b & np.uint32(0x80) else np.float32(1.0)
+    exp = (b >> np.uint32(3)) & np.uint32(0xF)
+    man = b & np.uint32(0x7)
+    if exp == 0xF and man == 0x7:
+        return np.float32(np.nan)
+    if exp == 0:
+        return sign * np.float32(man) * np.float32(0.001953125)  # 2^-9
+    return sign * _bitcast_u32_f32(((exp + np.uint32(120)) << np.uint32(23)) | (man << np.uint32(20)))
+
+
+@njit(**_JIT)
+def f32_to_f8e4m3(f):
+    """RNE; beyond the largest finite value (448) -> NaN, as e4m3fn has no infinity (as ml_dtypes)."""
+    u = _bitcast_f32_u32(np.float32(f))
+    sign = np.uint32((u >> np.uint32(24)) & np.uint32(0x80))
+    a = u & np.uint32(0x7FFFFFFF)
+    if a > np.uint32(0x7F800000):
+        return np.uint8(sign | np.uint32(0x7F))
+    if a > np.uint32(0x43E80000):  # > 464 rounds past 448 -> NaN (e4m3fn has no inf)
+        return np.uint8(sign | np.uint32(0x7F))
+    if a < np.uint32(0x3C800000):  # < 2^-6: subnormal, step 2^-9
+        v = _bitcast_u32_f32(a) * np.float32(512.0)
+        r = np.float32(np.round(v))
+        return np.uint8(sign | np.uint32(r))
+    lsb = (a >> np.uint32(20)) & np.uint32(1)
+    a = a + np.uint32(0x7FFFF) + lsb
+    return np.uint8(sign | ((a - np.uint32(0x3C000000)) >> np.uint32(20)))
+
+
+@njit(**_JIT)
+def f8e5m2_to_f32(b):
+    return f16_to_f32(np.uint32(b) << np.uint32(8))
+
+
+@njit(**_JIT)
+def f32_to_f8e5m2(f):
+    h = np.uint32(f32_to_f16(f))
+    if (h & np.uint32(0x7C00)) == np.uint32(0x7C00):  # inf / nan
+        if h & np.uint32(0x3FF):
+            return np.uint8((h >> np.uint32(8)) | np.uint32(0x02))
+        return np.uint8(h >> np.uint32(8))
+    # round 16 -> 8 bits RNE directly from f32 to avoid double rounding
+    u = _bitcast_f32_u32(np.float32(f))
+    sign = np.uint32((u >> np.uint32(24)) & np.uint32(0x80))
+    a = u & np.uint32(0x7FFFFFFF)
+    if a >= np.uint32(0x47700000):  # >= 61440 rounds past 57344 -> inf
+        return np.uint8(sign | np.uint32(0x7C))
+    if a < np.uint32(0x38800000):  # < 2^-14: subnormal, step 2^-16
+        v = _bitcast_u32_f32(a) * np.float32(65536.0)
+        r = np.float32(np.round(v))
+        return np.uint8(sign | np.uint32(r))
+    lsb = (a >> np.uint32(21)) & np.uint32(1)
+    a = a + np.uint32(0xFFFFF) + lsb
+    return np.uint8(sign | ((a - np.uint32(0x38000000)) >> np.uint32(21)))
+
+
+# -------------------------------------------------------------- integer stores
+@njit(**_JIT)
+def sat_round(x, lo, hi):
+    """Round half to even, then saturate to [lo, hi]; NaN -> 0."""
+    if x != x:
+        return 0
+    r = np.round(x)
+    if r < lo:
+        return lo
+    if r > hi:
+        return hi
+    return int(r)
+
+
+# ------------------------------------------------------------- math helpers
+@njit(**_JIT)
+def sigmoid(x):
+    return 0.5 * (1.0 + math.tanh(0.5 * x))
+
+
+@njit(**_JIT)
+def softplus(x, beta):
+    bx = beta * x
+    if bx > 0:
+        return (bx + math.log1p(math.exp(-bx))) / beta
+    return math.log1p(math.exp(bx)) / beta
+
+
+@njit(**_JIT)
+def round_half_away(x):
+    return math.copysign(math.floor(abs(x) + 0.5), x)
+
+
+@njit(**_JIT)
+def gelu_tanh_grad(x):
+    k = 0.7978845608028654
+    u = k * (x + 0.044715 * x * x * x)
+    t = math.tanh(u)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x)
+
+
+@njit(**_JIT)
+def mish_grad(x):
+    t = math.tanh(softplus(x, 1.0))
+    return t + x * (1.0 - t * t) * sigmoid(x)

@@ -1,0 +1,246 @@
+"""Compiling partitions and graphs, and running them.
+
+``Partition.compile(inputs, outputs)`` fixes shapes and layouts, generates one
+kernel for the partition, and returns a :class:`CompiledPartition`;
+``graphc.compile(graph)`` compiles every partition once; ``graphc.run`` is the
+one-shot form.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+from numba.core import types as nbtypes
+from numba.np.numpy_support import from_dtype
+
+from .errors import GraphcError, InvalidArguments, RuntimeFault, Unimplemented
+from .codegen.cache import load_kernel
+from .codegen.kernel import KERNEL_VIEW, KernelBuilder
+from .reference import check_input_array
+from .types import LogicalTensor, dense_strides
+
+
+def _concrete(lt: LogicalTensor, where: str) -> LogicalTensor:
+    if not lt.is_complete:
+        raise InvalidArguments(f"{where}: tensor {lt.id} has unknown dims at compile time", found=list(lt.shape),
+                               expected="every dim known")
+    if lt.strides is None or any(s < 0 for s in lt.strides):
+        return LogicalTensor(lt.id, lt.dtype, lt.shape, None, "strided", lt.property_type)
+    return lt
+
+
+def specialize(partition, inputs: list[LogicalTensor]):
+    """Copies of the partition's ops with shapes re-inferred from concrete inputs."""
+    known = {t.id: t for t in inputs}
+    ops = []
+    for op in partition.ops:
+        new = copy.copy(op)
+        new.inputs = [known.get(t.id, t) for t in op.inputs]
+        new.outputs = [t.with_shape(tuple(-1 if d == -1 else d for d in t.shape)) for t in op.outputs]
+        new.rebind_inputs(new.inputs)
+        for t in new.outputs:
+            known[t.id] = _concrete(t, f"op {op.id}") if t.is_complete else t
+        ops.append(new)
+    return ops, known
+
+
+def flat_view(arr: np.ndarray, lt: LogicalTensor) -> np.ndarray:
+    """A 1-D view of ``arr``'s buffer, indexable with lt's element strides, in the
+    dtype the kernel sees (bit views for bf16/f16/f8)."""
+    view_dt = KERNEL_VIEW.get(lt.dtype)
+    if view_dt is not None:
+        arr = arr.view(view_dt)
+    if arr.size == 0:
+        return np.empty(0, dtype=arr.dtype)
+    span = 1 + sum((d - 1) * s for d, s in zip(lt.shape, lt.strides))
+    return np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(arr.itemsize,))
+
+
+def element_strides(arr: np.ndarray):
+    return tuple(s // arr.itemsize if s % arr.itemsize == 0 else None for s in arr.strides)
+
+
+def layout_matches(arr: np.ndarray, lt: LogicalTensor) -> bool:
+    es = element_strides(arr)
+    return all(d <= 1 or s == t for d, s, t in zip(lt.shape, es, lt.strides))
+
+
+def allocate(lt: LogicalTensor) -> np.ndarray:
+    itemsize = lt.dtype.np.itemsize
+    if lt.strides == dense_strides(lt.shape):
+        return np.empty(lt.shape, dtype=lt.dtype.np)
+    span = 1 + sum((d - 1) * s for d, s in zip(lt.shape, lt.strides)) if lt.nelems else 0
+    buf = np.empty(max(span, 1), dtype=lt.dtype.np)
+    return np.lib.stride_tricks.as_strided(buf, shape=lt.shape, strides=[s * itemsize for s in lt.strides])
+
+
+def into_layout(arr: np.ndarray, lt: LogicalTensor) -> np.ndarray:
+    """``arr`` itself when its strides are lt's, else a copy laid out as lt says."""
+    if layout_matches(arr, lt):
+        return arr
+    out = allocate(lt)
+    out[...] = arr
+    return out
+
+
+class CompiledPartition:
+    """A partition compiled for concrete input and output logical tensors."""
+
+    def __init__(self, partition, inputs, outputs, ops, known, source, kernel, arg_plan, runner=None):
+        self.partition = partition
+        self.inputs = inputs
+        self.outputs = outputs
+        self.ops = ops
+        self._known = known
+        self.source = source
+        self.kernel = kernel
+        self._plan = arg_plan          # kernel args: ("in", i) / ("out", i) / ("tmp", LogicalTensor)
+        self._runner = runner          # a non-kernel executor (collectives)
+        self.compile_seconds = 0.0
+
+    def query_logical_tensor(self, tid: int) -> LogicalTensor:
+        """An input or output logical tensor with every dim and stride resolved."""
+        for t in list(self.inputs) + list(self.outputs):
+            if t.id == tid:
+                return t
+        raise InvalidArguments("tensor is not an input or output of this compiled partition", found=tid)
+
+    def _bind(self, given, lts, what):
+        if isinstance(given, dict):
+            arrs = []
+            for lt in lts:
+                if lt.id not in given:
+                    raise InvalidArguments(f"missing {what}", where=f"tensor {lt.id}", expected=repr(lt))
+                arrs.append(given[lt.id])
+            return arrs
+        given = list(given)
+        if len(given) != len(lts):
+            raise InvalidArguments(f"wrong number of {what}s", expected=len(lts), found=len(given))
+        return given
+
+    def execute(self, inputs, outputs=None, comm=None) -> dict:
+        """Run on ``inputs`` ({id: array} or a list in partition order).  Caller-given
+        ``outputs`` are written in place; returns {output id: array}."""
+        ins = [into_layout(check_input_array(lt, a), lt)
+               for lt, a in zip(self.inputs, self._bind(inputs, self.inputs, "input"))]
+        if outputs is None:
+            outs = [allocate(lt) for lt in self.outputs]
+            user_outs = None
+        else:
+            user_outs = [check_input_array(lt, a, "output") for lt, a in
+                         zip(self.outputs, self._bind(outputs, self.outputs, "output"))]
+            outs = [a if layout_matches(a, lt) else allocate(lt) for a, lt in zip(user_outs, self.outputs)]
+        if self._runner is not None:
+            self._runner(self, ins, outs, comm)
+        else:
+            args = []
+            for kind, ref in self._plan:
+                if kind == "in":
+                    args.append(flat_view(ins[ref], self.inputs[ref]))
+                elif kind == "out":
+                    args.append(flat_view(outs[ref], self.outputs[ref]))
+                else:
+                    args.append(flat_view(allocate(ref), ref))
+            status = self.kernel(*args)
+            if status is not None and status >= 0:
+                raise self._fault(status, ins)
+        if user_outs is not None:
+            for u, o in zip(user_outs, outs):
+                if u is not o:
+                    u[...] = o
+            outs = user_outs
+        return {lt.id: a for lt, a in zip(self.outputs, outs)}
+
+    def _fault(self, status: int, ins) -> GraphcError:
+        for op in self.ops:
+            f = getattr(op.schema, "kernel_fault", None)
+            if f is not None:
+                return f(op, status, {lt.id: a for lt, a in zip(self.inputs, ins)})
+        return RuntimeFault("kernel reported bad input data", op=self.ops[0], found=f"status {status}")
+
+    def __repr__(self):
+        return f"CompiledPartition({self.partition.kind}, in={[t.id for t in self.inputs]}, " \
+               f"out={[t.id for t in self.outputs]})"
+
+
+def compile_partition(partition, inputs=None, outputs=None) -> CompiledPartition:
+    from .lowering import build_kernel
+    t0 = time.perf_counter()
+    given = {t.id: t for t in (inputs if inputs is not None else partition.inputs)}
+    in_lts = []
+    for t in partition.inputs:
+        lt = given.get(t.id, t)
+        if not isinstance(lt, LogicalTensor):
+            raise InvalidArguments("compile expects LogicalTensors", found=type(lt).__name__)
+        if lt.dtype != t.dtype or len(lt.shape) != len(t.shape):
+            raise InvalidArguments(f"input tensor {t.id} disagrees with the partition", expected=repr(t),
+                                   found=repr(lt))
+        in_lts.append(_concrete(lt, "compile"))
+    if not partition.is_supported():
+        kinds = ", ".join(op.kind for op in partition.ops)
+        raise Unimplemented(f"this build cannot compile partition {partition.id} ({kinds})",
+                            op=partition.ops[0])
+    ops, known = specialize(partition, in_lts)
+    out_lts = []
+    wanted = {t.id: t for t in (outputs or [])}
+    for t in partition.outputs:
+        lt = known[t.id]
+        w = wanted.get(t.id)
+        if w is not None and w.is_complete:
+            if w.shape != lt.shape:
+                raise InvalidArguments(f"output tensor {t.id} shape disagrees with inference",
+                                       expected=list(lt.shape), found=list(w.shape))
+            lt = w
+        out_lts.append(_concrete(lt, "compile"))
+    source, plan, runner = build_kernel(partition, ops, in_lts, out_lts)
+    kernel = None
+    if source is not None:
+        kernel = load_kernel(source)
+        sig = []
+        for kind, ref in plan:
+            lt = in_lts[ref] if kind == "in" else out_lts[ref] if kind == "out" else ref
+            dt = np.dtype(KERNEL_VIEW.get(lt.dtype, lt.dtype.np))
+            sig.append(nbtypes.Array(from_dtype(dt), 1, "C"))
+        kernel.compile(tuple(sig))
+    cp = CompiledPartition(partition, in_lts, out_lts, ops, known, source, kernel, plan, runner)
+    cp.compile_seconds = time.perf_counter() - t0
+    return cp
+
+
+class CompiledGraph:
+    """Every partition of a graph compiled once, run in order."""
+
+    def __init__(self, graph, policy: str = "fusion"):
+        graph.finalize()
+        self.graph = graph
+        self.partitions = graph.get_partitions(policy)
+        bad = [p for p in self.partitions if not p.is_supported()]
+        if bad:
+            kinds = sorted({op.kind for p in bad for op in p.ops})
+            raise Unimplemented("this build cannot compile: " + ", ".join(kinds), op=bad[0].ops[0])
+        self.compiled = [p.compile(p.inputs, p.outputs) for p in self.partitions]
+
+    @property
+    def source(self) -> str:
+        return "\n".join(cp.source or "" for cp in self.compiled)
+
+    def run(self, inputs: dict, comm=None) -> dict:
+        if not isinstance(inputs, dict):
+            raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
+        values = {}
+        for tid in self.graph.input_ports:
+            if tid not in inputs:
+                raise InvalidArguments("missing input", where=f"tensor {tid}", expected=repr(self.graph.tensors[tid]))
+            values[tid] = inputs[tid]
+        for cp in self.compiled:
+            values.update(cp.execute({t.id: values[t.id] for t in cp.inputs}, comm=comm))
+        return {tid: values[tid] for tid in self.graph.output_ports}
+
+
+def compile(graph, policy: str = "fusion") -> CompiledGraph:  # noqa: A001 - the public name
+    return CompiledGraph(graph, policy)
+
+
+def run(graph, inputs: dict, comm=None, policy: str = "fusion") -> dict:
+    return CompiledGraph(graph, policy).run(inputs, comm=comm)

@@ -1,0 +1,230 @@
+"""Seed ops and the distributed LayerNorm against PyTorch, and float64
+finite-difference gradchecks of the backward seed ops."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from gradcheck import assert_grad_close, numeric_grad
+from graphc.ops.distributed import merge_stats
+from graphc.tolerances import GRADCHECK, ORACLE, assert_close
+from seed_util import reference64, run_single
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def rand(rng, shape, dtype=np.float32):
+    if np.dtype(dtype) == np.complex64:
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def to_torch(x, requires_grad=False):
+    """An exact torch copy of a numpy array (bf16 through f32)."""
+    t = torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16) if x.dtype == BF16 else torch.from_numpy(x)
+    return t.requires_grad_(requires_grad)
+
+
+def to_numpy(t):
+    return t.detach().float().numpy() if t.dtype == torch.bfloat16 else t.detach().numpy()
+
+
+# ------------------------------------------------------------------ AddBackward
+@pytest.mark.parametrize("dt, npdt", [("f32", np.float32), ("bf16", BF16), ("c64", np.complex64)])
+@pytest.mark.parametrize("sa, sb", [([2, 1, 4], [3, 1]), ([4], [2, 3, 4]), ([1, 3, 1], [2, 1, 5]), ([2, 3], [2, 3])])
+def test_add_bw_broadcast(dt, npdt, sa, sb):
+    rng = np.random.default_rng(1)
+    a, b = rand(rng, sa, npdt), rand(rng, sb, npdt)
+    dy = rand(rng, np.broadcast_shapes(tuple(sa), tuple(sb)), npdt)
+    ta, tb = to_torch(a, True), to_torch(b, True)
+    (ta + tb).backward(to_torch(dy))
+    da, db = run_single("AddBackward", [dy, a, b], [(dt, sa), (dt, sb)])
+    assert_close(da, to_numpy(ta.grad), dt, ORACLE, "diff_src_0")
+    assert_close(db, to_numpy(tb.grad), dt, ORACLE, "diff_src_1")
+
+
+@pytest.mark.parametrize("flags", [[True, False], [False, True]])
+def test_add_bw_required_outputs(flags):
+    rng = np.random.default_rng(2)
+    a, b, dy = rand(rng, [3, 1]), rand(rng, [1, 5]), rand(rng, [3, 5])
+    ta, tb = to_torch(a, True), to_torch(b, True)
+    (ta + tb).backward(to_torch(dy))
+    wanted = [t.grad for t, f in zip((ta, tb), flags) if f]
+    outs = run_single("AddBackward", [dy, a, b], [("f32", [-1, -1])], {"are_required_outputs": flags})
+    assert len(outs) == 1
+    assert_close(outs[0], to_numpy(wanted[0]), "f32", ORACLE)
+
+
+def test_add_bw_scalar_operand():
+    rng = np.random.default_rng(3)
+    a, dy = rand(rng, [2, 3, 4]), rand(rng, [2, 3, 4])
+    ta = to_torch(a, True)
+    (ta + 2.0).backward(to_torch(dy))
+    (da,) = run_single("AddBackward", [dy, a], [("f32", [-1, -1, -1])], {"are_required_outputs": [True, False]})
+    assert_close(da, ta.grad.numpy(), "f32", ORACLE)
+
+
+# ------------------------------------------------------------ EmbeddingBackward
+def torch_embedding_grad(idx, num, dy, padding_idx=None):
+    dim = dy.shape[-1]
+    dtype = torch.bfloat16 if dy.dtype == BF16 else torch.float32
+    w = torch.zeros((num, dim), dtype=dtype, requires_grad=True)
+    out = TF.embedding(torch.from_numpy(idx.astype(np.int64)), w, padding_idx=padding_idx)
+    out.backward(to_torch(dy).reshape(out.shape))
+    return to_numpy(w.grad)
+
+
+@pytest.mark.parametrize("case", ["repeated", "padding", "flattened", "bf16", "bf16_to_f32", "u32"])
+def test_embedding_bw(case):
+    rng = np.random.default_rng(4)
+    num, dim = 6, 5
+    idx = np.array([[0, 2, 2, 5], [2, 4, 0, 2], [5, 5, 1, 2]], np.uint32 if case == "u32" else np.int32)
+    npdt = BF16 if case.startswith("bf16") else np.float32
+    dy_shape = [1, 1, idx.size, dim] if case == "flattened" else [*idx.shape, dim]
+    dy = rand(rng, dy_shape, npdt)
+    w = np.zeros((num, dim), npdt)
+    attrs = {"padding_idx": 2} if case == "padding" else {}
+    out_dt = "bf16" if case == "bf16" else "f32"
+    if case == "bf16_to_f32":
+        attrs["dtype"] = "f32"
+    (dw,) = run_single("EmbeddingBackward", [idx, w, dy], [(out_dt, [-1, -1])], attrs)
+    expected = torch_embedding_grad(idx, num, dy, attrs.get("padding_idx"))
+    assert dw.shape == (num, dim)
+    assert_close(dw, expected, out_dt if case != "bf16_to_f32" else "bf16", ORACLE)
+
+
+# ------------------------------------------------------------------- SwiGlu
+def torch_swiglu(x, dim):
+    a, b = x.chunk(2, dim=dim)
+    return TF.silu(a) * b
+
+
+@pytest.mark.parametrize("dim", [-3, -2, -1, 0, 1, 2])
+def test_swiglu_every_dim(dim):
+    rng = np.random.default_rng(5)
+    x = rand(rng, [2, 4, 6])
+    tx = to_torch(x, True)
+    ty = torch_swiglu(tx, dim)
+    dy = rand(rng, list(ty.shape))
+    ty.backward(to_torch(dy))
+    (y,) = run_single("SwiGlu", [x], [("f32", [-1, -1, -1])], {"dim": dim})
+    (dx,) = run_single("SwiGluGrad", [dy, x], [("f32", [-1, -1, -1])], {"dim": dim})
+    assert_close(y, to_numpy(ty), "f32", ORACLE, "SwiGlu")
+    assert_close(dx, to_numpy(tx.grad), "f32", ORACLE, "SwiGluGrad")
+
+
+@pytest.mark.parametrize("dt, npdt", [("bf16", BF16), ("f16", np.float16)])
+def test_swiglu_grad_low_precision(dt, npdt):
+    rng = np.random.default_rng(6)
+    x, dy = rand(rng, [3, 8], npdt), rand(rng, [3, 4], npdt)
+    # torch in f32 on the same values: graphc computes wide and rounds once
+    tx = torch.from_numpy(x.astype(np.float32)).requires_grad_()
+    torch_swiglu(tx, -1).backward(torch.from_numpy(dy.astype(np.float32)))
+    (dx,) = run_single("SwiGluGrad", [dy, x], [(dt, [3, 8])])
+    assert_close(dx, tx.grad.numpy(), dt, ORACLE)
+
+
+# ------------------------------------------------------------ distributed LayerNorm
+def distributed_layer_norm(x, shards, gamma=None, beta=None, eps=1e-5):
+    """Pre per shard of the width, stats concatenated in shard order (the
+    AllGather), Post per shard, shards concatenated."""
+    xs = np.split(x, shards, axis=-1)
+    stats = np.concatenate([run_single("LayerNormPreAllGather", [s], [("f32", [-1] * s.ndim)])[0] for s in xs],
+                           axis=-1)
+    dt = "bf16" if x.dtype == BF16 else "f32"
+    outs = []
+    for i, s in enumerate(xs):
+        affine = [] if gamma is None else [np.split(gamma, shards)[i], np.split(beta, shards)[i]]
+        outs += run_single("LayerNormPostAllGather", [s, stats, *affine], [(dt, [-1] * s.ndim)], {"epsilon": eps})
+    return np.concatenate(outs, axis=-1), stats
+
+
+@pytest.mark.parametrize("shards", [1, 2, 4])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_post_all_gather(shards, affine):
+    rng = np.random.default_rng(7)
+    x = rand(rng, [3, 5, 32]) * 3 + 1
+    gamma, beta = (rand(rng, [32]), rand(rng, [32])) if affine else (None, None)
+    y, _ = distributed_layer_norm(x, shards, gamma, beta)
+    expected = TF.layer_norm(to_torch(x), [32], None if gamma is None else to_torch(gamma),
+                             None if beta is None else to_torch(beta), eps=1e-5)
+    assert_close(y, expected.numpy(), "f32", ORACLE)
+
+
+def test_layer_norm_post_all_gather_bf16():
+    rng = np.random.default_rng(8)
+    x = rand(rng, [4, 16], BF16)
+    gamma, beta = rand(rng, [16]), rand(rng, [16])
+    y, _ = distributed_layer_norm(x, 2, gamma, beta)
+    expected = TF.layer_norm(torch.from_numpy(x.astype(np.float32)), [16], to_torch(gamma), to_torch(beta), eps=1e-5)
+    assert_close(y.astype(np.float32), expected.numpy(), "bf16", ORACLE)
+
+
+def test_distributed_variance_is_stable_for_large_means():
+    """Rows with mean 1e4 and std 1 in f32: the merged (mean, M2) stats keep the
+    variance to 1e-3, where the sum / sum of squares form loses it."""
+    rng = np.random.default_rng(9)
+    shards, width = 4, 64
+    x = (1e4 + rng.standard_normal((8, shards * width))).astype(np.float32)
+    x64 = x.astype(np.float64)
+    y, stats = distributed_layer_norm(x, shards)
+    mean, var = merge_stats(stats.astype(np.float64), width)
+    np.testing.assert_allclose(var, x64.var(axis=-1), rtol=1e-3)
+    # the normalized output: the f32 mean of values ~1e4 is off by up to half an ulp (5e-4)
+    ref = (x64 - x64.mean(axis=-1, keepdims=True)) / np.sqrt(x64.var(axis=-1, keepdims=True) + 1e-5)
+    assert np.max(np.abs(y - ref)) < 2e-3
+    # the naive form with f32 partial sums: its variance is far off
+    n = shards * width
+    s1 = x64.sum(axis=-1).astype(np.float32).astype(np.float64)
+    s2 = (x64 ** 2).sum(axis=-1).astype(np.float32).astype(np.float64)
+    naive = s2 / n - (s1 / n) ** 2
+    assert np.max(np.abs(naive / x64.var(axis=-1) - 1)) > 1e-1
+
+
+def test_merge_stats_matches_the_whole_row():
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((5, 24)) * 2 + 3
+    parts = np.split(x, 3, axis=-1)
+    stats = np.concatenate([np.stack([p.mean(-1), ((p - p.mean(-1, keepdims=True)) ** 2).sum(-1)], -1)
+                            for p in parts], -1)
+    mean, var = merge_stats(stats, 8)
+    np.testing.assert_allclose(mean, x.mean(-1), rtol=1e-12)
+    np.testing.assert_allclose(var, x.var(-1), rtol=1e-12)
+
+
+# ----------------------------------------------------------------- gradchecks
+@pytest.mark.parametrize("sa, sb", [([2, 1, 4], [3, 1]), ([4], [2, 3, 4]), ([1, 3, 1], [2, 1, 5])])
+def test_gradcheck_add_bw(sa, sb):
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+    dy = rng.standard_normal(np.broadcast_shapes(tuple(sa), tuple(sb)))
+    da, db = reference64("AddBackward", [dy, a, b], [("f32", sa), ("f32", sb)])
+    assert_grad_close(da, numeric_grad(lambda v: v + b, a, dy), *GRADCHECK, what="diff_src_0")
+    assert_grad_close(db, numeric_grad(lambda v: a + v, b, dy), *GRADCHECK, what="diff_src_1")
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_gradcheck_embedding_bw(flat):
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((5, 3))
+    idx = np.array([[0, 4, 4], [1, 0, 4]], np.int32)
+    dy = rng.standard_normal((1, 6, 3) if flat else (2, 3, 3))
+    (dw,) = reference64("EmbeddingBackward", [idx, w, dy], [("f32", [5, 3])])
+    numeric = numeric_grad(lambda v: np.take(v, idx, axis=0).reshape(dy.shape), w, dy)
+    assert_grad_close(dw, numeric, *GRADCHECK)
+
+
+@pytest.mark.parametrize("dim", [-3, -2, -1, 0, 1, 2])
+def test_gradcheck_swiglu_grad(dim):
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 4, 6))
+    half = list(x.shape)
+    half[dim] //= 2
+    dy = rng.standard_normal(half)
+    (dx,) = reference64("SwiGluGrad", [dy, x], [("f32", list(x.shape))], {"dim": dim})
+
+    def forward(v):
+        return reference64("SwiGlu", [v], [("f32", half)], {"dim": dim})[0]
+
+    assert_grad_close(dx, numeric_grad(forward, x, dy), *GRADCHECK)
