@@ -71,9 +71,11 @@ def load_kernel(source: str, entry: str = "kernel"):
             tmp = d / f".k_{key}.{os.getpid()}.{threading.get_ident()}.tmp"
             tmp.write_text(source)
             os.replace(tmp, path)
-        name = f"graphc_kernels.k_{key}"
+        # registered in sys.modules so that numba can name it in its cache index
+        name = f"graphc_kernel_{key}"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
         spec.loader.exec_module(module)
         fn = getattr(module, entry)
         _mem[key] = fn
