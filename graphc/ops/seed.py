@@ -104,7 +104,7 @@ class EmbeddingBackward(OpSchema):
             raise RuntimeFault("index out of range", op=op, where=f"port 'indices', position {list(map(int, pos))}",
                                expected=f"[0, {num})", found=int(flat[bad[0]]))
         dw = np.zeros((num, dim))
-        dw[flat] += dy.reshape(-1, dim)
+        np.add.at(dw, flat, dy.reshape(-1, dim))
         if op.attr("padding_idx") is not None:
             dw[op.attr("padding_idx")] = 0.0
         return (dw,)
