@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidGraphOp, RuntimeFault
-from .schema import Attr, DtypeTable, In, OpSchema, Out, all_positive, bad_shape, channel_axis, dims_equal
+from .schema import Attr, DtypeTable, In, OpSchema, Out, all_positive, bad_shape, dims_equal
 
 ATTRS = (
     Attr("mode", "string", choices=("nearest", "linear", "bilinear", "trilinear")),
@@ -33,7 +33,7 @@ SIZES = In("sizes", optional=True, doc="1-D s32 tensor of dst spatial dims, at r
 
 
 def spatial_axes(op, rank: int) -> list[int]:
-    first = 1 if channel_axis(op.attr("data_format"), rank) == rank - 1 else 2
+    first = 2 if op.attr("data_format") == "NCX" else 1
     return list(range(first, first + rank - 2))
 
 
@@ -58,8 +58,8 @@ def dst_spatial(op, src_shape, sizes=None) -> list[int]:
                                  expected=n, found=len(values))
         if name == "sizes":
             return list(values)
-        # f32 arithmetic, as the attribute's type
-        dims = [np.floor(np.float32(d) * np.float32(s)) for d, s in zip(spatial, values)]
+        with np.errstate(over="ignore"):  # f32 arithmetic, as the attribute's type; overflow caught below
+            dims = [np.floor(np.float32(d) * np.float32(s)) for d, s in zip(spatial, values)]
         if not all(v < 2 ** 63 for v in dims):
             raise bad_shape(op, "scales give a dst dim out of range", where="attribute 'scales'",
                             found=list(values))
@@ -121,10 +121,10 @@ def weights(op, src_dim: int, dst_dim: int) -> np.ndarray:
     return w
 
 
-def resize(op, a: np.ndarray, src_spatial, dst_spatial_dims, transpose=False) -> np.ndarray:
+def resize(op, a: np.ndarray, src_dims, dst_dims, transpose=False) -> np.ndarray:
     """Apply each spatial axis' (dst x src) weight matrix to ``a``; transposed
     (``a`` is then diff_dst) for the backward op."""
-    for axis, s, d in zip(spatial_axes(op, a.ndim), src_spatial, dst_spatial_dims):
+    for axis, s, d in zip(spatial_axes(op, a.ndim), src_dims, dst_dims):
         w = weights(op, s, d)
         a = np.moveaxis(np.tensordot(w.T if transpose else w, a, axes=(1, axis)), 0, axis)
     return a

@@ -36,9 +36,6 @@ def param_shape(op, src_shape) -> tuple | None:
         if len(groups) != len(src_shape):
             raise InvalidGraphOp("group_shape must have one entry per src dim", op=op,
                                  where="attribute 'group_shape'", expected=len(src_shape), found=len(groups))
-        if any(d != -1 and d % g for d, g in zip(src_shape, groups)):
-            raise bad_shape(op, "group sizes must divide the src dims", where="attribute 'group_shape'",
-                            expected=f"divisors of {list(src_shape)}", found=list(groups))
         return tuple(-1 if d == -1 else d // g for d, g in zip(src_shape, groups))
     return None
 
@@ -53,6 +50,9 @@ def fits(shape, expected) -> bool:
 def check_params(op, src_shape, named_shapes):
     """Check each (where, shape) of scales / zps against the src shape."""
     expected = param_shape(op, src_shape)
+    if op.attr("qtype") == "per_group" and any(d != -1 and d % g for d, g in zip(src_shape, op.attr("group_shape"))):
+        raise bad_shape(op, "group sizes must divide the src dims", where="attribute 'group_shape'",
+                        expected=f"divisors of {list(src_shape)}", found=list(op.attr("group_shape")))
     for where, shape in named_shapes:
         if not fits(shape, expected):
             raise bad_shape(op, f"{op.attr('qtype')} scales and zero points have the wrong shape", where=where,
@@ -72,6 +72,9 @@ def expand(op, p: np.ndarray, src_shape) -> np.ndarray:
         return p.reshape([-1 if i == axis else 1 for i in range(len(src_shape))])
     for axis, g in enumerate(op.attr("group_shape")):
         p = np.repeat(p, g, axis=axis)
+    if p.shape != src_shape:
+        raise RuntimeFault("group sizes do not divide the src dims", op=op, where="attribute 'group_shape'",
+                           expected=f"divisors of {list(src_shape)}", found=list(op.attr("group_shape")))
     return p
 
 
