@@ -148,10 +148,10 @@ class Graph:
 
     @property
     def input_ports(self) -> list[int]:
-        """Tensor ids consumed but produced by no op, in first-use order."""
-        if self._declared_inputs is not None:
-            return list(self._declared_inputs)
-        out = []
+        """Tensor ids consumed but produced by no op: the declared ones (JSON
+        input_ports) first, then any other such tensor in first-use order (dumps
+        may leave weights out of input_ports)."""
+        out = list(self._declared_inputs or [])
         for op in self.topo_ops():
             for t in op.inputs:
                 if t.id not in self.producer and t.id not in out:

@@ -138,6 +138,11 @@ class LayerNormPostAllGather(OpSchema):
     def infer(self, op):
         return [op.input("src").shape]
 
+    def input_range(self, op, index):
+        if op.input_names[index] == "stats":
+            return (0.25, 4.0)  # (mean, M2) pairs: M2 must be non-negative
+        return None
+
     def reference(self, op, x, stats, gamma=None, beta=None):
         mean, var = merge_stats(stats, x.shape[-1])
         y = (x - mean[..., None]) / np.sqrt(var[..., None] + op.attr("epsilon"))

@@ -292,6 +292,14 @@ class OpSchema:
     def reference(self, op, *inputs):
         raise Unimplemented("this op has no reference implementation", op=op)
 
+    def input_range(self, op, index: int):
+        """(lo, hi) or (lo, hi, "int") for generated data of input ``index``, or None
+        for the default.  Ports named like variances and scales default positive."""
+        name = op.input_names[index] if index < len(op.input_names) else ""
+        if name in ("variance", "var", "scales", "scale") and op.inputs[index].dtype.is_float:
+            return (0.25, 4.0)
+        return None
+
     def lower(self, op, kb, ins, outs) -> None:
         """Emit this op's kernel code into ``kb`` (a KernelBuilder) reading the
         ArrayRefs ``ins`` and writing ``outs``."""

@@ -72,6 +72,11 @@ class EmbeddingBackward(OpSchema):
                   doc="the row that gets no gradient"))
     dtypes = DtypeTable(["indices", "weight|diff_dst", "diff_weight"], [("s32,u32", F, F)])
 
+    def input_range(self, op, index):
+        if op.input_names[index] == "indices":
+            return (0, op.input("weight").shape[0] - 1, "int")
+        return None
+
     def check(self, op):
         idx, w, dy, dw = op.input("indices"), op.input("weight"), op.input("diff_dst"), op.output("diff_weight")
         want = op.attr("dtype") or w.dtype.value

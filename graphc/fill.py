@@ -1,0 +1,63 @@
+"""Input data for running graphs: values in ranges that keep each op meaningful.
+
+Like benchdnn's fillers: each graph input gets values from the range its
+consuming op asks for (``OpSchema.input_range``: positive variance, indices in
+range, no division by zero), else a small symmetric range that is exact in
+every float type.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .types import DataType
+
+_INT_LIMITS = {DataType.s8: (-128, 127), DataType.u8: (0, 255), DataType.s4: (-8, 7), DataType.u4: (0, 15),
+               DataType.s32: (-1000, 1000), DataType.u32: (0, 1000)}
+
+
+def _default_range(dt: DataType):
+    if dt.is_int:
+        return _INT_LIMITS[dt]
+    return (-4.0, 4.0)
+
+
+def fill_tensor(lt, rng: np.random.Generator, lo=None, hi=None, integer=False) -> np.ndarray:
+    dt = lt.dtype
+    shape = lt.shape
+    if dt is DataType.boolean:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if lo is None:
+        lo, hi = _default_range(dt)
+    if dt.is_int or integer:
+        v = rng.integers(int(np.ceil(lo)), int(np.floor(hi)) + 1, size=shape)
+        return v.astype(dt.np)
+    if dt is DataType.c64:
+        v = rng.uniform(lo, hi, size=shape) + 1j * rng.uniform(lo, hi, size=shape)
+        return v.astype(np.complex64)
+    # multiples of 1/64: exactly representable in bf16/f16/f8 for this range, so
+    # every backend sees the same input values
+    v = np.round(rng.uniform(lo, hi, size=shape) * 64) / 64
+    if lo > 0:
+        v = np.maximum(v, lo)
+    return v.astype(dt.np)
+
+
+def make_inputs(graph, seed: int = 0, shapes: dict | None = None) -> dict:
+    """{input tensor id: array} for every graph input port."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for tid in graph.input_ports:
+        lt = graph.tensors[tid]
+        if shapes and tid in shapes:
+            lt = lt.with_shape(shapes[tid])
+        lo = hi = None
+        integer = False
+        for oid, idx in graph.consumers.get(tid, []):
+            op = graph.ops[oid]
+            r = op.schema.input_range(op, idx)
+            if r is not None:
+                lo, hi = r[0], r[1]
+                integer = len(r) > 2 and r[2] == "int"
+                break
+        out[tid] = fill_tensor(lt, rng, lo, hi, integer)
+    return out
