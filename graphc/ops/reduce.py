@@ -36,8 +36,7 @@ class Reduce(OpSchema):
     def check(self, op):
         axes_in = op.input("axes")
         if axes_in is None:
-            _normalized_axes(op, op.attr("axes"), op.inputs[0].ndim)
-            return
+            return  # infer() checks the attribute
         if op.attr("axes"):
             raise InvalidGraphOp("give the axes either as the attribute or as input 1, not both", op=op,
                                  where="attribute 'axes'", expected="no attribute 'axes' with an axes input",
