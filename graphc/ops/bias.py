@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .common import merged_shape, same_shape_as, unbroadcast
-from .norm import DATA_FORMAT, channel_dim, per_channel, with_dim
+from .norm import DATA_FORMAT, channel_dim, channel_view, other_axes, per_channel, with_dim
 from .schema import Attr, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, same_dtype
 
 
@@ -23,7 +23,7 @@ class BiasAdd(OpSchema):
         return [with_dim(op.input("src").shape, ca, per_channel(op, op.input("src").shape[ca], ("bias",)))]
 
     def reference(self, op, src, bias):
-        return (src + bias.reshape(with_dim((1,) * src.ndim, channel_dim(op), -1)),)
+        return (src + channel_view(bias, src.ndim, channel_dim(op)),)
 
 
 class BiasAddBackward(OpSchema):
@@ -40,8 +40,7 @@ class BiasAddBackward(OpSchema):
         return [(op.input("diff_dst").shape[channel_dim(op, "diff_dst")],)]
 
     def reference(self, op, diff_dst):
-        ca = channel_dim(op, "diff_dst")
-        return (diff_dst.sum(axis=tuple(i for i in range(diff_dst.ndim) if i != ca)),)
+        return (diff_dst.sum(axis=other_axes(diff_dst.ndim, channel_dim(op, "diff_dst"))),)
 
 
 def slope_view(op, src, slope, per_channel_1d: bool) -> tuple:

@@ -1,0 +1,195 @@
+"""SoftMax, LogSoftmax, BiasAdd, PReLU and their backward ops: schema rules,
+shape inference and hand-checked values."""
+import numpy as np
+import pytest
+from seed_util import run_single
+
+from graphc.builder import single_op_graph
+from graphc.errors import InvalidDataType, InvalidGraphOp, InvalidShape
+from graphc.ops import get_schema
+
+
+def shapes(kind, ins, outs, attrs=None):
+    return [t.shape for t in single_op_graph(kind, ins, outs, attrs).ops[0].outputs]
+
+
+# --------------------------------------------------------------------- SoftMax
+def test_softmax_defaults_and_stats_shape():
+    assert get_schema("SoftMax").attr_spec("axis").default == 1
+    assert get_schema("LogSoftmax").attr_spec("axis").default == -1
+    assert shapes("SoftMax", [("f32", [2, 3, 4])], [("f32", [-1] * 3), ("f32", [-1] * 3)]) == [(2, 3, 4), (2, 1, 4)]
+    assert shapes("SoftMax", [("f32", [2, 3, 4])], [("f32", [-1] * 3), ("f32", [-1] * 3)], {"axis": -1}) == \
+        [(2, 3, 4), (2, 3, 1)]
+
+
+@pytest.mark.parametrize("kind", ["SoftMax", "LogSoftmax"])
+@pytest.mark.parametrize("axis", [2, -3])
+def test_axis_out_of_range(kind, axis):
+    with pytest.raises(InvalidGraphOp):
+        single_op_graph(kind, [("f32", [2, 3])], [("f32", [2, 3])], {"axis": axis})
+
+
+def test_softmax_mode_choices():
+    with pytest.raises(InvalidGraphOp):
+        single_op_graph("SoftMax", [("f32", [2, 3])], [("f32", [2, 3])], {"mode": "inf"})
+
+
+@pytest.mark.parametrize("src, dst, stats, ok", [
+    ("f32", "bf16", "f32", True), ("f32", "f16", "f32", True), ("bf16", "f32", "f32", True),
+    ("f16", "f32", "f32", True), ("bf16", "f16", "f32", False), ("f16", "bf16", "f32", False),
+    ("bf16", "bf16", "bf16", False)])
+def test_softmax_dtype_table(src, dst, stats, ok):
+    args = ("SoftMax", [(src, [2, 3])], [(dst, [2, 3]), (stats, [2, 1])])
+    if ok:
+        single_op_graph(*args)
+    else:
+        with pytest.raises(InvalidDataType):
+            single_op_graph(*args)
+
+
+@pytest.mark.parametrize("dst, diff_dst, diff_src, ok", [
+    ("bf16", "bf16", "f32", True), ("f16", "f16", "f32", True), ("f32", "f32", "bf16", False),
+    ("bf16", "f32", "f32", False), ("f16", "f16", "bf16", False)])
+def test_softmax_backward_dtype_table(dst, diff_dst, diff_src, ok):
+    args = ("SoftMaxBackward", [(diff_dst, [2, 3]), (dst, [2, 3])], [(diff_src, [2, 3])])
+    if ok:
+        single_op_graph(*args)
+    else:
+        with pytest.raises(InvalidDataType):
+            single_op_graph(*args)
+
+
+def test_logsoftmax_same_dtype():
+    with pytest.raises(InvalidDataType):
+        single_op_graph("LogSoftmax", [("bf16", [2, 3])], [("f32", [2, 3])])
+    with pytest.raises(InvalidDataType):
+        single_op_graph("LogSoftmaxBackward", [("f32", [2, 3]), ("f32", [2, 3])], [("bf16", [2, 3])])
+
+
+@pytest.mark.parametrize("kind", ["SoftMaxBackward", "LogSoftmaxBackward"])
+def test_backward_shapes(kind):
+    assert shapes(kind, [("f32", [2, -1]), ("f32", [-1, 3])], [("f32", [-1, -1])]) == [(2, 3)]
+    with pytest.raises(InvalidShape):
+        single_op_graph(kind, [("f32", [2, 3]), ("f32", [2, 4])], [("f32", [2, 3])])
+
+
+def test_softmax_values_and_stats():
+    x = np.array([[0.0, np.log(3.0)], [5.0, 5.0]], np.float32)
+    y, stats = run_single("SoftMax", [x], [("f32", [2, 2]), ("f32", [2, 1])])
+    np.testing.assert_allclose(y, [[0.25, 0.75], [0.5, 0.5]], rtol=1e-6)
+    np.testing.assert_allclose(stats, [[np.log(4.0)], [5.0 + np.log(2.0)]], rtol=1e-6)
+
+
+def test_softmax_all_minus_inf_rows():
+    x = np.array([[-np.inf, -np.inf], [0.0, -np.inf]], np.float32)
+    y, stats = run_single("SoftMax", [x], [("f32", [2, 2]), ("f32", [2, 1])], {"mode": "inf_as_zero"})
+    np.testing.assert_array_equal(y, [[0.0, 0.0], [1.0, 0.0]])
+    np.testing.assert_array_equal(stats, [[-np.inf], [0.0]])
+    (y,) = run_single("SoftMax", [x], [("f32", [2, 2])])
+    assert np.isnan(y[0]).all() and np.array_equal(y[1], [1.0, 0.0])
+
+
+def test_logsoftmax_backward_values():
+    dst = np.log(np.array([[0.25, 0.75]], np.float32))
+    dy = np.array([[1.0, 3.0]], np.float32)
+    (dx,) = run_single("LogSoftmaxBackward", [dy, dst], [("f32", [1, 2])])
+    np.testing.assert_allclose(dx, [[1 - 0.25 * 4, 3 - 0.75 * 4]], atol=1e-6)
+
+
+# --------------------------------------------------------------------- BiasAdd
+@pytest.mark.parametrize("fmt, bias", [("NCX", [4]), ("NXC", [3]), ("NCX", [1, 3]), ("NXC", [])])
+def test_bias_add_bias_shape(fmt, bias):
+    with pytest.raises(InvalidShape):
+        single_op_graph("BiasAdd", [("f32", [2, 3, 5, 4]), ("f32", bias)], [("f32", [2, 3, 5, 4])],
+                        {"data_format": "NXC" if fmt == "NXC" else "NCX"})
+
+
+def test_bias_add_needs_a_channel_dim():
+    with pytest.raises(InvalidShape):
+        single_op_graph("BiasAdd", [("f32", [3]), ("f32", [3])], [("f32", [3])])
+
+
+def test_bias_add_dtypes():
+    with pytest.raises(InvalidDataType):
+        single_op_graph("BiasAdd", [("bf16", [2, 3]), ("f32", [3])], [("bf16", [2, 3])])
+
+
+def test_bias_add_values_per_data_format():
+    x = np.zeros((1, 2, 3), np.float32)
+    (ncx,) = run_single("BiasAdd", [x, np.array([1.0, 2.0], np.float32)], [("f32", [1, 2, 3])],
+                        {"data_format": "NCX"})
+    (nxc,) = run_single("BiasAdd", [x, np.array([1.0, 2.0, 3.0], np.float32)], [("f32", [1, 2, 3])])
+    np.testing.assert_array_equal(ncx, [[[1, 1, 1], [2, 2, 2]]])
+    np.testing.assert_array_equal(nxc, [[[1, 2, 3], [1, 2, 3]]])
+
+
+def test_bias_add_backward_alias_and_shapes():
+    g = single_op_graph("BiasAddBackprop", [("f32", [2, 3, 5])], [("f32", [-1])], {"data_format": "NCX"})
+    assert g.ops[0].kind == "BiasAddBackward" and g.ops[0].outputs[0].shape == (3,)
+    assert shapes("BiasAddBackward", [("f32", [2, 3, 5])], [("f32", [-1])]) == [(5,)]
+    with pytest.raises(InvalidShape):
+        single_op_graph("BiasAddBackward", [("f32", [2, 3, 5])], [("f32", [3])])
+
+
+def test_bias_add_backward_values():
+    dy = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
+    (db,) = run_single("BiasAddBackward", [dy], [("f32", [3])], {"data_format": "NCX"})
+    np.testing.assert_array_equal(db, [0 + 1 + 6 + 7, 2 + 3 + 8 + 9, 4 + 5 + 10 + 11])
+
+
+# ----------------------------------------------------------------------- PReLU
+@pytest.mark.parametrize("slope, attrs", [
+    ([3], {"data_format": "NCX"}), ([5], {}), ([1], {}), ([5], {"per_channel_broadcast": False}),
+    ([3, 1, 1], {}), ([2, 3, 4, 5], {}), ([1, 4, 5], {"data_format": "NCX"})])
+def test_prelu_slope_broadcasts(slope, attrs):
+    assert shapes("PReLU", [("f32", [2, 3, 4, 5]), ("f32", slope)], [("f32", [-1] * 4)], attrs) == [(2, 3, 4, 5)]
+
+
+@pytest.mark.parametrize("slope, attrs", [
+    ([3], {}), ([4], {"data_format": "NCX"}), ([3], {"per_channel_broadcast": False, "data_format": "NCX"}),
+    ([2, 4, 1], {}), ([1, 2, 3, 4, 5], {})])
+def test_prelu_slope_must_broadcast(slope, attrs):
+    with pytest.raises(InvalidShape):
+        single_op_graph("PReLU", [("f32", [2, 3, 4, 5]), ("f32", slope)], [("f32", [2, 3, 4, 5])], attrs)
+
+
+def test_prelu_dtypes():
+    with pytest.raises(InvalidDataType):
+        single_op_graph("PReLU", [("f16", [2, 3]), ("f32", [3])], [("f16", [2, 3])])
+    with pytest.raises(InvalidDataType):
+        single_op_graph("PReLUBackward", [("bf16", [2, 3])] * 3, [("bf16", [2, 3]), ("f32", [2, 3])])
+
+
+def test_prelu_values_per_channel_and_per_last_dim():
+    x = np.array([[-1.0, -2.0], [3.0, -4.0]], np.float32)
+    slope = np.array([0.5, 0.25], np.float32)
+    (per_channel,) = run_single("PReLU", [x, slope], [("f32", [2, 2])], {"data_format": "NCX"})
+    (per_last,) = run_single("PReLU", [x, slope], [("f32", [2, 2])],
+                             {"data_format": "NCX", "per_channel_broadcast": False})
+    np.testing.assert_array_equal(per_channel, [[-0.5, -0.5], [3.0, -1.0]])
+    np.testing.assert_array_equal(per_last, [[-0.5, -0.5], [3.0, -1.0]])
+    x3 = np.array([[[-1.0, -2.0], [-3.0, -4.0]]], np.float32)      # [1, C=2, 2] NCX
+    (y,) = run_single("PReLU", [x3, slope], [("f32", [1, 2, 2])], {"data_format": "NCX"})
+    np.testing.assert_array_equal(y, [[[-0.5, -1.0], [-0.75, -1.0]]])
+
+
+def test_prelu_backward_shapes():
+    assert shapes("PReLUBackward", [("f32", [2, 3, 4]), ("f32", [3]), ("f32", [2, -1, 4])],
+                  [("f32", [-1] * 3), ("f32", [-1])], {"data_format": "NCX"}) == [(2, 3, 4), (3,)]
+    assert shapes("PReLUBackward", [("f32", [2, 3, 4]), ("f32", [3, 4]), ("f32", [2, 3, 4])],
+                  [("f32", [-1] * 3), ("f32", [-1, -1])]) == [(2, 3, 4), (3, 4)]
+    with pytest.raises(InvalidShape):        # a 1-D slope is per channel (NXC: last dim, 4)
+        single_op_graph("PReLUBackward", [("f32", [2, 3, 4]), ("f32", [3]), ("f32", [2, 3, 4])],
+                        [("f32", [2, 3, 4]), ("f32", [3])])
+    with pytest.raises(InvalidShape):
+        single_op_graph("PReLUBackward", [("f32", [2, 3, 4]), ("f32", [4]), ("f32", [2, 3, 5])],
+                        [("f32", [2, 3, 4]), ("f32", [4])])
+
+
+def test_prelu_backward_values():
+    x = np.array([[-1.0, 2.0], [-3.0, 0.0]], np.float32)
+    slope = np.array([0.5], np.float32)
+    dy = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    dx, ds = run_single("PReLUBackward", [x, slope, dy], [("f32", [2, 2]), ("f32", [1])])
+    np.testing.assert_array_equal(dx, [[0.5, 2.0], [1.5, 4.0]])
+    np.testing.assert_array_equal(ds, [-1.0 * 1 + -3.0 * 3])
