@@ -220,6 +220,7 @@ class CompiledGraph:
             kinds = sorted({op.kind for p in bad for op in p.ops})
             raise Unimplemented("this build cannot compile: " + ", ".join(kinds), op=bad[0].ops[0])
         self.compiled = [p.compile(p.inputs, p.outputs) for p in self.partitions]
+        self._constant_cache: dict[int, dict] = {}   # partition id -> outputs (constant tensor cache)
 
     @property
     def source(self) -> str:
@@ -234,7 +235,14 @@ class CompiledGraph:
                 raise InvalidArguments("missing input", where=f"tensor {tid}", expected=repr(self.graph.tensors[tid]))
             values[tid] = inputs[tid]
         for cp in self.compiled:
-            values.update(cp.execute({t.id: values[t.id] for t in cp.inputs}, comm=comm))
+            pid = cp.partition.id
+            if pid in self._constant_cache:
+                values.update(self._constant_cache[pid])
+                continue
+            outs = cp.execute({t.id: values[t.id] for t in cp.inputs}, comm=comm)
+            if cp.partition.constant:
+                self._constant_cache[pid] = outs
+            values.update(outs)
         return {tid: values[tid] for tid in self.graph.output_ports}
 
 

@@ -17,13 +17,8 @@ def can_lower(partition) -> bool:
     return all(op_lowerable(op) for op in partition.ops)
 
 
-def build_kernel(partition, ops, in_lts, out_lts):
-    """(source, arg plan, runner).  ``runner`` replaces the kernel for ops that are
-    not computation (collectives); source is then None."""
-    if len(ops) == 1:
-        runner = ops[0].schema.runner(ops[0]) if hasattr(ops[0].schema, "runner") else None
-        if runner is not None:
-            return None, [], runner
+def _builder(in_lts, out_lts):
+    """A fresh KernelBuilder with the partition's inputs and outputs as arguments."""
     kb = KernelBuilder()
     refs = {}
     plan = []
@@ -33,9 +28,21 @@ def build_kernel(partition, ops, in_lts, out_lts):
     for i, lt in enumerate(out_lts):
         refs[lt.id] = kb.arg(lt, "o")
         plan.append(("out", i))
+    return kb, refs, plan
+
+
+def build_kernel(partition, ops, in_lts, out_lts):
+    """(source, arg plan, runner).  ``runner`` replaces the kernel for ops that are
+    not computation (collectives); source is then None."""
+    if len(ops) == 1:
+        runner = ops[0].schema.runner(ops[0]) if hasattr(ops[0].schema, "runner") else None
+        if runner is not None:
+            return None, [], runner
     from passes.fuse_lower import lower_fused
+    kb, refs, plan = _builder(in_lts, out_lts)
     if lower_fused(kb, ops, refs):
         return kb.source(), plan, None
+    kb, refs, plan = _builder(in_lts, out_lts)
     for op in ops:
         for t in op.outputs:
             if t.id not in refs:

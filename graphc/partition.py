@@ -11,7 +11,9 @@ class Partition:
         self.id = pid
         self.graph = graph
         self.ops = list(ops)
-        self.kind = kind or "+".join(op.kind for op in self.ops)
+        self.pattern = kind
+        self.constant = False  # computed from constant-property tensors only: run once, cached
+        self.kind = "+".join(op.kind for op in self.ops)
         ids = {op.id for op in self.ops}
         produced = {t.id for op in self.ops for t in op.outputs}
         ins: list[LogicalTensor] = []
@@ -45,13 +47,14 @@ class Partition:
 
 
 def partition_graph(graph, policy: str = "fusion") -> list[Partition]:
+    """Partitions from the pass pipeline (passes/): fused patterns under
+    policy "fusion", one op per partition under "debug"."""
     from .errors import InvalidArguments
     if policy not in ("fusion", "debug"):
         raise InvalidArguments("unknown partition policy", expected="'fusion' or 'debug'", found=repr(policy))
-    graph.finalize()
-    parts = []
-    for op in graph.topo_ops():
-        if op.kind == "End":
-            continue
-        parts.append(Partition(len(parts), graph, [op]))
+    from passes import run_pipeline
+    ctx = run_pipeline(graph.finalize(), policy)
+    parts = [Partition(i, graph, ops, kind=name) for i, (name, ops) in enumerate(ctx.groups)]
+    for p in parts:
+        p.constant = all(op.id in ctx.constant_ops for op in p.ops)
     return parts

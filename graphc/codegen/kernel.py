@@ -114,6 +114,16 @@ class ArrayRef:
             return f"{self.name}[{idx}] = sat_round({value}, {lo}, {hi})"
         return f"{self.name}[{idx}] = {value}"
 
+    def load_nd(self, ivars) -> str:
+        """Load at a multi-index (one name per dim of this tensor's shape; None = 0).
+        Fusion replaces refs by ones that compute their value here (prologues)."""
+        return self.load(self.offset(ivars))
+
+    def store_nd(self, ivars, value: str) -> str:
+        """Store at a multi-index; fusion replaces refs by ones that apply post-ops
+        here (epilogues).  Ops that can anchor fusion use load_nd / store_nd."""
+        return self.store(self.offset(ivars), value)
+
     def store_int(self, idx: str, value: str) -> str:
         """Store a value already integral (no rounding)."""
         return f"{self.name}[{idx}] = {value}"
