@@ -1,0 +1,281 @@
+"""Convolutions, transposed convolutions and pooling (forward and backward)
+against PyTorch CPU in float64.  Asymmetric pads are applied with F.pad (or a
+crop of the transposed convolution's full output); backward ops are compared
+with autograd.  graphc runs in f32, so the ORACLE f32 tolerance applies."""
+import numpy as np
+import pytest
+
+from conv_pool_util import run_graph
+from graphc.tolerances import ORACLE, assert_close
+from graphc.types import DataType
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+rng = np.random.default_rng(7)
+
+
+def randn(*shape):
+    return rng.standard_normal(shape)
+
+
+def t64(a, grad=False):
+    return torch.tensor(a, dtype=torch.float64, requires_grad=grad)
+
+
+def torch_pads(pb, pe):
+    """F.pad's argument: last spatial dim first."""
+    return [p for b, e in zip(reversed(pb), reversed(pe)) for p in (b, e)]
+
+
+def nxc(a):
+    return np.moveaxis(a, 1, -1)
+
+
+def from_nxc(a):
+    return np.moveaxis(a, -1, 1)
+
+
+def close(actual, expected, what):
+    assert actual.shape == expected.shape, (what, actual.shape, expected.shape)
+    assert_close(actual, expected, "f32", ORACLE, what)
+
+
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+DECONV = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+
+
+# ------------------------------------------------------------------ convolution
+# (N, C, spatial, OC, kernel, strides, dilations, pads_begin, pads_end, groups)
+CONV_CASES = [
+    (2, 4, (9,), 6, (3,), (2,), (1,), (1,), (2,), 2),
+    (1, 3, (7, 8), 4, (3, 2), (1, 2), (2, 1), (0, 1), (2, 0), 1),
+    (2, 6, (6, 5), 6, (2, 3), (2, 1), (1, 2), (1, 0), (0, 2), 3),
+    (1, 4, (5, 4, 6), 4, (2, 3, 2), (1, 2, 1), (2, 1, 1), (1, 0, 1), (0, 1, 1), 2),
+]
+
+
+def conv_weights_in(w, fmt):
+    """torch's (OC, IC/G, *K) weights in graphc's weights_format."""
+    return w if fmt == "OIX" else w.transpose(*range(2, w.ndim), 1, 0)
+
+
+def conv_weights_out(w, fmt):
+    return w if fmt == "OIX" else w.transpose(w.ndim - 1, w.ndim - 2, *range(w.ndim - 2))
+
+
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+@pytest.mark.parametrize("weights_format", ["OIX", "XIO"])
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{len(c[2])}d_g{c[-1]}")
+def test_convolution_and_its_gradients(case, data_format, weights_format):
+    n, c, sp, oc, k, s, d, pb, pe, g = case
+    x, w, b = randn(n, c, *sp), randn(oc, c // g, *k), randn(oc)
+    xt, wt = t64(x, True), t64(w, True)
+    yt = CONV[len(sp)](F.pad(xt, torch_pads(pb, pe)), wt, t64(b), stride=s, dilation=d, groups=g)
+    dy = randn(*yt.shape)
+    yt.backward(t64(dy))
+    attrs = dict(strides=s, dilations=d, pads_begin=pb, pads_end=pe, groups=g, data_format=data_format,
+                 weights_format=weights_format)
+    io = nxc if data_format == "NXC" else (lambda a: a)
+    back = from_nxc if data_format == "NXC" else (lambda a: a)
+    wf = conv_weights_in(w, weights_format)
+
+    y = run_graph("Convolution", [io(x), wf, b], attrs)
+    close(back(y), yt.detach().numpy(), "Convolution")
+    dx = run_graph("ConvolutionBackwardData", [io(dy), wf], dict(attrs, dst_shape=io(x).shape))
+    close(back(dx), xt.grad.numpy(), "ConvolutionBackwardData")
+    dw = run_graph("ConvolutionBackwardWeights", [io(x), io(dy)], dict(attrs, weights_shape=wf.shape))
+    close(conv_weights_out(dw, weights_format), wt.grad.numpy(), "ConvolutionBackwardWeights")
+
+
+def same_pads(size, k, s, d, mode):
+    """ONNX SAME padding of a forward window scan: out = ceil(size / s)."""
+    total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
+    lo = total // 2 if mode == "SAME_UPPER" else total - total // 2
+    return lo, total - lo
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID", "same_upper", "valid"])
+def test_convolution_auto_pad(auto_pad):
+    x, w = randn(1, 2, 7, 6), randn(3, 2, 4, 3)
+    s, d = (2, 1), (1, 2)
+    if auto_pad.upper() == "VALID":
+        pb = pe = (0, 0)
+    else:
+        pb, pe = zip(*[same_pads(i, k, st, dl, auto_pad.upper()) for i, k, st, dl in zip((7, 6), (4, 3), s, d)])
+    want = F.conv2d(F.pad(t64(x), torch_pads(pb, pe)), t64(w), stride=s, dilation=d).numpy()
+    attrs = dict(strides=s, dilations=d, pads_begin=(9, 9), pads_end=(9, 9), auto_pad=auto_pad,
+                 data_format="NCX", weights_format="OIX")
+    close(run_graph("Convolution", [x, w], attrs), want, auto_pad)
+
+
+# ------------------------------------------------------------ transposed convolution
+# (N, C, spatial, OC, kernel, strides, dilations, pads (both sides), output_padding, groups)
+DECONV_CASES = [
+    (2, 4, (5,), 6, (3,), (2,), (1,), (1,), (1,), 2),
+    (1, 3, (4, 5), 4, (3, 2), (2, 3), (1, 2), (1, 0), (1, 2), 1),
+    (2, 6, (3, 4), 9, (2, 3), (3, 1), (2, 1), (0, 1), (2, 0), 3),
+    (1, 2, (3, 2, 3), 4, (2, 2, 3), (2, 1, 2), (1, 2, 1), (1, 0, 1), (1, 0, 0), 2),
+]
+
+
+def deconv_weights_in(w, g, fmt):
+    """torch's (IC, OC/G, *K) weights in graphc's format: O = all output channels,
+    I = input channels of one group (the ConvTranspose doc's IOX)."""
+    ic, ocg, *k = w.shape
+    iox = w.reshape(g, ic // g, ocg, *k).transpose(1, 0, 2, *range(3, 3 + len(k))).reshape(ic // g, g * ocg, *k)
+    sp = tuple(range(2, iox.ndim))
+    return {"IOX": iox, "OIX": iox.transpose(1, 0, *sp), "XOI": iox.transpose(*sp, 1, 0),
+            "XIO": iox.transpose(*sp, 0, 1)}[fmt]
+
+
+def deconv_weights_out(w, g, fmt):
+    """graphc's weights in ``fmt`` back to torch's (IC, OC/G, *K)."""
+    r = w.ndim
+    to_iox = {"IOX": (0, 1), "OIX": (1, 0), "XOI": (r - 1, r - 2), "XIO": (r - 2, r - 1)}[fmt]
+    sp = tuple(range(2, r)) if fmt[0] != "X" else tuple(range(r - 2))
+    iox = w.transpose(*to_iox, *sp)
+    icg, oc, *k = iox.shape
+    return iox.reshape(icg, g, oc // g, *k).transpose(1, 0, 2, *range(3, 3 + len(k))).reshape(g * icg, oc // g, *k)
+
+
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+@pytest.mark.parametrize("weights_format", ["IOX", "OIX", "XOI", "XIO"])
+@pytest.mark.parametrize("case", DECONV_CASES, ids=lambda c: f"{len(c[2])}d_g{c[-1]}")
+def test_conv_transpose_and_its_gradients(case, data_format, weights_format):
+    n, c, sp, oc, k, s, d, p, op_, g = case
+    x, w, b = randn(n, c, *sp), randn(c, oc // g, *k), randn(oc)
+    xt, wt = t64(x, True), t64(w, True)
+    yt = DECONV[len(sp)](xt, wt, t64(b), stride=s, padding=p, output_padding=op_, groups=g, dilation=d)
+    dy = randn(*yt.shape)
+    yt.backward(t64(dy))
+    attrs = dict(strides=s, dilations=d, pads_begin=p, pads_end=p, output_padding=op_, groups=g,
+                 data_format=data_format, weights_format=weights_format)
+    io = nxc if data_format == "NXC" else (lambda a: a)
+    back = from_nxc if data_format == "NXC" else (lambda a: a)
+    wf = deconv_weights_in(w, g, weights_format)
+
+    close(back(run_graph("ConvTranspose", [io(x), wf, b], attrs)), yt.detach().numpy(), "ConvTranspose")
+    close(back(run_graph("ConvTransposeBackwardData", [io(dy), wf], attrs)), xt.grad.numpy(),
+          "ConvTransposeBackwardData")
+    dw = run_graph("ConvTransposeBackwardWeights", [io(x), io(dy)], dict(attrs, weights_shape=wf.shape))
+    close(deconv_weights_out(dw, g, weights_format), wt.grad.numpy(), "ConvTransposeBackwardWeights")
+
+
+def test_conv_transpose_asymmetric_pads_crop_the_full_output():
+    x, w = randn(1, 2, 4, 5), randn(2, 3, 3, 2)
+    s, pb, pe = (2, 1), (2, 0), (1, 1)
+    full = F.conv_transpose2d(t64(x), t64(w), stride=s).numpy()
+    want = full[:, :, pb[0]:full.shape[2] - pe[0], pb[1]:full.shape[3] - pe[1]]
+    attrs = dict(strides=s, dilations=(1, 1), pads_begin=pb, pads_end=pe, data_format="NCX", weights_format="IOX")
+    close(run_graph("ConvTranspose", [x, w], attrs), want, "ConvTranspose")
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_transpose_same_pads_give_input_times_stride(auto_pad):
+    x, w = randn(1, 2, 4, 3), randn(2, 3, 4, 5)
+    s, d = (2, 3), (1, 1)
+    full = F.conv_transpose2d(t64(x), t64(w), stride=s).numpy()
+    sl = []
+    for i, k, st in zip((4, 3), (4, 5), s):
+        total = k - st                     # ONNX: total = s * (i - 1) + k - i * s
+        lo = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        sl.append(slice(lo, lo + i * st))
+    attrs = dict(strides=s, dilations=d, pads_begin=(0, 0), pads_end=(0, 0), auto_pad=auto_pad,
+                 data_format="NCX", weights_format="IOX")
+    close(run_graph("ConvTranspose", [x, w], attrs), full[:, :, sl[0], sl[1]], auto_pad)
+
+
+# ------------------------------------------------------------------------ pooling
+# (N, C, spatial, kernel, strides, pads (both sides), ceil)
+POOL_CASES = [
+    (2, 3, (9,), (3,), (2,), (1,), False),
+    (1, 2, (7, 8), (3, 2), (2, 2), (1, 1), True),
+    (2, 2, (6, 7), (2, 3), (1, 2), (0, 1), False),
+    (1, 2, (5, 6, 7), (2, 3, 2), (2, 1, 2), (1, 1, 0), True),
+]
+
+
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+@pytest.mark.parametrize("exclude_pad", [True, False])
+@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: f"{len(c[2])}d_{'ceil' if c[-1] else 'floor'}")
+def test_avg_pool_and_backward(case, exclude_pad, data_format):
+    n, c, sp, k, s, p, ceil = case
+    if ceil and not exclude_pad:
+        pytest.skip("torch clips the divisor of windows overhanging the pads; the doc divides by the kernel size")
+    x = randn(n, c, *sp)
+    xt = t64(x, True)
+    yt = AVG[len(sp)](xt, k, s, p, ceil_mode=ceil, count_include_pad=not exclude_pad)
+    dy = randn(*yt.shape)
+    yt.backward(t64(dy))
+    attrs = dict(kernel=k, strides=s, pads_begin=p, pads_end=p, exclude_pad=exclude_pad, data_format=data_format)
+    io = nxc if data_format == "NXC" else (lambda a: a)
+    back = from_nxc if data_format == "NXC" else (lambda a: a)
+    y = run_graph("AvgPool", [io(x)], dict(attrs, rounding_type="ceil" if ceil else "floor"))
+    close(back(y), yt.detach().numpy(), "AvgPool")
+    dx = run_graph("AvgPoolBackward", [io(dy)], dict(attrs, src_shape=io(x).shape))
+    close(back(dx), xt.grad.numpy(), "AvgPoolBackward")
+
+
+@pytest.mark.parametrize("exclude_pad", [True, False])
+def test_avg_pool_asymmetric_pads(exclude_pad):
+    x = randn(1, 2, 7, 6)
+    k, s, pb, pe = (3, 2), (2, 2), (2, 0), (0, 1)
+    total = F.avg_pool2d(F.pad(t64(x), torch_pads(pb, pe)), k, s) * 6
+    count = F.avg_pool2d(F.pad(torch.ones(1, 1, 7, 6, dtype=torch.float64), torch_pads(pb, pe)), k, s) * 6
+    want = (total / (count if exclude_pad else 6)).numpy()
+    attrs = dict(kernel=k, strides=s, pads_begin=pb, pads_end=pe, exclude_pad=exclude_pad, data_format="NCX")
+    close(run_graph("AvgPool", [x], attrs), want, "AvgPool")
+
+
+MAX_CASES = [  # (N, C, spatial, kernel, strides, dilations, pads_begin, pads_end, ceil)
+    (2, 3, (9,), (3,), (2,), (1,), (1,), (0,), False),
+    (1, 2, (8, 9), (3, 2), (2, 1), (1, 2), (1, 0), (0, 1), False),
+    (1, 2, (7, 8), (2, 3), (2, 2), (2, 1), (1, 1), (1, 1), True),
+    (1, 2, (5, 6, 7), (2, 2, 3), (1, 2, 2), (1, 2, 1), (0, 1, 1), (1, 0, 1), False),
+]
+
+
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+@pytest.mark.parametrize("case", MAX_CASES, ids=lambda c: f"{len(c[2])}d_{'ceil' if c[-1] else 'floor'}")
+def test_max_pool_and_backward(case, data_format):
+    n, c, sp, k, s, d, pb, pe, ceil = case
+    x = randn(n, c, *sp)
+    xt = t64(x, True)
+    if pb == pe:
+        yt = MAX[len(sp)](xt, k, s, pb, dilation=d, ceil_mode=ceil)
+    else:
+        yt = MAX[len(sp)](F.pad(xt, torch_pads(pb, pe), value=-np.inf), k, s, 0, dilation=d, ceil_mode=ceil)
+    dy = randn(*yt.shape)
+    yt.backward(t64(dy))
+    attrs = dict(kernel=k, strides=s, dilations=d, pads_begin=pb, pads_end=pe, data_format=data_format)
+    io = nxc if data_format == "NXC" else (lambda a: a)
+    back = from_nxc if data_format == "NXC" else (lambda a: a)
+    y = run_graph("MaxPool", [io(x)], dict(attrs, rounding_type="ceil" if ceil else "floor"))
+    close(back(y), yt.detach().numpy(), "MaxPool")
+    dx = run_graph("MaxPoolBackward", [io(x), io(dy)], attrs)
+    close(back(dx), xt.grad.numpy(), "MaxPoolBackward")
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_max_pool_auto_pad(auto_pad):
+    x = randn(1, 2, 7, 8)
+    k, s = (3, 4), (2, 3)
+    pb, pe = zip(*[same_pads(i, kk, st, 1, auto_pad) for i, kk, st in zip((7, 8), k, s)])
+    want = F.max_pool2d(F.pad(t64(x), torch_pads(pb, pe), value=-np.inf), k, s).numpy()
+    attrs = dict(kernel=k, strides=s, pads_begin=(0, 0), pads_end=(0, 0), auto_pad=auto_pad, data_format="NCX")
+    close(run_graph("MaxPool", [x], attrs), want, auto_pad)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_low_precision_convolution_rounds_once(dtype):
+    np_dt = DataType(dtype).np
+    x, w = randn(1, 3, 6, 5).astype(np_dt).astype(np.float64), randn(4, 3, 3, 2).astype(np_dt).astype(np.float64)
+    want = F.conv2d(t64(x), t64(w), stride=(1, 2), padding=1).numpy()
+    attrs = dict(strides=(1, 2), dilations=(1, 1), pads_begin=(1, 1), pads_end=(1, 1), data_format="NCX",
+                 weights_format="OIX")
+    y = run_graph("Convolution", [x, w], attrs, dtype=dtype)
+    assert y.dtype == np_dt
+    assert_close(y, want, dtype, ORACLE, dtype)
