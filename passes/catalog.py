@@ -20,22 +20,19 @@ def _kinds(base) -> list[str]:
     return [k for k in all_kinds() if isinstance(get_schema(k), base)]
 
 
-def _post_binary_ok(o, graph) -> bool:
-    """A binary post-op must not grow the chain's shape: its output has the shape
-    of the chain operand (the other operand broadcasts into it)."""
-    out = o.outputs[0].shape
-    return any(t.shape == out for t in o.inputs)
+def _post_op(o, graph, port) -> bool:
+    """Unary, or binary whose output keeps the shape of the chain operand (the
+    other operand broadcasts into it, never the chain value into a larger one)."""
+    if o.kind in UNARY:
+        return True
+    return o.kind in BINARY and port is not None and o.inputs[port].shape == o.outputs[0].shape
 
 
-def _post_op(o, graph) -> bool:
-    return o.kind in UNARY or (o.kind in BINARY and _post_binary_ok(o, graph))
-
-
-def _f32_dst(o, graph) -> bool:
+def _f32_dst(o, graph, port) -> bool:
     return o.outputs[0].dtype.value == "f32"
 
 
-def _per_tensor(o, graph) -> bool:
+def _per_tensor(o, graph, port) -> bool:
     return o.attr("qtype", "per_tensor") == "per_tensor"
 
 
@@ -75,7 +72,7 @@ def catalog() -> list[Pattern]:
                                                                                   MAX_POST_OPS), QUANTIZE], 6,
                 "Dequantize -> eltwise -> Quantize"),
         # unary and binary with epilogues (unary/binary_fusion_patterns.md), typecasts in the chain
-        Pattern("eltwise_chain", [op(ELTWISE + UNARY_BWD + ["TypeCast"], pred=_eltwise_start),
+        Pattern("eltwise_chain", [op(ELTWISE + UNARY_BWD + ["TypeCast"]),
                                   repeat(op(ELTWISE + ["TypeCast"], pred=_post_op_or_cast), 1, MAX_POST_OPS)], 5,
                 "unary/binary -> up to 20 unary/binary post-ops"),
         # shuffles
@@ -85,9 +82,5 @@ def catalog() -> list[Pattern]:
     ]
 
 
-def _eltwise_start(o, graph) -> bool:
-    return True
-
-
-def _post_op_or_cast(o, graph) -> bool:
-    return o.kind == "TypeCast" or _post_op(o, graph)
+def _post_op_or_cast(o, graph, port) -> bool:
+    return o.kind == "TypeCast" or _post_op(o, graph, port)

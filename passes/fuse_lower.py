@@ -57,12 +57,17 @@ class _ChainExpr:
         return stmts, val
 
 
+#: name of the virtual refs: an anchor that indexes a ref by its name instead of
+#: going through load_nd / store_nd leaves it in the source, and fusion backs off
+SENTINEL = "__graphc_fused_ref__"
+
+
 class EpilogueRef(ArrayRef):
     """Stands for an anchor's output: ``store_nd`` runs the post-op chain and stores
     into the partition output."""
 
     def __init__(self, lt, chain: _ChainExpr, final: ArrayRef):
-        super().__init__(final.name, lt)
+        super().__init__(SENTINEL, lt)
         self.chain, self.final = chain, final
 
     def store_nd(self, ivars, value: str) -> str:
@@ -83,7 +88,7 @@ class PrologueRef(ArrayRef):
     """Stands for an anchor's input: ``load_nd`` computes it from the prologue chain."""
 
     def __init__(self, lt, ops, refs):
-        super().__init__("_", lt)
+        super().__init__(SENTINEL, lt)
         self.ops, self.refs = ops, refs
 
     def load_nd(self, ivars) -> str:
@@ -132,6 +137,9 @@ def lower_fused(kb, ops, refs) -> bool:
     try:
         anchor.schema.lower(anchor, kb, [local[t.id] for t in anchor.inputs], [local[t.id] for t in anchor.outputs])
     except _NotFusable:
+        kb.lines, kb._names, kb.parallel = saved
+        return False
+    if any(SENTINEL in ln for ln in kb.lines):
         kb.lines, kb._names, kb.parallel = saved
         return False
     kb.line("return -1")

@@ -5,7 +5,8 @@ of a chain, where every op after the first consumes the previous op's output 0
 (at a given input port, or at any).  Steps:
 
 * ``op("ReLU", "GELU", pred=..., port=...)``: one op whose kind is in the set
-  (alternation), for which the decision predicate ``pred(op, graph)`` holds;
+  (alternation), for which the decision predicate ``pred(op, graph, port)``
+  holds (``port``: the input index the chain enters by, None for the first op);
 * ``optional(step)``: zero or one;
 * ``repeat(step, min, max)``: a post-op chain of any length.
 
@@ -29,8 +30,8 @@ class Step:
     min: int = 1
     max: int = 1
 
-    def accepts(self, op, graph) -> bool:
-        return op.kind in self.kinds and (self.pred is None or bool(self.pred(op, graph)))
+    def accepts(self, op, graph, port=None) -> bool:
+        return op.kind in self.kinds and (self.pred is None or bool(self.pred(op, graph, port)))
 
 
 def op(*kinds, pred=None, port=None) -> Step:
@@ -63,24 +64,24 @@ class Match:
 
 
 def _next_op(graph, cur, step):
-    """The single consumer of cur's output 0 if it may extend the chain."""
+    """(op, port): the single consumer of cur's output 0 if it may extend the chain."""
     if not cur.outputs:
-        return None
+        return None, None
     tid = cur.outputs[0].id
     cons = graph.consumers.get(tid, [])
     if len(cons) != 1 or tid in graph.output_ports:
-        return None
+        return None, None
     oid, port = cons[0]
     nxt = graph.ops[oid]
     if step.port is not None and port != step.port:
-        return None
+        return None, None
     if sum(1 for t in nxt.inputs if t.id == tid) != 1:
-        return None
+        return None, None
     # other outputs of cur must not escape the chain
     for t in cur.outputs[1:]:
         if graph.consumers.get(t.id):
-            return None
-    return nxt
+            return None, None
+    return nxt, port
 
 
 def _match(graph, steps, i, cur, acc):
@@ -92,8 +93,8 @@ def _match(graph, steps, i, cur, acc):
     chain = []
     c = cur
     while len(chain) < step.max:
-        nxt = _next_op(graph, c, step)
-        if nxt is None or not step.accepts(nxt, graph):
+        nxt, port = _next_op(graph, c, step)
+        if nxt is None or not step.accepts(nxt, graph, port):
             break
         chain.append(nxt)
         c = nxt

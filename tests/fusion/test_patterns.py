@@ -1,0 +1,230 @@
+"""The pattern engine and the fusion catalog: each catalog pattern forms exactly
+one partition, ops outside any pattern form single-op partitions, and fused
+partitions compute what the reference computes."""
+import numpy as np
+import pytest
+
+import graphc
+from graphc import reference
+from graphc.builder import GraphBuilder
+from graphc.fill import make_inputs
+from graphc.tolerances import assert_close
+from passes import run_pipeline
+from passes.pattern import Pattern, match_all, op, optional, repeat
+
+
+def _check_fused(g, n_ops, pattern=None):
+    parts = g.get_partitions("fusion")
+    assert len(parts) == 1, parts
+    assert len(parts[0].ops) == n_ops
+    if pattern:
+        assert parts[0].pattern == pattern
+    assert len(g.get_partitions("debug")) == n_ops
+    inputs = make_inputs(g, seed=3)
+    ref = reference.run(g, inputs)
+    out = graphc.compile(g).run(inputs)
+    for tid, want in ref.items():
+        assert_close(out[tid], want, g.tensors[tid].dtype, what=f"tensor {tid}")
+    return parts[0]
+
+
+def test_eltwise_chain_is_one_partition():
+    b = GraphBuilder()
+    x, c = b.tensor("f32", [4, 8, 16]), b.tensor("f32", [16])
+    t = b.op("ReLU", [x])[0]
+    t = b.op("Add", [t, c])[0]
+    t = b.op("GELU", [t])[0]
+    t = b.op("Multiply", [t, c])[0]
+    b.op("Tanh", [t])
+    p = _check_fused(b.finalize(), 5, "eltwise_chain")
+    cp = p.compile()
+    assert [k for k, _ in cp._plan] == ["in", "in", "out"]  # no scratch buffers: one pass over memory
+
+
+@pytest.mark.parametrize("port", [0, 1])
+def test_relu_bwd_into_bnorm_bwd(port):
+    b = GraphBuilder()
+    shape, c = [2, 3, 4, 5], 3
+    src, rsrc, dy = (b.tensor("f32", shape) for _ in range(3))
+    mean, var, gamma = (b.tensor("f32", [c]) for _ in range(3))
+    d = b.op("ReLUBackward", [rsrc, dy], attrs={"use_dst": False})[0]
+    ins = [src, d] if port == 1 else [d, dy]
+    b.op("BatchNormTrainingBackward", ins + [mean, var, gamma], out=[("f32", shape), ("f32", [c]), ("f32", [c])],
+         attrs={"epsilon": 0.01, "data_format": "NCX"})
+    _check_fused(b.finalize(), 2, "relu_bwd_bnorm_bwd")
+
+
+def test_bnorm_inference_relu():
+    b = GraphBuilder()
+    x = b.tensor("f32", [2, 3, 4, 4])
+    params = [b.tensor("f32", [3]) for _ in range(4)]
+    y = b.op("BatchNormInference", [x] + params, attrs={"epsilon": 0.001, "data_format": "NCX"})[0]
+    b.op("ReLU", [y])
+    _check_fused(b.finalize(), 2, "bnorm_inference_relu")
+
+
+def test_layernorm_gelu():
+    b = GraphBuilder()
+    x, g_, be = b.tensor("f32", [4, 32]), b.tensor("f32", [32]), b.tensor("f32", [32])
+    y = b.op("LayerNorm", [x, g_, be], out=[("f32", [4, 32])], attrs={"keep_stats": False})[0]
+    b.op("GELU", [y])
+    _check_fused(b.finalize(), 2, "norm_post_ops")
+
+
+def test_layernorm_cast_binary_chain():
+    b = GraphBuilder()
+    x, g_, be, r = b.tensor("f32", [4, 32]), b.tensor("f32", [32]), b.tensor("f32", [32]), b.tensor("f32", [4, 32])
+    y = b.op("LayerNorm", [x, g_, be], out=[("f32", [4, 32])], attrs={"keep_stats": False})[0]
+    y = b.op("Add", [y, r])[0]
+    b.op("ReLU", [y])
+    _check_fused(b.finalize(), 3, "norm_post_ops")
+
+
+def test_softmax_post_ops():
+    b = GraphBuilder()
+    x, s = b.tensor("f32", [4, 8, 16]), b.tensor("f32", [1])
+    y = b.op("SoftMax", [x], attrs={"axis": -1})[0]
+    b.op("Multiply", [y, s])
+    _check_fused(b.finalize(), 2, "softmax_post_ops")
+
+
+def test_reduction_post_ops():
+    b = GraphBuilder()
+    x = b.tensor("f32", [4, 8, 16])
+    y = b.op("ReduceSum", [x], out=[("f32", [4, 1, 16])], attrs={"axes": [1], "keep_dims": True})[0]
+    b.op("ReLU", [y])
+    _check_fused(b.finalize(), 2, "reduction_post_ops")
+
+
+def test_eltwise_before_swiglu_and_post_ops_after():
+    b = GraphBuilder()
+    x = b.tensor("f32", [4, 32])
+    t = b.op("GELU", [x])[0]
+    b.op("SwiGlu", [t], out=[("f32", [4, 16])], attrs={"dim": -1})
+    _check_fused(b.finalize(), 2, "pre_swiglu")
+    b = GraphBuilder()
+    dy, x, s = b.tensor("f32", [4, 16]), b.tensor("f32", [4, 32]), b.tensor("f32", [32])
+    d = b.op("SwiGluGrad", [dy, x], out=[("f32", [4, 32])], attrs={"dim": -1})[0]
+    b.op("Multiply", [d, s])
+    _check_fused(b.finalize(), 2, "swiglu_post_ops")
+
+
+def test_layernorm_post_all_gather_post_ops():
+    b = GraphBuilder()
+    x, st = b.tensor("f32", [4, 32]), b.tensor("f32", [4, 2])
+    y = b.op("LayerNormPostAllGather", [x, st], attrs={"epsilon": 1e-5})[0]
+    b.op("ReLU", [y])
+    _check_fused(b.finalize(), 2, "ln_post_all_gather_post_ops")
+
+
+def test_dequantize_eltwise_quantize():
+    b = GraphBuilder()
+    x = b.tensor("u8", [4, 32])
+    q = {"qtype": "per_tensor", "axis": 1, "scales": [0.5], "zps": [3]}
+    y = b.op("Dequantize", [x], out=[("f32", [4, 32])], attrs=q)[0]
+    y = b.op("ReLU", [y])[0]
+    b.op("Quantize", [y], out=[("u8", [4, 32])], attrs=q)
+    _check_fused(b.finalize(), 3, "dequant_eltwise_quant")
+
+
+def test_shuffle_chain():
+    b = GraphBuilder()
+    x = b.tensor("f32", [4, 6, 8])
+    y = b.op("StaticReshape", [x], out=[("f32", [4, 48])], attrs={"shape": [4, 48], "special_zero": False})[0]
+    b.op("StaticTranspose", [y], out=[("f32", [48, 4])], attrs={"order": [1, 0]})
+    _check_fused(b.finalize(), 2, "shuffle_chain")
+
+
+def test_ops_outside_patterns_stay_single_and_correct():
+    b = GraphBuilder()
+    x, y = b.tensor("f32", [2, 3]), b.tensor("f32", [2, 3])
+    c = b.op("Concat", [x, y], out=[("f32", [4, 3])], attrs={"axis": 0})[0]
+    r = b.op("ReLU", [c])[0]
+    b.op("Abs", [c])       # c has two consumers: the chain cannot fuse through it
+    b.op("Exp", [r])
+    g = b.finalize()
+    parts = g.get_partitions("fusion")
+    kinds = sorted(p.kind for p in parts)
+    assert kinds == ["Abs", "Concat", "ReLU+Exp"]
+    inputs = make_inputs(g)
+    ref = reference.run(g, inputs)
+    out = graphc.compile(g).run(inputs)
+    for tid in ref:
+        assert_close(out[tid], ref[tid], g.tensors[tid].dtype)
+
+
+def test_intermediate_graph_output_is_not_fused_away():
+    b = GraphBuilder()
+    x = b.tensor("f32", [8])
+    r = b.op("ReLU", [x])[0]
+    b.op("Exp", [r])
+    g = b.graph
+    g.set_ports(outputs=[r.id, 2])
+    g.finalize()
+    assert len(g.get_partitions()) == 2
+
+
+def test_post_op_chain_length_limit():
+    b = GraphBuilder()
+    t = b.tensor("f32", [8])
+    for _ in range(25):
+        t = b.op("ReLU", [t])[0]
+    parts = b.finalize().get_partitions()
+    assert [len(p.ops) for p in parts] == [21, 4]
+
+
+def test_binary_that_grows_the_chain_is_not_a_post_op():
+    b = GraphBuilder()
+    x, big = b.tensor("f32", [8]), b.tensor("f32", [4, 8])
+    r = b.op("ReLU", [x])[0]
+    b.op("Add", [r, big], out=[("f32", [4, 8])])   # larger than the chain value [8]
+    assert len(b.finalize().get_partitions()) == 2
+
+
+def test_pattern_language_optional_repeat_alternation_predicate_priority():
+    b = GraphBuilder()
+    x = b.tensor("f32", [8])
+    t = b.op("Abs", [x])[0]
+    t = b.op("Exp", [t])[0]
+    t = b.op("ReLU", [t])[0]
+    b.op("Tanh", [t])
+    g = b.finalize()
+    pats = [Pattern("low", [op("Abs"), repeat(op("Exp", "ReLU", "Tanh"), 1, 3)], 1),
+            Pattern("high", [op("Abs"), optional(op("Sigmoid")), op("Exp"),
+                             op("ReLU", pred=lambda o, g, port: o.outputs[0].dtype.value == "f32")], 2)]
+    ms = match_all(g, pats)
+    assert [(m.pattern.name, [o.kind for o in m.ops]) for m in ms] == [("high", ["Abs", "Exp", "ReLU"])]
+    ms = match_all(g, pats[:1])
+    assert [o.kind for o in ms[0].ops] == ["Abs", "Exp", "ReLU", "Tanh"]
+    never = Pattern("never", [op("Abs"), op("Exp", pred=lambda o, g, port: False)], 9)
+    assert match_all(g, [never]) == []
+
+
+def test_pipeline_reports_every_pass():
+    b = GraphBuilder()
+    x = b.tensor("f32", [8], property_type="constant")
+    r = b.op("ReLU", [x])[0]
+    b.op("Exp", [r])
+    ctx = run_pipeline(b.finalize(), "fusion")
+    names = [n for n, _ in ctx.log]
+    assert names == ["verify", "propagate", "dead-op-removal", "constant-folding", "fusion", "partition"]
+    assert ctx.constant_ops == {0, 1}
+
+
+def test_constant_partitions_run_once():
+    b = GraphBuilder()
+    w = b.tensor("f32", [8], property_type="constant")
+    x = b.tensor("f32", [8])
+    a = b.op("Abs", [w])[0]
+    b.op("Add", [a, x])
+    g = b.finalize()
+    cg = graphc.compile(g)
+    wv = np.arange(8, dtype=np.float32) - 4
+    xv = np.ones(8, dtype=np.float32)
+    first = cg.run({w.id: wv, x.id: xv})
+    const_parts = [cp for cp in cg.compiled if cp.partition.constant]
+    assert len(const_parts) == 1
+    # the constant tensor cache keeps the folded value even if the caller's buffer changes
+    again = cg.run({w.id: wv * 100, x.id: xv})
+    np.testing.assert_array_equal(first[3], again[3])
+    np.testing.assert_array_equal(first[3], np.abs(wv) + 1)
