@@ -57,10 +57,12 @@ class Graph:
                                    expected="each tensor produced by one op",
                                    found=f"already produced by op {who}")
             seen_out.add(t.id)
+        known = dict(self.tensors)  # the graph stays as it was if a tensor is inconsistent
         for i, t in enumerate(op.inputs):
-            self._note_tensor(op, f"input {i}", t)
+            self._note_tensor(known, op, f"input {i}", t)
         for i, t in enumerate(op.outputs):
-            self._note_tensor(op, f"output {i}", t)
+            self._note_tensor(known, op, f"output {i}", t)
+        self.tensors = known
         self.ops[op.id] = op
         self.nx.add_node(op.id)
         for i, t in enumerate(op.outputs):
@@ -73,10 +75,11 @@ class Graph:
                 self.nx.add_edge(self.producer[t.id][0], op.id, tensor=t.id)
         return op
 
-    def _note_tensor(self, op, where, t: LogicalTensor):
-        old = self.tensors.get(t.id)
+    @staticmethod
+    def _note_tensor(known: dict, op, where, t: LogicalTensor):
+        old = known.get(t.id)
         if old is None:
-            self.tensors[t.id] = t
+            known[t.id] = t
             return
         if old.dtype != t.dtype:
             raise InvalidGraph("tensor appears with different data types", op=op, where=f"{where} (tensor {t.id})",
@@ -91,7 +94,7 @@ class Graph:
                                expected=list(old.strides), found=list(t.strides))
         merged = tuple(b if a == -1 else a for a, b in zip(old.shape, t.shape))
         if merged != old.shape:
-            self.tensors[t.id] = t if merged == t.shape else old.with_shape(merged)
+            known[t.id] = t if merged == t.shape else old.with_shape(merged)
 
     def set_ports(self, inputs=None, outputs=None):
         """Declare the graph's input and output tensor ids (as JSON dumps do)."""

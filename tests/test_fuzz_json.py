@@ -4,7 +4,7 @@ import copy
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import OP_CORPUS
@@ -60,25 +60,45 @@ junk = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=5)
 dims = st.lists(st.one_of(st.integers(-3, 6), st.sampled_from([2 ** 62, 2 ** 64, -(2 ** 63)])), max_size=6)
 
 
-def _paths(node, prefix=()):
+def _paths(node):
     """Every (container, key) position in a JSON document."""
-    out = []
     if isinstance(node, dict):
         items = node.items()
     elif isinstance(node, list):
         items = enumerate(node)
     else:
-        return out
-    for k, v in items:
-        out.append((node, k))
-        out.extend(_paths(v, prefix + (k,)))
-    return out
+        return []
+    return [pos for k, v in items for pos in [(node, k)] + _paths(v)]
+
+
+small_ints = st.one_of(st.integers(-3, 8), st.sampled_from([2 ** 62, 2 ** 63 - 1, -(2 ** 63)]))
+typed_values = st.one_of(small_ints, st.floats(-4, 4), st.sampled_from([0.0, -0.0, float("inf"), float("nan")]),
+                         st.lists(small_ints, max_size=7), st.lists(st.floats(-4, 4), max_size=4),
+                         st.lists(st.booleans(), max_size=4), st.booleans(), st.sampled_from(["", "NCX", "NXC"]))
+
+
+def _targeted(draw, doc):
+    """Keep the document well-formed but give a tensor odd dims or an attribute an odd value."""
+    graph = doc.get("graph") if isinstance(doc, dict) else None
+    ops = [od for od in graph if isinstance(od, dict)] if isinstance(graph, list) else []
+    tensors = [t for od in ops for port in ("inputs", "outputs") if isinstance(od.get(port), list)
+               for t in od[port] if isinstance(t, dict)]
+    attrs = [a for od in ops if isinstance(od.get("attrs"), dict) for a in od["attrs"].values() if isinstance(a, dict)]
+    if attrs and draw(st.booleans()):
+        draw(st.sampled_from(attrs))["value"] = draw(typed_values)
+    elif tensors:
+        t = draw(st.sampled_from(tensors))
+        t["shape"] = draw(st.lists(st.one_of(st.integers(-1, 5), st.sampled_from([2 ** 40, 2 ** 62])), max_size=6))
+        t["stride"] = []
+    return doc
 
 
 def _mutate(draw, doc):
     positions = _paths(doc)
     if not positions:
         return draw(junk)
+    if draw(st.integers(0, 2)) == 0:
+        return _targeted(draw, doc)
     parent, key = draw(st.sampled_from(positions))
     action = draw(st.sampled_from(["delete", "replace", "replace", "dims", "duplicate", "append", "swap"]))
     value = parent[key]
@@ -101,15 +121,30 @@ def _mutate(draw, doc):
 
 
 @st.composite
-def mutated_docs(draw, seeds=SEEDS):
-    doc = copy.deepcopy(draw(st.sampled_from(seeds)))
+def mutated_docs(draw):
+    doc = copy.deepcopy(draw(st.sampled_from(SEEDS)))
     for _ in range(draw(st.integers(1, 4))):
         doc = _mutate(draw, doc)
     return doc
 
 
+def _regression(**changes):
+    doc = copy.deepcopy(ELTWISE_SEEDS[0])
+    doc.update(changes)
+    return doc
+
+
+_SCALAR_PER_CHANNEL = {"id": 0, "kind": "DynamicDequantize",
+                       "attrs": {"axis": {"type": "s64", "value": 0}, "qtype": {"type": "string", "value": "per_channel"}},
+                       "inputs": [{"id": 0, "dtype": "s8", "shape": []}, {"id": 1, "dtype": "f32", "shape": [4]}],
+                       "outputs": [{"id": 2, "dtype": "f32", "shape": [4]}]}
+
+
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(mutated_docs())
+@example(_regression(version="²"))
+@example(_regression(fpmath_mode_apply_to_int="yes"))
+@example(_regression(input_ports=[], output_ports=[], graph=[_SCALAR_PER_CHANNEL]))
 def test_mutated_json_raises_only_graphc_errors(doc):
     try:
         graph = load_graph(doc)

@@ -402,9 +402,11 @@ def broadcast_shapes(op, a, b, where="inputs") -> tuple:
 
 
 def norm_axis(op, axis: int, rank: int, attr="axis") -> int:
-    if not -rank <= axis < max(rank, 1) or (rank == 0 and axis not in (0, -1)):
+    """``axis`` in [-rank, rank - 1], made non-negative; a rank-0 tensor has no axis."""
+    if not -rank <= axis < rank:
         raise InvalidGraphOp("axis out of range", op=op, where=f"attribute '{attr}'",
-                             expected=f"[{-rank}, {rank - 1}]", found=axis)
+                             expected=f"[{-rank}, {rank - 1}]" if rank else "no axis (the tensor is a scalar)",
+                             found=axis)
     return axis + rank if axis < 0 else axis
 
 
