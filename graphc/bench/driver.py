@@ -1,0 +1,237 @@
+"""`graphc bench`: a benchdnn-compatible graph driver.
+
+    graphc bench [--mode=C|P|L] [knobs] --case=FILE.json | --batch=FILE ...
+
+Correctness mode (C, the default) builds each case's graph, checks its number
+of partitions, compiles it, runs it on generated inputs and compares every
+output with graphc's reference; one line per case
+(``0:PASSED __REPRO: --graph --case=...``) and benchdnn's summary follow.
+Performance mode (P) prints ``perf,cpu,<knobs>,<min ms>,<avg ms>`` and
+``compile,<cold ms>,<cached ms>`` per case and ``total perf: ...`` at the end;
+listing mode (L) only lists the cases.  The exit status is 1 when a case
+failed, was unimplemented or had invalid arguments (benchdnn treats all three
+as failures), 2 when the command line cannot be parsed.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import compiled, reference
+from ..errors import GraphcError, Unimplemented
+from ..fill import make_inputs
+from ..tolerances import compare
+from .knobs import Case, KnobError, parse
+from .progress import Progress
+from .resolve import resolve
+from .rewrite import build_graph
+
+PASSED, MISTRUSTED, FAILED = "PASSED", "MISTRUSTED", "FAILED"
+UNIMPLEMENTED, INVALID, LISTED = "UNIMPLEMENTED", "INVALID_ARGUMENTS", "LISTED"
+NAN = float("nan")
+
+
+@dataclass
+class Outcome:
+    """What happened to one graph."""
+
+    status: str = PASSED
+    reason: str = ""
+    partitions: int = 0
+    compile_ms: float = NAN
+    execute_ms: float = NAN
+    max_error: float = NAN
+
+
+def _describe(lt) -> str:
+    """'0:f32:2x3' (or '0:f32:2x3*1x2' when not dense), as --in-shapes writes it."""
+    text = f"{lt.id}:{lt.dtype}:{'x'.join(map(str, lt.shape)) or '-'}"
+    return text if lt.is_dense else text + "*" + "x".join(map(str, lt.strides))
+
+
+def _why(e: BaseException) -> str:
+    return f"{type(e).__name__}: " + " ".join(str(e).split())
+
+
+def _compile(graph, expected: int, out: Outcome):
+    """The CompiledGraph, or None with ``out`` saying why not."""
+    out.partitions = len(graph.get_partitions())
+    if expected and out.partitions != expected:
+        out.status, out.reason = FAILED, f"{out.partitions} partitions, expected {expected}"
+        return None
+    t0 = time.perf_counter()
+    try:
+        cg = compiled.compile(graph)
+    except Unimplemented as e:
+        out.status, out.reason = UNIMPLEMENTED, e.message
+        return None
+    out.compile_ms = (time.perf_counter() - t0) * 1e3
+    return cg
+
+
+def check(graph, expected_partitions: int = 1, seed: int = 0) -> Outcome:
+    """Compile and run ``graph`` and compare every output with the reference.
+    ``expected_partitions`` 0 skips the partition count check."""
+    out = Outcome()
+    try:
+        cg = _compile(graph, expected_partitions, out)
+        if cg is None:
+            return out
+        inputs = make_inputs(graph, seed)
+        t0 = time.perf_counter()
+        got = cg.run(inputs)
+        out.execute_ms = (time.perf_counter() - t0) * 1e3
+        want = reference.run(graph, inputs)
+    except Exception as e:  # noqa: BLE001 - a lowering bug fails this case, not the run
+        out.status, out.reason = FAILED, _why(e)
+        return out
+    bad, all_zero, out.max_error = [], True, 0.0
+    for tid in graph.output_ports:
+        ok, err = compare(got[tid], want[tid], graph.tensors[tid].dtype)
+        out.max_error = max(out.max_error, err)
+        if not ok:
+            bad.append(f"tensor {tid}: scaled error {err:.3g} > 1")
+        all_zero = all_zero and got[tid].size > 0 and not np.any(got[tid] != 0)
+    if bad:
+        out.status, out.reason = FAILED, "; ".join(bad)
+    elif all_zero and graph.output_ports:
+        out.status, out.reason = MISTRUSTED, "every output is zero"
+    return out
+
+
+@dataclass
+class Timing:
+    min_ms: float
+    avg_ms: float
+    cold_ms: float
+    cached_ms: float
+
+
+def measure(graph, expected_partitions: int, fix_times: int, max_ms: float, seed: int = 0):
+    """(Outcome, Timing or None): executions repeated ``fix_times`` times, or
+    until ``max_ms`` have passed when fix_times is 0, after one warm-up run."""
+    out = Outcome()
+    try:
+        cg = _compile(graph, expected_partitions, out)
+        if cg is None:
+            return out, None
+        t0 = time.perf_counter()
+        compiled.compile(graph)
+        cached = (time.perf_counter() - t0) * 1e3
+        inputs = make_inputs(graph, seed)
+        cg.run(inputs)
+        times = []
+        while not times or (len(times) < fix_times if fix_times else sum(times) < max_ms):
+            t0 = time.perf_counter()
+            cg.run(inputs)
+            times.append((time.perf_counter() - t0) * 1e3)
+    except Exception as e:  # noqa: BLE001 - as in check()
+        out.status, out.reason = FAILED, _why(e)
+        return out, None
+    return out, Timing(min(times), sum(times) / len(times), out.compile_ms, cached)
+
+
+# ------------------------------------------------------------------ the run
+class Run:
+    def __init__(self, parsed):
+        self.g = parsed.globals
+        self.cases = parsed.cases
+        self.counts = dict.fromkeys((PASSED, MISTRUSTED, UNIMPLEMENTED, INVALID, FAILED, LISTED), 0)
+        self.total_min = self.total_avg = 0.0
+        self._docs: dict = {}
+
+    def repro(self, case: Case) -> str:
+        mode = "" if self.g.mode == "C" else f"--mode={self.g.mode} "
+        return f"{mode}--graph {case.knobs_repro()}"
+
+    def graph(self, case: Case):
+        """The case's graph, or a reason it cannot be built."""
+        if case.error:
+            return None, case.error
+        path = resolve(case.path, case.batch_dirs, self.g.inputs_dir)
+        if path is None:
+            return None, "case file not found"
+        if path not in self._docs:  # (JSON, "") or (None, why it cannot be read)
+            try:
+                self._docs[path] = (json.loads(path.read_text()), "")
+            except (OSError, ValueError) as e:
+                self._docs[path] = (None, _why(e))
+        doc, why = self._docs[path]
+        if why:
+            return None, why
+        try:
+            return build_graph(doc, case.values), ""
+        except GraphcError as e:
+            return None, _why(e)
+
+    def one(self, i: int, case: Case, emit) -> None:
+        if self.g.mode == "L":
+            self.report(i, case, Outcome(LISTED), emit)
+            return
+        graph, why = self.graph(case)
+        if graph is None:
+            self.report(i, case, Outcome(INVALID, why), emit)
+            return
+        if self.g.verbose:
+            ins = " ".join(_describe(graph.tensors[t]) for t in graph.input_ports)
+            emit(f"[graph] inputs {ins}; partitions {len(graph.get_partitions())}")
+        expected = case.values["expected-n-partitions"]
+        if self.g.mode == "P":
+            out, t = measure(graph, expected, self.g.fix_times, self.g.max_ms)
+            if t is not None:
+                self.counts[out.status] += 1
+                self.total_min += t.min_ms
+                self.total_avg += t.avg_ms
+                emit(f"perf,cpu,{case.knobs_repro()},{t.min_ms:g},{t.avg_ms:g}")
+                emit(f"compile,{t.cold_ms:g},{t.cached_ms:g}")
+                return
+        else:
+            out = check(graph, expected)
+        self.report(i, case, out, emit)
+
+    def report(self, i, case, out: Outcome, emit) -> None:
+        self.counts[out.status] += 1
+        reason = f" ({out.reason})" if out.reason else ""
+        emit(f"{i}:{out.status}{reason} __REPRO: {self.repro(case)}")
+
+    def summary(self) -> list[str]:
+        c = self.counts
+        lines = [f"tests:{len(self.cases)} passed:{c[PASSED]} skipped:0 mistrusted:{c[MISTRUSTED]} "
+                 f"unimplemented:{c[UNIMPLEMENTED]} invalid_arguments:{c[INVALID]} failed:{c[FAILED]} "
+                 f"listed:{c[LISTED]}"]
+        if self.g.mode == "P":
+            lines.append(f"total perf: min(ms):{self.total_min:g} avg(ms):{self.total_avg:g}")
+        return lines
+
+    @property
+    def status(self) -> int:
+        return 1 if self.counts[FAILED] + self.counts[UNIMPLEMENTED] + self.counts[INVALID] else 0
+
+
+def main(argv) -> int:
+    try:
+        parsed = parse(argv)
+    except (KnobError, OSError, UnicodeDecodeError) as e:
+        print(f"graphc bench: error: {e}", file=sys.stderr)
+        return 2
+    if not parsed.cases:
+        print("graphc bench: no cases: give --case=FILE.json or --batch=FILE", file=sys.stderr)
+        return 2
+    run = Run(parsed)
+    t0 = time.perf_counter()
+    with Progress(len(run.cases)) as bar:
+        for i, case in enumerate(run.cases):
+            bar.label(case.path)
+            run.one(i, case, bar.emit)
+            bar.step()
+    for line in run.summary():
+        print(line)
+    print(f"total: {time.perf_counter() - t0:.2f}s")
+    return run.status
+
+
+__all__ = ["main", "check", "measure", "Outcome", "Timing"]

@@ -1,0 +1,154 @@
+"""graphc bench: knobs applied to graph JSONs."""
+import json
+
+import pytest
+
+from graphc.bench.knobs import parse
+from graphc.bench.rewrite import attr_value, build_graph
+from graphc.errors import GraphcError, InvalidArguments
+from graphc.types import DataType, PropertyType
+
+
+def graph(corpus, name, *knobs):
+    doc = json.loads((corpus / "f32" / name).read_text())
+    case = parse(list(knobs) + [f"--case={name}"]).cases[0]
+    assert case.error is None
+    return build_graph(doc, case.values)
+
+
+def lt(g, tid):
+    return g.tensors[tid]
+
+
+def test_no_knobs_keeps_the_file(corpus):
+    g = graph(corpus, "reorder.json")
+    assert lt(g, 0).strides == (1, 2, 384, 128) and lt(g, 1).strides == (576, 9, 3, 1)
+
+
+def test_new_input_shape_is_dense_and_propagates(corpus):
+    g = graph(corpus, "abs.json", "--in-shapes=0:2x3x5")
+    assert lt(g, 0).shape == (2, 3, 5) and lt(g, 0).is_dense
+    assert lt(g, 1).shape == (2, 3, 5)
+
+
+@pytest.mark.parametrize("knob, strides", [("--in-shapes=0:2x3x4x5*acdb", (60, 1, 15, 3)),
+                                           ("--in-shapes=0:2x3x4x5*dcba", (1, 2, 6, 24)),
+                                           ("--in-shapes=0:2x3x4x5*60x20x5x1", (60, 20, 5, 1))])
+def test_strides_from_tag_or_numbers(corpus, knob, strides):
+    assert lt(graph(corpus, "abs.json", knob), 0).strides == strides
+
+
+def test_strides_only_keeps_shape_and_unchanged_outputs_keep_their_layout(corpus):
+    g = graph(corpus, "reorder.json", "--in-shapes=0:*abcd")
+    assert lt(g, 0).shape == (2, 64, 3, 3) and lt(g, 0).strides == (576, 9, 3, 1)
+    assert lt(g, 1).strides == (576, 9, 3, 1)
+
+
+def test_rank_changes(corpus):
+    g = graph(corpus, "bnorm_fwd_d.json", "--in-shapes=0:2x192")
+    assert lt(g, 5).shape == (2, 192)
+    assert lt(graph(corpus, "add.json", "--in-shapes=0:-"), 2).shape == (1, 1, 1, 1)
+    assert lt(graph(corpus, "abs.json", "--in-shapes=0:0"), 1).shape == (0,)
+
+
+def test_attribute_change_reinfers_outputs(corpus):
+    assert lt(graph(corpus, "reducesum.json"), 1).shape == (1, 1, 150, 150)
+    assert lt(graph(corpus, "reducesum.json", "--op-attrs=0:keep_dims:0"), 1).shape == (1, 150, 150)
+    g = graph(corpus, "reducesum.json", "--in-shapes=0:2x3x4x5", "--op-attrs=0:axes:1x2*keep_dims:false")
+    assert lt(g, 1).shape == (2, 5)
+    assert g.ops[0].attr("axes") == (1, 2)
+
+
+@pytest.mark.parametrize("typ, text, value", [("s64", "-3", -3), ("f32", "0.5", 0.5), ("bool", "1", True),
+                                              ("bool", "false", False), ("bool", "True", True),
+                                              ("string", "NXC", "NXC"), ("s64[]", "1x2x3", [1, 2, 3]),
+                                              ("s64[]", "-1", [-1]), ("f32[]", "0.5x2", [0.5, 2.0]),
+                                              ("bool[]", "1x0", [True, False])])
+def test_attr_values_follow_the_schema_type(typ, text, value):
+    assert attr_value(typ, text) == value
+
+
+@pytest.mark.parametrize("typ, text", [("s64", "1.5"), ("f32", "x"), ("bool", "2"), ("s64[]", "1xy")])
+def test_attr_values_that_do_not_fit_the_type(typ, text):
+    with pytest.raises(ValueError):
+        attr_value(typ, text)
+
+
+@pytest.mark.parametrize("knob", ["--op-attrs=0:alpha:abc", "--op-attrs=0:no_such_attr:1",
+                                  "--op-attrs=0:alpha:-1", "--op-attrs=5:alpha:1"])
+def test_bad_attributes_are_invalid(corpus, knob):
+    with pytest.raises(GraphcError):
+        graph(corpus, "elu.json", knob)
+
+
+def test_global_dt_turns_f32_into_dt(corpus):
+    g = graph(corpus, "bnorm_fwd_d.json", "--dt=bf16")
+    assert {t.dtype for t in g.tensors.values()} == {DataType.bf16}
+
+
+def test_global_dt_keeps_statistics_f32_where_the_op_needs_it(corpus):
+    g = graph(corpus, "bnorm_fwd_d.json", "--dt=f16")
+    op = g.ops[0]
+    assert op.input("src").dtype == DataType.f16 and op.output("dst").dtype == DataType.f16
+    assert op.input("gamma").dtype == DataType.f32 and op.input("mean").dtype == DataType.f32
+
+
+def test_dt_per_tensor(corpus):
+    g = graph(corpus, "add.json", "--dt=0:bf16+2:f32")
+    assert (lt(g, 0).dtype, lt(g, 1).dtype, lt(g, 2).dtype) == (DataType.bf16, DataType.f32, DataType.f32)
+    with pytest.raises(InvalidArguments):
+        graph(corpus, "add.json", "--dt=9:bf16")
+
+
+def test_tensor_property(corpus):
+    assert lt(graph(corpus, "add.json", "--tensor-property=1:constant"), 1).property_type == PropertyType.constant
+    with pytest.raises(InvalidArguments):
+        graph(corpus, "add.json", "--tensor-property=9:constant")
+
+
+def test_op_kind(corpus):
+    assert graph(corpus, "add.json", "--op-kind=0:Divide").ops[0].kind == "Divide"
+    with pytest.raises(InvalidArguments, match="eltwise"):
+        graph(corpus, "add.json", "--op-kind=0:MatMul")
+    with pytest.raises(InvalidArguments, match="eltwise"):
+        graph(corpus, "matmul.json", "--op-kind=0:Add")
+
+
+def test_mb_rewrites_data_inputs_only_and_keeps_layout(corpus):
+    g = graph(corpus, "conv_2d.json", "--mb=4")
+    assert lt(g, 0).shape == (4, 32, 28, 28) and lt(g, 0).strides == (25088, 1, 896, 32)
+    assert lt(g, 1).shape == (128, 32, 2, 2)
+    assert lt(g, 2).shape == (4, 128, 14, 14)
+
+
+def tiny_chain():
+    """ReLU(0) -> 1; Add(1, 2) -> 3; Add(4, 5) -> 6."""
+    def t(i, shape=(2, 3)):
+        return {"id": i, "dtype": "f32", "shape": list(shape), "stride": [], "layout_type": "strided",
+                "property_type": "undef"}
+    return {"version": "3.0.0", "engine_kind": "cpu", "fpmath_mode": "strict", "graph": [
+        {"id": 0, "name": "relu", "kind": "ReLU", "attrs": {}, "inputs": [t(0)], "outputs": [t(1)]},
+        {"id": 1, "name": "add", "kind": "Add", "attrs": {}, "inputs": [t(1), t(2)], "outputs": [t(3)]},
+        {"id": 2, "name": "add2", "kind": "Add", "attrs": {}, "inputs": [t(4), t(5)], "outputs": [t(6)]}]}
+
+
+def chain_graph(*knobs):
+    return build_graph(tiny_chain(), parse(list(knobs) + ["--case=x.json"]).cases[0].values)
+
+
+def test_undef_removes_a_unary_op():
+    g = chain_graph("--op-kind=0:undef")
+    assert sorted(op.kind for op in g.ops.values()) == ["Add", "Add"]
+    assert g.ops[1].inputs[0].id == 0
+    assert sorted(g.input_ports) == [0, 2, 4, 5]
+
+
+def test_undef_passes_the_produced_input_of_a_binary_op():
+    g = chain_graph("--op-kind=1:undef")
+    assert sorted(op.id for op in g.ops.values()) == [0, 2]
+    assert 1 in g.output_ports and 3 not in g.tensors
+
+
+def test_undef_binary_op_needs_exactly_one_produced_input():
+    with pytest.raises(InvalidArguments, match="passes through"):
+        chain_graph("--op-kind=2:undef")
