@@ -24,8 +24,9 @@ from graphc.codegen.runtime import (bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to
                                     sigmoid, softplus, round_half_away, gelu_tanh_grad, mish_grad)
 """
 
-#: work (elements) above which an outer loop is worth spreading over threads
-PARALLEL_THRESHOLD = 1 << 15
+#: work (elements) above which an outer loop is worth spreading over threads:
+#: below ~1 MB of f32 the data sits in cache and thread start-up dominates
+PARALLEL_THRESHOLD = 1 << 18
 
 _LOAD = {DataType.bf16: "bf16_to_f32", DataType.f16: "f16_to_f32",
          DataType.f8_e4m3: "f8e4m3_to_f32", DataType.f8_e5m2: "f8e5m2_to_f32"}
