@@ -7,14 +7,22 @@ half to even, then saturate).  Scales and zero points apply per tensor (one
 value), per channel (one value per index of ``axis``) or, for
 DynamicDequantize, per group (one value per ``group_shape`` block of src).
 The static ops take them as attributes, the dynamic ops as input tensors.
+
+Kernels compute in float64 like the reference, so they match it bit for bit:
+integer stores round half to even and saturate, narrow float stores round to
+odd in f32 first (as graphc.numerics does) and then to nearest even.
 """
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
+from ..codegen.elementwise import emit_elementwise
+from ..codegen.kernel import ArrayRef, num
 from ..errors import InvalidGraphOp, RuntimeFault
+from ..types import DataType, LogicalTensor
 from .schema import Attr, DtypeTable, In, OpSchema, Out, all_positive, bad_shape, dims_equal, norm_axis
 
 QTYPE = Attr("qtype", "string", "per_tensor", choices=("per_tensor", "per_channel"))
@@ -78,6 +86,119 @@ def expand(op, p: np.ndarray, src_shape) -> np.ndarray:
     return p
 
 
+# ------------------------------------------------------------------ lowering
+#: f64 -> f32 rounding to odd: a later RNE narrowing (bf16, f16, f8) then rounds
+#: as if straight from f64, as graphc.numerics.round_to does for the reference.
+F64_TO_F32_ODD = """\
+@njit(cache=True, inline="always", nogil=True)
+def f64_to_f32_odd(x):
+    y = np.float32(x)
+    if np.float64(y) == x or not math.isfinite(y):
+        return y
+    e = max(math.frexp(x)[1], -125)
+    t = math.floor(math.ldexp(abs(x), 24 - e))
+    return np.float32(math.copysign(math.ldexp(float(t | 1), e - 24), x))"""
+_NARROW = (DataType.bf16, DataType.f16, DataType.f8_e4m3, DataType.f8_e5m2)
+
+
+class _View(ArrayRef):
+    """A kernel argument (or constant array) seen through its own shape and strides.
+    Floats load as float64; s4 / u4 load from the low nibble of their byte (ml_dtypes
+    does not sign-extend); narrow floats store through ``f64_to_f32_odd``."""
+
+    def load(self, idx: str) -> str:
+        if self.dtype is DataType.s4:
+            return f"(((np.int64({self.name}[{idx}]) & 15) ^ 8) - 8)"
+        if self.dtype is DataType.u4:
+            return f"(np.int64({self.name}[{idx}]) & 15)"
+        if self.dtype.is_float:
+            return f"np.float64({super().load(idx)})"
+        return super().load(idx)
+
+    def store(self, idx: str, value: str) -> str:
+        return super().store(idx, f"f64_to_f32_odd({value})" if self.dtype in _NARROW else value)
+
+
+def view(ref: ArrayRef, shape, strides) -> _View:
+    return _View(ref.name, LogicalTensor(ref.lt.id, ref.dtype, tuple(shape), tuple(strides)))
+
+
+def grouping(op, shape) -> tuple:
+    """How many consecutive src elements along each dim share one scale / zp."""
+    qtype = op.attr("qtype")
+    if qtype == "per_group":
+        return tuple(op.attr("group_shape"))
+    if qtype == "per_channel":
+        axis = norm_axis(op, op.attr("axis"), len(shape))
+        return tuple(1 if k == axis else d for k, d in enumerate(shape))
+    return tuple(shape)
+
+
+def blocked(ref: ArrayRef, groups) -> _View:
+    """src / dst with each dim d split into (d / g, g): the outer dim steps over groups."""
+    return view(ref, [n for d, g in zip(ref.shape, groups) for n in (d // g, g)],
+                [t for s, g in zip(ref.strides, groups) for t in (s * g, s)])
+
+
+def emit_quant(kb, op, expr, dst: ArrayRef, src: ArrayRef, scales, zps=None) -> None:
+    """One elementwise pass ``dst = expr(src, scale, zp)``.  ``scales`` / ``zps`` are
+    ArrayRefs (dynamic ops), lists of numbers (static ops) or None (no zps).
+    Scales and zps vary over the outer dims of ``blocked`` and broadcast over the
+    inner ones; a single value is read (or baked) once before the loop."""
+    if 0 in src.shape:
+        return
+    groups = grouping(op, src.shape)
+    ins = [blocked(src, groups)]
+
+    def bind(p):
+        """Source text of a fixed value, or the index in ``ins`` of a varying one."""
+        if p is None:
+            return None
+        if not isinstance(p, ArrayRef):
+            if len(p) == 1:
+                return num(float(p[0]))
+            # a module-level array: numba freezes it into the kernel as constant data
+            # (a list literal in the kernel body compiles very slowly for many channels)
+            name = kb.fresh("consts")
+            kb.helpers.append(f"{name} = np.array([{', '.join(num(float(v)) for v in p)}])")
+            p = ArrayRef(name, LogicalTensor(0, DataType.f64, (len(p),)))
+        elif math.prod(p.shape) == 1:
+            name = kb.fresh("p")
+            kb.line(f"{name} = {view(p, (), ()).load('0')}")
+            return name
+        if op.attr("qtype") == "per_group":
+            strides = p.strides
+        else:
+            axis = norm_axis(op, op.attr("axis"), len(groups))
+            strides = [p.strides[0] if k == axis else 0 for k in range(len(groups))]
+        ins.append(view(p, [n for d, g in zip(src.shape, groups) for n in (d // g, 1)],
+                        [t for s in strides for t in (s, 0)]))
+        return len(ins) - 1
+
+    s, z = bind(scales), bind(zps)
+    if dst.dtype in _NARROW and F64_TO_F32_ODD not in kb.helpers:
+        kb.helpers.append(F64_TO_F32_ODD)
+
+    def compute(kb_, vals):
+        return [expr(vals[0], *(vals[b] if isinstance(b, int) else b for b in (s, z)))]
+
+    start = len(kb.lines)
+    emit_elementwise(kb, [blocked(dst, groups)], ins, compute)
+    # Workaround: emit_elementwise's row loop copies its prange index ("q0 = r0") and
+    # then reassigns the copy, which numba's parfor pass rejects ("Overwrite of parallel
+    # loop index") whenever several outer dims remain; an expression is not a copy.
+    kb.lines[start:] = [re.sub(r"^(\s*q\d+) = (r\d+)$", r"\1 = \2 + 0", ln) for ln in kb.lines[start:]]
+
+
+def quantize_expr(x, s, z) -> str:
+    # adding a zero zp like the reference maps -0.0 to +0.0 (visible in f8)
+    return f"{x} / {s} + {'0.0' if z is None else z}"
+
+
+def dequantize_expr(x, s, z) -> str:
+    return f"{x} * {s}" if z is None else f"({x} - {z}) * {s}"
+
+
 class _StaticQuant(OpSchema):
     """Quantize / Dequantize: scales and zero points as attributes."""
 
@@ -118,6 +239,9 @@ class Quantize(_StaticQuant):
         scales, zps = self.params(op, src)
         return (src / scales + zps,)
 
+    def lower(self, op, kb, ins, outs):
+        emit_quant(kb, op, quantize_expr, outs[0], ins[0], op.attr("scales"), op.attr("zps"))
+
 
 class Dequantize(_StaticQuant):
     kind = "Dequantize"
@@ -128,6 +252,9 @@ class Dequantize(_StaticQuant):
     def reference(self, op, src):
         scales, zps = self.params(op, src)
         return ((src - zps) * scales,)
+
+    def lower(self, op, kb, ins, outs):
+        emit_quant(kb, op, dequantize_expr, outs[0], ins[0], op.attr("scales"), op.attr("zps"))
 
 
 class _DynamicQuant(OpSchema):
@@ -159,6 +286,9 @@ class DynamicQuantize(_DynamicQuant):
         s, z = self.params(op, src, scales, zps)
         return (src / s + z,)
 
+    def lower(self, op, kb, ins, outs):
+        emit_quant(kb, op, quantize_expr, outs[0], *ins)
+
 
 class DynamicDequantize(_DynamicQuant):
     kind = "DynamicDequantize"
@@ -174,3 +304,6 @@ class DynamicDequantize(_DynamicQuant):
     def reference(self, op, src, scales, zps=None):
         s, z = self.params(op, src, scales, zps)
         return ((src - z) * s,)
+
+    def lower(self, op, kb, ins, outs):
+        emit_quant(kb, op, dequantize_expr, outs[0], *ins)
