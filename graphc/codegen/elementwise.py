@@ -73,17 +73,19 @@ def emit_elementwise(kb: KernelBuilder, outs: list[ArrayRef], ins: list[ArrayRef
         return
     r = kb.fresh("r")
     with kb.loop(r, rows, par and rows > 1):
-        # multi-index of the row
-        q = kb.fresh("q")
-        kb.line(f"{q} = {r}")
+        # multi-index of the row, each step a fresh name (numba's parfor pass
+        # rejects reassigning a copy of the prange index)
         idx = []
+        q = r
         for k in range(len(outer) - 1, -1, -1):
             v = kb.fresh("i")
             if k == 0:
                 kb.line(f"{v} = {q}")
             else:
                 kb.line(f"{v} = {q} % {outer[k]}")
-                kb.line(f"{q} = {q} // {outer[k]}")
+                q2 = kb.fresh("q")
+                kb.line(f"{q2} = {q} // {outer[k]}")
+                q = q2
             idx.append((k, v))
         bases = []
         for s in strides:

@@ -21,7 +21,8 @@ import numpy as np
 from numba import njit, prange
 from graphc.codegen.runtime import (bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to_f16, f8e4m3_to_f32,
                                     f32_to_f8e4m3, f8e5m2_to_f32, f32_to_f8e5m2, sat_round,
-                                    sigmoid, softplus, round_half_away, gelu_tanh_grad, mish_grad)
+                                    sigmoid, softplus, round_half_away, gelu_tanh_grad, mish_grad,
+                                    f64_to_f32_odd)
 """
 
 #: work (elements) above which an outer loop is worth spreading over threads:
@@ -100,6 +101,11 @@ class ArrayRef:
         f = _LOAD.get(self.dtype)
         if f:
             return f"{f}({self.name}[{idx}])"
+        # ml_dtypes keeps an int4 in the low nibble of its byte, not sign-extended
+        if self.dtype is DataType.s4:
+            return f"(((np.int64({self.name}[{idx}]) & 15) ^ 8) - 8)"
+        if self.dtype is DataType.u4:
+            return f"(np.int64({self.name}[{idx}]) & 15)"
         if self.dtype is DataType.f32:
             return f"{self.name}[{idx}]"
         if self.dtype.is_int:
@@ -109,7 +115,9 @@ class ArrayRef:
     def store(self, idx: str, value: str) -> str:
         f = _STORE.get(self.dtype)
         if f:
-            return f"{self.name}[{idx}] = {f}({value})"
+            # values computed in f64 round to odd in f32 first, so the narrowing
+            # rounds once, as the reference does
+            return f"{self.name}[{idx}] = {f}(f64_to_f32_odd({value}))"
         if self.dtype.is_int:
             lo, hi = _INT_RANGE[self.dtype]
             return f"{self.name}[{idx}] = sat_round({value}, {lo}, {hi})"

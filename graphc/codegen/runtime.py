@@ -44,6 +44,20 @@ def f32_to_bits(f):
     return _bitcast_f32_u32(np.float32(f))
 
 
+# ------------------------------------------------------------ f64 -> f32
+@njit(**_JIT)
+def f64_to_f32_odd(x):
+    """f64 -> f32 rounding to odd: a later RNE narrowing (bf16, f16, f8) then rounds
+    as if straight from f64, as graphc.numerics.round_to does for the reference.
+    f32 arguments pass through unchanged."""
+    y = np.float32(x)
+    if np.float64(y) == x or not math.isfinite(y):
+        return y
+    e = max(math.frexp(x)[1], -125)
+    t = math.floor(math.ldexp(abs(x), 24 - e))
+    return np.float32(math.copysign(math.ldexp(float(t | 1), e - 24), x))
+
+
 # ---------------------------------------------------------------------- bf16
 @njit(**_JIT)
 def bf16_to_f32(h):

@@ -15,7 +15,6 @@ odd in f32 first (as graphc.numerics does) and then to nearest even.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
@@ -87,36 +86,16 @@ def expand(op, p: np.ndarray, src_shape) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ lowering
-#: f64 -> f32 rounding to odd: a later RNE narrowing (bf16, f16, f8) then rounds
-#: as if straight from f64, as graphc.numerics.round_to does for the reference.
-F64_TO_F32_ODD = """\
-@njit(cache=True, inline="always", nogil=True)
-def f64_to_f32_odd(x):
-    y = np.float32(x)
-    if np.float64(y) == x or not math.isfinite(y):
-        return y
-    e = max(math.frexp(x)[1], -125)
-    t = math.floor(math.ldexp(abs(x), 24 - e))
-    return np.float32(math.copysign(math.ldexp(float(t | 1), e - 24), x))"""
-_NARROW = (DataType.bf16, DataType.f16, DataType.f8_e4m3, DataType.f8_e5m2)
 
 
 class _View(ArrayRef):
-    """A kernel argument (or constant array) seen through its own shape and strides.
-    Floats load as float64; s4 / u4 load from the low nibble of their byte (ml_dtypes
-    does not sign-extend); narrow floats store through ``f64_to_f32_odd``."""
+    """A kernel argument (or constant array) seen through its own shape and strides;
+    floats load as float64 (quantization computes in f64 like the reference)."""
 
     def load(self, idx: str) -> str:
-        if self.dtype is DataType.s4:
-            return f"(((np.int64({self.name}[{idx}]) & 15) ^ 8) - 8)"
-        if self.dtype is DataType.u4:
-            return f"(np.int64({self.name}[{idx}]) & 15)"
         if self.dtype.is_float:
             return f"np.float64({super().load(idx)})"
         return super().load(idx)
-
-    def store(self, idx: str, value: str) -> str:
-        return super().store(idx, f"f64_to_f32_odd({value})" if self.dtype in _NARROW else value)
 
 
 def view(ref: ArrayRef, shape, strides) -> _View:
@@ -176,18 +155,11 @@ def emit_quant(kb, op, expr, dst: ArrayRef, src: ArrayRef, scales, zps=None) -> 
         return len(ins) - 1
 
     s, z = bind(scales), bind(zps)
-    if dst.dtype in _NARROW and F64_TO_F32_ODD not in kb.helpers:
-        kb.helpers.append(F64_TO_F32_ODD)
 
     def compute(kb_, vals):
         return [expr(vals[0], *(vals[b] if isinstance(b, int) else b for b in (s, z)))]
 
-    start = len(kb.lines)
     emit_elementwise(kb, [blocked(dst, groups)], ins, compute)
-    # Workaround: emit_elementwise's row loop copies its prange index ("q0 = r0") and
-    # then reassigns the copy, which numba's parfor pass rejects ("Overwrite of parallel
-    # loop index") whenever several outer dims remain; an expression is not a copy.
-    kb.lines[start:] = [re.sub(r"^(\s*q\d+) = (r\d+)$", r"\1 = \2 + 0", ln) for ln in kb.lines[start:]]
 
 
 def quantize_expr(x, s, z) -> str:
