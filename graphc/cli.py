@@ -73,7 +73,14 @@ def _cmd_demo(args) -> int:
     return demo_main(args)
 
 
+def _cmd_distributed_layernorm(args) -> int:
+    from .distributed_demo import main as dist_main
+    return dist_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .distributed_demo import add_arguments as distributed_arguments
+
     p = argparse.ArgumentParser(prog="graphc", description="graphc: an operation graph compiler lowering to Numba")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("ops", help="list op kinds, or print one kind's schema")
@@ -94,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_cmd_dot)
     s = sub.add_parser("demo", help="compile, run and check the bundled specs")
     s.set_defaults(fn=_cmd_demo)
+    s = sub.add_parser("distributed-layernorm",
+                       help="LayerNorm with the hidden dim split over MPI ranks (run under mpiexec), checked")
+    distributed_arguments(s)
+    s.set_defaults(fn=_cmd_distributed_layernorm)
     return p
 
 

@@ -119,21 +119,32 @@ class CompiledPartition:
             raise InvalidArguments(f"wrong number of {what}s", expected=len(lts), found=len(given))
         return given
 
-    def execute(self, inputs, outputs=None, comm=None) -> dict:
-        """Run on ``inputs`` ({id: array} or a list in partition order).  Caller-given
-        ``outputs`` are written in place; returns {output id: array}."""
+    def _arrays(self, inputs, outputs):
+        """(checked inputs, arrays to write, caller-given outputs or None); an output
+        with dims unknown until run (a collective's) is None unless given."""
         ins = [into_layout(check_input_array(lt, a), lt)
                for lt, a in zip(self.inputs, self._bind(inputs, self.inputs, "input"))]
         if outputs is None:
-            outs = [allocate(lt) for lt in self.outputs]
-            user_outs = None
-        else:
-            user_outs = [check_input_array(lt, a, "output") for lt, a in
-                         zip(self.outputs, self._bind(outputs, self.outputs, "output"))]
-            outs = [a if layout_matches(a, lt) else allocate(lt) for a, lt in zip(user_outs, self.outputs)]
+            return ins, [allocate(lt) if lt.is_complete else None for lt in self.outputs], None
+        user_outs = [check_input_array(lt, a, "output") for lt, a in
+                     zip(self.outputs, self._bind(outputs, self.outputs, "output"))]
+        outs = [a if not lt.is_complete or layout_matches(a, lt) else allocate(lt)
+                for a, lt in zip(user_outs, self.outputs)]
+        return ins, outs, user_outs
+
+    def execute(self, inputs, outputs=None, comm=None) -> dict:
+        """Run on ``inputs`` ({id: array} or a list in partition order).  Caller-given
+        ``outputs`` are written in place; returns {output id: array}.  A collective
+        runs on ``comm`` (see graphc.comm); bad arguments to it on any member of
+        the group raise on every member."""
         if self._runner is not None:
-            self._runner(self, ins, outs, comm)
+            try:
+                ins, outs, user_outs = self._arrays(inputs, outputs)
+            except GraphcError as e:
+                self._runner(self, None, None, comm, e)  # tells the other members; raises
+            outs = self._runner(self, ins, outs, comm, None)
         else:
+            ins, outs, user_outs = self._arrays(inputs, outputs)
             args = []
             for kind, ref in self._plan:
                 if kind == "in":
@@ -165,7 +176,7 @@ class CompiledPartition:
 
 
 def compile_partition(partition, inputs=None, outputs=None) -> CompiledPartition:
-    from .lowering import build_kernel
+    from .lowering import build_kernel, collective_runner
     t0 = time.perf_counter()
     given = {t.id: t for t in (inputs if inputs is not None else partition.inputs)}
     in_lts = []
@@ -182,6 +193,7 @@ def compile_partition(partition, inputs=None, outputs=None) -> CompiledPartition
         raise Unimplemented(f"this build cannot compile partition {partition.id} ({kinds})",
                             op=partition.ops[0])
     ops, known = specialize(partition, in_lts)
+    collective = collective_runner(ops) is not None  # its output dims may be known only at run
     out_lts = []
     wanted = {t.id: t for t in (outputs or [])}
     for t in partition.outputs:
@@ -192,7 +204,7 @@ def compile_partition(partition, inputs=None, outputs=None) -> CompiledPartition
                 raise InvalidArguments(f"output tensor {t.id} shape disagrees with inference",
                                        expected=list(lt.shape), found=list(w.shape))
             lt = w
-        out_lts.append(_concrete(lt, "compile"))
+        out_lts.append(lt if collective and not lt.is_complete else _concrete(lt, "compile"))
     source, plan, runner = build_kernel(partition, ops, in_lts, out_lts)
     kernel = None
     if source is not None:
@@ -209,9 +221,12 @@ def compile_partition(partition, inputs=None, outputs=None) -> CompiledPartition
 
 
 class CompiledGraph:
-    """Every partition of a graph compiled once, run in order."""
+    """Every partition of a graph compiled once, run in order.  A partition with
+    input dims known only at run (after a collective whose output dim is the
+    group's) compiles at its first run, once per set of input shapes."""
 
     def __init__(self, graph, policy: str = "fusion"):
+        from .lowering import collective_runner
         graph.finalize()
         self.graph = graph
         self.partitions = graph.get_partitions(policy)
@@ -219,31 +234,71 @@ class CompiledGraph:
         if bad:
             kinds = sorted({op.kind for p in bad for op in p.ops})
             raise Unimplemented("this build cannot compile: " + ", ".join(kinds), op=bad[0].ops[0])
-        self.compiled = [p.compile(p.inputs, p.outputs) for p in self.partitions]
+        self.compiled = [p.compile(p.inputs, p.outputs) if all(t.is_complete for t in p.inputs) else None
+                         for p in self.partitions]
+        self._at_run: dict[tuple, CompiledPartition] = {}   # (partition id, input shapes) -> compiled
+        self._collectives = [collective_runner(p.ops) for p in self.partitions]
         self._constant_cache: dict[int, dict] = {}   # partition id -> outputs (constant tensor cache)
 
     @property
     def source(self) -> str:
-        return "\n".join(cp.source or "" for cp in self.compiled)
+        return "\n".join(cp.source or "" for cp in self.compiled if cp is not None)
+
+    def _compiled_for(self, i: int, values: dict) -> CompiledPartition:
+        """Partition i, compiled for the shapes of its input values if not yet known."""
+        if self.compiled[i] is not None:
+            return self.compiled[i]
+        p = self.partitions[i]
+        lts = [_resolved(t, values[t.id]) for t in p.inputs]
+        key = (p.id, tuple(t.shape for t in lts))
+        if key not in self._at_run:
+            self._at_run[key] = p.compile(lts, p.outputs)
+        return self._at_run[key]
 
     def run(self, inputs: dict, comm=None) -> dict:
+        """Run every partition in order; collectives on ``comm`` (see graphc.comm).
+        A GraphcError on this member of the group is raised once the collectives
+        still ahead have told the other members, which then raise too instead of
+        waiting for this one."""
         if not isinstance(inputs, dict):
             raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
-        values = {}
-        for tid in self.graph.input_ports:
-            if tid not in inputs:
-                raise InvalidArguments("missing input", where=f"tensor {tid}", expected=repr(self.graph.tensors[tid]))
-            values[tid] = inputs[tid]
-        for cp in self.compiled:
-            pid = cp.partition.id
-            if pid in self._constant_cache:
-                values.update(self._constant_cache[pid])
+        failure = None
+        missing = [tid for tid in self.graph.input_ports if tid not in inputs]
+        if missing:
+            failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
+                                       expected=repr(self.graph.tensors[missing[0]]))
+        values = {tid: inputs[tid] for tid in self.graph.input_ports if tid in inputs}
+        for i, p in enumerate(self.partitions):
+            collective = self._collectives[i]
+            if failure is not None:
+                if collective is not None:
+                    collective(None, None, None, comm, failure)  # raises on every member
                 continue
-            outs = cp.execute({t.id: values[t.id] for t in cp.inputs}, comm=comm)
-            if cp.partition.constant:
-                self._constant_cache[pid] = outs
+            if p.id in self._constant_cache:
+                values.update(self._constant_cache[p.id])
+                continue
+            try:
+                outs = self._compiled_for(i, values).execute({t.id: values[t.id] for t in p.inputs}, comm=comm)
+            except GraphcError as e:
+                if collective is not None:
+                    raise  # every member raises it
+                failure = e
+                continue
+            if p.constant:
+                self._constant_cache[p.id] = outs
             values.update(outs)
+        if failure is not None:
+            raise failure
         return {tid: values[tid] for tid in self.graph.output_ports}
+
+
+def _resolved(lt: LogicalTensor, value) -> LogicalTensor:
+    """lt with its unknown dims taken from the shape of ``value`` (if of lt's rank)."""
+    shape = getattr(value, "shape", ())
+    if lt.is_complete or len(shape) != lt.ndim:
+        return lt
+    return LogicalTensor(lt.id, lt.dtype, tuple(a if d == -1 else d for d, a in zip(lt.shape, shape)), None,
+                         "strided", lt.property_type)
 
 
 def compile(graph, policy: str = "fusion") -> CompiledGraph:  # noqa: A001 - the public name

@@ -31,13 +31,21 @@ def _builder(in_lts, out_lts):
     return kb, refs, plan
 
 
+def collective_runner(ops):
+    """The executor that replaces the kernel of a partition of one op that is not
+    computation (a collective), else None.  ``runner(cp, ins, outs, comm, failure)``
+    returns the outputs; see CompiledPartition.execute."""
+    if len(ops) == 1 and hasattr(ops[0].schema, "runner"):
+        return ops[0].schema.runner(ops[0])
+    return None
+
+
 def build_kernel(partition, ops, in_lts, out_lts):
     """(source, arg plan, runner).  ``runner`` replaces the kernel for ops that are
     not computation (collectives); source is then None."""
-    if len(ops) == 1:
-        runner = ops[0].schema.runner(ops[0]) if hasattr(ops[0].schema, "runner") else None
-        if runner is not None:
-            return None, [], runner
+    runner = collective_runner(ops)
+    if runner is not None:
+        return None, [], runner
     from passes.fuse_lower import lower_fused
     kb, refs, plan = _builder(in_lts, out_lts)
     if lower_fused(kb, ops, refs):

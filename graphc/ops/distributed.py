@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidGraphOp, RuntimeFault
+from ..comm import agree, allgather_array, default_comm, rank_and_size
+from ..errors import GraphcError, InvalidArguments, InvalidGraphOp, RuntimeFault
 from .common import F
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
                      same_dtype)
@@ -91,16 +92,54 @@ class AllGather(OpSchema):
         shape[axis] = self.gathered_dim(op, axis)
         return [tuple(shape)]
 
-    def reference(self, op, src, comm=None):
-        axis = self.axis(op)
-        size = 1 if comm is None else comm.Get_size()
-        declared = self.gathered_dim(op, axis)
-        if declared != -1 and declared != size * src.shape[axis]:
+    def check_group(self, op, src, size: int) -> None:
+        """dst's declared dim along axis must be src's times the group size."""
+        n, declared = src.shape[self.axis(op)], self.gathered_dim(op, self.axis(op))
+        if declared != -1 and declared != size * n:
             raise RuntimeFault("the output dim along axis disagrees with the group size", op=op, where="port 'dst'",
-                               expected=f"{src.shape[axis]} x {size} members = {size * src.shape[axis]}",
-                               found=declared)
+                               expected=f"{n} x {size} members = {size * n}", found=declared)
+
+    def gather(self, op, src, comm, failure=None):
+        """src of every member of comm's group (None: a group of one) concatenated
+        along axis in rank order.  First every member checks its part and learns
+        whether all can go on: a fault on any member (``failure``, or found here)
+        raises a RuntimeFault on every member instead of leaving them waiting."""
+        if failure is None:
+            try:
+                self.check_group(op, src, rank_and_size(comm)[1])
+            except GraphcError as e:
+                failure = e
+        parts = agree(op, comm, failure, None if failure else (src.shape, str(src.dtype)))
+        for rank, part in enumerate(parts):
+            if part != parts[0]:
+                raise RuntimeFault("the members' src differ in shape or dtype", op=op,
+                                   where=f"port 'src' of rank {rank}", expected=f"rank 0's {parts[0]}", found=part)
+        return allgather_array(comm, src, self.axis(op))
+
+    def reference(self, op, src, comm=None):
+        comm = comm if comm is not None else default_comm()
+        self.check_group(op, src, 1 if comm is None else comm.Get_size())
         parts = [src] if comm is None else comm.allgather(src)
-        return (np.concatenate(parts, axis=axis),)
+        return (np.concatenate(parts, axis=self.axis(op)),)
+
+    def runner(self, op):
+        """A compiled AllGather runs here, not in a kernel, since the group is known
+        only at run: on the communicator given to run (default: graphc.comm.default_comm()).
+        ``ins``/``outs`` are None when this member failed earlier (``failure``); an
+        output whose dims were unknown at compile comes as None and is returned."""
+        def run(cp, ins, outs, comm, failure=None):
+            dst = self.gather(op, ins[0] if ins else None, comm if comm is not None else default_comm(), failure)
+            if outs[0] is None:
+                return [dst]
+            if outs[0].shape != dst.shape:
+                raise InvalidArguments("the output array has the wrong shape", op=op, where="port 'dst'",
+                                       expected=list(dst.shape), found=list(outs[0].shape))
+            outs[0][...] = dst
+            return outs
+        return run
+
+    def supports_lowering(self, op):
+        return True  # through runner(), for any group
 
 
 class LayerNormPostAllGather(OpSchema):
