@@ -1,0 +1,227 @@
+"""Generated kernels of the unary eltwise ops and their backward ops against
+graphc's numpy reference (COMPILED tolerances): every op and attribute variant in
+f32, a subset in bf16/f16, rank 0 and 1, strided inputs, NaN/inf, the benchdnn
+corpus and the harness's kind / dtype / attribute substitutions of it.
+
+Cases that share a graph (kind, attributes, dtype, shape, strides) share one
+kernel: the NaN/inf and by-hand tests reuse the shape of the per-op tests."""
+import json
+
+import numpy as np
+import pytest
+from torch_util import STORAGE
+
+import graphc
+from graphc import reference
+from graphc.builder import GraphBuilder
+from graphc.fill import make_inputs
+from graphc.tolerances import assert_close
+
+from conftest import OP_CORPUS
+
+SHAPE = (3, 37)
+CLAMP = {"min": -1.3, "max": 0.7}
+
+FORWARD = [
+    ("Abs", {}), ("Clamp", CLAMP), ("Elu", {"alpha": 0.7}), ("Exp", {}), ("GELU", {}),
+    ("GELU", {"mode": "gelu_tanh"}), ("HardSigmoid", {"alpha": 0.2, "beta": 0.4}), ("HardSwish", {}),
+    ("LeakyReLU", {"alpha": 0.1}), ("Log", {}), ("Mish", {}), ("Pow", {"beta": 2.5}), ("Pow", {"beta": -1.0}),
+    ("Reciprocal", {}), ("ReLU", {}), ("Round", {}), ("Sigmoid", {}), ("SoftPlus", {}), ("SoftPlus", {"beta": 2.0}),
+    ("Sqrt", {}), ("Square", {}), ("Tanh", {}),
+]
+BACKWARD = [
+    ("AbsBackward", {}), ("ClampBackward", CLAMP), ("ClampBackward", {**CLAMP, "use_dst": False}),
+    ("EluBackward", {"alpha": 0.7}), ("EluBackward", {"alpha": 0.7, "use_dst": False}), ("GELUBackward", {}),
+    ("GELUBackward", {"mode": "gelu_tanh"}), ("HardSigmoidBackward", {"alpha": 0.2, "beta": 0.4}),
+    ("HardSwishBackward", {}), ("MishBackward", {}), ("ReLUBackward", {}), ("ReLUBackward", {"use_dst": False}),
+    ("SigmoidBackward", {}), ("SigmoidBackward", {"use_dst": False}), ("SoftPlusBackward", {"beta": -1.0}),
+    ("SqrtBackward", {}), ("SqrtBackward", {"use_dst": False}), ("TanhBackward", {}),
+    ("TanhBackward", {"use_dst": False}),
+]
+
+
+def _id(kind, attrs):
+    return kind + "".join(f"-{k}={v}" for k, v in attrs.items())
+
+
+def params(cases, *only):
+    """pytest params of ``cases``, or of those with the ids ``only``."""
+    by_id = {_id(k, a): (k, a) for k, a in cases}
+    return [pytest.param(*by_id[i], id=i) for i in (only or by_id)]
+
+
+def graph(kind, attrs, dt="f32", shape=SHAPE, strides=None):
+    """A one-op graph; ``strides`` (element strides) apply to input 0."""
+    b = GraphBuilder()
+    nin = 2 if kind.endswith("Backward") else 1
+    ins = [b.tensor(dt, shape, strides if i == 0 else None) for i in range(nin)]
+    b.op(kind, ins, [(dt, shape)], attrs)
+    return b.finalize()
+
+
+def run_both(g, inputs=None):
+    """Compiled vs reference on ``inputs`` (default: graphc.fill data); returns the compiled outputs."""
+    inputs = make_inputs(g) if inputs is None else inputs
+    got = graphc.compile(g).run(inputs)
+    want = reference.run(g, inputs)
+    assert got.keys() == want.keys()
+    for tid, w in want.items():
+        assert_close(got[tid], w, g.tensors[tid].dtype, what=f"tensor {tid}")
+    return got
+
+
+def single_output(g, inputs):
+    (out,) = run_both(g, inputs).values()
+    return out
+
+
+@pytest.mark.parametrize("kind, attrs", params(FORWARD + BACKWARD))
+def test_f32(kind, attrs):
+    run_both(graph(kind, attrs))
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("kind, attrs", params(FORWARD + BACKWARD, "Exp", "GELU-mode=gelu_tanh", "Log", "Round",
+                                               "EluBackward-alpha=0.7-use_dst=False", "TanhBackward"))
+def test_low_precision(kind, attrs, dt):
+    run_both(graph(kind, attrs, dt))
+
+
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 88.0, -88.0, 100.0, 0.5, -0.5, 2.5, -3.0, 3.0]
+
+
+@pytest.mark.parametrize("kind, attrs", params(
+    FORWARD + BACKWARD, "Clamp-min=-1.3-max=0.7", "Elu-alpha=0.7", "Exp", "GELU", "GELU-mode=gelu_tanh", "Log",
+    "Mish", "Pow-beta=2.5", "Reciprocal", "ReLU", "Round", "Sigmoid", "SoftPlus-beta=2.0", "Sqrt", "Tanh",
+    "ClampBackward-min=-1.3-max=0.7", "GELUBackward", "MishBackward", "ReLUBackward", "SqrtBackward-use_dst=False",
+    "TanhBackward-use_dst=False", "SoftPlusBackward-beta=-1.0"))
+def test_nan_inf(kind, attrs):
+    """NaN, infinities, overflow and signed zeros land where the reference puts them."""
+    g = graph(kind, attrs)
+    inputs = make_inputs(g)
+    src = inputs[g.input_ports[0]].reshape(-1)
+    src[:len(SPECIALS)] = SPECIALS
+    if len(inputs) == 2:  # a NaN and an inf gradient too
+        inputs[g.input_ports[1]].reshape(-1)[-2:] = [np.nan, np.inf]
+    run_both(g, inputs)
+
+
+def test_round_ties_away_from_zero():
+    g = graph("Round", {})
+    x = np.resize(np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997], np.float32), SHAPE)
+    y = single_output(g, {g.input_ports[0]: x})
+    np.testing.assert_array_equal(y, np.resize(np.array([1, 2, 3, -1, -2, -3, 0, 0], np.float32), SHAPE))
+
+
+def test_clamp_backward_dst_at_f32_bound():
+    """dst clamped to f32(-1.3) / f32(0.7) is at the bound: no gradient."""
+    g = graph("ClampBackward", CLAMP)
+    dst = np.resize(np.array([-1.3, 0.7, 0.0, -1.2999], np.float32), SHAPE)
+    dx = single_output(g, dict(zip(g.input_ports, [dst, np.ones(SHAPE, np.float32)])))
+    np.testing.assert_array_equal(dx, np.resize(np.array([0, 0, 1, 1], np.float32), SHAPE))
+
+
+def test_reciprocal_of_zero_is_inf():
+    g = graph("Reciprocal", {})
+    x = np.resize(np.array([0.0, 2.0], np.float32), SHAPE)
+    y = single_output(g, {g.input_ports[0]: x})
+    np.testing.assert_array_equal(y, np.resize(np.array([np.inf, 0.5], np.float32), SHAPE))
+
+
+# ------------------------------------------------------------ shapes and layouts
+@pytest.mark.parametrize("kind, attrs, dt, shape", [
+    ("ReLU", {}, "f32", ()), ("GELU", {}, "bf16", ()), ("ReLUBackward", {}, "f32", ()),
+    ("Tanh", {}, "f32", (257,)), ("SigmoidBackward", {"use_dst": False}, "f16", (9,)),
+    ("Elu", {"alpha": 0.7}, "f32", (1, 7, 1)), ("Exp", {}, "f32", (2, 0, 3)),
+])
+def test_shapes(kind, attrs, dt, shape):
+    g = graph(kind, attrs, dt, shape)
+    out = single_output(g, make_inputs(g))
+    assert out.shape == shape
+
+
+def permuted(rng, shape, order, dt):
+    """Random data of logical ``shape`` laid out in memory in dim ``order``, and its
+    element strides."""
+    base = rng.uniform(-4, 4, [shape[d] for d in order]).astype(STORAGE[dt])
+    arr = base.transpose(np.argsort(order))
+    return arr, tuple(s // arr.itemsize for s in arr.strides)
+
+
+@pytest.mark.parametrize("kind, attrs, dt", [("GELU", {}, "f32"), ("Round", {}, "f32"), ("Exp", {}, "bf16"),
+                                             ("ReLUBackward", {"use_dst": False}, "f32"),
+                                             ("TanhBackward", {"use_dst": True}, "f16")])
+def test_strided_input(kind, attrs, dt):
+    """Input 0 laid out 'acb' (transposed, as a LogicalTensor with explicit strides),
+    the gradient input dense."""
+    rng = np.random.default_rng(0)
+    shape = (4, 5, 6)
+    x, strides = permuted(rng, shape, (0, 2, 1), dt)
+    assert strides == (30, 1, 5) and not x.flags.c_contiguous
+    g = graph(kind, attrs, dt, shape, strides)
+    inputs = {g.input_ports[0]: x}
+    if len(g.input_ports) == 2:
+        inputs[g.input_ports[1]] = rng.uniform(-2, 2, shape).astype(STORAGE[dt])
+    run_both(g, inputs)
+
+
+def test_strided_input_with_gaps():
+    """Every other column of a wider buffer (strides (12, 2))."""
+    x = np.random.default_rng(1).uniform(-4, 4, (5, 12)).astype(np.float32)[:, ::2]
+    g = graph("HardSwish", {}, "f32", x.shape, (12, 2))
+    run_both(g, {g.input_ports[0]: x})
+
+
+# ------------------------------------------------------------------ the corpus
+CORPUS = ["abs", "abs_bwd", "clamp", "clamp_bwd", "elu", "elu_bwd", "gelu", "hardsigmoid", "hardsigmoid_bwd",
+          "reciprocal", "relu", "relu_bwd", "softplus_bwd"]
+# harness_f32_ci: --op-kind substitutions and --op-attrs
+F32_CI = [("abs", k, None) for k in ["Exp", "GELU", "HardSwish", "Log", "Mish", "Round", "Sigmoid", "Sqrt",
+                                     "Square", "Tanh"]] + \
+         [("elu", "LeakyReLU", None)] + \
+         [("relu_bwd", k, None) for k in ["SigmoidBackward", "SqrtBackward", "TanhBackward"]] + \
+         [("hardsigmoid_bwd", None, {"alpha": 2.0, "beta": 1.0})]
+# harness_bf16_ci / harness_f16_ci: --dt with --op-kind or --op-attrs
+LOW_CI = [(case, kind, attrs, dt) for dt in ["bf16", "f16"] for case, kind, attrs in
+          [("abs_bwd", "AbsBackward", None), ("abs_bwd", "GELUBackward", None), ("abs_bwd", "MishBackward", None),
+           ("clamp_bwd", None, None), ("hardsigmoid", None, {"beta": 1.0})]]
+
+
+def corpus_graph(corpus, case, kind=None, attrs=None, dt=None):
+    """The JSON graph of op/f32/<case>.json with op 0's kind, attributes or every
+    tensor's dtype replaced, as benchdnn's --op-kind / --op-attrs / --dt do."""
+    d = json.loads((corpus / "f32" / f"{case}.json").read_text())
+    op = d["graph"][0]
+    if kind:
+        op["kind"] = kind
+    for name, value in (attrs or {}).items():
+        op["attrs"][name] = {"type": "f32", "value": value}
+    if dt:
+        for t in op["inputs"] + op["outputs"]:
+            t["dtype"] = dt
+    return graphc.load_graph(d)
+
+
+@pytest.mark.parametrize("case", CORPUS)
+def test_corpus(corpus, case):
+    run_both(graphc.load_graph(corpus / "f32" / f"{case}.json"))
+
+
+@pytest.mark.parametrize("case, kind, attrs", [pytest.param(c, k, a, id=f"{c}-{k or a}") for c, k, a in F32_CI])
+def test_corpus_f32_ci(corpus, case, kind, attrs):
+    run_both(corpus_graph(corpus, case, kind, attrs))
+
+
+@pytest.mark.parametrize("case, kind, attrs, dt", [pytest.param(*c, id=f"{c[0]}-{c[1] or c[2]}-{c[3]}")
+                                                   for c in LOW_CI])
+def test_corpus_low_precision_ci(corpus, case, kind, attrs, dt):
+    run_both(corpus_graph(corpus, case, kind, attrs, dt))
+
+
+def test_positive_input_ranges():
+    """Ops defined on positive src get positive generated data (graphc.fill)."""
+    for kind, attrs in [("Log", {}), ("Sqrt", {}), ("Reciprocal", {}), ("Pow", {"beta": 0.5}),
+                        ("SqrtBackward", {}), ("SqrtBackward", {"use_dst": False})]:
+        g = graph(kind, attrs)
+        x = make_inputs(g)[g.input_ports[0]]
+        assert x.min() > 0, kind
