@@ -1,12 +1,15 @@
 """Binary elementwise ops with numpy broadcasting, GreaterEqual and Select
 (docs: Add.md, Subtract.md, Multiply.md, Divide.md, Maximum.md, Minimum.md,
-SquaredDifference.md, GreaterEqual.md, Select.md)."""
+SquaredDifference.md, GreaterEqual.md, Select.md).
+
+Kernels compute in the widened type the loads give (f32 for floats, int64 for
+s32, so s32 sums are exact before the saturating store, as in the reference)."""
 from __future__ import annotations
 
 import numpy as np
 
-from .common import AUTO_BROADCAST, Binary, binary_shape
-from .schema import DtypeTable, In, OpSchema, Out, bad_shape
+from .common import AUTO_BROADCAST, Binary, Elementwise, binary_shape
+from .schema import DtypeTable, In, Out, bad_shape
 
 FLOAT_ROWS = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16")]
 SAME_FLOAT = DtypeTable(["src_0|src_1", "dst"], FLOAT_ROWS)
@@ -22,6 +25,9 @@ class Add(Binary):
     def fn(self, op, a, b):
         return a + b
 
+    def expr(self, op, a, b):
+        return f"{a} + {b}"
+
 
 class Subtract(Binary):
     kind = "Subtract"
@@ -29,6 +35,9 @@ class Subtract(Binary):
 
     def fn(self, op, a, b):
         return a - b
+
+    def expr(self, op, a, b):
+        return f"{a} - {b}"
 
 
 class Multiply(Binary):
@@ -39,6 +48,9 @@ class Multiply(Binary):
     def fn(self, op, a, b):
         return a * b
 
+    def expr(self, op, a, b):
+        return f"{a} * {b}"
+
 
 class Divide(Binary):
     kind = "Divide"
@@ -47,6 +59,9 @@ class Divide(Binary):
 
     def fn(self, op, a, b):
         return a / b
+
+    def expr(self, op, a, b):
+        return f"{a} / {b}"
 
 
 class Maximum(Binary):
@@ -57,6 +72,9 @@ class Maximum(Binary):
     def fn(self, op, a, b):
         return np.maximum(a, b)
 
+    def expr(self, op, a, b):
+        return f"np.maximum({a}, {b})"
+
 
 class Minimum(Binary):
     kind = "Minimum"
@@ -66,6 +84,9 @@ class Minimum(Binary):
     def fn(self, op, a, b):
         return np.minimum(a, b)
 
+    def expr(self, op, a, b):
+        return f"np.minimum({a}, {b})"
+
 
 class SquaredDifference(Binary):
     kind = "SquaredDifference"
@@ -74,6 +95,9 @@ class SquaredDifference(Binary):
 
     def fn(self, op, a, b):
         return (a - b) ** 2
+
+    def expr(self, op, a, b):
+        return f"({a} - {b}) * ({a} - {b})"
 
 
 class GreaterEqual(Binary):
@@ -85,8 +109,11 @@ class GreaterEqual(Binary):
     def fn(self, op, a, b):
         return a >= b
 
+    def expr(self, op, a, b):
+        return f"{a} >= {b}"
 
-class Select(OpSchema):
+
+class Select(Elementwise):
     """dst = cond ? src_0 : src_1.  With numpy broadcasting, src_0 and src_1
     broadcast to dst's shape and cond broadcasts one way into it."""
 
@@ -114,3 +141,6 @@ class Select(OpSchema):
 
     def reference(self, op, cond, a, b):
         return (np.where(cond, a, b),)
+
+    def expr(self, op, cond, a, b):
+        return f"({a} if {cond} else {b})"

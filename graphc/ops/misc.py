@@ -2,10 +2,14 @@
 (docs: GenIndex.md, Dropout.md, End.md, Wildcard.md)."""
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 
+from ..codegen.kernel import num, worth_parallel
 from ..errors import InvalidDataType, RuntimeFault, Unimplemented
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, norm_axis, same_dtype
+from .shuffle import index_nest, unravel
 
 ANY_COUNT = 10 ** 6
 
@@ -28,6 +32,12 @@ class GenIndex(OpSchema):
         axis = norm_axis(op, op.attr("axis"), src.ndim)
         index = np.arange(src.shape[axis]).reshape([-1 if i == axis else 1 for i in range(src.ndim)])
         return (np.broadcast_to(index, src.shape),)
+
+    def lower(self, op, kb, ins, outs):
+        dst = outs[0]
+        axis = norm_axis(op, op.attr("axis"), len(dst.shape))
+        with index_nest(kb, dst.shape, worth_parallel(dst.lt.nelems)) as ivars:
+            kb.line(dst.store_nd(ivars, ivars[axis] or "0"))
 
 
 # ------------------------------------------------------------------------ Dropout
@@ -61,6 +71,21 @@ def dropout_uniform(shape, seed: int, offset: int) -> np.ndarray:
                np.full_like(block, offset & 0xFFFFFFFF), np.full_like(block, offset >> 32))
     words = np.stack(philox4x32_10(counter, (seed & 0xFFFFFFFF, seed >> 32)), axis=1).reshape(-1)[:n]
     return (words.astype(np.float64) * 2.0 ** -32).reshape(shape)
+
+
+#: philox4x32_10 for kernels: the same rounds on uint64-held 32-bit words
+PHILOX_KERNEL_SOURCE = """\
+@njit(cache=True, inline="always", nogil=True)
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    lo = np.uint64(0xFFFFFFFF)
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & lo,
+                          (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & lo)
+        k0 = (k0 + np.uint64(0x9E3779B9)) & lo
+        k1 = (k1 + np.uint64(0xBB67AE85)) & lo
+    return c0, c1, c2, c3"""
 
 
 class Dropout(OpSchema):
@@ -107,6 +132,40 @@ class Dropout(OpSchema):
         mask = dropout_uniform(src.shape, int(seed.reshape(-1)[0]), int(offset.reshape(-1)[0])) > p
         dst = np.where(mask, src * (1.0 / (1.0 - p) if p < 1.0 else 0.0), 0.0)
         return (dst, mask.astype(np.uint8))[:len(op.outputs)]
+
+    def lower(self, op, kb, ins, outs):
+        """One Philox block per 4 elements (row-major), as :func:`dropout_uniform`."""
+        src, seed, offset, prob = ins
+        p, scale, low = kb.fresh("p"), kb.fresh("scale"), "np.uint64(0xFFFFFFFF)"
+        kb.line(f"{p} = np.float64({prob.load('0')})")
+        with kb.block(f"if not (0.0 <= {p} <= 1.0):"):
+            kb.line("return 0")
+        kb.line(f"{scale} = 1.0 / (1.0 - {p}) if {p} < 1.0 else 0.0")
+        key, ctr = kb.fresh("key"), kb.fresh("ctr")
+        kb.line(f"{key} = np.uint64({seed.load('0')})")
+        kb.line(f"{ctr} = np.uint64({offset.load('0')})")
+        if PHILOX_KERNEL_SOURCE not in kb.helpers:
+            kb.helpers.append(PHILOX_KERNEL_SOURCE)
+        n = src.lt.nelems
+        blk = kb.fresh("blk")
+        words = [kb.fresh("w") for _ in range(4)]
+        with kb.loop(blk, (n + 3) // 4, worth_parallel(n)):
+            kb.line(f"{', '.join(words)} = philox4x32_10(np.uint64({blk}) & {low}, np.uint64({blk}) >> np.uint64(32), "
+                    f"{ctr} & {low}, {ctr} >> np.uint64(32), {key} & {low}, {key} >> np.uint64(32))")
+            for j, w in enumerate(words):
+                # only the last block can run past the end
+                with kb.block(f"if {blk} * 4 + {j} < {n}:") if j >= n % 4 > 0 else nullcontext():
+                    ivars = unravel(kb, f"{blk} * 4 + {j}", src.shape)
+                    keep = kb.fresh("keep")
+                    kb.line(f"{keep} = np.float64({w}) * {num(2.0 ** -32)} > {p}")
+                    kb.line(outs[0].store_nd(ivars, f"{src.load_nd(ivars)} * {scale} if {keep} else 0.0"))
+                    if len(outs) > 1:
+                        kb.line(outs[1].store_nd(ivars, f"1 if {keep} else 0"))
+
+    def kernel_fault(self, op, status, inputs_by_id):
+        p = float(inputs_by_id[op.input("probability").id].reshape(-1)[0])
+        return RuntimeFault("dropout probability out of range", op=op, where="input 'probability'",
+                            expected="a value in [0, 1]", found=p)
 
 
 # ------------------------------------------------------------------------ markers

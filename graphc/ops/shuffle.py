@@ -1,18 +1,80 @@
 """Data movement ops (docs: Concat.md, StaticReshape.md, StaticTranspose.md,
 Reorder.md, TypeCast.md).  The reference works on logical arrays, so layout
 (strides) never changes values: Reorder and TypeCast are the identity there,
-TypeCast's rounding to nearest even being the executor's one rounding to dst."""
+TypeCast's rounding to nearest even being the executor's one rounding to dst.
+
+Kernels copy through the tensors' ArrayRefs (load_nd widens, store_nd narrows
+with RNE), looping in dst's memory order, so TypeCast, Reorder, StaticTranspose
+and Concat can anchor fusion; StaticReshape moves runs of elements by flat
+offsets.  The loop helpers here (``unravel``, ``index_nest``) serve other
+families too."""
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 
+from ..codegen.elementwise import collapse
+from ..codegen.kernel import worth_parallel
 from ..errors import InvalidGraphOp
 from .common import merged_shape
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, norm_axis, same_dtype
 
 SAME_FLOAT = same_dtype("src|dst", "f32,bf16,f16")
+
+
+# ------------------------------------------------------------------ kernel helpers
+def unravel(kb, flat: str, shape) -> list:
+    """Emit lines splitting the row-major index ``flat`` over ``shape``; returns one
+    index name per dim (None for size-1 dims, whose index is 0)."""
+    ivars = [None] * len(shape)
+    big = [k for k, d in enumerate(shape) if d != 1]
+    if not big:
+        return ivars
+    q = kb.fresh("q")
+    kb.line(f"{q} = {flat}")
+    for k in reversed(big):
+        ivars[k] = kb.fresh("i")
+        if k == big[0]:
+            kb.line(f"{ivars[k]} = {q}")
+        else:
+            # fresh names: numba's parfors reject overwriting what aliases the prange index
+            kb.line(f"{ivars[k]} = {q} % {shape[k]}")
+            q, prev = kb.fresh("q"), q
+            kb.line(f"{q} = {prev} // {shape[k]}")
+    return ivars
+
+
+@contextmanager
+def index_nest(kb, shape, parallel: bool):
+    """Loops over every multi-index of ``shape``: a flat loop over the leading dims
+    (prange when ``parallel``) around a loop over the last dim.  Yields one index
+    name per dim (None for size-1 dims)."""
+    shape = list(shape)
+    last = shape[-1] if shape else 1
+    rows = math.prod(shape[:-1])
+    r = kb.fresh("r")
+    with kb.loop(r, rows, parallel and rows > 1):
+        ivars = unravel(kb, r, shape[:-1])
+        if last == 1:
+            yield ivars + [None] * (len(shape) - len(ivars))
+            return
+        j = kb.fresh("j")
+        with kb.loop(j, last, parallel and rows == 1):
+            yield ivars + [j]
+
+
+@contextmanager
+def memory_order_nest(kb, shape, strides, parallel: bool):
+    """:func:`index_nest` over ``shape`` visiting dims in decreasing ``strides``
+    (innermost: the smallest); yields the index names in ``shape``'s dim order."""
+    order = sorted(range(len(shape)), key=lambda k: -strides[k])
+    with index_nest(kb, [shape[k] for k in order], parallel) as nest_vars:
+        ivars = [None] * len(shape)
+        for k, v in zip(order, nest_vars):
+            ivars[k] = v
+        yield ivars
 
 
 class Concat(OpSchema):
@@ -46,9 +108,30 @@ class Concat(OpSchema):
     def reference(self, op, *srcs):
         return (np.concatenate(srcs, axis=norm_axis(op, op.attr("axis"), srcs[0].ndim)),)
 
+    def lower(self, op, kb, ins, outs):
+        """Each src in turn, walked in dst's memory order, lands at its offset on axis."""
+        dst = outs[0]
+        axis = norm_axis(op, op.attr("axis"), len(dst.shape))
+        start = 0
+        for src in ins:
+            with memory_order_nest(kb, src.shape, dst.strides, worth_parallel(src.lt.nelems)) as ivars:
+                at = list(ivars)
+                if start:
+                    at[axis] = f"({ivars[axis]} + {start})" if ivars[axis] else str(start)
+                kb.line(dst.store_nd(at, src.load_nd(ivars)))
+            start += src.shape[axis]
+
 
 def _volume(shape) -> int:
     return -1 if -1 in shape else math.prod(shape)
+
+
+def _run_start(kb, flat, dims, strides):
+    """(name of the offset of element ``flat``, stride of the innermost merged dim)."""
+    ivars = unravel(kb, flat, dims)
+    b = kb.fresh("b")
+    kb.line(f"{b} = " + (" + ".join(f"{v} * {s}" for v, s in zip(ivars, strides) if v is not None) or "0"))
+    return b, strides[-1]
 
 
 class StaticReshape(OpSchema):
@@ -99,6 +182,28 @@ class StaticReshape(OpSchema):
     def reference(self, op, src):
         return (src.reshape(self.target(op, src.shape)),)
 
+    def lower(self, op, kb, ins, outs):
+        """Both tensors walk the same row-major element order.  On each side, dims
+        that step evenly through memory merge; a run of ``m`` elements (m divides
+        the innermost merged dim of both sides) then moves with one stride each."""
+        (src,), (dst,) = ins, outs
+        n = dst.lt.nelems
+        if n == 0:
+            return
+        sides = []
+        for ref in (src, dst):
+            dims, (strides,) = collapse(ref.shape, [ref.strides])
+            sides.append((dims or [1], strides or [0]))
+        m = math.gcd(sides[0][0][-1], sides[1][0][-1])
+        runs = n // m
+        par = worth_parallel(n)
+        c = kb.fresh("c")
+        with kb.loop(c, runs, par and runs > 1):
+            (sb, ss), (db, ds) = (_run_start(kb, f"{c} * {m}", dims, strides) for dims, strides in sides)
+            j = kb.fresh("j")
+            with kb.loop(j, m, par and runs == 1):
+                kb.line(dst.store(f"{db} + {j} * {ds}", src.load(f"{sb} + {j} * {ss}")))
+
 
 class StaticTranspose(OpSchema):
     kind = "StaticTranspose"
@@ -125,6 +230,14 @@ class StaticTranspose(OpSchema):
     def reference(self, op, src):
         return (np.transpose(src, self.order(op)),)
 
+    def lower(self, op, kb, ins, outs):
+        (src,), (dst,) = ins, outs
+        with memory_order_nest(kb, dst.shape, dst.strides, worth_parallel(dst.lt.nelems)) as ivars:
+            src_vars = [None] * len(ivars)
+            for v, o in zip(ivars, self.order(op)):
+                src_vars[o] = v
+            kb.line(dst.store_nd(ivars, src.load_nd(src_vars)))
+
 
 class SameShape(OpSchema):
     """dst has src's shape and values; only strides or dtype may differ (the
@@ -139,6 +252,12 @@ class SameShape(OpSchema):
 
     def reference(self, op, src):
         return (src,)
+
+    def lower(self, op, kb, ins, outs):
+        """Walks dst in its memory order; store_nd rounds to dst's dtype."""
+        (src,), (dst,) = ins, outs
+        with memory_order_nest(kb, dst.shape, dst.strides, worth_parallel(dst.lt.nelems)) as ivars:
+            kb.line(dst.store_nd(ivars, src.load_nd(ivars)))
 
 
 class Reorder(SameShape):

@@ -1,0 +1,212 @@
+"""Generated kernels of the binary ops (Add ... GreaterEqual, Select) and the
+Reduce ops against graphc's numpy reference: every op in every dtype its schema
+allows, broadcasting on either side, rank 0 and 1, non-dense strides, NaN and
+saturation edge cases, and the corpus graphs."""
+import numpy as np
+import pytest
+
+import graphc
+from graphc import reference
+from graphc.builder import GraphBuilder
+from graphc.errors import Unimplemented
+from graphc.fill import make_inputs
+from graphc.tolerances import assert_close
+
+from lower_check import check_compiled, corpus_files, kernel_params, one_op
+
+BINARY = ["Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "SquaredDifference", "GreaterEqual"]
+FLOATS = ["f32", "bf16", "f16"]
+# (src_0 shape, src_1 shape, dst shape): size-1 dims broadcast on either side, ranks differ
+BROADCASTS = [
+    ([3, 1, 5], [4, 1], [3, 4, 5]),
+    ([2, 3], [2, 3], [2, 3]),
+    ([1, 6], [5, 1], [5, 6]),
+    ([7], [2, 1, 1], [2, 1, 7]),
+]
+
+
+def _dst_dtype(kind, dt):
+    return "boolean" if kind == "GreaterEqual" else dt
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("kind", BINARY)
+def test_binary_float(kind, dt):
+    a, b, out = BROADCASTS[(BINARY.index(kind) + FLOATS.index(dt)) % len(BROADCASTS)]
+    g = one_op(kind, [(dt, a), (dt, b)], [(_dst_dtype(kind, dt), out)])
+    inputs = make_inputs(g, seed=BINARY.index(kind))
+    inputs[1].reshape(-1)[0] = 0  # a zero divisor, equal operands for GreaterEqual
+    inputs[0].reshape(-1)[0] = 0
+    if dt == "f32" and kind in ("Maximum", "Minimum"):
+        inputs[0].reshape(-1)[1] = np.nan
+        inputs[1].reshape(-1)[-1] = np.nan
+    check_compiled(g, inputs, what=f"{kind} {dt}")
+
+
+@pytest.mark.parametrize("kind,dts", [("Add", ("f32", "bf16")), ("Multiply", ("f16", "f32")),
+                                      ("Divide", ("bf16", "f32")), ("Subtract", ("f32", "f16"))])
+def test_binary_mixed_precision(kind, dts):
+    g = one_op(kind, [(dts[0], [4, 3]), (dts[1], [3])], [("f32", [4, 3])])
+    check_compiled(g, what=f"{kind} {dts}")
+
+
+@pytest.mark.parametrize("kind", ["Add", "Subtract", "GreaterEqual"])
+def test_binary_s32_saturates(kind):
+    g = one_op(kind, [("s32", [2, 4]), ("s32", [4])], [(_dst_dtype(kind, "s32"), [2, 4])])
+    big, small = 2 ** 31 - 1, -(2 ** 31)
+    a = np.array([[big, small, big, 5], [small, -3, 0, 7]], np.int32)
+    b = np.array([big, big, small, -5], np.int32)
+    got = check_compiled(g, {0: a, 1: b}, exact=True, what=kind)
+    if kind == "Add":
+        np.testing.assert_array_equal(got[2], [[big, -1, -1, 0], [-1, big - 3, small, 2]])
+    if kind == "Subtract":
+        np.testing.assert_array_equal(got[2], [[0, small, big, 10], [small, small, big, 12]])
+
+
+@pytest.mark.parametrize("kind,a,b", [("Add", [], []), ("Multiply", [], [5]), ("Maximum", [1], [6]),
+                                      ("GreaterEqual", [4], [])])
+def test_binary_rank_0_and_1(kind, a, b):
+    out = list(np.broadcast_shapes(tuple(a), tuple(b)))
+    g = one_op(kind, [("f32", a), ("f32", b)], [(_dst_dtype(kind, "f32"), out)])
+    check_compiled(g, what=kind)
+
+
+def test_binary_non_dense_strides():
+    # src_0 in a channels-last order, src_1 a strided slice, dst channels-last
+    g = one_op("SquaredDifference", [("f32", [2, 3, 4, 5], [60, 1, 15, 3]), ("f32", [3, 1, 5], [20, 7, 2])],
+               [("f32", [2, 3, 4, 5], [60, 1, 15, 3])])
+    check_compiled(g, what="SquaredDifference strided")
+    g = one_op("Divide", [("bf16", [6, 4], [1, 6]), ("bf16", [6, 4], [8, 2])], [("bf16", [6, 4], [1, 6])])
+    check_compiled(g, what="Divide strided")
+
+
+def test_binary_no_broadcast():
+    g = one_op("Minimum", [("f16", [3, 4]), ("f16", [3, 4])], [("f16", [3, 4])], {"auto_broadcast": "none"})
+    check_compiled(g, what="Minimum none")
+
+
+@pytest.mark.parametrize("dt,cond,a,b,out", [
+    ("f32", [1, 4], [1], [3, 4], [3, 4]),
+    ("bf16", [3, 1], [3, 4], [4], [3, 4]),
+    ("f16", [], [2, 1, 4], [3, 1], [2, 3, 4]),
+])
+def test_select(dt, cond, a, b, out):
+    g = one_op("Select", [("boolean", cond), (dt, a), (dt, b)], [(dt, out)])
+    check_compiled(g, exact=True, what=f"Select {dt}")
+
+
+def test_select_strided_and_rank_0():
+    g = one_op("Select", [("boolean", [4, 3], [1, 4]), ("f32", [4, 3], [6, 2]), ("f32", [3])],
+               [("f32", [4, 3], [1, 4])])
+    check_compiled(g, exact=True, what="Select strided")
+    g = one_op("Select", [("boolean", []), ("f32", []), ("f32", [])], [("f32", [])],
+               {"auto_broadcast": "none"})
+    for c in (True, False):
+        got = check_compiled(g, {0: np.array(c), 1: np.array(1.5, np.float32), 2: np.array(-2.0, np.float32)},
+                             exact=True)
+        assert got[3] == (1.5 if c else -2.0)
+
+
+@pytest.mark.parametrize("path", corpus_files(["add", "select", "greaterequal"]), ids=lambda p: p.stem)
+def test_binary_corpus(path, corpus):
+    g = graphc.load_graph(path)
+    check_compiled(g, what=path.name)
+
+
+# ------------------------------------------------------------------------ Reduce
+REDUCE = ["ReduceL1", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum"]
+# (src shape, axes, keep_dims): a kept dim of smaller stride than the reduced ones
+# (lanes), two reduced loops, the innermost dim reduced, lane tiles (300 > 256),
+# empty axes (a copy), every axis, a size-1 reduced axis
+REDUCE_CASES = [
+    ([3, 4, 5], [1], True),
+    ([3, 4, 5], [0, 2], False),
+    ([2, 3, 4], [-1], False),
+    ([4, 300], [0], False),
+    ([2, 3, 4], [], True),
+    ([2, 3, 4], [0, 1, 2], True),
+    ([2, 1, 5], [-2, 0], False),
+]
+
+
+def _reduced(shape, axes, keep):
+    axes = [a % len(shape) for a in axes]
+    return [1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes]
+
+
+def _reduce_inputs(g, kind, seed):
+    x = make_inputs(g, seed=seed)
+    if kind == "ReduceProd":  # keep products of up to 300 values in range
+        x[0] = (1 + x[0].astype(np.float32) / 64).astype(x[0].dtype)
+    return x
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("kind", REDUCE)
+def test_reduce(kind, dt):
+    shape, axes, keep = REDUCE_CASES[(REDUCE.index(kind) + 3 * FLOATS.index(dt)) % len(REDUCE_CASES)]
+    g = one_op(kind, [(dt, shape)], [(dt, _reduced(shape, axes, keep))], {"axes": axes, "keep_dims": keep})
+    check_compiled(g, _reduce_inputs(g, kind, REDUCE.index(kind)), what=f"{kind} {dt} {axes}")
+
+
+@pytest.mark.parametrize("kind", ["ReduceMax", "ReduceMin"])
+def test_reduce_max_min_propagate_nan(kind):
+    g = one_op(kind, [("f32", [3, 6])], [("f32", [3])], {"axes": [1]})
+    x = make_inputs(g)
+    x[0][1, 0] = np.nan  # first in its row: later values must not replace it
+    x[0][2, 4] = np.nan
+    got = check_compiled(g, x, what=kind)
+    assert np.isnan(got[1][1:]).all() and not np.isnan(got[1][0])
+
+
+def test_reduce_rank_0_and_1():
+    g = one_op("ReduceSum", [("f32", [])], [("f32", [])], {"axes": []})
+    check_compiled(g, exact=True)
+    g = one_op("ReduceMean", [("bf16", [9])], [("bf16", [])], {"axes": [-1]})
+    check_compiled(g)
+
+
+def test_reduce_non_dense_strides():
+    # channels-last src reduced over H, W (lanes over C); the kept N, C land in a strided dst
+    g = one_op("ReduceMean", [("f32", [2, 5, 3, 4], [60, 1, 20, 5])], [("f32", [2, 5, 1, 1], [1, 2, 1, 1])],
+               {"axes": [2, 3], "keep_dims": True})
+    check_compiled(g)
+    g = one_op("ReduceL2", [("f16", [4, 6], [1, 8])], [("f16", [6])], {"axes": [0]})
+    check_compiled(g)
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice")
+@pytest.mark.parametrize("kind,expected", [("ReduceMax", -np.inf), ("ReduceSum", 0.0), ("ReduceMean", np.nan)])
+def test_reduce_over_no_elements(kind, expected):
+    g = one_op(kind, [("f32", [0, 3])], [("f32", [3])], {"axes": [0]})
+    got = check_compiled(g, {0: np.zeros((0, 3), np.float32)})
+    np.testing.assert_array_equal(got[1], np.full(3, expected, np.float32))
+
+
+def test_reduce_axes_input_is_not_lowered():
+    g = one_op("ReduceSum", [("f32", [2, 3]), ("s32", [1])], [("f32", [-1])])
+    assert not g.get_partitions()[0].is_supported()
+    with pytest.raises(Unimplemented):
+        graphc.compile(g)
+
+
+@pytest.mark.parametrize("path", corpus_files([k.lower() for k in REDUCE]), ids=lambda p: p.stem)
+def test_reduce_corpus(path, corpus):
+    g = graphc.load_graph(path)
+    check_compiled(g, what=path.name)
+
+
+def test_reduce_anchors_fused_post_ops():
+    # the reduction's store_nd runs the post-ops: one kernel, no scratch buffer
+    b = GraphBuilder()
+    x, y = b.tensor("f32", [4, 3, 50]), b.tensor("f32", [4, 1, 50])
+    t = b.op("ReduceMax", [x], [("f32", [-1, -1, -1])], {"axes": [1], "keep_dims": True})[0]
+    t = b.op("Multiply", [t, y])[0]
+    b.op("ReLU", [t])
+    g = b.finalize()
+    cg = graphc.compile(g)
+    assert len(cg.compiled) == 1 and not [p for p in kernel_params(cg)[0] if p.startswith("t")]
+    inputs = make_inputs(g)
+    got, want = cg.run(inputs), reference.run(g, inputs)
+    for tid in want:
+        assert_close(got[tid], want[tid], "f32")

@@ -1,0 +1,181 @@
+"""Generated kernels of the shuffle ops (Concat, StaticReshape, StaticTranspose,
+Reorder, TypeCast) and GenIndex and Dropout against graphc's numpy reference,
+bit for bit: every dtype the schemas allow, rank 0 and 1, non-dense strides on
+either side, special values through TypeCast, Philox masks, and the corpus."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import graphc
+from graphc import reference
+from graphc.builder import GraphBuilder, single_op_graph
+from graphc.errors import RuntimeFault, Unimplemented
+from graphc.fill import make_inputs
+from graphc.tolerances import assert_close
+
+from lower_check import check_compiled, corpus_files, kernel_params, one_op
+
+NP = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
+
+
+# ------------------------------------------------------------------------ Concat
+@pytest.mark.parametrize("dt,ins,out,axis", [
+    # one transposed input; dst in a (0, 2, 1) memory order
+    ("f32", [([2, 3, 4],), ([2, 1, 4], [1, 8, 2]), ([2, 5, 4],)], ([2, 9, 4], [36, 1, 9]), 1),
+    ("bf16", [([3],), ([0],), ([4],)], ([7],), 0),  # rank 1, with an empty input
+    ("f16", [([2, 2],), ([2, 3],)], ([2, 5],), -1),
+])
+def test_concat(dt, ins, out, axis):
+    g = one_op("Concat", [(dt, *spec) for spec in ins], [(dt, *out)], {"axis": axis})
+    check_compiled(g, exact=True, what=f"Concat {dt}")
+
+
+# ----------------------------------------------------------------- StaticReshape
+@pytest.mark.parametrize("dt,src,dst,shape,special_zero", [
+    ("f32", ([4, 6],), ([2, 3, 4],), [2, -1, 4], False),
+    ("bf16", ([3, 4, 5], [1, 3, 12]), ([3, 20],), [0, -1], True),  # column-major src: runs of 3
+    ("f16", ([6],), ([2, 1, 3], [1, 7, 2]), [2, 1, 3], False),     # strided dst
+    ("f32", ([4, 6], [1, 4]), ([3, 8], [1, 3]), [3, 8], False),    # both column-major
+    ("f32", ([],), ([1, 1],), [1, 1], False),
+    ("bf16", ([1],), ([],), [], False),
+])
+def test_static_reshape(dt, src, dst, shape, special_zero):
+    g = one_op("StaticReshape", [(dt, *src)], [(dt, *dst)], {"shape": shape, "special_zero": special_zero})
+    check_compiled(g, exact=True, what=f"StaticReshape {dt} {shape}")
+
+
+# --------------------------------------------------------------- StaticTranspose
+@pytest.mark.parametrize("dt,src,dst,order", [
+    ("f32", ([2, 3, 4],), ([4, 2, 3],), [2, 0, 1]),
+    ("bf16", ([5, 6], [1, 5]), ([6, 5],), [-1, 0]),
+    ("f16", ([7], [2]), ([7],), [0]),
+    ("f32", ([],), ([],), []),
+])
+def test_static_transpose(dt, src, dst, order):
+    g = one_op("StaticTranspose", [(dt, *src)], [(dt, *dst)], {"order": order})
+    check_compiled(g, exact=True, what=f"StaticTranspose {dt} {order}")
+
+
+# ----------------------------------------------------------------------- Reorder
+@pytest.mark.parametrize("dt,shape,src_strides,dst_strides", [
+    ("f32", [2, 3, 4, 5], None, [60, 1, 15, 3]),    # to channels-last
+    ("bf16", [2, 3, 4, 5], [60, 1, 15, 3], None),   # from channels-last
+    ("f16", [4, 6], [1, 4], [8, 1]),                # column-major to padded rows
+    ("f32", [5], [3], None),
+    ("bf16", [], None, None),
+])
+def test_reorder(dt, shape, src_strides, dst_strides):
+    g = one_op("Reorder", [(dt, shape, src_strides)], [(dt, shape, dst_strides)])
+    check_compiled(g, exact=True, what=f"Reorder {dt}")
+
+
+# ---------------------------------------------------------------------- TypeCast
+# NaN, infinities, signed zero, ties between bf16/f16 neighbours (RNE), values
+# that overflow f16, f16 subnormals and the smallest one's half
+F32_SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -11,
+                         1 + 3 * 2 ** -11, 65504.0, 65520.0, 7e4, -1e38, 3e-5, -2 ** -24, 2 ** -25,
+                         3 * 2 ** -26, 1e-40], np.float32)
+
+
+@pytest.mark.parametrize("src,dst,shape,src_strides,dst_strides", [
+    ("f32", "bf16", [17], None, None),
+    ("f32", "f16", [17], [2], None),
+    ("bf16", "f32", [3, 4], None, [1, 3]),
+    ("f16", "f32", [3, 4], [1, 3], None),
+    ("f32", "bf16", [], None, None),
+])
+def test_typecast(src, dst, shape, src_strides, dst_strides):
+    g = one_op("TypeCast", [(src, shape, src_strides)], [(dst, shape, dst_strides)])
+    x = make_inputs(g)
+    if src == "f32" and shape:
+        x[0] = F32_SPECIALS.reshape(shape)
+    elif src == "f32":
+        x[0] = np.array(1 + 2 ** -8, np.float32)
+    else:  # every special value the narrow type holds
+        x[0].reshape(-1)[:6] = np.array([np.nan, np.inf, -np.inf, -0.0, 2 ** -24, 65504.0]).astype(NP[src])
+    check_compiled(g, x, exact=True, what=f"TypeCast {src}->{dst}")
+
+
+def test_typecast_anchors_fused_chain():
+    # TypeCast reads and writes through load_nd / store_nd, so an eltwise chain
+    # around it runs in its loop: one kernel, no scratch buffer
+    b = GraphBuilder()
+    x, y = b.tensor("f32", [5, 8]), b.tensor("f32", [8])
+    t = b.op("Add", [x, y])[0]
+    t = b.op("TypeCast", [t], [("bf16", [-1, -1])])[0]
+    b.op("Abs", [t])
+    g = b.finalize()
+    cg = graphc.compile(g)
+    assert len(cg.compiled) == 1 and not [p for p in kernel_params(cg)[0] if p.startswith("t")]
+    inputs = make_inputs(g)
+    got, want = cg.run(inputs), reference.run(g, inputs)
+    for tid in want:
+        assert_close(got[tid], want[tid], "bf16")
+
+
+# ---------------------------------------------------------------------- GenIndex
+@pytest.mark.parametrize("dt,src,dst,axis", [
+    ("f32", ([3, 4, 5],), ([3, 4, 5],), 1),
+    ("bf16", ([2, 3], [1, 2]), ([2, 3], [1, 4]), -1),
+    ("f16", ([6],), ([6],), 0),
+])
+def test_genindex(dt, src, dst, axis):
+    g = one_op("GenIndex", [(dt, *src)], [("s32", *dst)], {"axis": axis})
+    check_compiled(g, exact=True, what=f"GenIndex {dt}")
+
+
+# ----------------------------------------------------------------------- Dropout
+def _dropout_graph(dt, shape, seed_dt, offset_dt, mask=True, strides=None):
+    outs = [(dt, shape)] + ([("u8", shape)] if mask else [])
+    return one_op("Dropout", [(dt, shape, strides), (seed_dt, [1]), (offset_dt, []), ("f32", [1])], outs)
+
+
+def _dropout_inputs(g, seed, offset, p):
+    x = make_inputs(g)
+    x[1] = np.array([seed], dtype=g.tensors[1].dtype.np)
+    x[2] = np.array(offset, dtype=g.tensors[2].dtype.np)
+    x[3] = np.array([p], np.float32)
+    return x
+
+
+@pytest.mark.parametrize("dt,shape,seed_dt,offset_dt,seed,offset,p,strides", [
+    ("f32", [37], "s32", "u32", -7, 3_000_000_000, 0.3, None),        # 37: the last Philox block is partial
+    ("bf16", [3, 5, 7], "u32", "s32", 4_000_000_000, -2, 0.5, [1, 3, 15]),
+    ("f16", [2, 3], "s8", "u8", 5, 200, 0.75, None),
+    ("f32", [300, 129], "s32", "s32", 12345, 678, 0.25, None),          # big enough for prange
+    ("f32", [], "u8", "u8", 9, 1, 0.5, None),
+])
+def test_dropout_matches_reference_bit_for_bit(dt, shape, seed_dt, offset_dt, seed, offset, p, strides):
+    g = _dropout_graph(dt, shape, seed_dt, offset_dt, strides=strides)
+    got = check_compiled(g, _dropout_inputs(g, seed, offset, p), exact=True, what=f"Dropout {dt}")
+    mask = got[g.ops[0].outputs[1].id]
+    if mask.size > 1000:
+        assert abs(mask.mean() - (1 - p)) < 0.02
+
+
+def test_dropout_edge_probabilities_and_faults():
+    g = _dropout_graph("f16", [2, 3], "s32", "s32", mask=False)
+    for p in (0.0, 1.0):
+        check_compiled(g, _dropout_inputs(g, 1, 2, p), exact=True, what=f"Dropout p={p}")
+    cg = graphc.compile(g)
+    for p in (1.5, -0.25, np.nan):
+        with pytest.raises(RuntimeFault, match="probability"):
+            cg.run(_dropout_inputs(g, 1, 2, p))
+
+
+# ------------------------------------------------------------------- not lowered
+def test_wildcard_is_not_lowered():
+    g = single_op_graph("Wildcard", [("f32", [2])], [("f32", [2])])
+    assert not g.get_partitions()[0].is_supported()
+    with pytest.raises(Unimplemented):
+        graphc.compile(g)
+
+
+# ------------------------------------------------------------------------ corpus
+CORPUS = ["concat", "concat_2", "concat_3", "static_reshape", "static_transpose", "reorder", "typecast", "genindex"]
+
+
+@pytest.mark.parametrize("path", corpus_files(CORPUS), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_shuffle_misc_corpus(path, corpus):
+    g = graphc.load_graph(path)
+    check_compiled(g, exact=True, what=path.name)
