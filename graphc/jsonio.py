@@ -10,6 +10,8 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
+
 from .errors import GraphcError, InvalidArguments, InvalidGraphOp
 from .graph import Graph
 from .op import Op
@@ -195,9 +197,19 @@ def lt_to_json(t: LogicalTensor) -> dict:
             "layout_type": t.layout_type.value, "property_type": t.property_type.value}
 
 
+def _f32_text(x: float) -> float:
+    """The shortest decimal that reads back as the same f32 (1e-05, not 9.99999974e-06)."""
+    return float(str(np.float32(x)))
+
+
 def attr_to_json(spec, value) -> dict:
+    typ = spec.type if spec is not None else "string"
+    if typ == "f32":
+        value = _f32_text(value)
+    elif typ == "f32[]":
+        value = [_f32_text(x) for x in value]
     v = list(value) if isinstance(value, tuple) else value
-    return {"type": spec.type if spec is not None else "string", "value": v}
+    return {"type": typ, "value": v}
 
 
 def dump_graph(graph: Graph) -> dict:

@@ -114,7 +114,10 @@ def _coerce_scalar(t, v):
     if t == "f32":
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise TypeError
-        return float(v)
+        # the f32 value oneDNN computes with (e.g. a dst clamped to f32(min) compares
+        # equal to min), kept as a Python float
+        with np.errstate(over="ignore"):
+            return float(np.float32(v))
     if t == "s64":
         if isinstance(v, float) and v.is_integer():
             v = int(v)
