@@ -1,7 +1,9 @@
 """The loop nest shared by every elementwise kernel (and fused eltwise chains).
 
-Outputs share one shape; inputs broadcast to it (numpy rules).  Dims that are
-contiguous in every array are merged, so dense tensors run as one flat loop.
+Outputs share one shape; inputs broadcast to it (numpy rules).  Loops run in
+the first output's memory order (so NXC tensors stream like dense ones), and
+dims that are contiguous in every array are merged, so dense tensors run as one
+flat loop.
 """
 from __future__ import annotations
 
@@ -41,7 +43,10 @@ def emit_elementwise(kb: KernelBuilder, outs: list[ArrayRef], ins: list[ArrayRef
     expression per output from the names of the loaded input values."""
     shape = outs[0].shape
     arrs = list(outs) + list(ins)
-    dims, strides = collapse(shape, [aligned_strides(a, shape) for a in arrs])
+    all_strides = [aligned_strides(a, shape) for a in arrs]
+    # memory order of the first output: largest stride outermost (stable for ties)
+    order = sorted(range(len(shape)), key=lambda k: -all_strides[0][k] if shape[k] > 1 else 0)
+    dims, strides = collapse([shape[k] for k in order], [[s[k] for k in order] for s in all_strides])
     total = 1
     for d in dims:
         total *= d
