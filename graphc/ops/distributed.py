@@ -9,11 +9,15 @@ the sum / sum of squares form cancels) and normalizes the local slice.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ..codegen.kernel import num, worth_parallel
 from ..comm import agree, allgather_array, default_comm, rank_and_size
 from ..errors import GraphcError, InvalidArguments, InvalidGraphOp, RuntimeFault
 from .common import F
+from .seed import LANES, F32View, emit_lanes, linear, nd_view, tree_sum, unravel, view, views
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
                      same_dtype)
 
@@ -24,6 +28,25 @@ def _check_rows(op, port="src"):
     if t.ndim == 0 or t.shape[-1] == 0:
         raise bad_shape(op, "rows must be non-empty: the shape must be [..., W] with W > 0", where=f"port '{port}'",
                         found=list(t.shape))
+
+
+def emit_rows(kb, x, body):
+    """A loop over the rows of ``x`` ([..., W]), in parallel when worth it;
+    ``body(lead)`` emits one row's code given the indices of its leading dims."""
+    rows = math.prod(x.shape[:-1])
+    r = kb.fresh("r")
+    with kb.loop(r, rows, worth_parallel(rows * x.shape[-1]) and rows > 1):
+        body(unravel(kb, r, x.shape[:-1]))
+
+
+def emit_row_sum(kb, n: int, term) -> str:
+    """Emit the float64 sum of term(j) for j < n over independent running sums
+    (see emit_lanes); returns its expression."""
+    lanes = [kb.fresh("acc") for _ in range(min(LANES, n))]
+    for a in lanes:
+        kb.line(f"{a} = 0.0")
+    emit_lanes(kb, n, lambda j, k: kb.line(f"{lanes[k]} += {term(j)}"), len(lanes))
+    return tree_sum(lanes)
 
 
 def merge_stats(stats: np.ndarray, width: int):
@@ -55,6 +78,23 @@ class LayerNormPreAllGather(OpSchema):
         mean = x.mean(axis=-1, keepdims=True)
         m2 = ((x - mean) ** 2).sum(axis=-1, keepdims=True)
         return (np.concatenate([mean, m2], axis=-1),)
+
+    def lower(self, op, kb, ins, outs):
+        """Per row (rows in parallel): the mean, then M2 around it, both in float64."""
+        x, stats = view(ins[0]), view(outs[0])
+        w = x.shape[-1]
+        bx, mean, m2 = kb.fresh("bx"), kb.fresh("mean"), kb.fresh("m2")
+
+        def row(lead):
+            kb.line(f"{bx} = {x.offset(lead + ['0'])}")
+
+            def at(j):
+                return x.load(linear([j], [x.strides[-1]], bx))
+            kb.line(f"{mean} = {emit_row_sum(kb, w, at)} / {w}")
+            kb.line(f"{m2} = {emit_row_sum(kb, w, lambda j: f'({at(j)} - {mean}) ** 2')}")
+            kb.line(stats.store(stats.offset(lead + ["0"]), mean))
+            kb.line(stats.store(stats.offset(lead + ["1"]), m2))
+        emit_rows(kb, x, row)
 
 
 class AllGather(OpSchema):
@@ -188,3 +228,32 @@ class LayerNormPostAllGather(OpSchema):
         if gamma is not None:
             y = y * gamma + beta
         return (y,)
+
+    def lower(self, op, kb, ins, outs):
+        """Per row (rows in parallel): Chan's merge of the P (mean, M2) pairs in
+        float64, then dst = (x - mean) * rstd [* gamma + beta] along the row, in
+        float64 rounded to float32 (then to bf16/f16: the loop stays vectorized).
+        src is read through load_nd and dst written through store_nd (fusion)."""
+        x, y = nd_view(ins[0]), nd_view(outs[0], F32View)
+        stats, *affine = views(ins[1:])
+        w, shards = x.shape[-1], stats.shape[-1] // 2
+        mean, m2, rstd, p, j = (kb.fresh(n) for n in ("mean", "m2", "rstd", "p", "j"))
+
+        def row(lead):
+            def stat(k):
+                return stats.load(stats.offset(lead + [f"2 * {p} + {k}"]))
+            kb.line(f"{mean} = 0.0")
+            with kb.loop(p, shards):
+                kb.line(f"{mean} += {stat(0)}")
+            kb.line(f"{mean} /= {shards}")
+            kb.line(f"{m2} = 0.0")
+            with kb.loop(p, shards):
+                kb.line(f"{m2} += {stat(1)} + {w} * ({stat(0)} - {mean}) ** 2")
+            kb.line(f"{rstd} = 1.0 / math.sqrt({m2} / {shards * w} + {num(op.attr('epsilon'))})")
+            with kb.loop(j, w):
+                v = f"({x.load_nd(lead + [j])} - {mean}) * {rstd}"
+                if affine:
+                    g, b = (t.load(t.offset([j])) for t in affine)
+                    v = f"{v} * {g} + {b}"
+                kb.line(y.store_nd(lead + [j], f"np.float32({v})"))
+        emit_rows(kb, x, row)

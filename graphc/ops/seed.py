@@ -2,9 +2,17 @@
 EmbeddingBackward (ttnn.embedding_bw), SwiGlu and SwiGluGrad (aclnnSwiGluGrad)."""
 from __future__ import annotations
 
+import math
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+import numba
 import numpy as np
 
+from ..codegen.elementwise import aligned_strides, collapse, emit_elementwise
+from ..codegen.kernel import ArrayRef, num, worth_parallel
 from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
+from ..types import DataType
 from .common import AUTO_BROADCAST, F, binary_shape, merged_shape, unbroadcast
 from .eltwise import _sigmoid
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
@@ -15,6 +23,333 @@ _DIFF_SRCS = ("diff_src_0", "diff_src_1")
 
 def _shapes_agree(a, b) -> bool:
     return len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b))
+
+
+# ------------------------------------------------------------ codegen helpers
+#: parallel work items a kernel splits its work into (a few per thread, for balance)
+CHUNKS = max(8, 2 * numba.config.NUMBA_NUM_THREADS)
+
+
+def uidx(expr: str) -> str:
+    """An index as unsigned: numba then skips its negative-index wraparound, whose
+    per-element select would turn vector loads and stores into gathers and scatters."""
+    return f"np.uint64({expr})"
+
+
+_FROM_F32 = {DataType.bf16: "f32_to_bf16", DataType.f16: "f32_to_f16"}
+
+
+class ArrayView(ArrayRef):
+    """A kernel argument indexed without wraparound (offsets are never negative)."""
+
+    def load(self, idx: str) -> str:
+        return super().load(uidx(idx))
+
+    def store(self, idx: str, value: str) -> str:
+        return super().store(uidx(idx), value)
+
+    def store_int(self, idx: str, value: str) -> str:
+        return super().store_int(uidx(idx), value)
+
+    def bits(self, idx: str) -> str:
+        """The stored element unconverted (for copies between tensors of one dtype)."""
+        return f"{self.name}[{uidx(idx)}]"
+
+    def store_f32(self, idx: str, value: str) -> str:
+        """Store a float32 value: bf16/f16 round straight from it (store's round-to-odd
+        step for float64 values would keep the loop from vectorizing)."""
+        if self.dtype in _FROM_F32:
+            return f"{self.name}[{uidx(idx)}] = {_FROM_F32[self.dtype]}({value})"
+        return ArrayView.store(self, idx, value)
+
+
+class F32View(ArrayView):
+    """An ArrayView whose stores take float32 values (see store_f32)."""
+
+    def store(self, idx: str, value: str) -> str:
+        return self.store_f32(idx, value)
+
+
+def view(ref: ArrayRef, cls=ArrayView) -> ArrayView:
+    return cls(ref.name, ref.lt)
+
+
+def views(refs) -> list[ArrayView]:
+    return [view(r) for r in refs]
+
+
+def nd_view(ref: ArrayRef, cls=ArrayView) -> ArrayRef:
+    """For lowerings that index through load_nd / store_nd only: ``ref`` as ``cls``
+    when it is a plain kernel argument; the refs fusion gives an anchor for a
+    prologue or epilogue compute their values there and stay as they are."""
+    return view(ref, cls) if type(ref) is ArrayRef else ref
+
+
+def emit_nd(kb, shape, body) -> None:
+    """A loop nest over ``shape`` (rank >= 1), the last dim innermost: the other dims
+    flattened into rows, in parallel when the work is worth it (the last dim when
+    there is one row); ``body(ivars)`` emits one element's code, ivars one index
+    expression per dim."""
+    rows, inner = math.prod(shape[:-1]), shape[-1]
+    par = worth_parallel(rows * inner)
+    j = kb.fresh("j")
+    if rows == 1:
+        with kb.loop(j, inner, par):
+            body(["0"] * (len(shape) - 1) + [j])
+        return
+    r = kb.fresh("r")
+    with kb.loop(r, rows, par):
+        lead = unravel(kb, r, shape[:-1])
+        with kb.loop(j, inner):
+            body(lead + [j])
+
+
+def unravel(kb, var: str, dims) -> list[str]:
+    """Emit the split of flat index ``var`` over ``dims`` (row-major); one index
+    expression per dim.  Each step is a fresh name: numba's parfor pass rejects
+    reassigning a copy of a prange index."""
+    names = [""] * len(dims)
+    q = var
+    for k in range(len(dims) - 1, 0, -1):
+        names[k] = kb.fresh("i")
+        kb.line(f"{names[k]} = {q} % {dims[k]}")
+        nxt = kb.fresh("q")
+        kb.line(f"{nxt} = {q} // {dims[k]}")
+        q = nxt
+    if dims:
+        names[0] = q
+    return names
+
+
+def linear(ivars, strides, base: str = "") -> str:
+    """``base + i0 * s0 + ...`` skipping zero strides; "0" when empty."""
+    terms = [base] if base and base != "0" else []
+    terms += [v if s == 1 else f"{v} * {s}" for v, s in zip(ivars, strides) if s]
+    return " + ".join(terms) if terms else "0"
+
+
+def dense(dims) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(dims):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+#: independent running sums of a sum along a row
+LANES = 8
+
+
+def emit_lanes(kb, n: int, element, lanes: int) -> None:
+    """A loop over j < n unrolled ``lanes`` times: ``element(j, lane)`` emits the
+    code of element j, lane = j % lanes (0 in the remainder loop)."""
+    jj = kb.fresh("jj")
+    if lanes == 1:
+        with kb.loop(jj, n):
+            element(jj, 0)
+        return
+    with kb.loop(jj, n // lanes):
+        for k in range(lanes):
+            element(f"({jj} * {lanes} + {k})", k)
+    if n % lanes:
+        j = kb.fresh("j")
+        with kb.loop(j, f"{n - n % lanes}, {n}"):
+            element(j, 0)
+
+
+def tree_sum(names) -> str:
+    """Pairwise sum expression of ``names``."""
+    while len(names) > 1:
+        names = [f"({a} + {b})" for a, b in zip(names[::2], names[1::2])] + names[len(names) - len(names) % 2:]
+    return names[0]
+
+
+def split_last(dims, strides, most: int = 8192, block: int = 4096):
+    """Split a last dim longer than ``most`` into (n / f, f), f <= block, so that its
+    rows can spread over threads; unchanged when n has no divisor in [block / 8, block]."""
+    n = dims[-1]
+    if n <= most:
+        return dims, strides
+    for f in range(block, block // 8 - 1, -1):
+        if n % f == 0:
+            return dims[:-1] + [n // f, f], [s[:-1] + [s[-1] * f, s[-1]] for s in strides]
+    return dims, strides
+
+
+def emit_sum_to(kb, src: ArrayRef, outs) -> None:
+    """Each of ``outs`` gets ``src`` summed over the dims it broadcasts along
+    (numpy rules), accumulated in float64 (complex128 for c64) and rounded to
+    float32, then to bf16/f16.  One pass over src serves every output whose
+    scratch stays small; outputs equal to src are copies."""
+    shape = src.shape
+    if 0 in shape:
+        for o in outs:
+            emit_elementwise(kb, [o], [], lambda kb_, vals: ["0"])
+        return
+    arrs = [src, *outs]
+    dims, strides = collapse(shape, [aligned_strides(a, shape) for a in arrs])
+    if not dims:
+        dims, strides = [1], [[0] for _ in arrs]
+    dims, strides = split_last(dims, strides)
+    total = math.prod(dims)
+    par = worth_parallel(total)
+    budget = max(total // 2, 1 << 16)
+    pairs = list(zip(outs, strides[1:]))
+    copies = [(o, s) for o, s in pairs if all(s)]
+    reds = [(o, s) for o, s in pairs if not all(s)]
+    plan = _SumPlan(dims, reds, par, budget)
+    plans = [plan] if plan.fits or len(reds) < 2 else [_SumPlan(dims, [r], par, budget) for r in reds]
+    for n, p in enumerate(plans):
+        p.emit(kb, src, strides[0], copies if n == 0 else [])
+
+
+class _SumPlan:
+    """One pass over src.  The outer dims kept by every summed output run in parallel
+    (P); the others (Q) are walked inside each work item into small local
+    accumulators; when P alone is too short to share out, Q is also cut into
+    ``nch`` chunks whose partial sums a second loop adds up."""
+
+    def __init__(self, dims, reds, par, budget):
+        last = len(dims) - 1
+        self.dims, self.reds, self.par, self.last = dims, reds, par, last
+        self.P = [d for d in range(last) if all(s[d] for _, s in reds)]
+        self.Q = [d for d in range(last) if d not in self.P]
+        self.nP = math.prod(dims[d] for d in self.P)
+        self.nQ = math.prod(dims[d] for d in self.Q)
+        # per summed output: the dims its local accumulator spans (kept Q dims, and the last if kept)
+        self.local = [[d for d in self.Q if s[d]] + ([last] if s[last] else []) for _, s in reds]
+        self.size = [math.prod(dims[d] for d in loc) for loc in self.local]
+        self.nch = 1
+        if par and reds and self.nP < CHUNKS:
+            self.nch = min(self.nQ, -(-CHUNKS // self.nP))
+        per_chunk = self.nP * sum(self.size)
+        #: whether the partial sums of every chunk fit in the scratch budget; if not, fewer chunks
+        self.fits = self.nch == 1 or per_chunk * self.nch <= budget
+        if not self.fits:
+            self.nch = max(1, budget // per_chunk)
+
+    def emit(self, kb, src, ssrc, copies):
+        dims, P, Q, nch = self.dims, self.P, self.Q, self.nch
+        zero, adt = ("0j", "np.complex128") if src.dtype is DataType.c64 else ("0.0", "np.float64")
+        nw = self.nP * nch
+        nth = min(nw, CHUNKS) if self.par else 1
+        reds = [_Red(o, s, loc, size, kb.fresh("acc"), kb.fresh("part") if nch > 1 else None)
+                for (o, s), loc, size in zip(self.reds, self.local, self.size)]
+        for r in reds:
+            if r.part:
+                kb.line(f"{r.part} = np.empty(({nw}, {r.size}), {adt})")
+        t = kb.fresh("chunk")
+        with kb.loop(t, nth, nth > 1):
+            for r in reds:
+                if r.size > 1:
+                    kb.line(f"{r.acc} = np.empty({r.size}, {adt})")
+            w = kb.fresh("w")
+            with kb.loop(w, f"{t} * {nw} // {nth}, ({t} + 1) * {nw} // {nth}"):
+                p, c = w, None
+                if nch > 1:
+                    p, c = kb.fresh("p"), kb.fresh("c")
+                    kb.line(f"{p} = {w} // {nch}")
+                    kb.line(f"{c} = {w} % {nch}")
+                ip = unravel(kb, p, [dims[d] for d in P])
+                for r in reds:
+                    if r.size == 1:
+                        kb.line(f"{r.acc} = {zero}")
+                    else:
+                        with kb.loop(li := kb.fresh("l"), r.size):
+                            kb.line(f"{r.acc}[{uidx(li)}] = {zero}")
+                q = kb.fresh("q")
+                with kb.loop(q, f"{c} * {self.nQ} // {nch}, ({c} + 1) * {self.nQ} // {nch}" if c else self.nQ):
+                    iq = unravel(kb, q, [dims[d] for d in Q])
+                    self._row(kb, src, ssrc, copies, reds, ip, iq, zero)
+                for r in reds:
+                    if r.part:
+                        if r.size == 1:
+                            kb.line(f"{r.part}[{w}, 0] = {r.acc}")
+                        else:
+                            with kb.loop(li := kb.fresh("l"), r.size):
+                                kb.line(f"{r.part}[{w}, {uidx(li)}] = {r.acc}[{uidx(li)}]")
+                    else:
+                        self._store(kb, r, linear(ip, [r.strides[d] for d in P]),
+                                    lambda li, r=r: r.acc if r.size == 1 else f"{r.acc}[{uidx(li)}]")
+        if nch == 1:
+            return
+        p = kb.fresh("p")
+        with kb.loop(p, self.nP, self.par and self.nP > 1):
+            ip = unravel(kb, p, [dims[d] for d in P])
+            for r in reds:
+                def total(li, r=r):
+                    v, c = kb.fresh("sum"), kb.fresh("c")
+                    kb.line(f"{v} = {zero}")
+                    with kb.loop(c, nch):
+                        kb.line(f"{v} += {r.part}[{p} * {nch} + {c}, {uidx(li)}]")
+                    return v
+                self._store(kb, r, linear(ip, [r.strides[d] for d in P]), total)
+
+    def _row(self, kb, src, ssrc, copies, reds, ip, iq, zero):
+        """One row of src (the last dim) at outer indices ip (P dims) and iq (Q dims)."""
+        dims, P, Q, last = self.dims, self.P, self.Q, self.last
+
+        def row(strides):
+            return linear(iq, [strides[d] for d in Q], linear(ip, [strides[d] for d in P]))
+        rs = kb.fresh("rs")
+        kb.line(f"{rs} = {row(ssrc)}")
+        rcopy = []
+        for o, s in copies:
+            rcopy.append(kb.fresh("rc"))
+            kb.line(f"{rcopy[-1]} = {row(s)}")
+        for r in reds:
+            lq = [d for d in r.local if d != last]
+            r.row = kb.fresh("rl")
+            kb.line(f"{r.row} = {linear([iq[Q.index(d)] for d in lq], dense([dims[d] for d in r.local])[:len(lq)])}")
+        # sums along the row keep LANES running sums (kernels are compiled without
+        # fastmath: one running sum would serialize the adds)
+        row_sums = [r for r in reds if not r.strides[last]]
+        lanes = min(LANES, dims[last]) if row_sums else 1
+        for r in row_sums:
+            r.lanes = [kb.fresh("racc") for _ in range(lanes)]
+            for a in r.lanes:
+                kb.line(f"{a} = {zero}")
+        vals = [kb.fresh("v") for _ in range(lanes)]
+
+        def element(j, lane):
+            at = linear([j], [ssrc[last]], rs)
+            v = vals[lane]
+            if reds:
+                kb.line(f"{v} = {src.load(at)}")
+            for (o, s), rc in zip(copies, rcopy):
+                kb.line(o.store_int(linear([j], [s[last]], rc), src.bits(at)))
+            for r in reds:
+                if r.strides[last]:
+                    kb.line(f"{r.acc}[{uidx(linear([j], [1], r.row))}] += {v}")
+                else:
+                    kb.line(f"{r.lanes[lane]} += {v}")
+        emit_lanes(kb, dims[last], element, lanes)
+        for r in row_sums:
+            kb.line(f"{r.acc}{'' if r.size == 1 else f'[{uidx(r.row)}]'} += {tree_sum(r.lanes)}")
+
+    def _store(self, kb, r, base, value):
+        """Store ``value(local index)`` at every element of r's local block at ``base``."""
+        ivars = [kb.fresh("u") for _ in r.local]
+        with ExitStack() as nest:
+            for u, d in zip(ivars, r.local):
+                nest.enter_context(kb.loop(u, self.dims[d]))
+            v = value(linear(ivars, dense([self.dims[d] for d in r.local])))
+            at = linear(ivars, [r.strides[d] for d in r.local], base)
+            kb.line(r.out.store(at, v) if r.out.dtype is DataType.c64 else r.out.store_f32(at, f"np.float32({v})"))
+
+
+@dataclass
+class _Red:
+    """A summed output of a _SumPlan pass: its accumulator spans the dims ``local``."""
+
+    out: ArrayView
+    strides: list
+    local: list
+    size: int
+    acc: str
+    part: str | None
+    row: str = ""
+    lanes: list = field(default_factory=list)
 
 
 # ------------------------------------------------------------------ AddBackward
@@ -58,6 +393,9 @@ class AddBackward(OpSchema):
         srcs = {"diff_src_0": a, "diff_src_1": b}
         return tuple(unbroadcast(dy, srcs[name].shape) for name in op.output_names)
 
+    def lower(self, op, kb, ins, outs):
+        emit_sum_to(kb, view(ins[0]), views(outs))
+
 
 # ------------------------------------------------------------ EmbeddingBackward
 class EmbeddingBackward(OpSchema):
@@ -100,22 +438,127 @@ class EmbeddingBackward(OpSchema):
     def infer(self, op):
         return [op.input("weight").shape]
 
+    def index_fault(self, op, idx, position: int) -> RuntimeFault:
+        """The error for the out-of-range index at flat ``position`` of ``idx``."""
+        pos = np.unravel_index(position, idx.shape)
+        return RuntimeFault("index out of range", op=op, where=f"port 'indices', position {list(map(int, pos))}",
+                            expected=f"[0, {op.input('weight').shape[0]})", found=int(idx.reshape(-1)[position]))
+
     def reference(self, op, idx, w, dy):
         num, dim = w.shape
         flat = idx.reshape(-1)
         bad = np.flatnonzero((flat < 0) | (flat >= num))
         if bad.size:
-            pos = np.unravel_index(bad[0], idx.shape)
-            raise RuntimeFault("index out of range", op=op, where=f"port 'indices', position {list(map(int, pos))}",
-                               expected=f"[0, {num})", found=int(flat[bad[0]]))
+            raise self.index_fault(op, idx, int(bad[0]))
         dw = np.zeros((num, dim))
         np.add.at(dw, flat, dy.reshape(-1, dim))
         if op.attr("padding_idx") is not None:
             dw[op.attr("padding_idx")] = 0.0
         return (dw,)
 
+    def kernel_fault(self, op, status, inputs_by_id):
+        return self.index_fault(op, np.asarray(inputs_by_id[op.input("indices").id]), status)
+
+    def lower(self, op, kb, ins, outs):
+        """Validate every index first; then group the tokens by row (a counting
+        sort) and let each row of diff_weight sum its tokens' diff_dst rows in a
+        float64 accumulator, rows in parallel: every row is written once, no races.
+        Sums round to float32, then to bf16/f16 (keeps the stores vectorized)."""
+        idx, _, dy = views(ins)
+        dw = view(outs[0])
+        rows, dim = dw.shape
+        n = idx.lt.nelems
+        v = {name: kb.fresh(name) for name in
+             ("ids", "first", "fill", "order", "i", "x", "r", "lo", "cnt", "bw", "by", "acc", "k", "j")}
+
+        def line(text):
+            kb.line(text.format(**v))
+        # 1. indices, checked in logical order before anything is written
+        line(f"{{ids}} = np.empty({n}, np.int64)")
+        dims, (st,) = collapse(idx.shape, [idx.strides])
+        with kb.loop(v["i"], n):
+            kb.line(f"{v['x']} = {idx.load(linear(unravel(kb, v['i'], dims), st))}")
+            with kb.block("if {x} < 0 or {x} >= {rows}:".format(rows=rows, **v)):
+                line("return {i}")
+            line("{ids}[{i}] = {x}")
+        # 2. tokens grouped by row: row r's tokens are order[first[r]:first[r + 1]]
+        line(f"{{first}} = np.zeros({rows + 1}, np.int64)")
+        with kb.loop(v["i"], n):
+            line("{first}[{ids}[{i}] + 1] += 1")
+        with kb.loop(v["i"], rows):
+            line("{first}[{i} + 1] += {first}[{i}]")
+        line(f"{{fill}} = {{first}}[:{rows}].copy()")
+        line(f"{{order}} = np.empty({n}, np.int64)")
+        with kb.loop(v["i"], n):
+            line("{order}[{fill}[{ids}[{i}]]] = {i}")
+            line("{fill}[{ids}[{i}]] += 1")
+        # 3. rows of diff_weight
+        lead, (sd,) = collapse(dy.shape[:-1], [dy.strides[:-1]])
+        pad = op.attr("padding_idx")
+        out = linear([v["j"]], [dw.strides[1]], v["bw"])
+
+        def dy_at(tok):
+            kb.line(f"{v['by']} = {linear(unravel(kb, tok, lead), sd)}")
+            return linear([v["j"]], [dy.strides[-1]], v["by"])
+        with kb.loop(v["r"], rows, worth_parallel(rows * dim) and rows > 1):
+            line("{lo} = {first}[{r}]")
+            line("{cnt} = {first}[{r} + 1] - {lo}")
+            line(f"{{bw}} = {{r}} * {dw.strides[0]}")
+            with kb.block("if {cnt} == 0".format(**v) + (f" or {v['r']} == {num(pad)}:" if pad is not None else ":")):
+                with kb.loop(v["j"], dim):
+                    kb.line(dw.store_int(out, "0"))
+            with kb.block("elif {cnt} == 1:".format(**v)):
+                at = dy_at("{order}[{lo}]".format(**v))
+                with kb.loop(v["j"], dim):
+                    kb.line(dw.store_f32(out, dy.load(at)))
+            with kb.block("else:"):
+                line(f"{{acc}} = np.zeros({dim}, np.float64)")
+                with kb.loop(v["k"], "{lo}, {lo} + {cnt}".format(**v)):
+                    at = dy_at("{order}[{k}]".format(**v))
+                    with kb.loop(v["j"], dim):
+                        kb.line(f"{v['acc']}[{uidx(v['j'])}] += {dy.load(at)}")
+                with kb.loop(v["j"], dim):
+                    kb.line(dw.store_f32(out, f"np.float32({v['acc']}[{uidx(v['j'])}])"))
+
 
 # --------------------------------------------------------------- SwiGlu family
+#: kernel helpers: a float32 sigmoid from a polynomial exp (Cephes expf) that
+#: vectorizes, unlike a call to libm's tanh or exp; relative error < 3e-7.
+SIGMOID_F32 = """\
+from graphc.codegen.runtime import bits_to_f32, f32_to_bits
+
+
+@njit(cache=True, inline="always", nogil=True)
+def exp_neg_f32(x):
+    # exp(x) for x <= 0; 0 below -87 (and for NaN).  x = n ln2 + r, n rounded to
+    # nearest by the 1.5 * 2^23 shift, which also leaves n in t's low bits for 2^n
+    xc = x if x > np.float32(-87.0) else np.float32(-87.0)
+    t = xc * np.float32(1.4426950408889634) + np.float32(12582912.0)
+    n = t - np.float32(12582912.0)
+    r = xc - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    p = p * r * r + r + np.float32(1.0)
+    y = p * bits_to_f32((f32_to_bits(t) + np.uint32(127 - 0x4B400000)) << np.uint32(23))
+    return y if x > np.float32(-87.0) else np.float32(0.0)
+
+
+@njit(cache=True, inline="always", nogil=True)
+def sigmoid_f32(x):
+    x = np.float32(x)  # the 1.5 * 2^23 shift rounds in float32 only
+    e = exp_neg_f32(-abs(x))
+    return (np.float32(1.0) if x >= np.float32(0.0) else e) / (np.float32(1.0) + e)"""
+
+
+def use_sigmoid_f32(kb) -> None:
+    if SIGMOID_F32 not in kb.helpers:
+        kb.helpers.append(SIGMOID_F32)
+
+
 def _swish_halves(x, axis):
     a, b = np.split(x, 2, axis=axis)
     return a, b, _sigmoid(a)
@@ -146,6 +589,18 @@ class _SwiGluBase(OpSchema):
         shape[axis] = -1 if shape[axis] == -1 else shape[axis] // 2
         return tuple(shape)
 
+    def emit_halves(self, op, kb, shape, body) -> None:
+        """A loop over ``shape`` (src's with dim halved); body(ia, ib) emits one
+        element's code given the multi-indices of its A and B halves in src."""
+        axis = self.split_axis(op)
+
+        def element(ivars):
+            ib = list(ivars)
+            ib[axis] = f"({ivars[axis]} + {shape[axis]})"
+            body(ivars, ib)
+        use_sigmoid_f32(kb)
+        emit_nd(kb, shape, element)
+
 
 class SwiGlu(_SwiGluBase):
     kind = "SwiGlu"
@@ -163,6 +618,17 @@ class SwiGlu(_SwiGluBase):
     def reference(self, op, x):
         a, b, s = _swish_halves(x, self.split_axis(op))
         return (a * s * b,)
+
+    def lower(self, op, kb, ins, outs):
+        """One loop over dst in float32 (prologues fuse into the loads of src,
+        epilogues into the store of dst; their values are taken as float32)."""
+        x, y = nd_view(ins[0]), nd_view(outs[0], F32View)
+        a = kb.fresh("xa")  # (kernel arguments are a0, a1, ...)
+
+        def element(ia, ib):
+            kb.line(f"{a} = np.float32({x.load_nd(ia)})")
+            kb.line(y.store_nd(ia, f"{a} * sigmoid_f32({a}) * np.float32({x.load_nd(ib)})"))
+        self.emit_halves(op, kb, y.shape, element)
 
 
 class SwiGluGrad(_SwiGluBase):
@@ -190,3 +656,19 @@ class SwiGluGrad(_SwiGluBase):
         da = dy * b * s * (1.0 + a * (1.0 - s))
         db = dy * a * s
         return (np.concatenate([da, db], axis=axis),)
+
+    def lower(self, op, kb, ins, outs):
+        """One loop over diff_dst in float32 writing both halves of diff_src."""
+        dy, x = (nd_view(r) for r in ins)
+        dx = nd_view(outs[0], F32View)
+        g, a, b, s = (kb.fresh(n) for n in ("dy", "xa", "xb", "sig"))
+        one = "np.float32(1.0)"
+
+        def element(ia, ib):
+            kb.line(f"{g} = np.float32({dy.load_nd(ia)})")
+            kb.line(f"{a} = np.float32({x.load_nd(ia)})")
+            kb.line(f"{b} = np.float32({x.load_nd(ib)})")
+            kb.line(f"{s} = sigmoid_f32({a})")
+            kb.line(dx.store_nd(ia, f"{g} * {b} * {s} * ({one} + {a} * ({one} - {s}))"))
+            kb.line(dx.store_nd(ib, f"{g} * {a} * {s}"))
+        self.emit_halves(op, kb, dy.shape, element)
