@@ -15,7 +15,7 @@ from numba.core import types as nbtypes
 from numba.np.numpy_support import from_dtype
 
 from .errors import GraphcError, InvalidArguments, RuntimeFault, Unimplemented
-from .codegen.cache import load_kernel
+from .codegen.cache import compile_kernel, load_kernel
 from .codegen.kernel import KERNEL_VIEW, KernelBuilder
 from .reference import check_input_array
 from .types import LogicalTensor, dense_strides
@@ -53,6 +53,8 @@ def flat_view(arr: np.ndarray, lt: LogicalTensor) -> np.ndarray:
         arr = arr.view(view_dt)
     if arr.size == 0:
         return np.empty(0, dtype=arr.dtype)
+    if arr.flags.c_contiguous:  # (the caller made arr's strides lt's): the cheap view
+        return arr.reshape(-1)
     span = 1 + sum((d - 1) * s for d, s in zip(lt.shape, lt.strides))
     return np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(arr.itemsize,))
 
@@ -214,7 +216,7 @@ def compile_partition(partition, inputs=None, outputs=None) -> CompiledPartition
             lt = in_lts[ref] if kind == "in" else out_lts[ref] if kind == "out" else ref
             dt = np.dtype(KERNEL_VIEW.get(lt.dtype, lt.dtype.np))
             sig.append(nbtypes.Array(from_dtype(dt), 1, "C"))
-        kernel.compile(tuple(sig))
+        compile_kernel(kernel, tuple(sig))
     cp = CompiledPartition(partition, in_lts, out_lts, ops, known, source, kernel, plan, runner)
     cp.compile_seconds = time.perf_counter() - t0
     return cp
@@ -239,6 +241,7 @@ class CompiledGraph:
         self._at_run: dict[tuple, CompiledPartition] = {}   # (partition id, input shapes) -> compiled
         self._collectives = [collective_runner(p.ops) for p in self.partitions]
         self._constant_cache: dict[int, dict] = {}   # partition id -> outputs (constant tensor cache)
+        self._input_ports, self._output_ports = graph.input_ports, graph.output_ports  # (a topological sort each)
 
     @property
     def source(self) -> str:
@@ -263,11 +266,11 @@ class CompiledGraph:
         if not isinstance(inputs, dict):
             raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
         failure = None
-        missing = [tid for tid in self.graph.input_ports if tid not in inputs]
+        missing = [tid for tid in self._input_ports if tid not in inputs]
         if missing:
             failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
                                        expected=repr(self.graph.tensors[missing[0]]))
-        values = {tid: inputs[tid] for tid in self.graph.input_ports if tid in inputs}
+        values = {tid: inputs[tid] for tid in self._input_ports if tid in inputs}
         for i, p in enumerate(self.partitions):
             collective = self._collectives[i]
             if failure is not None:
@@ -289,7 +292,7 @@ class CompiledGraph:
             values.update(outs)
         if failure is not None:
             raise failure
-        return {tid: values[tid] for tid in self.graph.output_ports}
+        return {tid: values[tid] for tid in self._output_ports}
 
 
 def _resolved(lt: LogicalTensor, value) -> LogicalTensor:

@@ -5,7 +5,8 @@ each generated module is written into the cache folder under a name derived
 from the hash of its source (which holds every shape, stride, dtype and
 attribute value the kernel depends on) and imported from there, so that
 numba's on-disk cache (``cache=True``) serves its machine code to the next
-process.
+process; :func:`compile_kernel` loads it from there without numba's full
+target refresh.
 
 Folder: ``$GRAPHC_CACHE_DIR`` or ``~/.cache/graphc``, with one subfolder per
 graphc/numba/python version and per version of the runtime helpers.
@@ -80,3 +81,28 @@ def load_kernel(source: str, entry: str = "kernel"):
         fn = getattr(module, entry)
         _mem[key] = fn
         return fn
+
+
+def compile_kernel(fn, sig: tuple) -> None:
+    """``fn.compile(sig)`` for a dispatcher from :func:`load_kernel`, taking a kernel
+    found in numba's on-disk cache without the target refresh numba does first
+    (which imports every numba registry, and scipy, for about 0.4 s in a fresh
+    process): loaded machine code needs only numba's runtime.  Anything else
+    (a cache miss, numba internals not as expected) takes numba's own path."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.runtime import rtsys
+
+    with global_compiler_lock:
+        if sig in fn.overloads:
+            return
+        try:
+            rtsys.initialize(fn.targetctx)
+            cres = fn._cache._load_overload(sig, fn.targetctx)
+        except Exception:  # noqa: BLE001 - any surprise: numba's path below
+            cres = None
+        if cres is not None:   # as numba's Dispatcher.compile does with a cache hit
+            fn._cache_hits[sig] += 1
+            fn.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+            fn.add_overload(cres)
+            return
+    fn.compile(sig)

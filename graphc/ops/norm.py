@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen.grouped import Nest, VDim, each_element, tensor_vdims
+from ..codegen.kernel import num
 from ..errors import InvalidGraphOp
 from .common import merged_shape
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, merge_dim,
@@ -112,6 +114,56 @@ def other_axes(ndim, axis):
     return tuple(i for i in range(ndim) if i != axis)
 
 
+# ------------------------------------------------------------------ lowering
+class Moments:
+    """Each group's mean and biased variance, in two passes over ``x`` (the
+    second about the mean rounded to f32, then corrected); declare before
+    ``nest.groups()``, ``emit`` inside it."""
+
+    def __init__(self, nest: Nest):
+        self.nest = nest
+        self.sum, self.sq = nest.acc(), nest.acc()
+        self.mean, self.var = nest.stat("np.float64"), nest.stat("np.float64")
+        self.mean32 = nest.stat()
+
+    def emit(self, kb, x):
+        nest, n = self.nest, self.nest.reduced_count
+        with nest.pass_(self.sum) as iv:
+            kb.line(self.sum.add(x.load_nd(iv)))
+        with nest.per_group():
+            kb.line(self.mean.set(f"{self.sum.value} / {n}"))
+            kb.line(self.mean32.set(self.mean.ref))
+        with nest.pass_(self.sq) as iv:
+            d = kb.fresh("d")
+            kb.line(f"{d} = {x.load_nd(iv)} - {self.mean32.ref}")
+            kb.line(self.sq.add(f"{d} * {d}"))
+        with nest.per_group():
+            kb.line(self.var.set(f"{self.sq.value} / {n} - ({self.mean.ref} - {self.mean32.ref}) ** 2"))
+
+    def normalized(self, x: str, inv, shift) -> str:
+        """(x - mean) * inv as (x - mean32) * inv + shift, ``shift`` set by ``set_shift``."""
+        return f"(({x} - {self.mean32.ref}) * {inv.ref} + {shift.ref})"
+
+    def set_shift(self, shift, inv: str) -> str:
+        return shift.set(f"({self.mean32.ref} - {self.mean.ref}) * {inv}")
+
+
+def inv_std(var: str, eps) -> str:
+    return f"(1.0 / np.sqrt({var} + {num(eps)}))"
+
+
+def aligned_ivars(iv, shape) -> list:
+    """The index expressions of a tensor of ``shape`` broadcasting (numpy) against
+    one indexed by ``iv``: its dims align with the trailing ones, size-1 dims at 0."""
+    lead = len(iv) - len(shape)
+    return [None if d == 1 else iv[lead + j] for j, d in enumerate(shape)]
+
+
+def trailing_nest(kb, ref, begin: int) -> Nest:
+    """Groups over dims ..begin-1 of ``ref``, reduced over begin.. (LayerNorm style)."""
+    return Nest(kb, tensor_vdims(ref, set(range(begin))))
+
+
 # -------------------------------------------------------------------- BatchNorm
 class _BatchNorm(OpSchema):
     family = "norm"
@@ -147,6 +199,20 @@ class BatchNormInference(_BatchNorm):
         gamma, beta, mean, variance = (channel_view(v, src.ndim, ca) for v in (gamma, beta, mean, variance))
         return (gamma * normalize(src, mean, variance, op.attr("epsilon")) + beta,)
 
+    def lower(self, op, kb, ins, outs):
+        # dst = (src - mean) * scale + beta, scale = gamma / sqrt(variance + epsilon) first
+        src, gamma, beta, mean, variance = ins
+        ca = channel_dim(op)
+        scale, c = kb.fresh("scale"), kb.fresh("c")
+        kb.line(f"{scale} = np.empty({src.shape[ca]}, np.float32)")
+        with kb.loop(c, src.shape[ca]):
+            kb.line(f"{scale}[{c}] = {gamma.load_nd([c])} * "
+                    f"{inv_std(f'np.float64({variance.load_nd([c])})', op.attr('epsilon'))}")
+        with each_element(kb, src) as iv:
+            c = [iv[ca]]
+            kb.line(outs[0].store_nd(iv, f"({src.load_nd(iv)} - {mean.load_nd(c)}) * {scale}[{iv[ca] or 0}] + "
+                                         f"{beta.load_nd(c)}"))
+
 
 class BatchNormForwardTraining(_BatchNorm):
     kind = "BatchNormForwardTraining"
@@ -180,6 +246,34 @@ class BatchNormForwardTraining(_BatchNorm):
         m = op.attr("momentum", DEFAULT_MOMENTUM)
         return dst, m * mean + (1 - m) * bmean, m * variance + (1 - m) * bvar, bmean, bvar
 
+    def lower(self, op, kb, ins, outs):
+        src, mean, variance = ins[:3]
+        gamma, beta = ins[3:] if len(ins) == 5 else (None, None)
+        dst, running_mean, running_var, batch_mean, batch_var = outs
+        ca = channel_dim(op)
+        nest = Nest(kb, tensor_vdims(src, {ca}))
+        mom = Moments(nest)
+        scale, shift = nest.stat(), nest.stat()
+        m = num(op.attr("momentum", DEFAULT_MOMENTUM))
+        with nest.groups():
+            mom.emit(kb, src)
+            with nest.per_group():
+                c = [nest.iv[ca]]
+                inv = kb.fresh("inv")
+                kb.line(f"{inv} = {inv_std(mom.var.ref, op.attr('epsilon'))}")
+                if gamma is not None:
+                    kb.line(f"{inv} = {inv} * {gamma.load_nd(c)}")
+                kb.line(scale.set(inv))
+                kb.line(mom.set_shift(shift, inv))
+                if beta is not None:
+                    kb.line(shift.set(f"{shift.ref} + {beta.load_nd(c)}"))
+                kb.line(running_mean.store_nd(c, f"{m} * {mean.load_nd(c)} + (1 - {m}) * {mom.mean.ref}"))
+                kb.line(running_var.store_nd(c, f"{m} * {variance.load_nd(c)} + (1 - {m}) * {mom.var.ref}"))
+                kb.line(batch_mean.store_nd(c, mom.mean.ref))
+                kb.line(batch_var.store_nd(c, mom.var.ref))
+            with nest.pass_() as iv:
+                kb.line(dst.store_nd(iv, mom.normalized(src.load_nd(iv), scale, shift)))
+
 
 class BatchNormTrainingBackward(_BatchNorm):
     kind = "BatchNormTrainingBackward"
@@ -210,6 +304,39 @@ class BatchNormTrainingBackward(_BatchNorm):
         if not with_affine:
             return (dx,)
         return dx, (diff_dst * xhat).sum(axis=axes), diff_dst.sum(axis=axes)
+
+    def lower(self, op, kb, ins, outs):
+        # dx = a * dy + b * (x - mean) + k per channel, from the sums of dy and dy * (x - mean)
+        src, diff_dst, mean, variance = ins[:4]
+        with_affine = len(outs) == 3
+        gamma = ins[4] if with_affine and len(ins) == 5 else None
+        ca = channel_dim(op)
+        nest = Nest(kb, tensor_vdims(src, {ca}))
+        s_dy, s_dyx = nest.acc(), nest.acc()
+        m, a, b, k = (nest.stat() for _ in range(4))
+        count = nest.reduced_count
+        with nest.groups():
+            c = [nest.iv[ca]]
+            with nest.per_group():
+                kb.line(m.set(mean.load_nd(c)))
+            with nest.pass_(s_dy, s_dyx) as iv:
+                d = kb.fresh("d")
+                kb.line(f"{d} = {diff_dst.load_nd(iv)}")
+                kb.line(s_dy.add(d))
+                kb.line(s_dyx.add(f"{d} * ({src.load_nd(iv)} - {m.ref})"))
+            with nest.per_group():
+                inv, g = kb.fresh("inv"), kb.fresh("g")
+                kb.line(f"{inv} = {inv_std(f'np.float64({variance.load_nd(c)})', op.attr('epsilon'))}")
+                kb.line(f"{g} = {inv}" if gamma is None else f"{g} = {gamma.load_nd(c)} * {inv}")
+                kb.line(a.set(g))
+                kb.line(b.set(f"-{g} * {inv} * {inv} * {s_dyx.value} / {count}"))
+                kb.line(k.set(f"-{g} * {s_dy.value} / {count}"))
+                if with_affine:
+                    kb.line(outs[1].store_nd(c, f"{s_dyx.value} * {inv}"))
+                    kb.line(outs[2].store_nd(c, s_dy.value))
+            with nest.pass_() as iv:
+                kb.line(outs[0].store_nd(iv, f"{a.ref} * {diff_dst.load_nd(iv)} + "
+                                             f"{b.ref} * ({src.load_nd(iv)} - {m.ref}) + {k.ref}"))
 
 
 # -------------------------------------------------------------------- LayerNorm
@@ -257,6 +384,25 @@ class LayerNorm(_LayerNorm):
         lead = src.shape[:self.begin(op)]
         return (dst, mean.reshape(lead), var.reshape(lead))[:len(op.outputs)]
 
+    def lower(self, op, kb, ins, outs):
+        src, b = ins[0], self.begin(op)
+        gamma, beta = ins[1:] if len(ins) == 3 and op.attr("use_affine") else (None, None)
+        nest = trailing_nest(kb, src, b)
+        mom = Moments(nest)
+        inv, shift = nest.stat(), nest.stat()
+        with nest.groups():
+            mom.emit(kb, src)
+            with nest.per_group():
+                kb.line(inv.set(inv_std(mom.var.ref, op.attr("epsilon"))))
+                kb.line(mom.set_shift(shift, inv.ref))
+                for out, v in zip(outs[1:], (mom.mean, mom.var)):
+                    kb.line(out.store_nd(nest.iv[:b], v.ref))
+            with nest.pass_() as iv:
+                y = mom.normalized(src.load_nd(iv), inv, shift)
+                if gamma is not None:
+                    y = f"{y} * {gamma.load_nd(iv[b:])} + {beta.load_nd(iv[b:])}"
+                kb.line(outs[0].store_nd(iv, y))
+
 
 class LayerNormBackward(_LayerNorm):
     kind = "LayerNormBackward"
@@ -294,6 +440,47 @@ class LayerNormBackward(_LayerNorm):
             return (dx,)
         lead = tuple(range(self.begin(op)))
         return dx, (diff_dst * xhat).sum(axis=lead), diff_dst.sum(axis=lead)
+
+    def lower(self, op, kb, ins, outs):
+        # dx = inv * g + b * (x - mean) + k, g = dy * gamma, from the sums of g and g * (x - mean)
+        src, diff_dst, mean, variance = ins[:4]
+        gamma = ins[4] if op.attr("use_affine") else None
+        b = self.begin(op)
+        nest = trailing_nest(kb, src, b)
+        s_g, s_gx = nest.acc(), nest.acc()
+        m, inv, bx, k = (nest.stat() for _ in range(4))
+        d_gamma, d_beta = (nest.column_acc(), nest.column_acc()) if len(outs) == 3 else (None, None)
+        count = nest.reduced_count
+        with nest.groups():
+            with nest.per_group():
+                lead = nest.iv[:b]
+                kb.line(m.set(mean.load_nd(lead)))
+                kb.line(inv.set(inv_std(f"np.float64({variance.load_nd(lead)})", op.attr("epsilon"))))
+
+            def g_and_x(iv):
+                dy, g, xm = kb.fresh("dy"), kb.fresh("g"), kb.fresh("xm")
+                kb.line(f"{dy} = {diff_dst.load_nd(iv)}")
+                kb.line(f"{g} = {dy}" if gamma is None else f"{g} = {dy} * {gamma.load_nd(iv[b:])}")
+                kb.line(f"{xm} = {src.load_nd(iv)} - {m.ref}")
+                return dy, g, xm
+
+            with nest.pass_(s_g, s_gx) as iv:
+                dy, g, xm = g_and_x(iv)
+                kb.line(s_g.add(g))
+                kb.line(s_gx.add(f"{g} * {xm}"))
+                if d_gamma is not None:
+                    kb.line(d_gamma.add(f"{dy} * {xm} * {inv.ref}"))
+                    kb.line(d_beta.add(dy))
+            with nest.per_group():
+                kb.line(bx.set(f"-{inv.ref} * {inv.ref} * {inv.ref} * {s_gx.value} / {count}"))
+                kb.line(k.set(f"-{inv.ref} * {s_g.value} / {count}"))
+            with nest.pass_() as iv:
+                dy, g, xm = g_and_x(iv)
+                kb.line(outs[0].store_nd(iv, f"{inv.ref} * {g} + {bx.ref} * {xm} + {k.ref}"))
+        if d_gamma is not None:
+            with nest.columns() as iv:
+                kb.line(outs[1].store_nd(iv[b:], d_gamma.value))
+                kb.line(outs[2].store_nd(iv[b:], d_beta.value))
 
 
 # -------------------------------------------------------------------- GroupNorm
@@ -335,6 +522,42 @@ class GroupNorm(OpSchema):
             dst = gamma * dst + beta
         return (dst, mean.reshape(n, g), var.reshape(n, g))[:len(op.outputs)]
 
+    def lower(self, op, kb, ins, outs):
+        src = ins[0]
+        gamma, beta = ins[1:] if len(ins) == 3 and op.attr("use_affine") else (None, None)
+        ca, groups = channel_dim(op), op.attr("groups")
+        per = src.shape[ca] // groups
+        # the channel dim as two loop dims: its group (kept) and the channel in the group
+        vdims, pos = [], []
+        for i, (d, st) in enumerate(zip(src.shape, src.strides)):
+            pos.append(len(vdims))
+            if i == ca:
+                vdims += [VDim(groups, per * st, True), VDim(per, st, False)]
+            else:
+                vdims.append(VDim(d, st, i == 0))
+
+        def to_real(names):
+            real = [names[p] for p in pos]
+            g, c = names[pos[ca]], names[pos[ca] + 1]
+            real[ca] = f"({g} * {per} + {c})" if g and c else g or c
+            return real
+
+        nest = Nest(kb, vdims, to_real)
+        mom = Moments(nest)
+        inv, shift = nest.stat(), nest.stat()
+        with nest.groups():
+            mom.emit(kb, src)
+            with nest.per_group():
+                kb.line(inv.set(inv_std(mom.var.ref, op.attr("epsilon"))))
+                kb.line(mom.set_shift(shift, inv.ref))
+                for out, v in zip(outs[1:], (mom.mean, mom.var)):
+                    kb.line(out.store_nd([nest.names[pos[0]], nest.names[pos[ca]]], v.ref))
+            with nest.pass_() as iv:
+                y = mom.normalized(src.load_nd(iv), inv, shift)
+                if gamma is not None:
+                    y = f"{y} * {gamma.load_nd([iv[ca]])} + {beta.load_nd([iv[ca]])}"
+                kb.line(outs[0].store_nd(iv, y))
+
 
 # ---------------------------------------------------------------------- RMSNorm
 class RMSNorm(_LayerNorm):
@@ -359,3 +582,21 @@ class RMSNorm(_LayerNorm):
         ms = (src * src).mean(axis=self.axes(op), keepdims=True)
         dst = src / np.sqrt(ms + op.attr("epsilon"))
         return (dst * gamma[0] if gamma else dst,)
+
+    def lower(self, op, kb, ins, outs):
+        src, gamma = ins[0], ins[1] if len(ins) == 2 else None
+        nest = trailing_nest(kb, src, self.begin(op))
+        sq = nest.acc()
+        inv = nest.stat()
+        with nest.groups():
+            with nest.pass_(sq) as iv:
+                x = kb.fresh("x")
+                kb.line(f"{x} = {src.load_nd(iv)}")
+                kb.line(sq.add(f"{x} * {x}"))
+            with nest.per_group():
+                kb.line(inv.set(inv_std(f"{sq.value} / {nest.reduced_count}", op.attr("epsilon"))))
+            with nest.pass_() as iv:
+                y = f"{src.load_nd(iv)} * {inv.ref}"
+                if gamma is not None:
+                    y = f"{y} * {gamma.load_nd(aligned_ivars(iv, gamma.shape))}"
+                kb.line(outs[0].store_nd(iv, y))

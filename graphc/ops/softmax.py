@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen.grouped import Nest, tensor_vdims
 from .common import merged_shape, same_shape_as
 from .schema import Attr, DtypeTable, In, OpSchema, Out, norm_axis, same_dtype
 
@@ -23,6 +24,24 @@ class _AlongAxis(OpSchema):
 
     def infer(self, op):
         return [merged_shape(*(t.shape for t in op.inputs))]
+
+    def nest(self, op, kb, ref) -> Nest:
+        """Groups over every dim of ``ref`` but the axis."""
+        return Nest(kb, tensor_vdims(ref, set(range(len(ref.shape))) - {self.axis(op)}))
+
+
+def max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero=False):
+    """The passes giving each group's max ``mx`` of src (as the stat ``m``) and sum
+    ``se`` of exp(src - max) (with ``inf_as_zero``, a max of -inf counts as 0)."""
+    with nest.pass_(mx) as iv:
+        kb.line(mx.add(src.load_nd(iv)))
+    with nest.per_group():
+        kb.line(m.set(mx.value))
+        if inf_as_zero:
+            with kb.block(f"if {m.ref} == -np.inf:"):
+                kb.line(m.set("0"))
+    with nest.pass_(se) as iv:
+        kb.line(se.add(f"np.exp({src.load_nd(iv)} - {m.ref})"))
 
 
 class SoftMax(_AlongAxis):
@@ -55,6 +74,24 @@ class SoftMax(_AlongAxis):
             dst = np.where(s == 0, 0.0, dst)
         return (dst, m + np.log(s))[:len(op.outputs)]
 
+    def lower(self, op, kb, ins, outs):
+        src, axis = ins[0], self.axis(op)
+        inf_as_zero = op.attr("mode") == "inf_as_zero"
+        nest = self.nest(op, kb, src)
+        mx, se = nest.acc("max"), nest.acc()
+        m, rs = nest.stat(), nest.stat()
+        with nest.groups():
+            max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero)
+            with nest.per_group():
+                s = se.value
+                kb.line(rs.set(f"0 if {s} == 0 else 1.0 / {s}" if inf_as_zero else f"1.0 / {s}"))
+                if len(outs) == 2:
+                    stats_iv = list(nest.iv)
+                    stats_iv[axis] = None
+                    kb.line(outs[1].store_nd(stats_iv, f"{m.ref} + np.log({s})"))
+            with nest.pass_() as iv:
+                kb.line(outs[0].store_nd(iv, f"np.exp({src.load_nd(iv)} - {m.ref}) * {rs.ref}"))
+
 
 class SoftMaxBackward(_AlongAxis):
     kind = "SoftMaxBackward"
@@ -66,6 +103,19 @@ class SoftMaxBackward(_AlongAxis):
 
     def reference(self, op, diff_dst, dst):
         return (dst * (diff_dst - (diff_dst * dst).sum(axis=self.axis(op), keepdims=True)),)
+
+    def lower(self, op, kb, ins, outs):
+        diff_dst, dst = ins
+        nest = self.nest(op, kb, dst)
+        s = nest.acc()
+        s32 = nest.stat()
+        with nest.groups():
+            with nest.pass_(s) as iv:
+                kb.line(s.add(f"{diff_dst.load_nd(iv)} * {dst.load_nd(iv)}"))
+            with nest.per_group():
+                kb.line(s32.set(s.value))
+            with nest.pass_() as iv:
+                kb.line(outs[0].store_nd(iv, f"{dst.load_nd(iv)} * ({diff_dst.load_nd(iv)} - {s32.ref})"))
 
 
 class LogSoftmax(_AlongAxis):
@@ -82,6 +132,18 @@ class LogSoftmax(_AlongAxis):
         z = src - m
         return (z - np.log(np.exp(z).sum(axis=axis, keepdims=True)),)
 
+    def lower(self, op, kb, ins, outs):
+        src = ins[0]
+        nest = self.nest(op, kb, src)
+        mx, se = nest.acc("max"), nest.acc()
+        m, lse = nest.stat(), nest.stat()
+        with nest.groups():
+            max_and_sum_exp(kb, nest, src, mx, m, se)
+            with nest.per_group():
+                kb.line(lse.set(f"np.log({se.value})"))
+            with nest.pass_() as iv:
+                kb.line(outs[0].store_nd(iv, f"{src.load_nd(iv)} - {m.ref} - {lse.ref}"))
+
 
 class LogSoftmaxBackward(_AlongAxis):
     kind = "LogSoftmaxBackward"
@@ -93,3 +155,16 @@ class LogSoftmaxBackward(_AlongAxis):
 
     def reference(self, op, diff_dst, dst):
         return (diff_dst - np.exp(dst) * diff_dst.sum(axis=self.axis(op), keepdims=True),)
+
+    def lower(self, op, kb, ins, outs):
+        diff_dst, dst = ins
+        nest = self.nest(op, kb, dst)
+        s = nest.acc()
+        s32 = nest.stat()
+        with nest.groups():
+            with nest.pass_(s) as iv:
+                kb.line(s.add(diff_dst.load_nd(iv)))
+            with nest.per_group():
+                kb.line(s32.set(s.value))
+            with nest.pass_() as iv:
+                kb.line(outs[0].store_nd(iv, f"{diff_dst.load_nd(iv)} - np.exp({dst.load_nd(iv)}) * {s32.ref}"))

@@ -1,0 +1,258 @@
+"""Generated kernels of the normalization ops (BatchNormInference,
+BatchNormForwardTraining, BatchNormTrainingBackward, LayerNorm,
+LayerNormBackward, GroupNorm, RMSNorm) against graphc's numpy reference: every
+dtype row of their schemas, NCX and NXC, with and without the optional ports,
+ranks 2 to 5, non-dense strides, shapes large enough for each threading mode
+(groups per thread, rows per thread), and the corpus graphs."""
+import pytest
+
+import graphc
+from lower_check import check_compiled, corpus_files, one_op
+
+EPS = {"epsilon": 0.0625}
+
+
+def strides(shape, order, pad=1):
+    """Element strides of ``shape`` laid out with its dims in ``order`` (outermost
+    first), each dim's step ``pad`` times what a dense layout needs (gaps)."""
+    out, step = [0] * len(shape), 1
+    for d in reversed(order):
+        out[d] = step
+        step *= shape[d] * pad
+    return out
+
+
+def channels(shape, fmt):
+    return shape[1] if fmt == "NCX" else shape[-1]
+
+
+# --------------------------------------------------------------- BatchNorm
+# (src dtype, stats dtype): every row of the schemas' dtype tables
+BN_DTYPES = [("f32", "f32"), ("bf16", "f32"), ("bf16", "bf16"), ("f16", "f32")]
+# (shape, data_format): ranks 2..5, NCX and NXC, size-1 dims
+BN_SHAPES = [([2, 6, 5, 7], "NCX"), ([3, 5, 4], "NXC"), ([8, 5], "NCX"), ([2, 3, 2, 1, 4], "NCX"),
+             ([2, 4, 3, 6], "NXC")]
+
+
+def bn_inference(shape, fmt, dt=("f32", "f32"), src_strides=None):
+    c = [(dt[1], [channels(shape, fmt)])]
+    return one_op("BatchNormInference", [(dt[0], shape, src_strides)] + c * 4, [(dt[0], shape)],
+                  {**EPS, "data_format": fmt})
+
+
+@pytest.mark.parametrize("shape,fmt", BN_SHAPES)
+def test_batchnorm_inference_shapes(shape, fmt):
+    check_compiled(bn_inference(shape, fmt))
+
+
+@pytest.mark.parametrize("dt", BN_DTYPES[1:])
+def test_batchnorm_inference_dtypes(dt):
+    check_compiled(bn_inference([2, 3, 4, 5], "NXC", dt))
+
+
+def test_batchnorm_inference_strided():
+    shape = [2, 6, 5, 7]
+    check_compiled(bn_inference(shape, "NCX", src_strides=strides(shape, [0, 2, 3, 1], pad=2)))
+
+
+def bn_forward(shape, fmt, dt=("f32", "f32"), affine=True, momentum=None, src_strides=None):
+    c = [(dt[1], [channels(shape, fmt)])]
+    attrs = {**EPS, "data_format": fmt}
+    if momentum is not None:
+        attrs["momentum"] = momentum
+    return one_op("BatchNormForwardTraining", [(dt[0], shape, src_strides)] + c * (4 if affine else 2),
+                  [(dt[0], shape)] + c * 4, attrs)
+
+
+@pytest.mark.parametrize("shape,fmt,affine,momentum", [
+    ([2, 6, 5, 7], "NCX", True, 0.3), ([3, 5, 4], "NXC", False, None), ([8, 5], "NCX", True, None),
+    ([2, 3, 2, 1, 4], "NXC", False, 0.9)])
+def test_batchnorm_forward_training(shape, fmt, affine, momentum):
+    check_compiled(bn_forward(shape, fmt, affine=affine, momentum=momentum))
+
+
+@pytest.mark.parametrize("dt", BN_DTYPES[1:])
+def test_batchnorm_forward_training_dtypes(dt):
+    check_compiled(bn_forward([2, 3, 4, 5], "NCX", dt))
+
+
+def test_batchnorm_forward_training_strided():
+    shape = [2, 5, 4, 6]
+    check_compiled(bn_forward(shape, "NXC", src_strides=strides(shape, [3, 0, 1, 2])))
+
+
+def bn_backward(shape, fmt, dt=("f32", "f32"), affine=True, gamma=True, src_strides=None, dd_strides=None):
+    c = [(dt[1], [channels(shape, fmt)])]
+    return one_op("BatchNormTrainingBackward",
+                  [(dt[0], shape, src_strides), (dt[0], shape, dd_strides)] + c * (3 if gamma else 2),
+                  [(dt[0], shape)] + (c * 2 if affine else []), {**EPS, "data_format": fmt})
+
+
+@pytest.mark.parametrize("shape,fmt", BN_SHAPES)
+def test_batchnorm_backward_shapes(shape, fmt):
+    check_compiled(bn_backward(shape, fmt))
+
+
+@pytest.mark.parametrize("affine,gamma", [(False, True), (False, False), (True, False)])
+def test_batchnorm_backward_optional_ports(affine, gamma):
+    check_compiled(bn_backward([2, 4, 3, 5], "NCX", affine=affine, gamma=gamma))
+
+
+@pytest.mark.parametrize("dt", BN_DTYPES[1:])
+def test_batchnorm_backward_dtypes(dt):
+    check_compiled(bn_backward([2, 3, 4, 5], "NXC", dt))
+
+
+def test_batchnorm_backward_strided():
+    shape = [2, 6, 5, 7]
+    check_compiled(bn_backward(shape, "NCX", src_strides=strides(shape, [0, 2, 3, 1]),
+                               dd_strides=strides(shape, [1, 0, 2, 3], pad=2)))
+
+
+# sizes past the threading threshold: many channels (threads take channels) or
+# few (threads take rows of every channel and combine partial sums)
+PARALLEL_BN = [([4, 16, 32, 16], "NXC"), ([2, 3, 80, 80], "NCX"), ([2, 40, 30, 30], "NCX")]
+
+
+@pytest.mark.parametrize("shape,fmt", PARALLEL_BN)
+def test_batchnorm_training_parallel(shape, fmt):
+    check_compiled(bn_forward(shape, fmt))
+    check_compiled(bn_backward(shape, fmt))
+
+
+@pytest.mark.parametrize("path", corpus_files(["bnorm", "bnorm_fwd_d", "bnorm_bwd"]), ids=lambda p: p.stem)
+def test_batchnorm_corpus(path, corpus):
+    check_compiled(graphc.load_graph(path))
+
+
+# --------------------------------------------------------------- LayerNorm
+LN_DTYPES = [("f32", "f32"), ("bf16", "bf16"), ("bf16", "f32"), ("f16", "f32")]
+
+
+def layer_norm(shape, begin=-1, dt=("f32", "f32"), affine=True, stats=True, use_affine=None, src_strides=None):
+    b = begin % len(shape)
+    ins = [(dt[0], shape, src_strides)] + ([(dt[1], shape[b:])] * 2 if affine else [])
+    outs = [(dt[0], shape)] + ([(dt[1], shape[:b])] * 2 if stats else [])
+    return one_op("LayerNorm", ins, outs, {**EPS, "begin_norm_axis": begin, "keep_stats": stats,
+                                           "use_affine": affine if use_affine is None else use_affine})
+
+
+@pytest.mark.parametrize("shape,begin,affine,stats", [
+    ([4, 3, 9], -1, True, True), ([2, 3, 4, 5], 1, False, False), ([6, 10], 0, True, False),
+    ([2, 1, 3, 2, 5], 2, False, True)])
+def test_layer_norm(shape, begin, affine, stats):
+    check_compiled(layer_norm(shape, begin, affine=affine, stats=stats))
+
+
+def test_layer_norm_ignores_affine_inputs_when_use_affine_false():
+    check_compiled(layer_norm([3, 8], affine=True, stats=False, use_affine=False))
+
+
+@pytest.mark.parametrize("dt", LN_DTYPES[1:])
+def test_layer_norm_dtypes(dt):
+    check_compiled(layer_norm([3, 4, 6], 1, dt))
+
+
+@pytest.mark.parametrize("order", [[1, 0, 2], [2, 0, 1]])
+def test_layer_norm_strided(order):
+    """A kept dim innermost in memory (statistics per lane) and a reduced one."""
+    shape = [5, 3, 8]
+    check_compiled(layer_norm(shape, 2, src_strides=strides(shape, order, pad=2)))
+
+
+def layer_norm_backward(shape, begin=-1, dt=("f32", "f32"), affine=True, src_strides=None):
+    b = begin % len(shape)
+    ins = [(dt[0], shape, src_strides), (dt[0], shape), (dt[1], shape[:b]), (dt[1], shape[:b])]
+    ins += [(dt[1], shape[b:])] * 2 if affine else []
+    outs = [(dt[0], shape)] + ([(dt[1], shape[b:])] * 2 if affine else [])
+    return one_op("LayerNormBackward", ins, outs, {**EPS, "begin_norm_axis": begin, "use_affine": affine})
+
+
+@pytest.mark.parametrize("shape,begin,affine", [
+    ([4, 3, 9], -1, True), ([2, 3, 4, 5], 1, False), ([6, 10], 1, True), ([2, 1, 3, 2, 5], 3, True)])
+def test_layer_norm_backward(shape, begin, affine):
+    check_compiled(layer_norm_backward(shape, begin, affine=affine))
+
+
+@pytest.mark.parametrize("dt", LN_DTYPES[1:])
+def test_layer_norm_backward_dtypes(dt):
+    check_compiled(layer_norm_backward([3, 4, 6], 1, dt))
+
+
+def test_layer_norm_backward_strided():
+    shape = [5, 3, 8]
+    check_compiled(layer_norm_backward(shape, 2, src_strides=strides(shape, [2, 0, 1])))
+
+
+@pytest.mark.parametrize("shape,begin", [([4, 64, 128], 1), ([300, 128], 1)])
+def test_layer_norm_parallel(shape, begin):
+    """Few groups (threads take rows, diff_gamma sums over them) and many."""
+    check_compiled(layer_norm(shape, begin))
+    check_compiled(layer_norm_backward(shape, begin))
+
+
+@pytest.mark.parametrize("path", corpus_files(["lnorm", "lnorm_ks", "lnorm_3d", "lnorm_bwd", "lnorm_3d_bwd"]),
+                         ids=lambda p: p.stem)
+def test_layer_norm_corpus(path, corpus):
+    check_compiled(graphc.load_graph(path))
+
+
+# --------------------------------------------------------------- GroupNorm
+def group_norm(shape, groups, fmt="NCX", dt=("f32", "f32"), affine=True, stats=True, src_strides=None):
+    c = channels(shape, fmt)
+    ins = [(dt[0], shape, src_strides)] + ([(dt[1], [c])] * 2 if affine else [])
+    outs = [(dt[0], shape)] + ([(dt[1], [shape[0], groups])] * 2 if stats else [])
+    return one_op("GroupNorm", ins, outs, {**EPS, "groups": groups, "data_format": fmt, "use_affine": affine,
+                                           "keep_stats": stats})
+
+
+@pytest.mark.parametrize("shape,groups,fmt,affine,stats", [
+    ([2, 6, 5, 4], 3, "NCX", True, True), ([2, 5, 4, 6], 2, "NXC", False, True),
+    ([3, 4, 5], 5, "NXC", True, False), ([2, 4, 7], 1, "NCX", False, False), ([2, 6, 2, 3, 2], 6, "NCX", True, True)])
+def test_group_norm(shape, groups, fmt, affine, stats):
+    check_compiled(group_norm(shape, groups, fmt, affine=affine, stats=stats))
+
+
+@pytest.mark.parametrize("dt", LN_DTYPES[1:])
+def test_group_norm_dtypes(dt):
+    check_compiled(group_norm([2, 4, 3, 5], 2, "NCX", dt))
+
+
+def test_group_norm_strided():
+    shape = [2, 6, 5, 4]
+    check_compiled(group_norm(shape, 2, "NCX", src_strides=strides(shape, [0, 2, 3, 1], pad=2)))
+
+
+@pytest.mark.parametrize("path", corpus_files(["gnorm"]), ids=lambda p: p.stem)
+def test_group_norm_corpus(path, corpus):
+    check_compiled(graphc.load_graph(path))
+
+
+# ----------------------------------------------------------------- RMSNorm
+RMS_DTYPES = [("bf16", "f32"), ("bf16", "bf16"), ("f16", "f32"), ("f16", "f16")]
+
+
+def rms_norm(shape, begin=-1, gamma=None, dt=("f32", "f32"), src_strides=None):
+    ins = [(dt[0], shape, src_strides)] + ([(dt[1], gamma)] if gamma is not None else [])
+    return one_op("RMSNorm", ins, [(dt[0], shape)], {**EPS, "begin_norm_axis": begin})
+
+
+@pytest.mark.parametrize("shape,begin,gamma", [
+    ([4, 3, 9], -1, [9]), ([2, 3, 4, 5], 2, [1, 4, 1]), ([6, 10], 0, None), ([2, 1, 3, 2, 5], 1, [3, 2, 5])])
+def test_rms_norm(shape, begin, gamma):
+    check_compiled(rms_norm(shape, begin, gamma))
+
+
+@pytest.mark.parametrize("dt", RMS_DTYPES)
+def test_rms_norm_dtypes(dt):
+    check_compiled(rms_norm([3, 4, 6], -1, [6], dt))
+
+
+def test_rms_norm_strided():
+    shape = [5, 3, 8]
+    check_compiled(rms_norm(shape, 1, [3, 1], src_strides=strides(shape, [2, 0, 1])))
+
+
+@pytest.mark.parametrize("path", corpus_files(["rmsnorm"]), ids=lambda p: p.stem)
+def test_rms_norm_corpus(path, corpus):
+    check_compiled(graphc.load_graph(path))

@@ -1,0 +1,199 @@
+"""Generated kernels of SoftMax (with stats, inf_as_zero), SoftMaxBackward,
+LogSoftmax, LogSoftmaxBackward, BiasAdd, BiasAddBackward, PReLU and
+PReLUBackward against graphc's numpy reference: every dtype row of their
+schemas, any axis, ranks 1 to 5, NCX and NXC, slopes broadcasting every way,
+non-dense strides, shapes past the threading threshold, and the corpus graphs."""
+import numpy as np
+import pytest
+
+import graphc
+from graphc.fill import make_inputs
+
+from lower_check import check_compiled, corpus_files, one_op
+from test_lower_norm import channels, strides
+
+
+def stats_shape(shape, axis):
+    s = list(shape)
+    s[axis] = 1
+    return s
+
+
+# ----------------------------------------------------------------- SoftMax
+def softmax(shape, axis, dt=("f32", "f32"), stats=False, mode="none", src_strides=None):
+    outs = [(dt[1], shape)] + ([("f32", stats_shape(shape, axis))] if stats else [])
+    return one_op("SoftMax", [(dt[0], shape, src_strides)], outs, {"axis": axis, "mode": mode})
+
+
+@pytest.mark.parametrize("shape,axis,stats", [
+    ([7], 0, True), ([4, 9], 1, False), ([2, 6, 5, 7], 1, True), ([2, 6, 5, 7], -1, False),
+    ([2, 3, 1, 4, 5], 0, True)])
+def test_softmax(shape, axis, stats):
+    check_compiled(softmax(shape, axis, stats=stats))
+
+
+@pytest.mark.parametrize("dt", [("f32", "bf16"), ("f32", "f16"), ("bf16", "bf16"), ("bf16", "f32"),
+                                ("f16", "f16"), ("f16", "f32")])
+def test_softmax_dtypes(dt):
+    check_compiled(softmax([3, 4, 6], 1, dt, stats=True))
+
+
+@pytest.mark.parametrize("mode", ["none", "inf_as_zero"])
+@pytest.mark.parametrize("axis", [1, 2])
+def test_softmax_infinite_rows(mode, axis):
+    """A row all -inf: NaN, or 0 (stats -inf) with inf_as_zero; a row partly -inf."""
+    g = softmax([2, 5, 6], axis, stats=True, mode=mode)
+    inputs = make_inputs(g)
+    x = np.moveaxis(inputs[0], axis, -1)
+    x[0, 1] = -np.inf
+    x[1, 2, ::2] = -np.inf
+    check_compiled(g, inputs)
+
+
+def test_softmax_strided():
+    shape = [3, 5, 8]
+    check_compiled(softmax(shape, 2, stats=True, src_strides=strides(shape, [2, 0, 1], pad=2)))
+
+
+@pytest.mark.parametrize("shape,axis", [([2, 200, 200], 1), ([500, 128], 1), ([4, 96, 96], 0)])
+def test_softmax_parallel(shape, axis):
+    """Threads over groups (reduced lane or kept lane) and over rows (few groups)."""
+    check_compiled(softmax(shape, axis, stats=True))
+
+
+def softmax_backward(kind, shape, axis, dt=("f32", "f32"), dst_strides=None):
+    ins = [(dt[0], shape), (dt[0], shape, dst_strides)]
+    return one_op(kind, ins, [(dt[1], shape)], {"axis": axis})
+
+
+@pytest.mark.parametrize("shape,axis", [([7], 0), ([2, 6, 5, 7], 1), ([4, 9], -1), ([2, 3, 1, 4, 5], 3)])
+@pytest.mark.parametrize("kind", ["SoftMaxBackward", "LogSoftmaxBackward"])
+def test_softmax_backward(kind, shape, axis):
+    check_compiled(softmax_backward(kind, shape, axis))
+
+
+@pytest.mark.parametrize("kind,dt", [
+    ("SoftMaxBackward", ("bf16", "bf16")), ("SoftMaxBackward", ("bf16", "f32")), ("SoftMaxBackward", ("f16", "f16")),
+    ("SoftMaxBackward", ("f16", "f32")), ("LogSoftmaxBackward", ("bf16", "bf16")),
+    ("LogSoftmaxBackward", ("f16", "f16"))])
+def test_softmax_backward_dtypes(kind, dt):
+    check_compiled(softmax_backward(kind, [3, 4, 6], 1, dt))
+
+
+@pytest.mark.parametrize("kind", ["SoftMaxBackward", "LogSoftmaxBackward"])
+def test_softmax_backward_strided(kind):
+    shape = [3, 5, 8]
+    check_compiled(softmax_backward(kind, shape, 1, dst_strides=strides(shape, [1, 2, 0])))
+
+
+def log_softmax(shape, axis, dt="f32", src_strides=None):
+    return one_op("LogSoftmax", [(dt, shape, src_strides)], [(dt, shape)], {"axis": axis})
+
+
+@pytest.mark.parametrize("shape,axis", [([7], 0), ([2, 6, 5, 7], 1), ([4, 9], -1), ([2, 3, 1, 4, 5], 0)])
+def test_log_softmax(shape, axis):
+    check_compiled(log_softmax(shape, axis))
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_log_softmax_dtypes(dt):
+    check_compiled(log_softmax([3, 4, 6], -1, dt))
+
+
+def test_log_softmax_strided():
+    shape = [3, 5, 8]
+    check_compiled(log_softmax(shape, 0, src_strides=strides(shape, [2, 1, 0])))
+
+
+@pytest.mark.parametrize("path", corpus_files(["softmax", "softmax_w_stats", "softmax_bwd", "softmax_bwd_d_3d",
+                                               "logsoftmax", "logsoftmax_bwd"]), ids=lambda p: p.stem)
+def test_softmax_corpus(path, corpus):
+    check_compiled(graphc.load_graph(path))
+
+
+# ---------------------------------------------------------------- BiasAdd
+FLOATS = ["f32", "bf16", "f16"]
+BIAS_SHAPES = [([2, 6, 5, 7], "NCX"), ([3, 4, 5], "NXC"), ([4, 9], "NCX"), ([2, 3, 1, 2, 4], "NXC")]
+
+
+@pytest.mark.parametrize("shape,fmt", BIAS_SHAPES)
+def test_bias_add(shape, fmt):
+    check_compiled(one_op("BiasAdd", [("f32", shape), ("f32", [channels(shape, fmt)])], [("f32", shape)],
+                          {"data_format": fmt}))
+
+
+@pytest.mark.parametrize("dt", FLOATS[1:])
+def test_bias_add_dtypes_and_strides(dt):
+    shape = [2, 6, 5, 7]
+    check_compiled(one_op("BiasAdd", [(dt, shape, strides(shape, [0, 2, 3, 1], pad=2)), (dt, [6])], [(dt, shape)],
+                          {"data_format": "NCX"}))
+
+
+@pytest.mark.parametrize("shape,fmt", BIAS_SHAPES + [([4, 16, 32, 16], "NXC"), ([2, 3, 80, 80], "NCX")])
+def test_bias_add_backward(shape, fmt):
+    check_compiled(one_op("BiasAddBackward", [("f32", shape)], [("f32", [channels(shape, fmt)])],
+                          {"data_format": fmt}))
+
+
+@pytest.mark.parametrize("dt", FLOATS[1:])
+def test_bias_add_backward_dtypes_and_strides(dt):
+    shape = [2, 6, 5, 7]
+    check_compiled(one_op("BiasAddBackward", [(dt, shape, strides(shape, [1, 0, 3, 2]))], [(dt, [6])],
+                          {"data_format": "NCX"}))
+
+
+@pytest.mark.parametrize("path", corpus_files(["biasadd", "biasadd_bwd"]), ids=lambda p: p.stem)
+def test_bias_add_corpus(path, corpus):
+    check_compiled(graphc.load_graph(path))
+
+
+# ------------------------------------------------------------------ PReLU
+# (src shape, slope shape, data_format, per_channel_broadcast)
+SLOPES = [
+    ([2, 6, 5, 7], [6], "NCX", True),          # per channel
+    ([2, 5, 7, 6], [6], "NXC", True),
+    ([2, 6, 5, 7], [7], "NCX", False),         # 1-D along the last dim
+    ([2, 6, 5, 7], [6, 1, 7], "NCX", True),    # numpy from the right
+    ([3, 4], [3, 4], "NCX", True),             # full
+    ([2, 3, 1, 2, 4], [1, 1, 1, 1, 1], "NCX", True),
+    ([5], [1], "NXC", True),                   # rank 1
+]
+
+
+@pytest.mark.parametrize("src,slope,fmt,per_channel", SLOPES)
+def test_prelu(src, slope, fmt, per_channel):
+    g = one_op("PReLU", [("f32", src), ("f32", slope)], [("f32", src)],
+               {"data_format": fmt, "per_channel_broadcast": per_channel})
+    inputs = make_inputs(g)
+    inputs[0].reshape(-1)[:2] = 0.0   # the boundary: src >= 0 passes through
+    check_compiled(g, inputs)
+
+
+@pytest.mark.parametrize("dt", FLOATS[1:])
+def test_prelu_dtypes_and_strides(dt):
+    shape = [2, 6, 5, 7]
+    check_compiled(one_op("PReLU", [(dt, shape, strides(shape, [0, 2, 3, 1], pad=2)), (dt, [6])], [(dt, shape)],
+                          {"data_format": "NCX"}))
+
+
+@pytest.mark.parametrize("src,slope,fmt", [(s, sl, f) for s, sl, f, per_channel in SLOPES if per_channel]
+                         + [([4, 16, 32, 16], [16], "NXC"), ([2, 3, 80, 80], [3, 1, 1], "NCX")])
+def test_prelu_backward(src, slope, fmt):
+    g = one_op("PReLUBackward", [("f32", src), ("f32", slope), ("f32", src)], [("f32", src), ("f32", slope)],
+               {"data_format": fmt})
+    inputs = make_inputs(g)
+    inputs[0].reshape(-1)[:2] = 0.0
+    check_compiled(g, inputs)
+
+
+@pytest.mark.parametrize("dt", FLOATS[1:])
+def test_prelu_backward_dtypes_and_strides(dt):
+    shape = [2, 6, 5, 7]
+    check_compiled(one_op("PReLUBackward", [(dt, shape, strides(shape, [0, 2, 3, 1])), (dt, [6]),
+                                            (dt, shape, strides(shape, [1, 0, 2, 3], pad=2))],
+                          [(dt, shape), (dt, [6])], {"data_format": "NCX"}))
+
+
+@pytest.mark.parametrize("path", corpus_files(["prelu", "prelu_bwd", "prelu_bwd_dw_5d"]), ids=lambda p: p.stem)
+def test_prelu_corpus(path, corpus):
+    check_compiled(graphc.load_graph(path))
