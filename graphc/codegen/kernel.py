@@ -97,31 +97,37 @@ class ArrayRef:
             terms.append(v if s == 1 else f"{v} * {s}")
         return " + ".join(terms) if terms else "0"
 
+    def at(self, idx: str) -> str:
+        """``name[idx]`` with the offset as unsigned: numba then skips its negative-index
+        wraparound, whose per-element select turns vector loads and stores into
+        gathers and scatters (offsets here are never negative)."""
+        return f"{self.name}[np.uint64({idx})]"
+
     def load(self, idx: str) -> str:
         f = _LOAD.get(self.dtype)
         if f:
-            return f"{f}({self.name}[{idx}])"
+            return f"{f}({self.at(idx)})"
         # ml_dtypes keeps an int4 in the low nibble of its byte, not sign-extended
         if self.dtype is DataType.s4:
-            return f"(((np.int64({self.name}[{idx}]) & 15) ^ 8) - 8)"
+            return f"(((np.int64({self.at(idx)}) & 15) ^ 8) - 8)"
         if self.dtype is DataType.u4:
-            return f"(np.int64({self.name}[{idx}]) & 15)"
+            return f"(np.int64({self.at(idx)}) & 15)"
         if self.dtype is DataType.f32:
-            return f"{self.name}[{idx}]"
+            return f"{self.at(idx)}"
         if self.dtype.is_int:
-            return f"np.int64({self.name}[{idx}])"
-        return f"{self.name}[{idx}]"
+            return f"np.int64({self.at(idx)})"
+        return f"{self.at(idx)}"
 
     def store(self, idx: str, value: str) -> str:
         f = _STORE.get(self.dtype)
         if f:
             # values computed in f64 round to odd in f32 first, so the narrowing
             # rounds once, as the reference does
-            return f"{self.name}[{idx}] = {f}(f64_to_f32_odd({value}))"
+            return f"{self.at(idx)} = {f}(f64_to_f32_odd({value}))"
         if self.dtype.is_int:
             lo, hi = _INT_RANGE[self.dtype]
-            return f"{self.name}[{idx}] = sat_round({value}, {lo}, {hi})"
-        return f"{self.name}[{idx}] = {value}"
+            return f"{self.at(idx)} = sat_round({value}, {lo}, {hi})"
+        return f"{self.at(idx)} = {value}"
 
     def load_nd(self, ivars) -> str:
         """Load at a multi-index (one name per dim of this tensor's shape; None = 0).
@@ -135,7 +141,7 @@ class ArrayRef:
 
     def store_int(self, idx: str, value: str) -> str:
         """Store a value already integral (no rounding)."""
-        return f"{self.name}[{idx}] = {value}"
+        return f"{self.at(idx)} = {value}"
 
 
 class KernelBuilder:

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 
 @intrinsic
@@ -46,16 +46,28 @@ def f32_to_bits(f):
 
 # ------------------------------------------------------------ f64 -> f32
 @njit(**_JIT)
-def f64_to_f32_odd(x):
-    """f64 -> f32 rounding to odd: a later RNE narrowing (bf16, f16, f8) then rounds
-    as if straight from f64, as graphc.numerics.round_to does for the reference.
-    f32 arguments pass through unchanged."""
+def _f64_to_f32_odd(x):
     y = np.float32(x)
     if np.float64(y) == x or not math.isfinite(y):
         return y
     e = max(math.frexp(x)[1], -125)
     t = math.floor(math.ldexp(abs(x), 24 - e))
     return np.float32(math.copysign(math.ldexp(float(t | 1), e - 24), x))
+
+
+def f64_to_f32_odd(x):
+    """f64 -> f32 rounding to odd: a later RNE narrowing (bf16, f16, f8) then rounds
+    as if straight from f64, as graphc.numerics.round_to does for the reference.
+    Typed at compile time: an f32 (or integer) value passes through untouched, so
+    kernels computing in f32 keep vectorizing."""
+    return _f64_to_f32_odd(x)
+
+
+@overload(f64_to_f32_odd, inline="always")
+def _ov_f64_to_f32_odd(x):
+    if isinstance(x, types.Float) and x.bitwidth == 64:
+        return lambda x: _f64_to_f32_odd(x)
+    return lambda x: np.float32(x)
 
 
 # ---------------------------------------------------------------------- bf16
