@@ -67,6 +67,13 @@ def compute_dtype(dt: DataType) -> str:
     return "np.int64"
 
 
+def unsigned(idx: str) -> str:
+    """An index expression as unsigned: numba then skips its negative-index
+    wraparound, whose per-element select turns vector loads and stores into
+    gathers and scatters (kernel offsets are never negative)."""
+    return f"np.uint64({idx})"
+
+
 @dataclass
 class ArrayRef:
     """One kernel argument: a flat 1-D view of a tensor's buffer."""
@@ -98,10 +105,8 @@ class ArrayRef:
         return " + ".join(terms) if terms else "0"
 
     def at(self, idx: str) -> str:
-        """``name[idx]`` with the offset as unsigned: numba then skips its negative-index
-        wraparound, whose per-element select turns vector loads and stores into
-        gathers and scatters (offsets here are never negative)."""
-        return f"{self.name}[np.uint64({idx})]"
+        """``name[idx]``, the stored element unconverted, at an unsigned offset (see :func:`unsigned`)."""
+        return f"{self.name}[{unsigned(idx)}]"
 
     def load(self, idx: str) -> str:
         f = _LOAD.get(self.dtype)

@@ -17,7 +17,7 @@ from ..codegen.kernel import num, worth_parallel
 from ..comm import agree, allgather_array, default_comm, rank_and_size
 from ..errors import GraphcError, InvalidArguments, InvalidGraphOp, RuntimeFault
 from .common import F
-from .seed import LANES, F32View, emit_lanes, linear, nd_view, tree_sum, unravel, view, views
+from .seed import LANES, emit_lanes, linear, tree_sum, unravel
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
                      same_dtype)
 
@@ -81,7 +81,7 @@ class LayerNormPreAllGather(OpSchema):
 
     def lower(self, op, kb, ins, outs):
         """Per row (rows in parallel): the mean, then M2 around it, both in float64."""
-        x, stats = view(ins[0]), view(outs[0])
+        x, stats = ins[0], outs[0]
         w = x.shape[-1]
         bx, mean, m2 = kb.fresh("bx"), kb.fresh("mean"), kb.fresh("m2")
 
@@ -234,8 +234,8 @@ class LayerNormPostAllGather(OpSchema):
         float64, then dst = (x - mean) * rstd [* gamma + beta] along the row, in
         float64 rounded to float32 (then to bf16/f16: the loop stays vectorized).
         src is read through load_nd and dst written through store_nd (fusion)."""
-        x, y = nd_view(ins[0]), nd_view(outs[0], F32View)
-        stats, *affine = views(ins[1:])
+        x, y = ins[0], outs[0]
+        stats, *affine = ins[1:]
         w, shards = x.shape[-1], stats.shape[-1] // 2
         mean, m2, rstd, p, j = (kb.fresh(n) for n in ("mean", "m2", "rstd", "p", "j"))
 

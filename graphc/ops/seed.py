@@ -10,7 +10,7 @@ import numba
 import numpy as np
 
 from ..codegen.elementwise import aligned_strides, collapse, emit_elementwise
-from ..codegen.kernel import ArrayRef, num, worth_parallel
+from ..codegen.kernel import ArrayRef, num, unsigned, worth_parallel
 from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
 from ..types import DataType
 from .common import AUTO_BROADCAST, F, binary_shape, merged_shape, unbroadcast
@@ -28,61 +28,6 @@ def _shapes_agree(a, b) -> bool:
 # ------------------------------------------------------------ codegen helpers
 #: parallel work items a kernel splits its work into (a few per thread, for balance)
 CHUNKS = max(8, 2 * numba.config.NUMBA_NUM_THREADS)
-
-
-def uidx(expr: str) -> str:
-    """An index as unsigned: numba then skips its negative-index wraparound, whose
-    per-element select would turn vector loads and stores into gathers and scatters."""
-    return f"np.uint64({expr})"
-
-
-_FROM_F32 = {DataType.bf16: "f32_to_bf16", DataType.f16: "f32_to_f16"}
-
-
-class ArrayView(ArrayRef):
-    """A kernel argument indexed without wraparound (offsets are never negative)."""
-
-    def load(self, idx: str) -> str:
-        return super().load(uidx(idx))
-
-    def store(self, idx: str, value: str) -> str:
-        return super().store(uidx(idx), value)
-
-    def store_int(self, idx: str, value: str) -> str:
-        return super().store_int(uidx(idx), value)
-
-    def bits(self, idx: str) -> str:
-        """The stored element unconverted (for copies between tensors of one dtype)."""
-        return f"{self.name}[{uidx(idx)}]"
-
-    def store_f32(self, idx: str, value: str) -> str:
-        """Store a float32 value: bf16/f16 round straight from it (store's round-to-odd
-        step for float64 values would keep the loop from vectorizing)."""
-        if self.dtype in _FROM_F32:
-            return f"{self.name}[{uidx(idx)}] = {_FROM_F32[self.dtype]}({value})"
-        return ArrayView.store(self, idx, value)
-
-
-class F32View(ArrayView):
-    """An ArrayView whose stores take float32 values (see store_f32)."""
-
-    def store(self, idx: str, value: str) -> str:
-        return self.store_f32(idx, value)
-
-
-def view(ref: ArrayRef, cls=ArrayView) -> ArrayView:
-    return cls(ref.name, ref.lt)
-
-
-def views(refs) -> list[ArrayView]:
-    return [view(r) for r in refs]
-
-
-def nd_view(ref: ArrayRef, cls=ArrayView) -> ArrayRef:
-    """For lowerings that index through load_nd / store_nd only: ``ref`` as ``cls``
-    when it is a plain kernel argument; the refs fusion gives an anchor for a
-    prologue or epilogue compute their values there and stay as they are."""
-    return view(ref, cls) if type(ref) is ArrayRef else ref
 
 
 def emit_nd(kb, shape, body) -> None:
@@ -256,7 +201,7 @@ class _SumPlan:
                         kb.line(f"{r.acc} = {zero}")
                     else:
                         with kb.loop(li := kb.fresh("l"), r.size):
-                            kb.line(f"{r.acc}[{uidx(li)}] = {zero}")
+                            kb.line(f"{r.acc}[{unsigned(li)}] = {zero}")
                 q = kb.fresh("q")
                 with kb.loop(q, f"{c} * {self.nQ} // {nch}, ({c} + 1) * {self.nQ} // {nch}" if c else self.nQ):
                     iq = unravel(kb, q, [dims[d] for d in Q])
@@ -267,10 +212,10 @@ class _SumPlan:
                             kb.line(f"{r.part}[{w}, 0] = {r.acc}")
                         else:
                             with kb.loop(li := kb.fresh("l"), r.size):
-                                kb.line(f"{r.part}[{w}, {uidx(li)}] = {r.acc}[{uidx(li)}]")
+                                kb.line(f"{r.part}[{w}, {unsigned(li)}] = {r.acc}[{unsigned(li)}]")
                     else:
                         self._store(kb, r, linear(ip, [r.strides[d] for d in P]),
-                                    lambda li, r=r: r.acc if r.size == 1 else f"{r.acc}[{uidx(li)}]")
+                                    lambda li, r=r: r.acc if r.size == 1 else f"{r.acc}[{unsigned(li)}]")
         if nch == 1:
             return
         p = kb.fresh("p")
@@ -281,7 +226,7 @@ class _SumPlan:
                     v, c = kb.fresh("sum"), kb.fresh("c")
                     kb.line(f"{v} = {zero}")
                     with kb.loop(c, nch):
-                        kb.line(f"{v} += {r.part}[{p} * {nch} + {c}, {uidx(li)}]")
+                        kb.line(f"{v} += {r.part}[{p} * {nch} + {c}, {unsigned(li)}]")
                     return v
                 self._store(kb, r, linear(ip, [r.strides[d] for d in P]), total)
 
@@ -317,15 +262,15 @@ class _SumPlan:
             if reds:
                 kb.line(f"{v} = {src.load(at)}")
             for (o, s), rc in zip(copies, rcopy):
-                kb.line(o.store_int(linear([j], [s[last]], rc), src.bits(at)))
+                kb.line(o.store_int(linear([j], [s[last]], rc), src.at(at)))
             for r in reds:
                 if r.strides[last]:
-                    kb.line(f"{r.acc}[{uidx(linear([j], [1], r.row))}] += {v}")
+                    kb.line(f"{r.acc}[{unsigned(linear([j], [1], r.row))}] += {v}")
                 else:
                     kb.line(f"{r.lanes[lane]} += {v}")
         emit_lanes(kb, dims[last], element, lanes)
         for r in row_sums:
-            kb.line(f"{r.acc}{'' if r.size == 1 else f'[{uidx(r.row)}]'} += {tree_sum(r.lanes)}")
+            kb.line(f"{r.acc}{'' if r.size == 1 else f'[{unsigned(r.row)}]'} += {tree_sum(r.lanes)}")
 
     def _store(self, kb, r, base, value):
         """Store ``value(local index)`` at every element of r's local block at ``base``."""
@@ -335,14 +280,14 @@ class _SumPlan:
                 nest.enter_context(kb.loop(u, self.dims[d]))
             v = value(linear(ivars, dense([self.dims[d] for d in r.local])))
             at = linear(ivars, [r.strides[d] for d in r.local], base)
-            kb.line(r.out.store(at, v) if r.out.dtype is DataType.c64 else r.out.store_f32(at, f"np.float32({v})"))
+            kb.line(r.out.store(at, v if r.out.dtype is DataType.c64 else f"np.float32({v})"))
 
 
 @dataclass
 class _Red:
     """A summed output of a _SumPlan pass: its accumulator spans the dims ``local``."""
 
-    out: ArrayView
+    out: ArrayRef
     strides: list
     local: list
     size: int
@@ -394,7 +339,7 @@ class AddBackward(OpSchema):
         return tuple(unbroadcast(dy, srcs[name].shape) for name in op.output_names)
 
     def lower(self, op, kb, ins, outs):
-        emit_sum_to(kb, view(ins[0]), views(outs))
+        emit_sum_to(kb, ins[0], outs)
 
 
 # ------------------------------------------------------------ EmbeddingBackward
@@ -464,8 +409,8 @@ class EmbeddingBackward(OpSchema):
         sort) and let each row of diff_weight sum its tokens' diff_dst rows in a
         float64 accumulator, rows in parallel: every row is written once, no races.
         Sums round to float32, then to bf16/f16 (keeps the stores vectorized)."""
-        idx, _, dy = views(ins)
-        dw = view(outs[0])
+        idx, _, dy = ins
+        dw = outs[0]
         rows, dim = dw.shape
         n = idx.lt.nelems
         v = {name: kb.fresh(name) for name in
@@ -510,15 +455,15 @@ class EmbeddingBackward(OpSchema):
             with kb.block("elif {cnt} == 1:".format(**v)):
                 at = dy_at("{order}[{lo}]".format(**v))
                 with kb.loop(v["j"], dim):
-                    kb.line(dw.store_f32(out, dy.load(at)))
+                    kb.line(dw.store(out, dy.load(at)))
             with kb.block("else:"):
                 line(f"{{acc}} = np.zeros({dim}, np.float64)")
                 with kb.loop(v["k"], "{lo}, {lo} + {cnt}".format(**v)):
                     at = dy_at("{order}[{k}]".format(**v))
                     with kb.loop(v["j"], dim):
-                        kb.line(f"{v['acc']}[{uidx(v['j'])}] += {dy.load(at)}")
+                        kb.line(f"{v['acc']}[{unsigned(v['j'])}] += {dy.load(at)}")
                 with kb.loop(v["j"], dim):
-                    kb.line(dw.store_f32(out, f"np.float32({v['acc']}[{uidx(v['j'])}])"))
+                    kb.line(dw.store(out, f"np.float32({v['acc']}[{unsigned(v['j'])}])"))
 
 
 # --------------------------------------------------------------- SwiGlu family
@@ -622,7 +567,7 @@ class SwiGlu(_SwiGluBase):
     def lower(self, op, kb, ins, outs):
         """One loop over dst in float32 (prologues fuse into the loads of src,
         epilogues into the store of dst; their values are taken as float32)."""
-        x, y = nd_view(ins[0]), nd_view(outs[0], F32View)
+        x, y = ins[0], outs[0]
         a = kb.fresh("xa")  # (kernel arguments are a0, a1, ...)
 
         def element(ia, ib):
@@ -659,8 +604,8 @@ class SwiGluGrad(_SwiGluBase):
 
     def lower(self, op, kb, ins, outs):
         """One loop over diff_dst in float32 writing both halves of diff_src."""
-        dy, x = (nd_view(r) for r in ins)
-        dx = nd_view(outs[0], F32View)
+        dy, x = ins
+        dx = outs[0]
         g, a, b, s = (kb.fresh(n) for n in ("dy", "xa", "xb", "sig"))
         one = "np.float32(1.0)"
 
