@@ -30,7 +30,8 @@ from .progress import Progress
 from .resolve import resolve
 from .rewrite import build_graph
 
-PASSED, MISTRUSTED, FAILED = "PASSED", "MISTRUSTED", "FAILED"
+PASSED, FAILED = "PASSED", "FAILED"
+MISTRUSTED = "MISTRUSTED"  # in the summary for benchdnn parity; an all-zero result is re-judged on other data instead
 UNIMPLEMENTED, INVALID, LISTED = "UNIMPLEMENTED", "INVALID_ARGUMENTS", "LISTED"
 NAN = float("nan")
 
@@ -81,26 +82,35 @@ def check(graph, expected_partitions: int = 1, seed: int = 0) -> Outcome:
         cg = _compile(graph, expected_partitions, out)
         if cg is None:
             return out
-        inputs = make_inputs(graph, seed)
-        t0 = time.perf_counter()
-        got = cg.run(inputs)
-        out.execute_ms = (time.perf_counter() - t0) * 1e3
-        want = reference.run(graph, inputs)
+        bad, all_zero = _compare_once(graph, cg, seed, out)
+        if not bad and all_zero:
+            # zeros everywhere may come from the data: judge again on other data; zeros
+            # that every input gives (clamp to [0, 0], an index along a size-1 dim) are
+            # the op's answer
+            bad, _ = _compare_once(graph, cg, seed + 1, out)
     except Exception as e:  # noqa: BLE001 - a lowering bug fails this case, not the run
         out.status, out.reason = FAILED, _why(e)
         return out
-    bad, all_zero, out.max_error = [], True, 0.0
+    if bad:
+        out.status, out.reason = FAILED, "; ".join(bad)
+    return out
+
+
+def _compare_once(graph, cg, seed, out):
+    """Run compiled and reference on one set of inputs: (mismatches, all outputs zero)."""
+    inputs = make_inputs(graph, seed)
+    t0 = time.perf_counter()
+    got = cg.run(inputs)
+    out.execute_ms = (time.perf_counter() - t0) * 1e3
+    want = reference.run(graph, inputs)
+    bad, all_zero = [], bool(graph.output_ports)
     for tid in graph.output_ports:
         ok, err = compare(got[tid], want[tid], graph.tensors[tid].dtype)
         out.max_error = max(out.max_error, err)
         if not ok:
             bad.append(f"tensor {tid}: scaled error {err:.3g} > 1")
         all_zero = all_zero and got[tid].size > 0 and not np.any(got[tid] != 0)
-    if bad:
-        out.status, out.reason = FAILED, "; ".join(bad)
-    elif all_zero and graph.output_ports:
-        out.status, out.reason = MISTRUSTED, "every output is zero"
-    return out
+    return bad, all_zero
 
 
 @dataclass
