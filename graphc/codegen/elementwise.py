@@ -8,6 +8,7 @@ flat loop.
 from __future__ import annotations
 
 from .kernel import ArrayRef, KernelBuilder, worth_parallel
+from .loops import linear, unravel
 
 
 def aligned_strides(ref: ArrayRef, shape) -> list[int]:
@@ -74,36 +75,16 @@ def emit_elementwise(kb: KernelBuilder, outs: list[ArrayRef], ins: list[ArrayRef
     if not outer:
         i = kb.fresh("i")
         with kb.loop(i, inner, par):
-            body([_term(i, s[0]) for s in strides])
+            body([linear([i], s) for s in strides])
         return
     r = kb.fresh("r")
     with kb.loop(r, rows, par and rows > 1):
-        # multi-index of the row, each step a fresh name (numba's parfor pass
-        # rejects reassigning a copy of the prange index)
-        idx = []
-        q = r
-        for k in range(len(outer) - 1, -1, -1):
-            v = kb.fresh("i")
-            if k == 0:
-                kb.line(f"{v} = {q}")
-            else:
-                kb.line(f"{v} = {q} % {outer[k]}")
-                q2 = kb.fresh("q")
-                kb.line(f"{q2} = {q} // {outer[k]}")
-                q = q2
-            idx.append((k, v))
+        idx = unravel(kb, r, outer)
         bases = []
         for s in strides:
             b = kb.fresh("b")
-            terms = [_term(v, s[k]) for k, v in idx if s[k] != 0]
-            kb.line(f"{b} = {' + '.join(terms) if terms else '0'}")
+            kb.line(f"{b} = {linear(idx, s[:-1])}")
             bases.append(b)
         j = kb.fresh("j")
         with kb.loop(j, inner, par and rows == 1):
-            body([f"{b} + {_term(j, s[-1])}" if s[-1] else b for b, s in zip(bases, strides)])
-
-
-def _term(v: str, stride: int) -> str:
-    if stride == 0:
-        return "0"
-    return v if stride == 1 else f"{v} * {stride}"
+            body([linear([j], s[-1:], b) for b, s in zip(bases, strides)])

@@ -14,10 +14,10 @@ import math
 import numpy as np
 
 from ..codegen.kernel import num, worth_parallel
+from ..codegen.loops import LANES, emit_lanes, linear, tree_sum, unravel
 from ..comm import agree, allgather_array, default_comm, rank_and_size
 from ..errors import GraphcError, InvalidArguments, InvalidGraphOp, RuntimeFault
 from .common import F
-from .seed import LANES, emit_lanes, linear, tree_sum, unravel
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
                      same_dtype)
 

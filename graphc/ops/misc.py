@@ -7,9 +7,9 @@ from contextlib import nullcontext
 import numpy as np
 
 from ..codegen.kernel import num, worth_parallel
+from ..codegen.loops import index_nest, unravel
 from ..errors import InvalidDataType, RuntimeFault, Unimplemented
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, norm_axis, same_dtype
-from .shuffle import index_nest, unravel
 
 ANY_COUNT = 10 ** 6
 

@@ -17,9 +17,9 @@ from contextlib import ExitStack, nullcontext
 import numpy as np
 
 from ..codegen.kernel import num, worth_parallel
+from ..codegen.loops import index_nest
 from ..errors import InvalidGraphOp, RuntimeFault
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape
-from .shuffle import index_nest
 
 #: kept positions accumulated together when a reduction walks a contiguous kept dim
 LANE_TILE = 256

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..codegen.elementwise import aligned_strides, collapse, emit_elementwise
 from ..codegen.kernel import ArrayRef, num, unsigned, worth_parallel
+from ..codegen.loops import LANES, emit_lanes, index_nest, linear, tree_sum, unravel
 from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
 from ..types import DataType
 from .common import AUTO_BROADCAST, F, binary_shape, merged_shape, unbroadcast
@@ -30,83 +31,12 @@ def _shapes_agree(a, b) -> bool:
 CHUNKS = max(8, 2 * numba.config.NUMBA_NUM_THREADS)
 
 
-def emit_nd(kb, shape, body) -> None:
-    """A loop nest over ``shape`` (rank >= 1), the last dim innermost: the other dims
-    flattened into rows, in parallel when the work is worth it (the last dim when
-    there is one row); ``body(ivars)`` emits one element's code, ivars one index
-    expression per dim."""
-    rows, inner = math.prod(shape[:-1]), shape[-1]
-    par = worth_parallel(rows * inner)
-    j = kb.fresh("j")
-    if rows == 1:
-        with kb.loop(j, inner, par):
-            body(["0"] * (len(shape) - 1) + [j])
-        return
-    r = kb.fresh("r")
-    with kb.loop(r, rows, par):
-        lead = unravel(kb, r, shape[:-1])
-        with kb.loop(j, inner):
-            body(lead + [j])
-
-
-def unravel(kb, var: str, dims) -> list[str]:
-    """Emit the split of flat index ``var`` over ``dims`` (row-major); one index
-    expression per dim.  Each step is a fresh name: numba's parfor pass rejects
-    reassigning a copy of a prange index."""
-    names = [""] * len(dims)
-    q = var
-    for k in range(len(dims) - 1, 0, -1):
-        names[k] = kb.fresh("i")
-        kb.line(f"{names[k]} = {q} % {dims[k]}")
-        nxt = kb.fresh("q")
-        kb.line(f"{nxt} = {q} // {dims[k]}")
-        q = nxt
-    if dims:
-        names[0] = q
-    return names
-
-
-def linear(ivars, strides, base: str = "") -> str:
-    """``base + i0 * s0 + ...`` skipping zero strides; "0" when empty."""
-    terms = [base] if base and base != "0" else []
-    terms += [v if s == 1 else f"{v} * {s}" for v, s in zip(ivars, strides) if s]
-    return " + ".join(terms) if terms else "0"
-
-
 def dense(dims) -> list[int]:
     out, acc = [], 1
     for d in reversed(dims):
         out.append(acc)
         acc *= d
     return out[::-1]
-
-
-#: independent running sums of a sum along a row
-LANES = 8
-
-
-def emit_lanes(kb, n: int, element, lanes: int) -> None:
-    """A loop over j < n unrolled ``lanes`` times: ``element(j, lane)`` emits the
-    code of element j, lane = j % lanes (0 in the remainder loop)."""
-    jj = kb.fresh("jj")
-    if lanes == 1:
-        with kb.loop(jj, n):
-            element(jj, 0)
-        return
-    with kb.loop(jj, n // lanes):
-        for k in range(lanes):
-            element(f"({jj} * {lanes} + {k})", k)
-    if n % lanes:
-        j = kb.fresh("j")
-        with kb.loop(j, f"{n - n % lanes}, {n}"):
-            element(j, 0)
-
-
-def tree_sum(names) -> str:
-    """Pairwise sum expression of ``names``."""
-    while len(names) > 1:
-        names = [f"({a} + {b})" for a, b in zip(names[::2], names[1::2])] + names[len(names) - len(names) % 2:]
-    return names[0]
 
 
 def split_last(dims, strides, most: int = 8192, block: int = 4096):
@@ -246,8 +176,7 @@ class _SumPlan:
             lq = [d for d in r.local if d != last]
             r.row = kb.fresh("rl")
             kb.line(f"{r.row} = {linear([iq[Q.index(d)] for d in lq], dense([dims[d] for d in r.local])[:len(lq)])}")
-        # sums along the row keep LANES running sums (kernels are compiled without
-        # fastmath: one running sum would serialize the adds)
+        # sums along the row keep LANES running sums
         row_sums = [r for r in reds if not r.strides[last]]
         lanes = min(LANES, dims[last]) if row_sums else 1
         for r in row_sums:
@@ -539,12 +468,11 @@ class _SwiGluBase(OpSchema):
         element's code given the multi-indices of its A and B halves in src."""
         axis = self.split_axis(op)
 
-        def element(ivars):
-            ib = list(ivars)
-            ib[axis] = f"({ivars[axis]} + {shape[axis]})"
-            body(ivars, ib)
         use_sigmoid_f32(kb)
-        emit_nd(kb, shape, element)
+        with index_nest(kb, shape, worth_parallel(math.prod(shape))) as ivars:
+            ib = list(ivars)
+            ib[axis] = str(shape[axis]) if ivars[axis] is None else f"({ivars[axis]} + {shape[axis]})"
+            body(ivars, ib)
 
 
 class SwiGlu(_SwiGluBase):

@@ -6,75 +6,21 @@ TypeCast's rounding to nearest even being the executor's one rounding to dst.
 Kernels copy through the tensors' ArrayRefs (load_nd widens, store_nd narrows
 with RNE), looping in dst's memory order, so TypeCast, Reorder, StaticTranspose
 and Concat can anchor fusion; StaticReshape moves runs of elements by flat
-offsets.  The loop helpers here (``unravel``, ``index_nest``) serve other
-families too."""
+offsets."""
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import numpy as np
 
 from ..codegen.elementwise import collapse
 from ..codegen.kernel import worth_parallel
+from ..codegen.loops import memory_order_nest, unravel
 from ..errors import InvalidGraphOp
 from .common import merged_shape
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, norm_axis, same_dtype
 
 SAME_FLOAT = same_dtype("src|dst", "f32,bf16,f16")
-
-
-# ------------------------------------------------------------------ kernel helpers
-def unravel(kb, flat: str, shape) -> list:
-    """Emit lines splitting the row-major index ``flat`` over ``shape``; returns one
-    index name per dim (None for size-1 dims, whose index is 0)."""
-    ivars = [None] * len(shape)
-    big = [k for k, d in enumerate(shape) if d != 1]
-    if not big:
-        return ivars
-    q = kb.fresh("q")
-    kb.line(f"{q} = {flat}")
-    for k in reversed(big):
-        ivars[k] = kb.fresh("i")
-        if k == big[0]:
-            kb.line(f"{ivars[k]} = {q}")
-        else:
-            # fresh names: numba's parfors reject overwriting what aliases the prange index
-            kb.line(f"{ivars[k]} = {q} % {shape[k]}")
-            q, prev = kb.fresh("q"), q
-            kb.line(f"{q} = {prev} // {shape[k]}")
-    return ivars
-
-
-@contextmanager
-def index_nest(kb, shape, parallel: bool):
-    """Loops over every multi-index of ``shape``: a flat loop over the leading dims
-    (prange when ``parallel``) around a loop over the last dim.  Yields one index
-    name per dim (None for size-1 dims)."""
-    shape = list(shape)
-    last = shape[-1] if shape else 1
-    rows = math.prod(shape[:-1])
-    r = kb.fresh("r")
-    with kb.loop(r, rows, parallel and rows > 1):
-        ivars = unravel(kb, r, shape[:-1])
-        if last == 1:
-            yield ivars + [None] * (len(shape) - len(ivars))
-            return
-        j = kb.fresh("j")
-        with kb.loop(j, last, parallel and rows == 1):
-            yield ivars + [j]
-
-
-@contextmanager
-def memory_order_nest(kb, shape, strides, parallel: bool):
-    """:func:`index_nest` over ``shape`` visiting dims in decreasing ``strides``
-    (innermost: the smallest); yields the index names in ``shape``'s dim order."""
-    order = sorted(range(len(shape)), key=lambda k: -strides[k])
-    with index_nest(kb, [shape[k] for k in order], parallel) as nest_vars:
-        ivars = [None] * len(shape)
-        for k, v in zip(order, nest_vars):
-            ivars[k] = v
-        yield ivars
 
 
 class Concat(OpSchema):
