@@ -130,7 +130,7 @@ class ColumnAcc:
     @property
     def _index(self) -> str:
         n = self.nest
-        row = f"min(max({n.row_index}, 0), {n.R - 1})"   # bounded, as Nest._decompose explains
+        row = f"min(max({n.row_index}, 0), {n.R - 1})"   # bounded, as Nest._loop_chunks explains
         return row if n.lane_kept else f"{row} * {n.L} + {n.lv}"
 
     def add(self, expr: str) -> str:
@@ -205,8 +205,10 @@ class Nest:
     # -- emission --------------------------------------------------------------------------
     @contextmanager
     def _loop_chunks(self):
-        """The loop over chunks (a prange when there are several), its index clamped
-        to [0, chunks) as LLVM cannot bound a prange index (see ``_decompose``)."""
+        """The loop over chunks (a prange when there are several).  Its index, which
+        indexes scratch arrays, is clamped to [0, chunks): LLVM cannot bound a
+        prange index, and an index it cannot prove non-negative makes numba wrap
+        negative indices, which turns vector loads and stores into gathers."""
         raw = self.kb.fresh(self.chv + "_")
         with self.kb.loop(raw, self.chunks, self.chunks > 1):
             self.kb.line(f"{self.chv} = min(max(np.int64({raw}), 0), {self.chunks - 1})")
@@ -220,18 +222,15 @@ class Nest:
         return f"{v} * {total} // {c}", f"({v} + 1) * {total} // {c}"
 
     def _decompose(self, flat: str, dims) -> None:
-        """Set the index names of ``dims`` (outer to inner) from a flat index.  Each
-        is clamped to its extent: LLVM does not carry value ranges through Python's
-        // and %, and an index it cannot prove non-negative makes numba wrap negative
-        indices, which turns every load and store of the lane loop into a gather."""
+        """Set the index names of ``dims`` (outer to inner) from a flat index."""
         kb = self.kb
         q = kb.fresh("q")
         kb.line(f"{q} = {flat}")
-        for k in range(len(dims) - 1, -1, -1):
+        for k in range(len(dims) - 1, 0, -1):
             name, ext = self.names[dims[k]], self.vdims[dims[k]].extent
-            kb.line(f"{name} = min(max({q if k == 0 else f'{q} % {ext}'}, 0), {ext - 1})")
-            if k:
-                kb.line(f"{q} = {q} // {ext}")
+            kb.line(f"{name} = {q} % {ext}")
+            kb.line(f"{q} = {q} // {ext}")
+        kb.line(f"{self.names[dims[0]]} = {q}")
 
     def _alloc(self, accs) -> None:
         for a in accs:
@@ -354,7 +353,7 @@ class Nest:
             kb.line(f"{count} = 0")
         with kb.block(f"while {r} < {hi}:"):
             kb.line(f"{q} = {r} // {ext}")
-            kb.line(f"{j0} = min(max({r} - {q} * {ext}, 0), {ext - 1})")
+            kb.line(f"{j0} = {r} - {q} * {ext}")
             if outer:
                 self._decompose(q, outer)
             cap = f", {FOLD_ROWS}" if sums and ext > FOLD_ROWS else ""
