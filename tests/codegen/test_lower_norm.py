@@ -26,6 +26,13 @@ def channels(shape, fmt):
     return shape[1] if fmt == "NCX" else shape[-1]
 
 
+def check_parallel(g):
+    """check_compiled for a graph big enough (PARALLEL_THRESHOLD) that its kernel
+    spreads over threads."""
+    assert "prange(" in graphc.compile(g).source
+    check_compiled(g)
+
+
 # --------------------------------------------------------------- BatchNorm
 # (src dtype, stats dtype): every row of the schemas' dtype tables
 BN_DTYPES = [("f32", "f32"), ("bf16", "f32"), ("bf16", "bf16"), ("f16", "f32")]
@@ -111,13 +118,13 @@ def test_batchnorm_backward_strided():
 
 # sizes past the threading threshold: many channels (threads take channels) or
 # few (threads take rows of every channel and combine partial sums)
-PARALLEL_BN = [([4, 16, 32, 16], "NXC"), ([2, 3, 80, 80], "NCX"), ([2, 40, 30, 30], "NCX")]
+PARALLEL_BN = [([4, 48, 48, 32], "NXC"), ([2, 3, 240, 240], "NCX"), ([2, 40, 60, 60], "NCX")]
 
 
 @pytest.mark.parametrize("shape,fmt", PARALLEL_BN)
 def test_batchnorm_training_parallel(shape, fmt):
-    check_compiled(bn_forward(shape, fmt))
-    check_compiled(bn_backward(shape, fmt))
+    check_parallel(bn_forward(shape, fmt))
+    check_parallel(bn_backward(shape, fmt))
 
 
 @pytest.mark.parametrize("path", corpus_files(["bnorm", "bnorm_fwd_d", "bnorm_bwd"]), ids=lambda p: p.stem)
@@ -184,11 +191,11 @@ def test_layer_norm_backward_strided():
     check_compiled(layer_norm_backward(shape, 2, src_strides=strides(shape, [2, 0, 1])))
 
 
-@pytest.mark.parametrize("shape,begin", [([4, 64, 128], 1), ([300, 128], 1)])
+@pytest.mark.parametrize("shape,begin", [([4, 256, 256], 1), ([2100, 128], 1)])
 def test_layer_norm_parallel(shape, begin):
     """Few groups (threads take rows, diff_gamma sums over them) and many."""
-    check_compiled(layer_norm(shape, begin))
-    check_compiled(layer_norm_backward(shape, begin))
+    check_parallel(layer_norm(shape, begin))
+    check_parallel(layer_norm_backward(shape, begin))
 
 
 @pytest.mark.parametrize("path", corpus_files(["lnorm", "lnorm_ks", "lnorm_3d", "lnorm_bwd", "lnorm_3d_bwd"]),

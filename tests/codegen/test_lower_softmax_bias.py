@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 import graphc
+from graphc.codegen.kernel import PARALLEL_THRESHOLD
 from graphc.fill import make_inputs
 
 from lower_check import check_compiled, corpus_files, one_op
-from test_lower_norm import channels, strides
+from test_lower_norm import channels, check_parallel, strides
 
 
 def stats_shape(shape, axis):
@@ -55,10 +56,10 @@ def test_softmax_strided():
     check_compiled(softmax(shape, 2, stats=True, src_strides=strides(shape, [2, 0, 1], pad=2)))
 
 
-@pytest.mark.parametrize("shape,axis", [([2, 200, 200], 1), ([500, 128], 1), ([4, 96, 96], 0)])
+@pytest.mark.parametrize("shape,axis", [([2, 400, 400], 1), ([2100, 128], 1), ([4, 256, 256], 0)])
 def test_softmax_parallel(shape, axis):
     """Threads over groups (reduced lane or kept lane) and over rows (few groups)."""
-    check_compiled(softmax(shape, axis, stats=True))
+    check_parallel(softmax(shape, axis, stats=True))
 
 
 def softmax_backward(kind, shape, axis, dt=("f32", "f32"), dst_strides=None):
@@ -129,10 +130,10 @@ def test_bias_add_dtypes_and_strides(dt):
                           {"data_format": "NCX"}))
 
 
-@pytest.mark.parametrize("shape,fmt", BIAS_SHAPES + [([4, 16, 32, 16], "NXC"), ([2, 3, 80, 80], "NCX")])
+@pytest.mark.parametrize("shape,fmt", BIAS_SHAPES + [([4, 48, 48, 32], "NXC"), ([2, 3, 240, 240], "NCX")])
 def test_bias_add_backward(shape, fmt):
-    check_compiled(one_op("BiasAddBackward", [("f32", shape)], [("f32", [channels(shape, fmt)])],
-                          {"data_format": fmt}))
+    g = one_op("BiasAddBackward", [("f32", shape)], [("f32", [channels(shape, fmt)])], {"data_format": fmt})
+    check_parallel(g) if np.prod(shape) >= PARALLEL_THRESHOLD else check_compiled(g)
 
 
 @pytest.mark.parametrize("dt", FLOATS[1:])
@@ -177,12 +178,13 @@ def test_prelu_dtypes_and_strides(dt):
 
 
 @pytest.mark.parametrize("src,slope,fmt", [(s, sl, f) for s, sl, f, per_channel in SLOPES if per_channel]
-                         + [([4, 16, 32, 16], [16], "NXC"), ([2, 3, 80, 80], [3, 1, 1], "NCX")])
+                         + [([4, 48, 48, 32], [32], "NXC"), ([2, 3, 240, 240], [3, 1, 1], "NCX")])
 def test_prelu_backward(src, slope, fmt):
     g = one_op("PReLUBackward", [("f32", src), ("f32", slope), ("f32", src)], [("f32", src), ("f32", slope)],
                {"data_format": fmt})
     inputs = make_inputs(g)
     inputs[0].reshape(-1)[:2] = 0.0
+    assert ("prange(" in graphc.compile(g).source) == (np.prod(src) >= PARALLEL_THRESHOLD)
     check_compiled(g, inputs)
 
 
