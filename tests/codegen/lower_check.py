@@ -26,7 +26,7 @@ def laid_out(values: np.ndarray, strides) -> np.ndarray:
     """``values`` copied into an array with the given element strides (gaps allowed)."""
     span = 1 + sum((d - 1) * s for d, s in zip(values.shape, strides)) if values.size else 1
     bits = np.dtype(f"u{values.itemsize}")  # as_strided does not take ml_dtypes types
-    buf = np.zeros(span, dtype=bits)
+    buf = np.full(span, 0x55, dtype=bits)  # gaps hold junk, not zeros
     out = np.lib.stride_tricks.as_strided(buf, values.shape, [s * values.itemsize for s in strides])
     out[...] = np.ascontiguousarray(values).view(bits)
     return out.view(values.dtype)
@@ -43,18 +43,23 @@ def assert_same(actual, expected, what=""):
     assert not bad.any(), f"{what}: {bad.sum()} differences: actual {a[bad][:6]}, expected {e[bad][:6]}"
 
 
-def check_compiled(g, inputs=None, exact=False, what=""):
-    """Run ``g`` compiled and in the reference on the same inputs (laid out with
-    their tensors' strides); compare every output (bit for bit when ``exact``) and
-    check each compiled output has its tensor's layout.  Returns the outputs."""
-    inputs = make_inputs(g) if inputs is None else inputs
+def check_compiled(g, inputs=None, exact=False, what="", seed=0, parallel=False):
+    """Run ``g`` compiled and in the reference on the same inputs (``make_inputs(g, seed)``
+    by default; laid out with their tensors' strides); compare every output (bit for
+    bit when ``exact``) and check each compiled output has its tensor's layout; with
+    ``parallel``, check the kernels have a prange.  Returns the outputs."""
+    inputs = make_inputs(g, seed) if inputs is None else inputs
     inputs = {tid: laid_out(a, g.tensors[tid].strides) for tid, a in inputs.items()}
-    got = graphc.compile(g).run(inputs)
+    cg = graphc.compile(g)
+    assert not parallel or "prange(" in cg.source, what
+    got = cg.run(inputs)
     want = reference.run(g, inputs)
     assert got.keys() == want.keys()
     for tid, e in want.items():
         lt, a = g.tensors[tid], got[tid]
-        assert all(d == 1 or s == t * a.itemsize for d, s, t in zip(lt.shape, a.strides, lt.strides)), what
+        # every compiled output in its tensor's layout (an empty one has none)
+        assert a.size == 0 or all(d == 1 or s == t * a.itemsize
+                                  for d, s, t in zip(lt.shape, a.strides, lt.strides)), what
         if exact:
             assert_same(a, e, what)
         else:

@@ -13,12 +13,11 @@ import pytest
 
 import graphc
 from graphc import reference
-from graphc.builder import GraphBuilder
 from graphc.codegen import kernel
 from graphc.fill import make_inputs
-from graphc.op import Op
 from graphc.tolerances import assert_close
 from graphc.types import DataType
+from lower_check import check_compiled, one_op
 
 SEED_KINDS = {"AddBackward", "EmbeddingBackward", "SwiGlu", "SwiGluGrad", "LayerNormPreAllGather", "AllGather",
               "LayerNormPostAllGather"}
@@ -28,46 +27,11 @@ SPECS = [p for p in sorted((Path(__file__).resolve().parents[2] / "specs").glob(
 FLOATS = ("f32", "bf16", "f16")
 
 
-def one_op(kind, ins, outs, attrs=None):
-    """A finalized one-op graph; each port is (dtype, shape) or (dtype, shape, strides)."""
-    b = GraphBuilder()
-    in_lts = [b.tensor(*spec) for spec in ins]
-    out_lts = [b.tensor(*spec) for spec in outs]
-    b.graph.add_op(Op(0, kind, in_lts, out_lts, attrs or {}))
-    return b.finalize()
-
-
-def laid_out(values: np.ndarray, strides) -> np.ndarray:
-    """``values`` copied into an array with the given element strides (gaps allowed)."""
-    span = 1 + sum((d - 1) * s for d, s in zip(values.shape, strides)) if values.size else 1
-    bits = np.dtype(f"u{values.itemsize}")  # as_strided does not take ml_dtypes types
-    buf = np.full(span, 0x55, dtype=bits)
-    out = np.lib.stride_tricks.as_strided(buf, values.shape, [s * values.itemsize for s in strides])
-    out[...] = np.ascontiguousarray(values).view(bits)
-    return out.view(values.dtype)
-
-
 @pytest.fixture
 def parallel(monkeypatch):
     """Kernels take their parallel paths (prange, chunked partial sums) from small sizes on."""
     monkeypatch.setattr(kernel, "PARALLEL_THRESHOLD", 256)
     return True
-
-
-def check(g, inputs=None, seed=0, parallel=False):
-    """Compiled vs reference on the same inputs, laid out as their tensors say."""
-    inputs = make_inputs(g, seed) if inputs is None else inputs
-    inputs = {tid: laid_out(a, g.tensors[tid].strides) for tid, a in inputs.items()}
-    cg = graphc.compile(g)
-    assert not parallel or "prange(" in cg.source
-    got = cg.run(inputs)
-    want = reference.run(g, inputs)
-    assert got.keys() == want.keys()
-    for tid, e in want.items():
-        lt = g.tensors[tid]
-        assert got[tid].shape == e.shape
-        assert_close(got[tid], e, lt.dtype, what=f"tensor {tid}")
-    return got
 
 
 def same_bits(a, b):
@@ -105,7 +69,7 @@ ADD_PARALLEL = {
 def test_add_bw(dt, case):
     if dt != "f32" and case in ("src_0-broadcast", "lower-rank"):
         pytest.skip("f32 covers the shape; other dtypes share the loop nest")
-    check(add_bw(dt, *ADD_CASES[case]))
+    check_compiled(add_bw(dt, *ADD_CASES[case]))
 
 
 @pytest.mark.parametrize("dt", ["f32", "bf16", "c64"])
@@ -113,32 +77,32 @@ def test_add_bw(dt, case):
 def test_add_bw_parallel(dt, case, parallel):
     if dt != "f32" and case == "all-to-one":
         pytest.skip("f32 covers the shape")
-    check(add_bw(dt, *ADD_PARALLEL[case]), parallel=True)
+    check_compiled(add_bw(dt, *ADD_PARALLEL[case]), parallel=True)
 
 
 @pytest.mark.parametrize("required", [(True, False), (False, True)])
 def test_add_bw_required_subset(required):
     g = add_bw("f32", [6, 7, 9], [6, 1, 9], [7, 1], required)
-    assert len(check(g)) == 1
+    assert len(check_compiled(g)) == 1
 
 
 def test_add_bw_scalar_operand():
     # src_1 was a scalar: no src_1, only diff_src_0
     g = one_op("AddBackward", [("bf16", [4, 33]), ("bf16", [4, 33])], [("bf16", [4, 33])],
                {"are_required_outputs": [True, False]})
-    check(g)
+    check_compiled(g)
 
 
 def test_add_bw_empty_diff_dst_gives_zero_sums():
     g = add_bw("f32", [0, 4], [1, 4], [0, 1])
-    got = check(g)
+    got = check_compiled(g)
     assert not got[3].any()
 
 
 def test_add_bw_strided():
     # diff_dst transposed in memory, diff_src_0 written with gaps between rows
     g = add_bw("f32", [5, 6, 7], [5, 6, 7], [6, 1], dy_strides=[1, 35, 5], out_strides=([84, 14, 1],))
-    check(g)
+    check_compiled(g)
 
 
 def test_add_bw_one_pass_matches_numpy(parallel):
@@ -170,14 +134,14 @@ def emb_inputs(g, rows, repeats=True, seed=0):
                                       ("f16", "f32")])
 def test_embedding_bw_dtypes(wdt, odt):
     g = emb_bw("s32", wdt, odt, [3, 40], 12, 24, pad=1)
-    check(g, emb_inputs(g, 12))
+    check_compiled(g, emb_inputs(g, 12))
 
 
 @pytest.mark.parametrize("pad", [None, 0, 5])
 def test_embedding_bw_repeats_and_padding_parallel(pad, parallel):
     g = emb_bw("u32", "f32", "f32", [2, 300], 50, 64, pad=pad)
     inputs = emb_inputs(g, 50)
-    got = check(g, inputs, parallel=True)
+    got = check_compiled(g, inputs, parallel=True)
     if pad is not None:
         assert not got[3][pad].any()
     assert same_bits(got[3], graphc.compile(g).run(inputs)[3])  # no races: the same bits every run
@@ -185,18 +149,18 @@ def test_embedding_bw_repeats_and_padding_parallel(pad, parallel):
 
 def test_embedding_bw_flattened_diff_dst():
     g = emb_bw("u32", "bf16", "f32", [2, 8], 10, 16, dy_shape=[1, 1, 16, 16], pad=0)
-    check(g, emb_inputs(g, 10))
+    check_compiled(g, emb_inputs(g, 10))
 
 
 def test_embedding_bw_rank_0_indices():
     g = emb_bw("s32", "f32", "f32", [], 5, 8)
-    check(g)
+    check_compiled(g)
 
 
 def test_embedding_bw_strided():
     # indices transposed, diff_dst with a gap after each row
     g = emb_bw("s32", "f32", "f32", [4, 6], 7, 9, idx_strides=[1, 4], dy_strides=[6 * 12, 12, 1])
-    check(g, emb_inputs(g, 7))
+    check_compiled(g, emb_inputs(g, 7))
 
 
 @pytest.mark.parametrize("it, bad", [("s32", -1), ("s32", 7), ("u32", 1000)])
@@ -232,18 +196,18 @@ def swiglu(kind, dt, shape, dim, strides=None):
 def test_swiglu_every_dim(kind, dt, dim):
     if dt != "f32" and dim < 0:
         pytest.skip("f32 covers negative dims")
-    check(swiglu(kind, dt, [4, 6, 10], dim))
+    check_compiled(swiglu(kind, dt, [4, 6, 10], dim))
 
 
 @pytest.mark.parametrize("kind", ["SwiGlu", "SwiGluGrad"])
 def test_swiglu_parallel(kind, parallel):
-    check(swiglu(kind, "bf16", [2000], 0), parallel=True)
-    check(swiglu(kind, "f16", [40, 30], 1), parallel=True)
+    check_compiled(swiglu(kind, "bf16", [2000], 0), parallel=True)
+    check_compiled(swiglu(kind, "f16", [40, 30], 1), parallel=True)
 
 
 @pytest.mark.parametrize("kind", ["SwiGlu", "SwiGluGrad"])
 def test_swiglu_strided(kind):
-    check(swiglu(kind, "f32", [6, 8], 0, strides=[1, 6]))
+    check_compiled(swiglu(kind, "f32", [6, 8], 0, strides=[1, 6]))
 
 
 @pytest.mark.parametrize("kind", ["SwiGlu", "SwiGluGrad"])
@@ -255,19 +219,19 @@ def test_swiglu_extreme_values(kind):
     a = np.array([-100, -88, -87, -20, -1e-3, 0, 1e-3, 20, 87, 100, np.inf, -np.inf, np.nan, 3, -3, 0.5],
                  np.float32)
     inputs[src] = np.stack([a, a[::-1]]).astype(np.float32)
-    check(g, inputs)
+    check_compiled(g, inputs)
 
 
 # ----------------------------------------------------- distributed LayerNorm
 @pytest.mark.parametrize("dt", FLOATS)
 @pytest.mark.parametrize("shape", [[37], [2, 3, 29], [4, 5]])
 def test_ln_pre(dt, shape):
-    check(one_op("LayerNormPreAllGather", [(dt, shape)], [("f32", shape[:-1] + [2])]))
+    check_compiled(one_op("LayerNormPreAllGather", [(dt, shape)], [("f32", shape[:-1] + [2])]))
 
 
 def test_ln_pre_parallel_strided(parallel):
     # rows strided (src transposed in memory)
-    check(one_op("LayerNormPreAllGather", [("bf16", [30, 13], [1, 30])], [("f32", [30, 2])]), parallel=True)
+    check_compiled(one_op("LayerNormPreAllGather", [("bf16", [30, 13], [1, 30])], [("f32", [30, 2])]), parallel=True)
 
 
 def test_ln_pre_offset_rows_keep_precision():
@@ -286,12 +250,12 @@ def test_ln_post(shards, dt, gdt):
     ins = [(dt, shape), ("f32", [3, 5, 2 * shards])]
     if gdt is not None:
         ins += [(gdt, [24]), (gdt, [24])]
-    check(one_op("LayerNormPostAllGather", ins, [(dt, shape)], {"epsilon": 1e-5}))
+    check_compiled(one_op("LayerNormPostAllGather", ins, [(dt, shape)], {"epsilon": 1e-5}))
 
 
 def test_ln_post_parallel_strided(parallel):
     ins = [("f16", [13, 26], [1, 13]), ("f32", [13, 4]), ("f16", [26]), ("f16", [26])]
-    check(one_op("LayerNormPostAllGather", ins, [("f16", [13, 26])]), parallel=True)
+    check_compiled(one_op("LayerNormPostAllGather", ins, [("f16", [13, 26])]), parallel=True)
 
 
 def test_ln_pre_all_gather_post_matches_one_layernorm():
@@ -307,11 +271,11 @@ def test_ln_pre_all_gather_post_matches_one_layernorm():
 @pytest.mark.parametrize("dt", ["f32", "bf16", "s8"])
 def test_all_gather_group_of_one(dt):
     g = one_op("AllGather", [(dt, [3, 4], [1, 3])], [(dt, [3, 4])], {"axis": 0})
-    got = check(g)
+    got = check_compiled(g)
     assert got[1].dtype == DataType(dt).np
 
 
 # ------------------------------------------------------------------------ specs
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
 def test_spec(path):
-    check(graphc.load_graph(path), seed=7)
+    check_compiled(graphc.load_graph(path), seed=7)
