@@ -88,21 +88,28 @@ class _Pool(OpSchema):
 FWD_ATTRS = (STRIDES, PADS_BEGIN, PADS_END, KERNEL)
 
 
-class AvgPool(_Pool):
+class _PoolForward(_Pool):
+    """AvgPool and MaxPool: dst's shape from src's; src as NCX with its windows, padded with ``fill``."""
+
+    def infer(self, op):
+        return [self.forward_shape(op, op.input("src").shape)]
+
+    def padded_windows(self, op, src, fill):
+        x = to_ncx(op, src)
+        win = self.window(op, x.shape[2:])
+        out = win.out_sizes(op, x.shape[2:], op.attr("rounding_type") == "ceil")
+        return x, win, out, win.padded(x, out, fill)
+
+
+class AvgPool(_PoolForward):
     kind = "AvgPool"
     doc = "dst = the average of src over each window"
     inputs = (In("src"),)
     attrs = FWD_ATTRS + (EXCLUDE_PAD, ROUNDING_TYPE, AUTO_PAD, DATA_FORMAT)
     dtypes = same_dtype("src|dst")
 
-    def infer(self, op):
-        return [self.forward_shape(op, op.input("src").shape)]
-
     def reference(self, op, src):
-        x = to_ncx(op, src)
-        win = self.window(op, x.shape[2:])
-        out = win.out_sizes(op, x.shape[2:], op.attr("rounding_type") == "ceil")
-        xp = win.padded(x, out)
+        x, win, out, xp = self.padded_windows(op, src, 0.0)
         total = sum(xp[sl] for sl in win.slices(out))
         return (from_ncx(op, total / _divisor(win, x.shape[2:], out, op.attr("exclude_pad"))),)
 
@@ -139,21 +146,15 @@ class AvgPoolBackward(_Pool):
         return (from_ncx(op, win.cropped(dxp, sizes)),)
 
 
-class MaxPool(_Pool):
+class MaxPool(_PoolForward):
     kind = "MaxPool"
     doc = "dst = the maximum of src over each window"
     inputs = (In("src"),)
     attrs = FWD_ATTRS + (ROUNDING_TYPE, AUTO_PAD, DILATIONS, DATA_FORMAT)
     dtypes = same_dtype("src|dst")
 
-    def infer(self, op):
-        return [self.forward_shape(op, op.input("src").shape)]
-
     def reference(self, op, src):
-        x = to_ncx(op, src)
-        win = self.window(op, x.shape[2:])
-        out = win.out_sizes(op, x.shape[2:], op.attr("rounding_type") == "ceil")
-        xp = win.padded(x, out, -np.inf)
+        _, win, out, xp = self.padded_windows(op, src, -np.inf)
         return (from_ncx(op, functools.reduce(np.maximum, (xp[sl] for sl in win.slices(out)))),)
 
 
