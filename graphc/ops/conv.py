@@ -330,7 +330,7 @@ class Window:
 # ------------------------------------------------------------------- kernels
 def conv_forward(x, w, groups, win, out):
     """x (N, C, *I) convolved with w (OC, C/G, *K) -> (N, OC, *out)."""
-    n, (oc, icg) = x.shape[0], w.shape[:2]
+    n, oc = x.shape[0], w.shape[0]
     xp = win.padded(x, out)
     wg = w.reshape(groups, oc // groups, -1)
     y = np.empty((n, oc, *out))
@@ -459,6 +459,18 @@ class ConvolutionBackwardData(_Conv):
         return (from_ncx(op, conv_backward_data(to_ncx(op, diff_dst), w, op.attr("groups"), win, big)),)
 
 
+def _weights_grad_dims(op, x_shape, dy_shape, shape):
+    """Shared checks of the weight-gradient ops: (src channels, src spatial, diff_dst
+    spatial, O, I, kernel) with batch and channel counts agreeing between ports."""
+    n, c, x_sp = split_data(op, x_shape)
+    n2, oc, dy_sp = split_data(op, dy_shape)
+    agree(op, "port 'diff_dst'", "batch sizes", n, n2)
+    o, i, k = split_weights(op, shape) if shape is not None else (oc, -1, (-1,) * len(x_sp))
+    o = agree(op, "port 'diff_dst'", "channels and weights' O dim", o, oc)
+    i = check_channels(op, c, i, o, "port 'src'", "port 'diff_dst'")
+    return c, x_sp, dy_sp, o, i, k
+
+
 class ConvolutionBackwardWeights(_Conv):
     kind = "ConvolutionBackwardWeights"
     doc = "diff_weights of Convolution; weights_shape (input or attribute) is its shape"
@@ -473,12 +485,7 @@ class ConvolutionBackwardWeights(_Conv):
                             given_shape(op, "weights_shape"))]
 
     def _shape(self, op, x_shape, dy_shape, shape):
-        n, c, big = split_data(op, x_shape)
-        n2, oc, small = split_data(op, dy_shape)
-        agree(op, "port 'diff_dst'", "batch sizes", n, n2)
-        o, i, k = split_weights(op, shape) if shape is not None else (oc, -1, (-1,) * len(big))
-        o = agree(op, "port 'diff_dst'", "channels and weights' O dim", o, oc)
-        i = check_channels(op, c, i, o, "port 'src'", "port 'diff_dst'")
+        c, big, small, o, i, k = _weights_grad_dims(op, x_shape, dy_shape, shape)
         for a, b in zip(window(op, big, k).out_sizes(op, big), small):
             agree(op, "port 'diff_dst'", "spatial dims and the convolution of src", a, b)
         return join_weights(op, o, i, k)
@@ -556,12 +563,7 @@ class ConvTransposeBackwardWeights(_Conv):
                             given_shape(op, "weights_shape"))]
 
     def _shape(self, op, x_shape, dy_shape, shape):
-        n, c, small = split_data(op, x_shape)
-        n2, oc, big = split_data(op, dy_shape)
-        agree(op, "port 'diff_dst'", "batch sizes", n, n2)
-        o, i, k = split_weights(op, shape) if shape is not None else (oc, -1, (-1,) * len(big))
-        o = agree(op, "port 'diff_dst'", "channels and weights' O dim", o, oc)
-        i = check_channels(op, c, i, o, "port 'src'", "port 'diff_dst'")
+        c, small, big, o, i, k = _weights_grad_dims(op, x_shape, dy_shape, shape)
         win = self.transposed_window(op, small, k)
         for a, b in zip(win.in_sizes(op, small, output_padding(op, len(k))), big):
             agree(op, "port 'diff_dst'", "spatial dims and the transposed convolution of src", a, b)
