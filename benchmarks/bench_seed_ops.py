@@ -31,6 +31,13 @@ What "the same work" is for torch:
                      collective runner, not a kernel.
 numpy works on float32 copies of bf16 inputs made beforehand (numpy has no bf16
 math), in float32, and rounds its results to the output dtype.
+
+Memory bandwidth: "kernel" times the compiled kernel alone
+(CompiledPartition.execute into output arrays allocated once), "GB/s" is the
+least traffic the op needs (every input it reads and every output it writes,
+once) over that time, and "triad" is the share of a numba parallel triad
+a = b + s * c moving the same number of bytes (three float32 arrays of a third
+each): the machine's streaming limit, timed in the same rounds.
 """
 from __future__ import annotations
 
@@ -89,19 +96,44 @@ def f32(a):
     return a.astype(np.float32)
 
 
-def compiled(kind, ins, outs, attrs, arrays):
-    g = single_op_graph(kind, ins, outs, attrs)
-    cg = graphc.compile(g)
-    feed = dict(zip(g.input_ports, arrays))
-    return lambda: cg.run(feed)
+class Compiled:
+    """One op compiled: ``run`` allocates its outputs as a user's CompiledGraph.run
+    does, ``kernel`` writes into outputs allocated once; ``nbytes`` is the least
+    traffic: the inputs the op reads (``reads``: their positions, default all)
+    and every output, each once."""
+
+    def __init__(self, kind, ins, outs, attrs, arrays, reads=None):
+        g = single_op_graph(kind, ins, outs, attrs)
+        cg = graphc.compile(g)
+        feed = dict(zip(g.input_ports, arrays))
+        (cp,) = cg.compiled
+        given = cg.run(feed)
+        self.run = lambda: cg.run(feed)
+        self.kernel = lambda: cp.execute(feed, outputs=given)
+        reads = range(len(arrays)) if reads is None else reads
+        self.nbytes = sum(arrays[i].nbytes for i in reads) + sum(a.nbytes for a in given.values())
+
+
+@numba.njit(parallel=True, nogil=True)
+def _triad(a, b, c, s):
+    for k in numba.prange(a.shape[0]):
+        a[k] = b[k] + s * c[k]
+
+
+def triad(nbytes):
+    """A triad over three float32 arrays moving ``nbytes`` in all."""
+    n = max(1, nbytes // 12)
+    a, b, c = np.zeros(n, np.float32), np.ones(n, np.float32), np.full(n, 2, np.float32)
+    s = np.float32(0.5)
+    return lambda: _triad(a, b, c, s)
 
 
 # ------------------------------------------------------------------------ cases
 def add_bw(rng, dt, a_shape, b_shape):
     dy = rand(rng, (B, S, H), dt)
     a, b = np.zeros(a_shape, dy.dtype), np.zeros(b_shape, dy.dtype)
-    run = compiled("AddBackward", [(dt, dy.shape), (dt, a_shape), (dt, b_shape)],
-                   [(dt, [-1] * len(a_shape)), (dt, [-1] * len(b_shape))], {}, [dy, a, b])
+    run = Compiled("AddBackward", [(dt, dy.shape), (dt, a_shape), (dt, b_shape)],
+                   [(dt, [-1] * len(a_shape)), (dt, [-1] * len(b_shape))], {}, [dy, a, b], reads=[0])
     tdy = to_torch(dy)
 
     def torch_fn():
@@ -127,8 +159,8 @@ def embedding_bw(rng, dt, out_dt):
     idx = rng.integers(0, ROWS, size=(B, S)).astype(np.int32)
     dy = rand(rng, (B, S, H), dt)
     w = np.zeros((ROWS, H), dy.dtype)
-    run = compiled("EmbeddingBackward", [("s32", idx.shape), (dt, w.shape), (dt, dy.shape)], [(out_dt, [-1, -1])],
-                   {"dtype": out_dt}, [idx, w, dy])
+    run = Compiled("EmbeddingBackward", [("s32", idx.shape), (dt, w.shape), (dt, dy.shape)], [(out_dt, [-1, -1])],
+                   {"dtype": out_dt}, [idx, w, dy], reads=[0, 2])
     tidx, tdy = torch.from_numpy(idx).long(), to_torch(dy)
 
     def torch_fn():
@@ -145,7 +177,7 @@ def embedding_bw(rng, dt, out_dt):
 
 def swiglu(rng, dt):
     x = rand(rng, (B, S, 2 * H), dt)
-    run = compiled("SwiGlu", [(dt, x.shape)], [(dt, [-1, -1, -1])], {"dim": -1}, [x])
+    run = Compiled("SwiGlu", [(dt, x.shape)], [(dt, [-1, -1, -1])], {"dim": -1}, [x])
     tx = to_torch(x)
 
     def torch_fn():
@@ -162,7 +194,7 @@ def swiglu(rng, dt):
 def swiglu_grad(rng, dt):
     x = rand(rng, (B, S, 2 * H), dt)
     dy = rand(rng, (B, S, H), dt)
-    run = compiled("SwiGluGrad", [(dt, dy.shape), (dt, x.shape)], [(dt, [-1, -1, -1])], {"dim": -1}, [dy, x])
+    run = Compiled("SwiGluGrad", [(dt, dy.shape), (dt, x.shape)], [(dt, [-1, -1, -1])], {"dim": -1}, [dy, x])
     tx, tdy = to_torch(x), to_torch(dy)
 
     def torch_fn():
@@ -180,7 +212,7 @@ def swiglu_grad(rng, dt):
 
 def ln_pre(rng, dt):
     x = rand(rng, (B, S, H), dt)
-    run = compiled("LayerNormPreAllGather", [(dt, x.shape)], [("f32", [-1, -1, -1])], {}, [x])
+    run = Compiled("LayerNormPreAllGather", [(dt, x.shape)], [("f32", [-1, -1, -1])], {}, [x])
     tx = to_torch(x)
 
     def torch_fn():
@@ -200,7 +232,7 @@ def ln_post(rng, dt):
     stats[..., 0::2] = rng.uniform(-1, 1, size=(B, S, P))
     stats[..., 1::2] = rng.uniform(0.5, 2, size=(B, S, P)) * H
     gamma, beta = rand(rng, (H,), "f32"), rand(rng, (H,), "f32")
-    run = compiled("LayerNormPostAllGather", [(dt, x.shape), ("f32", stats.shape), ("f32", [H]), ("f32", [H])],
+    run = Compiled("LayerNormPostAllGather", [(dt, x.shape), ("f32", stats.shape), ("f32", [H]), ("f32", [H])],
                    [(dt, [-1, -1, -1])], {"epsilon": EPS}, [x, stats, gamma, beta])
     tx, ts, tg, tb = map(to_torch, (x, stats, gamma, beta))
 
@@ -221,7 +253,7 @@ def ln_post(rng, dt):
 
 def all_gather(rng, dt):
     x = rand(rng, (B, S, H), dt)
-    run = compiled("AllGather", [(dt, x.shape)], [(dt, list(x.shape))], {"axis": -1}, [x])
+    run = Compiled("AllGather", [(dt, x.shape)], [(dt, list(x.shape))], {"axis": -1}, [x])
     tx = to_torch(x)
     return run, tx.clone, x.copy
 
@@ -260,17 +292,19 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     print(f"threads: torch {torch.get_num_threads()}, numba {numba.get_num_threads()} "
           f"({numba.config.THREADING_LAYER} layer); best of {args.repeat} runs, ms")
-    head = f"{'op':<56} {'dtype':<5} {'graphc':>8} {'torch':>8} {'numpy':>8} {'torch/gc':>8} {'numpy/gc':>8}"
+    head = (f"{'op':<56} {'dtype':<5} {'graphc':>8} {'torch':>8} {'numpy':>8} {'torch/gc':>8} {'numpy/gc':>8}"
+            f" {'kernel':>8} {'GB/s':>6} {'triad':>6}")
     print(head)
     print("-" * len(head))
     for name, dt, make in CASES:
         if args.only not in name:
             continue
-        run, torch_fn, numpy_fn = make(rng)
-        t_torch, t_gc = timeit([torch_fn, run], args.repeat)
+        gc, torch_fn, numpy_fn = make(rng)
+        t_torch, t_gc, t_kernel, t_triad = timeit([torch_fn, gc.run, gc.kernel, triad(gc.nbytes)], args.repeat)
         (t_np,) = timeit([numpy_fn], max(3, args.repeat // 3))
         print(f"{name:<56} {dt:<5} {t_gc * 1e3:8.2f} {t_torch * 1e3:8.2f} {t_np * 1e3:8.2f} "
-              f"{t_torch / t_gc:8.2f} {t_np / t_gc:8.2f}", flush=True)
+              f"{t_torch / t_gc:8.2f} {t_np / t_gc:8.2f} {t_kernel * 1e3:8.2f} {gc.nbytes / t_kernel / 1e9:6.1f} "
+              f"{t_triad / t_kernel:6.0%}", flush=True)
 
 
 if __name__ == "__main__":

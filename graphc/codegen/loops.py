@@ -97,6 +97,25 @@ def emit_lanes(kb, n: int, element, lanes: int) -> None:
             element(j, 0)
 
 
+def emit_sum_helper(kb, n: int, term, params, zero: str = "0.0") -> str:
+    """A float64 sum of term(j) over j < n as a helper function of the kernel's
+    module compiled with fastmath 'reassoc' (on its own instructions only: LLVM's
+    flags are per instruction, so the kernel's other math stays strict), which
+    lets LLVM vectorize the running sum into partial sums; emit_lanes' scalar
+    lanes do not vectorize.  ``params``: the names term's text uses besides j,
+    passed under the same names; ``zero``: the sum's start (its type).  Returns the
+    call expression."""
+    name, j = kb.fresh("rsum"), kb.fresh("j")
+    kb.helpers.append(
+        "@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc'})\n"
+        f"def {name}({', '.join(params)}):\n"
+        f"    s = {zero}\n"
+        f"    for {j} in range({n}):\n"
+        f"        s += {term(j)}\n"
+        "    return s")
+    return f"{name}({', '.join(params)})"
+
+
 def tree_sum(names) -> str:
     """Pairwise sum expression of ``names``."""
     while len(names) > 1:

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..codegen.kernel import num, worth_parallel
-from ..codegen.loops import LANES, emit_lanes, linear, tree_sum, unravel
+from ..codegen.loops import emit_sum_helper, linear, unravel
 from ..comm import agree, allgather_array, default_comm, rank_and_size
 from ..errors import GraphcError, InvalidArguments, InvalidGraphOp, RuntimeFault
 from .common import F
@@ -37,16 +37,6 @@ def emit_rows(kb, x, body):
     r = kb.fresh("r")
     with kb.loop(r, rows, worth_parallel(rows * x.shape[-1]) and rows > 1):
         body(unravel(kb, r, x.shape[:-1]))
-
-
-def emit_row_sum(kb, n: int, term) -> str:
-    """Emit the float64 sum of term(j) for j < n over independent running sums
-    (see emit_lanes); returns its expression."""
-    lanes = [kb.fresh("acc") for _ in range(min(LANES, n))]
-    for a in lanes:
-        kb.line(f"{a} = 0.0")
-    emit_lanes(kb, n, lambda j, k: kb.line(f"{lanes[k]} += {term(j)}"), len(lanes))
-    return tree_sum(lanes)
 
 
 def merge_stats(stats: np.ndarray, width: int):
@@ -80,7 +70,8 @@ class LayerNormPreAllGather(OpSchema):
         return (np.concatenate([mean, m2], axis=-1),)
 
     def lower(self, op, kb, ins, outs):
-        """Per row (rows in parallel): the mean, then M2 around it, both in float64."""
+        """Per row (rows in parallel): the mean, then M2 around it, both summed in
+        float64 by vectorized helpers (the row is in cache for the second sum)."""
         x, stats = ins[0], outs[0]
         w = x.shape[-1]
         bx, mean, m2 = kb.fresh("bx"), kb.fresh("mean"), kb.fresh("m2")
@@ -90,8 +81,8 @@ class LayerNormPreAllGather(OpSchema):
 
             def at(j):
                 return x.load(linear([j], [x.strides[-1]], bx))
-            kb.line(f"{mean} = {emit_row_sum(kb, w, at)} / {w}")
-            kb.line(f"{m2} = {emit_row_sum(kb, w, lambda j: f'({at(j)} - {mean}) ** 2')}")
+            kb.line(f"{mean} = {emit_sum_helper(kb, w, at, [x.name, bx])} / {w}")
+            kb.line(f"{m2} = {emit_sum_helper(kb, w, lambda j: f'({at(j)} - {mean}) ** 2', [x.name, bx, mean])}")
             kb.line(stats.store(stats.offset(lead + ["0"]), mean))
             kb.line(stats.store(stats.offset(lead + ["1"]), m2))
         emit_rows(kb, x, row)

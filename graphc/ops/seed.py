@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numba
 import numpy as np
 
 from ..codegen.elementwise import aligned_strides, collapse, emit_elementwise
 from ..codegen.kernel import ArrayRef, num, unsigned, worth_parallel
-from ..codegen.loops import LANES, emit_lanes, index_nest, linear, tree_sum, unravel
+from ..codegen.loops import emit_sum_helper, index_nest, linear, unravel
 from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
 from ..types import DataType
 from .common import AUTO_BROADCAST, F, binary_shape, merged_shape, unbroadcast
@@ -176,30 +176,26 @@ class _SumPlan:
             lq = [d for d in r.local if d != last]
             r.row = kb.fresh("rl")
             kb.line(f"{r.row} = {linear([iq[Q.index(d)] for d in lq], dense([dims[d] for d in r.local])[:len(lq)])}")
-        # sums along the row keep LANES running sums
+        # sums along the row: one vectorized helper summing the row (in cache after
+        # the loop below, which copies and adds into the accumulators of other dims)
         row_sums = [r for r in reds if not r.strides[last]]
-        lanes = min(LANES, dims[last]) if row_sums else 1
-        for r in row_sums:
-            r.lanes = [kb.fresh("racc") for _ in range(lanes)]
-            for a in r.lanes:
-                kb.line(f"{a} = {zero}")
-        vals = [kb.fresh("v") for _ in range(lanes)]
-
-        def element(j, lane):
-            at = linear([j], [ssrc[last]], rs)
-            v = vals[lane]
-            if reds:
-                kb.line(f"{v} = {src.load(at)}")
-            for (o, s), rc in zip(copies, rcopy):
-                kb.line(o.store_int(linear([j], [s[last]], rc), src.at(at)))
-            for r in reds:
-                if r.strides[last]:
-                    kb.line(f"{r.acc}[{unsigned(linear([j], [1], r.row))}] += {v}")
-                else:
-                    kb.line(f"{r.lanes[lane]} += {v}")
-        emit_lanes(kb, dims[last], element, lanes)
-        for r in row_sums:
-            kb.line(f"{r.acc}{'' if r.size == 1 else f'[{unsigned(r.row)}]'} += {tree_sum(r.lanes)}")
+        at = lambda j: linear([j], [ssrc[last]], rs)  # noqa: E731
+        if copies or len(row_sums) < len(reds):
+            j = kb.fresh("j")
+            with kb.loop(j, dims[last]):
+                v = kb.fresh("v")
+                if len(row_sums) < len(reds):
+                    kb.line(f"{v} = {src.load(at(j))}")
+                for (o, s), rc in zip(copies, rcopy):
+                    kb.line(o.store_int(linear([j], [s[last]], rc), src.at(at(j))))
+                for r in reds:
+                    if r.strides[last]:
+                        kb.line(f"{r.acc}[{unsigned(linear([j], [1], r.row))}] += {v}")
+        if row_sums:
+            total = kb.fresh("rsv")
+            kb.line(f"{total} = {emit_sum_helper(kb, dims[last], lambda j: src.load(at(j)), [src.name, rs], zero)}")
+            for r in row_sums:
+                kb.line(f"{r.acc}{'' if r.size == 1 else f'[{unsigned(r.row)}]'} += {total}")
 
     def _store(self, kb, r, base, value):
         """Store ``value(local index)`` at every element of r's local block at ``base``."""
@@ -223,7 +219,6 @@ class _Red:
     acc: str
     part: str | None
     row: str = ""
-    lanes: list = field(default_factory=list)
 
 
 # ------------------------------------------------------------------ AddBackward
