@@ -1,13 +1,9 @@
 """Loop helpers for lowerings: flat index splits, row-major loop nests, offsets
-from explicit strides, and row sums unrolled over independent running sums."""
+from explicit strides, and row sums as vectorized helpers."""
 from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-
-#: independent running sums of a sum along a row (kernels are compiled without
-#: fastmath: one running sum would serialize the adds)
-LANES = 8
 
 
 def unravel(kb, flat: str, shape) -> list:
@@ -80,29 +76,12 @@ def linear(ivars, strides, base: str = "") -> str:
     return " + ".join(terms) if terms else "0"
 
 
-def emit_lanes(kb, n: int, element, lanes: int) -> None:
-    """A loop over j < n unrolled ``lanes`` times: ``element(j, lane)`` emits the
-    code of element j, lane = j % lanes (0 in the remainder loop)."""
-    jj = kb.fresh("jj")
-    if lanes == 1:
-        with kb.loop(jj, n):
-            element(jj, 0)
-        return
-    with kb.loop(jj, n // lanes):
-        for k in range(lanes):
-            element(f"({jj} * {lanes} + {k})", k)
-    if n % lanes:
-        j = kb.fresh("j")
-        with kb.loop(j, f"{n - n % lanes}, {n}"):
-            element(j, 0)
-
-
 def emit_sum_helper(kb, n: int, term, params, zero: str = "0.0") -> str:
     """A float64 sum of term(j) over j < n as a helper function of the kernel's
     module compiled with fastmath 'reassoc' (on its own instructions only: LLVM's
     flags are per instruction, so the kernel's other math stays strict), which
-    lets LLVM vectorize the running sum into partial sums; emit_lanes' scalar
-    lanes do not vectorize.  ``params``: the names term's text uses besides j,
+    lets LLVM vectorize the running sum into partial sums (a strict running sum,
+    or several of them unrolled by hand, stays scalar).  ``params``: the names term's text uses besides j,
     passed under the same names; ``zero``: the sum's start (its type).  Returns the
     call expression."""
     name, j = kb.fresh("rsum"), kb.fresh("j")
@@ -114,10 +93,3 @@ def emit_sum_helper(kb, n: int, term, params, zero: str = "0.0") -> str:
         f"        s += {term(j)}\n"
         "    return s")
     return f"{name}({', '.join(params)})"
-
-
-def tree_sum(names) -> str:
-    """Pairwise sum expression of ``names``."""
-    while len(names) > 1:
-        names = [f"({a} + {b})" for a, b in zip(names[::2], names[1::2])] + names[len(names) - len(names) % 2:]
-    return names[0]
