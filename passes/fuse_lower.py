@@ -51,7 +51,7 @@ class _ChainExpr:
                     stmts.append(f"{v} = {load(self.refs[t.id])}")
                     args.append(v)
             v = self.kb.fresh("e")
-            stmts.append(f"{v} = {op.schema.expr(op, *args)}")
+            stmts.append(f"{v} = {op.schema.source(op, *args)}")
             known[op.outputs[0].id] = v
             val = v
         return stmts, val
@@ -98,7 +98,7 @@ class PrologueRef(ArrayRef):
             args = [known[t.id] if t.id in known else
                     self.refs[t.id].load_nd(_right_aligned(ivars, shape, self.refs[t.id].shape))
                     for t in op.inputs]
-            known[op.outputs[0].id] = f"({op.schema.expr(op, *args)})"
+            known[op.outputs[0].id] = f"({op.schema.source(op, *args)})"
         return known[self.lt.id]
 
     def load(self, idx):

@@ -7,6 +7,7 @@ by :func:`num` from validated values.  Nothing from a graph or JSON file.
 from __future__ import annotations
 
 import math
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -52,6 +53,19 @@ def num(v) -> str:
     if math.isinf(v):
         return "np.inf" if v > 0 else "-np.inf"
     return repr(v)
+
+
+#: a float literal of generated source (digits with a point and/or an exponent),
+#: or numpy's inf / nan, not part of an identifier or of a longer number
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])(\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|np\.inf|np\.nan)(?![\w.])")
+
+
+def f32_literals(expr: str) -> str:
+    """``expr`` with every float literal typed float32.  numba types a Python float
+    literal float64, and float32 op float64 is float64: an expression over
+    float32 values would compute in float64, at half the vector width.  (Integer
+    literals in comparisons and powers leave float32 alone.)"""
+    return _FLOAT_LITERAL.sub(r"np.float32(\1)", expr)
 
 
 def compute_dtype(dt: DataType) -> str:

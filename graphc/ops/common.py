@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen.elementwise import emit_elementwise
+from ..codegen.kernel import f32_literals
+from ..types import DataType
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, same_dtype
 
 F = "f32,bf16,f16"
@@ -35,11 +37,23 @@ class Elementwise(OpSchema):
     def expr(self, op, *values: str) -> str:
         raise NotImplementedError
 
+    def source(self, op, *values: str) -> str:
+        """``expr`` as kernels compute it: in float32 when every tensor of the op is
+        f32 or a narrower float (the loads widen to float32), so its float
+        literals are typed float32; otherwise (integers, booleans, f64, c64) as is."""
+        e = self.expr(op, *values)
+        if all(t.dtype in _F32_COMPUTE for t in list(op.inputs) + list(op.outputs) if t is not None):
+            return f32_literals(e)
+        return e
+
     def supports_lowering(self, op) -> bool:
         return type(self).expr is not Elementwise.expr
 
     def lower(self, op, kb, ins, outs):
-        emit_elementwise(kb, outs, ins, lambda kb_, vals: [self.expr(op, *vals)])
+        emit_elementwise(kb, outs, ins, lambda kb_, vals: [self.source(op, *vals)])
+
+
+_F32_COMPUTE = frozenset({DataType.f32, DataType.bf16, DataType.f16, DataType.f8_e4m3, DataType.f8_e5m2})
 
 
 class Unary(Elementwise):
