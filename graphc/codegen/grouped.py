@@ -14,13 +14,16 @@ runs all its passes while its data is in cache; with few groups, every pass
 spreads its rows over chunks that keep partial results, combined after.
 
 Sums accumulate in f32 lane arrays (which vectorize) folded into f64 every
-``FOLD_ROWS`` rows or so: a lane never sums 2 * FOLD_ROWS f32 terms.
+``FOLD_ROWS`` rows or so: a lane never sums 2 * FOLD_ROWS f32 terms.  A sum over
+the lane alone (no rows: LayerNorm or SoftMax along the last dim) stores its
+terms in a float64 buffer, which the ``fsum`` helper adds up vectorized.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .fastmath import use_helper
 from .kernel import KernelBuilder, worth_parallel
 
 #: fewest groups that are spread over threads; fewer spread their rows instead
@@ -65,14 +68,22 @@ class Acc:
         self.scalar = fresh("s")     # the group's result (reduced lane)
         self.part = fresh("vp")      # rows mode: each chunk's result
         self.result = fresh("vr")    # rows mode, kept lane: the lanes' results
+        self.terms = fresh("vb")     # direct sum: f64 [L], the terms, summed by fsum
 
     @property
     def direct(self) -> bool:
         """Reduced lane and no rows: accumulate into a scalar."""
         return not self.nest.lane_kept and self.nest.R == 1
 
+    @property
+    def buffered(self) -> bool:
+        """A direct sum: its terms go to a buffer that fsum adds up after the pass."""
+        return self.direct and self.kind == "sum"
+
     def add(self, expr: str) -> str:
         """Statement accumulating ``expr`` (the current element's term) in a pass."""
+        if self.buffered:
+            return f"{self.terms}[{self.nest.lv}] = {expr}"
         target = self.local if self.direct else f"{self.lanes}[{self.nest.lv}]"
         if self.kind == "max":
             return f"{target} = max({target}, {expr})"
@@ -234,6 +245,9 @@ class Nest:
 
     def _alloc(self, accs) -> None:
         for a in accs:
+            if a.buffered:
+                use_helper(self.kb, "fsum")
+                self.kb.line(f"{a.terms} = np.empty({self.L}, np.float64)")
             if not a.direct:
                 self.kb.line(f"{a.lanes} = np.empty({self.L}, np.float32)")
                 if a.kind == "sum":
@@ -344,6 +358,9 @@ class Nest:
             with kb.loop(self.lv, self.L):
                 yield self.iv
             self._fold(sums)
+            for a in accs:
+                if a.buffered:
+                    kb.line(f"{a.local} = fsum({a.terms}, {self.L})")
             return
         inner, outer = self.row_dims[-1], self.row_dims[:-1]
         ext = self.vdims[inner].extent

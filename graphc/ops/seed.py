@@ -10,6 +10,7 @@ import numba
 import numpy as np
 
 from ..codegen.elementwise import aligned_strides, collapse, emit_elementwise
+from ..codegen.fastmath import use_helper
 from ..codegen.kernel import ArrayRef, num, unsigned, worth_parallel
 from ..codegen.loops import emit_sum_helper, index_nest, linear, unravel
 from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
@@ -391,45 +392,6 @@ class EmbeddingBackward(OpSchema):
 
 
 # --------------------------------------------------------------- SwiGlu family
-#: kernel helpers: a float32 sigmoid from a polynomial exp (Cephes expf) that
-#: vectorizes, unlike a call to libm's tanh or exp; relative error < 3e-7.  Their
-#: own fastmath 'contract' (per instruction, so it stays theirs once LLVM inlines
-#: them into the kernel) turns the polynomial into FMAs: 18% faster SwiGlu.
-SIGMOID_F32 = """\
-from graphc.codegen.runtime import bits_to_f32, f32_to_bits
-
-
-@njit(cache=True, nogil=True, fastmath={'contract'})
-def exp_neg_f32(x):
-    # exp(x) for x <= 0; 0 below -87 (and for NaN).  x = n ln2 + r, n rounded to
-    # nearest by the 1.5 * 2^23 shift, which also leaves n in t's low bits for 2^n
-    xc = x if x > np.float32(-87.0) else np.float32(-87.0)
-    t = xc * np.float32(1.4426950408889634) + np.float32(12582912.0)
-    n = t - np.float32(12582912.0)
-    r = xc - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
-    p = np.float32(1.9875691500e-4)
-    p = p * r + np.float32(1.3981999507e-3)
-    p = p * r + np.float32(8.3334519073e-3)
-    p = p * r + np.float32(4.1665795894e-2)
-    p = p * r + np.float32(1.6666665459e-1)
-    p = p * r + np.float32(5.0000001201e-1)
-    p = p * r * r + r + np.float32(1.0)
-    y = p * bits_to_f32((f32_to_bits(t) + np.uint32(127 - 0x4B400000)) << np.uint32(23))
-    return y if x > np.float32(-87.0) else np.float32(0.0)
-
-
-@njit(cache=True, nogil=True, fastmath={'contract'})
-def sigmoid_f32(x):
-    x = np.float32(x)  # the 1.5 * 2^23 shift rounds in float32 only
-    e = exp_neg_f32(-abs(x))
-    return (np.float32(1.0) if x >= np.float32(0.0) else e) / (np.float32(1.0) + e)"""
-
-
-def use_sigmoid_f32(kb) -> None:
-    if SIGMOID_F32 not in kb.helpers:
-        kb.helpers.append(SIGMOID_F32)
-
-
 def _swish_halves(x, axis):
     a, b = np.split(x, 2, axis=axis)
     return a, b, _sigmoid(a)
@@ -465,7 +427,7 @@ class _SwiGluBase(OpSchema):
         element's code given the multi-indices of its A and B halves in src."""
         axis = self.split_axis(op)
 
-        use_sigmoid_f32(kb)
+        use_helper(kb, "sigmoid_f32")
         with index_nest(kb, shape, worth_parallel(math.prod(shape))) as ivars:
             ib = list(ivars)
             ib[axis] = str(shape[axis]) if ivars[axis] is None else f"({ivars[axis]} + {shape[axis]})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen.fastmath import use_helper
 from ..codegen.grouped import Nest, tensor_vdims
 from .common import merged_shape, same_shape_as
 from .schema import Attr, DtypeTable, In, OpSchema, Out, norm_axis, same_dtype
@@ -32,7 +33,9 @@ class _AlongAxis(OpSchema):
 
 def max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero=False):
     """The passes giving each group's max ``mx`` of src (as the stat ``m``) and sum
-    ``se`` of exp(src - max) (with ``inf_as_zero``, a max of -inf counts as 0)."""
+    ``se`` of exp(src - max) (with ``inf_as_zero``, a max of -inf counts as 0).
+    src - max <= 0: exp_le0_f32 computes it vectorized."""
+    use_helper(kb, "exp_le0_f32")
     with nest.pass_(mx) as iv:
         kb.line(mx.add(src.load_nd(iv)))
     with nest.per_group():
@@ -41,7 +44,7 @@ def max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero=False):
             with kb.block(f"if {m.ref} == -np.inf:"):
                 kb.line(m.set("0"))
     with nest.pass_(se) as iv:
-        kb.line(se.add(f"np.exp({src.load_nd(iv)} - {m.ref})"))
+        kb.line(se.add(f"exp_le0_f32({src.load_nd(iv)} - {m.ref})"))
 
 
 class SoftMax(_AlongAxis):
@@ -90,7 +93,7 @@ class SoftMax(_AlongAxis):
                     stats_iv[axis] = None
                     kb.line(outs[1].store_nd(stats_iv, f"{m.ref} + np.log({s})"))
             with nest.pass_() as iv:
-                kb.line(outs[0].store_nd(iv, f"np.exp({src.load_nd(iv)} - {m.ref}) * {rs.ref}"))
+                kb.line(outs[0].store_nd(iv, f"exp_le0_f32({src.load_nd(iv)} - {m.ref}) * {rs.ref}"))
 
 
 class SoftMaxBackward(_AlongAxis):

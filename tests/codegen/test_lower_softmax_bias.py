@@ -51,6 +51,21 @@ def test_softmax_infinite_rows(mode, axis):
     check_compiled(g, inputs)
 
 
+@pytest.mark.parametrize("kind", ["SoftMax", "LogSoftmax"])
+@pytest.mark.parametrize("axis", [1, 2])
+def test_softmax_nan_inf_and_wide_rows(kind, axis):
+    """NaN and +inf propagate as in the reference (exp(src - max) is a polynomial
+    in the kernel, not libm's exp); a row spanning [-200, 0] underflows."""
+    shape = [2, 5, 6]
+    g = one_op(kind, [("f32", shape)], [("f32", shape)], {"axis": axis})
+    inputs = make_inputs(g)
+    x = np.moveaxis(inputs[0], axis, -1)
+    x[0, 1, 3] = np.nan
+    x[0, 2, 0] = np.inf
+    x[1, 3] = np.linspace(-200, 0, x.shape[-1])
+    check_compiled(g, inputs)
+
+
 def test_softmax_strided():
     shape = [3, 5, 8]
     check_compiled(softmax(shape, 2, stats=True, src_strides=strides(shape, [2, 0, 1], pad=2)))

@@ -1,0 +1,76 @@
+"""Helper functions generated kernels can call, emitted into the kernel's own
+module (their text is part of the source the cache keys; graphc.codegen.runtime
+is imported, not inlined, so adding to it would change every kernel's cache
+key).  Each helper's fastmath flags are its own: LLVM keeps them per
+instruction once it inlines the helper into the kernel, whose other math stays
+strict.
+
+- exp_neg_f32 / exp_le0_f32: float32 exp for x <= 0 from Cephes' expf
+  polynomial, vectorizable (a call to libm's exp is not); relative error < 3e-7.
+  'contract' turns the polynomial into FMAs.
+- sigmoid_f32: from exp_neg_f32.
+- fsum: the float64 sum of a buffer's first n values with 'reassoc', so LLVM
+  vectorizes it into partial sums (a strict running sum stays scalar).
+"""
+from __future__ import annotations
+
+_BITS = "from graphc.codegen.runtime import bits_to_f32, f32_to_bits"
+
+_EXP_NEG_F32 = """\
+@njit(cache=True, nogil=True, fastmath={'contract'})
+def exp_neg_f32(x):
+    # exp(x) for x <= 0; 0 below -87 (and for NaN).  x = n ln2 + r, n rounded to
+    # nearest by the 1.5 * 2^23 shift, which also leaves n in t's low bits for 2^n
+    xc = x if x > np.float32(-87.0) else np.float32(-87.0)
+    t = xc * np.float32(1.4426950408889634) + np.float32(12582912.0)
+    n = t - np.float32(12582912.0)
+    r = xc - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    p = p * r * r + r + np.float32(1.0)
+    y = p * bits_to_f32((f32_to_bits(t) + np.uint32(127 - 0x4B400000)) << np.uint32(23))
+    return y if x > np.float32(-87.0) else np.float32(0.0)"""
+
+_EXP_LE0_F32 = """\
+@njit(cache=True, nogil=True)
+def exp_le0_f32(x):
+    # exp(x) for x <= 0 (x - max in softmax), NaN staying NaN
+    x = np.float32(x)
+    return exp_neg_f32(x) if x == x else x"""
+
+_SIGMOID_F32 = """\
+@njit(cache=True, nogil=True, fastmath={'contract'})
+def sigmoid_f32(x):
+    x = np.float32(x)  # the 1.5 * 2^23 shift rounds in float32 only
+    e = exp_neg_f32(-abs(x))
+    return (np.float32(1.0) if x >= np.float32(0.0) else e) / (np.float32(1.0) + e)"""
+
+_FSUM = """\
+@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc'})
+def fsum(buf, n):
+    s = 0.0
+    for j in range(n):
+        s += buf[np.uint64(j)]
+    return s"""
+
+#: name -> (the helpers it calls, its text)
+HELPERS = {
+    "bits": ((), _BITS),
+    "exp_neg_f32": (("bits",), _EXP_NEG_F32),
+    "exp_le0_f32": (("exp_neg_f32",), _EXP_LE0_F32),
+    "sigmoid_f32": (("exp_neg_f32",), _SIGMOID_F32),
+    "fsum": ((), _FSUM),
+}
+
+
+def use_helper(kb, name: str) -> None:
+    """Emit helper ``name`` (after the helpers it calls) into kb's module, once."""
+    deps, text = HELPERS[name]
+    for d in deps:
+        use_helper(kb, d)
+    if text not in kb.helpers:
+        kb.helpers.append(text)
