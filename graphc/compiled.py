@@ -16,7 +16,7 @@ from numba.np.numpy_support import from_dtype
 
 from .errors import GraphcError, InvalidArguments, RuntimeFault, Unimplemented
 from .codegen.cache import compile_kernel, load_kernel
-from .codegen.kernel import KERNEL_VIEW, KernelBuilder
+from .codegen.kernel import KERNEL_VIEW
 from .reference import check_input_array
 from .types import LogicalTensor, dense_strides
 
