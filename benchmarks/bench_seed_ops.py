@@ -66,15 +66,19 @@ EPS = 1e-5
 
 def timeit(fns, repeat):
     """The fastest of ``repeat`` runs of each of ``fns`` after two warm-up runs.  The
-    functions take turns, so that load from other processes hits them alike."""
+    functions take turns, so that load from other processes hits them alike, and
+    each round starts with the next one, so that none always runs right after
+    the same other (a function just after torch finds its threads still winding
+    down)."""
     for fn in fns:
         fn()
         fn()
     best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for k, fn in enumerate(fns):
+    for r in range(repeat):
+        for i in range(len(fns)):
+            k = (r + i) % len(fns)
             t0 = time.perf_counter()
-            fn()
+            fns[k]()
             best[k] = min(best[k], time.perf_counter() - t0)
     return best
 
@@ -281,8 +285,9 @@ CASES = [
 ]
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_cases(cases, argv=None, description="", width=56):
+    """Parse the command line, then time and print every case (name, dtype, make)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="", help="run the cases whose name contains this text")
@@ -292,19 +297,23 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     print(f"threads: torch {torch.get_num_threads()}, numba {numba.get_num_threads()} "
           f"({numba.config.THREADING_LAYER} layer); best of {args.repeat} runs, ms")
-    head = (f"{'op':<56} {'dtype':<5} {'graphc':>8} {'torch':>8} {'numpy':>8} {'torch/gc':>8} {'numpy/gc':>8}"
+    head = (f"{'op':<{width}} {'dtype':<5} {'graphc':>8} {'torch':>8} {'numpy':>8} {'torch/gc':>8} {'numpy/gc':>8}"
             f" {'kernel':>8} {'GB/s':>6} {'triad':>6}")
     print(head)
     print("-" * len(head))
-    for name, dt, make in CASES:
+    for name, dt, make in cases:
         if args.only not in name:
             continue
         gc, torch_fn, numpy_fn = make(rng)
         t_torch, t_gc, t_kernel, t_triad = timeit([torch_fn, gc.run, gc.kernel, triad(gc.nbytes)], args.repeat)
         (t_np,) = timeit([numpy_fn], max(3, args.repeat // 3))
-        print(f"{name:<56} {dt:<5} {t_gc * 1e3:8.2f} {t_torch * 1e3:8.2f} {t_np * 1e3:8.2f} "
+        print(f"{name:<{width}} {dt:<5} {t_gc * 1e3:8.2f} {t_torch * 1e3:8.2f} {t_np * 1e3:8.2f} "
               f"{t_torch / t_gc:8.2f} {t_np / t_gc:8.2f} {t_kernel * 1e3:8.2f} {gc.nbytes / t_kernel / 1e9:6.1f} "
               f"{t_triad / t_kernel:6.0%}", flush=True)
+
+
+def main(argv=None):
+    run_cases(CASES, argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
