@@ -9,8 +9,9 @@ strict.
   polynomial, vectorizable (a call to libm's exp is not); relative error < 3e-7.
   'contract' turns the polynomial into FMAs.
 - sigmoid_f32: from exp_neg_f32.
-- fsum: the float64 sum of a buffer's first n values with 'reassoc', so LLVM
-  vectorizes it into partial sums (a strict running sum stays scalar).
+- fsum, and the per-kernel sums of emit_sum_helper: float64 sums with 'reassoc',
+  so LLVM vectorizes them into partial sums (a strict running sum, or several
+  unrolled by hand, stays scalar).
 """
 from __future__ import annotations
 
@@ -49,8 +50,10 @@ def sigmoid_f32(x):
     e = exp_neg_f32(-abs(x))
     return (np.float32(1.0) if x >= np.float32(0.0) else e) / (np.float32(1.0) + e)"""
 
-_FSUM = """\
-@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc'})
+#: the decorator of the reassociating sum helpers
+_REASSOC = "@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc'})"
+
+_FSUM = _REASSOC + """
 def fsum(buf, n):
     s = 0.0
     for j in range(n):
@@ -74,3 +77,19 @@ def use_helper(kb, name: str) -> None:
         use_helper(kb, d)
     if text not in kb.helpers:
         kb.helpers.append(text)
+
+
+def emit_sum_helper(kb, n: int, term, params, zero: str = "0.0") -> str:
+    """The sum of term(j) over j < n (float64, or ``zero``'s type) as a reassociating
+    helper of kb's module, like fsum but over an expression: ``params`` are the
+    names term's text uses besides j, passed under the same names.  Returns the
+    call expression."""
+    name, j = kb.fresh("rsum"), kb.fresh("j")
+    kb.helpers.append(
+        f"{_REASSOC}\n"
+        f"def {name}({', '.join(params)}):\n"
+        f"    s = {zero}\n"
+        f"    for {j} in range({n}):\n"
+        f"        s += {term(j)}\n"
+        "    return s")
+    return f"{name}({', '.join(params)})"

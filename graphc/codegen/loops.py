@@ -1,5 +1,5 @@
-"""Loop helpers for lowerings: flat index splits, row-major loop nests, offsets
-from explicit strides, and row sums as vectorized helpers."""
+"""Loop helpers for lowerings: flat index splits, row-major loop nests
+and offsets from explicit strides."""
 from __future__ import annotations
 
 import math
@@ -74,22 +74,3 @@ def linear(ivars, strides, base: str = "") -> str:
     terms = [base] if base and base != "0" else []
     terms += [v if s == 1 else f"{v} * {s}" for v, s in zip(ivars, strides) if s and v is not None]
     return " + ".join(terms) if terms else "0"
-
-
-def emit_sum_helper(kb, n: int, term, params, zero: str = "0.0") -> str:
-    """A float64 sum of term(j) over j < n as a helper function of the kernel's
-    module compiled with fastmath 'reassoc' (on its own instructions only: LLVM's
-    flags are per instruction, so the kernel's other math stays strict), which
-    lets LLVM vectorize the running sum into partial sums (a strict running sum,
-    or several of them unrolled by hand, stays scalar).  ``params``: the names term's text uses besides j,
-    passed under the same names; ``zero``: the sum's start (its type).  Returns the
-    call expression."""
-    name, j = kb.fresh("rsum"), kb.fresh("j")
-    kb.helpers.append(
-        "@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc'})\n"
-        f"def {name}({', '.join(params)}):\n"
-        f"    s = {zero}\n"
-        f"    for {j} in range({n}):\n"
-        f"        s += {term(j)}\n"
-        "    return s")
-    return f"{name}({', '.join(params)})"

@@ -14,7 +14,8 @@ import math
 import numpy as np
 
 from ..codegen.kernel import num, worth_parallel
-from ..codegen.loops import emit_sum_helper, linear, unravel
+from ..codegen.fastmath import emit_sum_helper
+from ..codegen.loops import linear, unravel
 from ..comm import agree, allgather_array, default_comm, rank_and_size
 from ..errors import GraphcError, InvalidArguments, InvalidGraphOp, RuntimeFault
 from .common import F

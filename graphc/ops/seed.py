@@ -10,9 +10,9 @@ import numba
 import numpy as np
 
 from ..codegen.elementwise import aligned_strides, collapse, emit_elementwise
-from ..codegen.fastmath import use_helper
+from ..codegen.fastmath import emit_sum_helper, use_helper
 from ..codegen.kernel import ArrayRef, num, unsigned, worth_parallel
-from ..codegen.loops import emit_sum_helper, index_nest, linear, unravel
+from ..codegen.loops import index_nest, linear, unravel
 from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
 from ..types import DataType
 from .common import AUTO_BROADCAST, F, binary_shape, merged_shape, unbroadcast
