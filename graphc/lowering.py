@@ -6,6 +6,7 @@ for intermediates) and asks each op, in order, to emit its code.
 """
 from __future__ import annotations
 
+from .codegen.fusion import lower_fused
 from .codegen.kernel import KernelBuilder
 
 
@@ -46,7 +47,6 @@ def build_kernel(partition, ops, in_lts, out_lts):
     runner = collective_runner(ops)
     if runner is not None:
         return None, [], runner
-    from passes.fuse_lower import lower_fused
     kb, refs, plan = _builder(in_lts, out_lts)
     if lower_fused(kb, ops, refs):
         return kb.source(), plan, None
@@ -57,5 +57,5 @@ def build_kernel(partition, ops, in_lts, out_lts):
                 refs[t.id] = kb.arg(t, "t")
                 plan.append(("tmp", t))
         op.schema.lower(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs])
-    kb.line("return -1")
+    kb.ret(-1)
     return kb.source(), plan, None

@@ -2,7 +2,7 @@
 training patterns, and the seed ops with their neighbours.
 
 Each entry is data for the one matching engine in passes/pattern.py.  A fused
-partition lowers to one kernel (passes/fuse_lower.py): an eltwise chain as one
+partition lowers to one kernel (graphc/codegen/fusion.py): an eltwise chain as one
 expression in one loop; an anchor op (norm, softmax, reduction, SwiGlu, ...)
 with its prologue folded into its loads and its epilogue into its stores.
 """

@@ -41,7 +41,7 @@ def collapse(shape, strides_list):
 
 def emit_elementwise(kb: KernelBuilder, outs: list[ArrayRef], ins: list[ArrayRef], compute) -> None:
     """Emit a loop over the outputs' shape; ``compute(kb, values)`` returns one
-    expression per output from the names of the loaded input values."""
+    expression per output from the loaded input values (bound to names)."""
     shape = outs[0].shape
     arrs = list(outs) + list(ins)
     all_strides = [aligned_strides(a, shape) for a in arrs]
@@ -63,28 +63,17 @@ def emit_elementwise(kb: KernelBuilder, outs: list[ArrayRef], ins: list[ArrayRef
         rows *= d
 
     def body(offsets):
-        vals = []
-        for a, off in zip(ins, offsets[len(outs):]):
-            v = kb.fresh("x")
-            kb.line(f"{v} = {a.load(off)}")
-            vals.append(v)
+        vals = [kb.let(a.load(off), "x") for a, off in zip(ins, offsets[len(outs):])]
         exprs = compute(kb, vals)
         for o, off, e in zip(outs, offsets, exprs):
-            kb.line(o.store(off, e))
+            kb.emit(o.store(off, e))
 
     if not outer:
-        i = kb.fresh("i")
-        with kb.loop(i, inner, par):
+        with kb.for_(inner, "i", par) as i:
             body([linear([i], s) for s in strides])
         return
-    r = kb.fresh("r")
-    with kb.loop(r, rows, par and rows > 1):
+    with kb.for_(rows, "r", par and rows > 1) as r:
         idx = unravel(kb, r, outer)
-        bases = []
-        for s in strides:
-            b = kb.fresh("b")
-            kb.line(f"{b} = {linear(idx, s[:-1])}")
-            bases.append(b)
-        j = kb.fresh("j")
-        with kb.loop(j, inner, par and rows == 1):
+        bases = [kb.let(linear(idx, s[:-1]), "b") for s in strides]
+        with kb.for_(inner, "j", par and rows == 1) as j:
             body([linear([j], s[-1:], b) for b, s in zip(bases, strides)])

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import ir
+from .printer import print_body
 from ..types import DataType, LogicalTensor
 
 HEADER = """\
@@ -81,11 +83,36 @@ def compute_dtype(dt: DataType) -> str:
     return "np.int64"
 
 
-def unsigned(idx: str) -> str:
+def unsigned(idx) -> str:
     """An index expression as unsigned: numba then skips its negative-index
     wraparound, whose per-element select turns vector loads and stores into
     gathers and scatters (kernel offsets are never negative)."""
     return f"np.uint64({idx})"
+
+
+def _ix(v):
+    """An index given as an expression, a name (transitional) or a number."""
+    if isinstance(v, ir.Expr):
+        return v
+    if isinstance(v, str):
+        return ir.var(v) if v.isidentifier() else ir.raw(v, "int")
+    return ir.const(int(v))
+
+
+def offset_expr(ivars, shape, strides) -> ir.Expr:
+    """Element offset of multi-index ``ivars`` (None for a dim fixed at 0); dims of
+    size 1 and zero strides contribute nothing."""
+    total = None
+    for v, d, s in zip(ivars, shape, strides):
+        if v is None or d == 1 or s == 0:
+            continue
+        t = _ix(v) if s == 1 else _ix(v) * s
+        total = t if total is None else total + t
+    return total if total is not None else ir.const(0)
+
+
+def _value(v) -> ir.Expr:
+    return v if isinstance(v, ir.Expr) else ir.raw(str(v), "f64") if isinstance(v, str) else ir.const(v)
 
 
 @dataclass
@@ -107,72 +134,78 @@ class ArrayRef:
     def strides(self):
         return self.lt.strides
 
-    def offset(self, ivars, shape=None) -> str:
-        """Element offset of multi-index ``ivars`` (names or expressions, one per dim,
-        None for a dim fixed at 0); dims of size 1 contribute nothing."""
-        shape = self.shape if shape is None else shape
-        terms = []
-        for v, d, s in zip(ivars, shape, self.strides):
-            if v is None or d == 1 or s == 0:
-                continue
-            terms.append(v if s == 1 else f"{v} * {s}")
-        return " + ".join(terms) if terms else "0"
+    @property
+    def buf(self) -> ir.Expr:
+        view = KERNEL_VIEW.get(self.dtype)
+        elem = ir.elem_type(view if view is not None else self.dtype.np)
+        return ir.array(self.name, elem)
 
-    def at(self, idx: str) -> str:
-        """``name[idx]``, the stored element unconverted, at an unsigned offset (see :func:`unsigned`)."""
-        return f"{self.name}[{unsigned(idx)}]"
+    def offset(self, ivars, shape=None) -> ir.Expr:
+        """Element offset of multi-index ``ivars`` (expressions, one per dim, None
+        for a dim fixed at 0)."""
+        return offset_expr(ivars, self.shape if shape is None else shape, self.strides)
 
-    def load(self, idx: str) -> str:
+    def at(self, idx) -> ir.Expr:
+        """The stored element unconverted, at an unsigned offset (see :func:`unsigned`)."""
+        return ir.load(self.buf, ir.u64(_ix(idx)))
+
+    def load(self, idx) -> ir.Expr:
+        """The element at flat offset ``idx``, in its compute type."""
+        raw = self.at(idx)
         f = _LOAD.get(self.dtype)
         if f:
-            return f"{f}({self.at(idx)})"
+            return ir.call(f, raw)
         # ml_dtypes keeps an int4 in the low nibble of its byte, not sign-extended
         if self.dtype is DataType.s4:
-            return f"(((np.int64({self.at(idx)}) & 15) ^ 8) - 8)"
+            return ((ir.i64(raw) & 15) ^ 8) - 8
         if self.dtype is DataType.u4:
-            return f"(np.int64({self.at(idx)}) & 15)"
-        if self.dtype is DataType.f32:
-            return f"{self.at(idx)}"
+            return ir.i64(raw) & 15
         if self.dtype.is_int:
-            return f"np.int64({self.at(idx)})"
-        return f"{self.at(idx)}"
+            return ir.i64(raw)
+        return raw
 
-    def store(self, idx: str, value: str) -> str:
+    def store(self, idx, value) -> ir.Store:
+        """Store ``value`` at flat offset ``idx``, narrowing it to the tensor's dtype."""
+        value = _value(value)
+        at = ir.u64(_ix(idx))
         f = _STORE.get(self.dtype)
         if f:
             # values computed in f64 round to odd in f32 first, so the narrowing
             # rounds once, as the reference does
-            return f"{self.at(idx)} = {f}(f64_to_f32_odd({value}))"
+            if value.dt != "f32":
+                value = ir.call("f64_to_f32_odd", value)
+            return ir.Store(self.buf, at, ir.call(f, value))
         if self.dtype.is_int:
             lo, hi = _INT_RANGE[self.dtype]
-            return f"{self.at(idx)} = sat_round({value}, {lo}, {hi})"
-        return f"{self.at(idx)} = {value}"
+            return ir.Store(self.buf, at, ir.call("sat_round", value, lo, hi))
+        return ir.Store(self.buf, at, value)
 
-    def load_nd(self, ivars) -> str:
-        """Load at a multi-index (one name per dim of this tensor's shape; None = 0).
+    def load_nd(self, ivars) -> ir.Expr:
+        """Load at a multi-index (one index per dim of this tensor's shape; None = 0).
         Fusion replaces refs by ones that compute their value here (prologues)."""
         return self.load(self.offset(ivars))
 
-    def store_nd(self, ivars, value: str) -> str:
+    def store_nd(self, ivars, value):
         """Store at a multi-index; fusion replaces refs by ones that apply post-ops
         here (epilogues).  Ops that can anchor fusion use load_nd / store_nd."""
         return self.store(self.offset(ivars), value)
 
-    def store_int(self, idx: str, value: str) -> str:
+    def store_int(self, idx, value) -> ir.Store:
         """Store a value already integral (no rounding)."""
-        return f"{self.at(idx)} = {value}"
+        return ir.Store(self.buf, ir.u64(_ix(idx)), _value(value))
 
 
 class KernelBuilder:
-    """Accumulates one kernel function's arguments and body."""
+    """Accumulates one kernel function's arguments and body as IR statements."""
 
     def __init__(self):
         self.args: list[ArrayRef] = []
-        self.lines: list[str] = []
-        self._indent = 1
+        self.body: list = []
+        self._stack: list[list] = [self.body]
         self._names: dict[str, int] = {}
         self.parallel = False
         self.helpers: list[str] = []
+        self._mutable: set[str] = set()   # names assigned more than once
 
     def arg(self, lt: LogicalTensor, prefix: str = "a") -> ArrayRef:
         ref = ArrayRef(f"{prefix}{len(self.args)}", lt)
@@ -184,28 +217,132 @@ class KernelBuilder:
         self._names[prefix] = n + 1
         return f"{prefix}{n}"
 
-    def line(self, text: str) -> None:
-        self.lines.append("    " * self._indent + text)
+    # -- statements ------------------------------------------------------------------------
+    def emit(self, stmt) -> None:
+        if isinstance(stmt, (list, tuple)):
+            for s in stmt:
+                self.emit(s)
+        elif isinstance(stmt, str):
+            self._stack[-1].append(ir.Raw(stmt))
+        else:
+            self._stack[-1].append(stmt)
+
+    line = emit   # (transitional name: a str is a line of source)
+
+    def let(self, value, prefix: str = "v") -> ir.Expr:
+        """Bind ``value`` to a fresh name; returns the name as an expression."""
+        value = _value(value)
+        if value.op == "const" or (value.op == "var" and value.args[0] not in self._mutable):
+            return value   # a number or an immutable name needs no other name
+        v = ir.var(self.fresh(prefix), value.dt)
+        self.emit(ir.Let(v, value))
+        return v
+
+    def var(self, value, prefix: str = "s") -> ir.Expr:
+        """A mutable scalar starting at ``value``."""
+        value = _value(value)
+        v = ir.var(self.fresh(prefix), value.dt)
+        self._mutable.add(v.args[0])
+        self.emit(ir.Assign(v, value))
+        return v
+
+    def alloc(self, shape, elem: str = "f64", fill=None, prefix: str = "buf") -> ir.Expr:
+        """A scratch array (``np.empty``, or ``np.zeros`` / ``np.full`` with ``fill``) of
+        ``shape`` (an int or a tuple) whose elements are ``elem`` ("f32", "f64", "int",
+        ...); returns it as an array expression (index it to load)."""
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else shape
+        t = ir.typename(elem)
+        if fill is None:
+            value = ir.call("np.empty", shape, t)
+        elif fill == 0:
+            value = ir.call("np.zeros", shape, t)
+        else:
+            value = ir.call("np.full", shape, ir.const(fill, elem if elem in ir.FLOATS else None), t)
+        v = ir.array(self.fresh(prefix), elem)
+        self.emit(ir.Let(v, value))
+        return v
+
+    def assign(self, target: ir.Expr, value) -> None:
+        self._mutable.add(target.args[0])
+        self.emit(ir.Assign(target, _value(value)))
+
+    def store(self, buf: ir.Expr, idx, value) -> None:
+        self.emit(ir.Store(buf, idx, _value(value)))
+
+    def ret(self, value) -> None:
+        self.emit(ir.Return(_value(value)))
 
     @contextmanager
-    def block(self, header: str):
-        self.line(header)
-        self._indent += 1
+    def _into(self, stmt, body):
+        self.emit(stmt)
+        self._stack.append(body)
         try:
             yield
         finally:
-            self._indent -= 1
+            self._stack.pop()
 
-    def loop(self, var: str, extent, parallel: bool = False):
+    @contextmanager
+    def for_(self, stop, prefix: str = "i", parallel: bool = False, start=0):
+        """A loop over [start, stop); yields the index as an expression."""
+        v = ir.var(self.fresh(prefix))
         if parallel:
             self.parallel = True
-            return self.block(f"for {var} in prange({extent}):")
-        return self.block(f"for {var} in range({extent}):")
+        st = ir.For(v, _ix(start), _ix(stop), [], parallel)
+        with self._into(st, st.body):
+            yield v
+
+    @contextmanager
+    def if_(self, cond):
+        st = ir.If(cond, [], [])
+        with self._into(st, st.body):
+            yield st
+
+    @contextmanager
+    def else_(self, st):
+        with self._into_body(st.orelse):
+            yield
+
+    @contextmanager
+    def _into_body(self, body):
+        self._stack.append(body)
+        try:
+            yield
+        finally:
+            self._stack.pop()
+
+    @contextmanager
+    def while_(self, cond):
+        st = ir.While(cond, [])
+        with self._into(st, st.body):
+            yield
+
+    @contextmanager
+    def block(self, header: str):
+        """(transitional) a block under a header line of text."""
+        st = ir.RawBlock(header, [])
+        with self._into(st, st.body):
+            yield
+
+    def loop(self, var: str, extent, parallel: bool = False):
+        """(transitional) ``for var in range(extent)`` with the name and extent given."""
+        if parallel:
+            self.parallel = True
+        if isinstance(extent, (int, ir.Expr)) or (isinstance(extent, str) and "," not in extent):
+            st = ir.For(ir.var(var), ir.const(0), _ix(extent), [], parallel)
+            return self._into(st, st.body)
+        return self.block(f"for {var} in {'prange' if parallel else 'range'}({extent}):")
+
+    @property
+    def lines(self) -> list[str]:
+        return print_body(self.body, 1, self._taken())
+
+    def _taken(self) -> set:
+        return {f"{p}{i}" for p, n in self._names.items() for i in range(n)} | {a.name for a in self.args}
 
     def source(self, entry: str = "kernel") -> str:
         opts = "cache=True, nogil=True, error_model='numpy'" + (", parallel=True" if self.parallel else "")
         params = ", ".join(a.name for a in self.args)
-        body = self.lines or ["    pass"]
+        body = print_body(self.body, 1, self._taken()) if self.body else ["    pass"]
         return (HEADER + "\n" + "".join(h + "\n\n" for h in self.helpers) +
                 f"\n@njit({opts})\ndef {entry}({params}):\n" + "\n".join(body) + "\n")
 

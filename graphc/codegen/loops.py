@@ -5,25 +5,25 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
+from . import ir
+from .kernel import _ix
 
-def unravel(kb, flat: str, shape) -> list:
-    """Emit lines splitting the row-major index ``flat`` over ``shape``; returns one
-    index name per dim (None for size-1 dims, whose index is 0)."""
+
+def unravel(kb, flat, shape) -> list:
+    """Emit lets splitting the row-major index ``flat`` over ``shape``; returns one
+    index expression per dim (None for size-1 dims, whose index is 0)."""
     ivars = [None] * len(shape)
     big = [k for k, d in enumerate(shape) if d != 1]
     if not big:
         return ivars
-    q = kb.fresh("q")
-    kb.line(f"{q} = {flat}")
+    q = kb.let(_ix(flat), "q")
     for k in reversed(big):
-        ivars[k] = kb.fresh("i")
         if k == big[0]:
-            kb.line(f"{ivars[k]} = {q}")
+            ivars[k] = kb.let(q, "i")
         else:
             # fresh names: numba's parfors reject overwriting what aliases the prange index
-            kb.line(f"{ivars[k]} = {q} % {shape[k]}")
-            q, prev = kb.fresh("q"), q
-            kb.line(f"{q} = {prev} // {shape[k]}")
+            ivars[k] = kb.let(q % shape[k], "i")
+            q = kb.let(q // shape[k], "q")
     return ivars
 
 
@@ -32,17 +32,16 @@ def index_nest(kb, shape, parallel: bool):
     """Loops over every multi-index of ``shape``: a flat loop over the leading dims
     (prange when ``parallel``; none when they hold one row) around a loop over the
     last dim (prange when ``parallel`` and there is one row).  Yields one index
-    name per dim (None for size-1 dims)."""
+    expression per dim (None for size-1 dims)."""
     shape = list(shape)
     last = shape[-1] if shape else 1
     rows = math.prod(shape[:-1])
     with _rows(kb, rows, parallel) as r:
-        ivars = unravel(kb, r, shape[:-1]) if r else [None] * (len(shape) - 1)
+        ivars = unravel(kb, r, shape[:-1]) if r is not None else [None] * (len(shape) - 1)
         if last == 1:
             yield ivars + [None] * (len(shape) - len(ivars))
             return
-        j = kb.fresh("j")
-        with kb.loop(j, last, parallel and rows == 1):
+        with kb.for_(last, "j", parallel and rows == 1) as j:
             yield ivars + [j]
 
 
@@ -52,15 +51,14 @@ def _rows(kb, rows: int, parallel: bool):
     if rows == 1:
         yield None
         return
-    r = kb.fresh("r")
-    with kb.loop(r, rows, parallel):
+    with kb.for_(rows, "r", parallel) as r:
         yield r
 
 
 @contextmanager
 def memory_order_nest(kb, shape, strides, parallel: bool):
     """:func:`index_nest` over ``shape`` visiting dims in decreasing ``strides``
-    (innermost: the smallest); yields the index names in ``shape``'s dim order."""
+    (innermost: the smallest); yields the index expressions in ``shape``'s dim order."""
     order = sorted(range(len(shape)), key=lambda k: -strides[k])
     with index_nest(kb, [shape[k] for k in order], parallel) as nest_vars:
         ivars = [None] * len(shape)
@@ -69,8 +67,12 @@ def memory_order_nest(kb, shape, strides, parallel: bool):
         yield ivars
 
 
-def linear(ivars, strides, base: str = "") -> str:
-    """``base + i0 * s0 + ...`` skipping zero strides and None indices; "0" when empty."""
-    terms = [base] if base and base != "0" else []
-    terms += [v if s == 1 else f"{v} * {s}" for v, s in zip(ivars, strides) if s and v is not None]
-    return " + ".join(terms) if terms else "0"
+def linear(ivars, strides, base=None) -> ir.Expr:
+    """``base + i0 * s0 + ...`` skipping zero strides and None indices; 0 when empty."""
+    total = _ix(base) if base is not None and not (isinstance(base, str) and base in ("", "0")) else None
+    for v, s in zip(ivars, strides):
+        if not s or v is None:
+            continue
+        t = _ix(v) if s == 1 else _ix(v) * s
+        total = t if total is None else total + t
+    return total if total is not None else ir.const(0)

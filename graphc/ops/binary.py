@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen import ir
 from .common import AUTO_BROADCAST, Binary, Elementwise, binary_shape
 from .schema import DtypeTable, In, Out, bad_shape
 
@@ -26,7 +27,7 @@ class Add(Binary):
         return a + b
 
     def expr(self, op, a, b):
-        return f"{a} + {b}"
+        return a + b
 
 
 class Subtract(Binary):
@@ -37,7 +38,7 @@ class Subtract(Binary):
         return a - b
 
     def expr(self, op, a, b):
-        return f"{a} - {b}"
+        return a - b
 
 
 class Multiply(Binary):
@@ -49,7 +50,7 @@ class Multiply(Binary):
         return a * b
 
     def expr(self, op, a, b):
-        return f"{a} * {b}"
+        return a * b
 
 
 class Divide(Binary):
@@ -61,7 +62,7 @@ class Divide(Binary):
         return a / b
 
     def expr(self, op, a, b):
-        return f"{a} / {b}"
+        return a / b
 
 
 class Maximum(Binary):
@@ -73,7 +74,7 @@ class Maximum(Binary):
         return np.maximum(a, b)
 
     def expr(self, op, a, b):
-        return f"np.maximum({a}, {b})"
+        return ir.call("np.maximum", a, b)
 
 
 class Minimum(Binary):
@@ -85,7 +86,7 @@ class Minimum(Binary):
         return np.minimum(a, b)
 
     def expr(self, op, a, b):
-        return f"np.minimum({a}, {b})"
+        return ir.call("np.minimum", a, b)
 
 
 class SquaredDifference(Binary):
@@ -97,7 +98,7 @@ class SquaredDifference(Binary):
         return (a - b) ** 2
 
     def expr(self, op, a, b):
-        return f"({a} - {b}) * ({a} - {b})"
+        return (a - b) * (a - b)
 
 
 class GreaterEqual(Binary):
@@ -110,7 +111,7 @@ class GreaterEqual(Binary):
         return a >= b
 
     def expr(self, op, a, b):
-        return f"{a} >= {b}"
+        return a >= b
 
 
 class Select(Elementwise):
@@ -143,4 +144,4 @@ class Select(Elementwise):
         return (np.where(cond, a, b),)
 
     def expr(self, op, cond, a, b):
-        return f"({a} if {cond} else {b})"
+        return ir.select(cond, a, b)

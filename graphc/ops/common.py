@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen.elementwise import emit_elementwise
+from ..codegen import ir
 from ..codegen.kernel import f32_literals
 from ..types import DataType
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, same_dtype
@@ -37,14 +38,18 @@ class Elementwise(OpSchema):
     def expr(self, op, *values: str) -> str:
         raise NotImplementedError
 
-    def source(self, op, *values: str) -> str:
-        """``expr`` as kernels compute it: in float32 when every tensor of the op is
-        f32 or a narrower float (the loads widen to float32), so its float
-        literals are typed float32; otherwise (integers, booleans, f64, c64) as is."""
-        e = self.expr(op, *values)
+    def source(self, op, *values):
+        """``expr`` over the input values (IR expressions) as kernels compute it:
+        over f32 or narrower floats (the loads widen to float32) in float32, the
+        IR typing its literals float32; integers, booleans, f64 and c64 as they are."""
+        vals = [v if isinstance(v, ir.Expr) else ir.raw(str(v)) for v in values]
+        e = self.expr(op, *vals)
+        if isinstance(e, ir.Expr):
+            return e
+        # (an expr still written as text)
         if all(t.dtype in _F32_COMPUTE for t in list(op.inputs) + list(op.outputs) if t is not None):
-            return f32_literals(e)
-        return e
+            return ir.raw(f"({f32_literals(e)})", "f32")
+        return ir.raw(f"({e})", "f64")
 
     def supports_lowering(self, op) -> bool:
         return type(self).expr is not Elementwise.expr

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .common import Unary, UnaryBackward
-from ..codegen.kernel import num
+from ..codegen import ir
 from .schema import Attr, In, non_negative
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -50,7 +50,7 @@ class Abs(Unary):
         return np.abs(x)
 
     def expr(self, op, x):
-        return f"abs({x})"
+        return ir.call("abs", x)
 
 
 class Clamp(Unary):
@@ -61,7 +61,7 @@ class Clamp(Unary):
         return np.minimum(np.maximum(x, op.attr("min")), op.attr("max"))
 
     def expr(self, op, x):
-        return f"np.minimum(np.maximum({x}, {num(op.attr('min'))}), {num(op.attr('max'))})"
+        return ir.call("np.minimum", ir.call("np.maximum", x, float(op.attr("min"))), float(op.attr("max")))
 
 
 class Elu(Unary):
@@ -72,7 +72,7 @@ class Elu(Unary):
         return np.where(x >= 0, x, op.attr("alpha") * np.expm1(np.minimum(x, 0)))
 
     def expr(self, op, x):
-        return f"({x} if {x} >= 0 else {num(op.attr('alpha'))} * math.expm1({x}))"
+        return ir.select(x >= 0, x, float(op.attr("alpha")) * ir.call("math.expm1", x))
 
 
 class Exp(Unary):
@@ -82,7 +82,7 @@ class Exp(Unary):
         return np.exp(x)
 
     def expr(self, op, x):
-        return f"math.exp({x})"
+        return ir.call("math.exp", x)
 
 
 class GELU(Unary):
@@ -96,8 +96,8 @@ class GELU(Unary):
 
     def expr(self, op, x):
         if op.attr("mode") == "gelu_tanh":
-            return f"0.5 * {x} * (1.0 + math.tanh({num(SQRT_2_PI)} * ({x} + 0.044715 * {x} * {x} * {x})))"
-        return f"0.5 * {x} * (1.0 + math.erf({x} * {num(1 / math.sqrt(2.0))}))"
+            return 0.5 * x * (1.0 + ir.call("math.tanh", SQRT_2_PI * (x + 0.044715 * x * x * x)))
+        return 0.5 * x * (1.0 + ir.call("math.erf", x * (1 / math.sqrt(2.0))))
 
 
 class HardSigmoid(Unary):
@@ -108,7 +108,7 @@ class HardSigmoid(Unary):
         return np.clip(op.attr("alpha") * x + op.attr("beta"), 0.0, 1.0)
 
     def expr(self, op, x):
-        return f"np.minimum(np.maximum({num(op.attr('alpha'))} * {x} + {num(op.attr('beta'))}, 0.0), 1.0)"
+        return ir.call("np.minimum", ir.call("np.maximum", float(op.attr("alpha")) * x + float(op.attr("beta")), 0.0), 1.0)
 
 
 class HardSwish(Unary):
@@ -118,7 +118,7 @@ class HardSwish(Unary):
         return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
 
     def expr(self, op, x):
-        return f"{x} * np.minimum(np.maximum({x} + 3.0, 0.0), 6.0) / 6.0"
+        return x * ir.call("np.minimum", ir.call("np.maximum", x + 3.0, 0.0), 6.0) / 6.0
 
 
 class LeakyReLU(Unary):
@@ -129,7 +129,7 @@ class LeakyReLU(Unary):
         return np.where(x >= 0, x, op.attr("alpha") * x)
 
     def expr(self, op, x):
-        return f"({x} if {x} >= 0 else {num(op.attr('alpha'))} * {x})"
+        return ir.select(x >= 0, x, float(op.attr("alpha")) * x)
 
 
 class Log(PositiveSrc, Unary):
@@ -140,7 +140,7 @@ class Log(PositiveSrc, Unary):
             return np.log(x)
 
     def expr(self, op, x):
-        return f"np.log({x})"
+        return ir.call("np.log", x)
 
 
 class Mish(Unary):
@@ -150,7 +150,7 @@ class Mish(Unary):
         return x * np.tanh(_softplus(x))
 
     def expr(self, op, x):
-        return f"{x} * math.tanh(softplus({x}, 1.0))"
+        return x * ir.call("math.tanh", ir.call("softplus", x, 1.0))
 
 
 class Pow(PositiveSrc, Unary):
@@ -162,7 +162,7 @@ class Pow(PositiveSrc, Unary):
             return np.power(x, op.attr("beta"))
 
     def expr(self, op, x):
-        return f"np.power({x}, {num(op.attr('beta'))})"
+        return ir.call("np.power", x, float(op.attr("beta")))
 
 
 class Reciprocal(PositiveSrc, Unary):
@@ -173,7 +173,7 @@ class Reciprocal(PositiveSrc, Unary):
             return 1.0 / x
 
     def expr(self, op, x):
-        return f"1.0 / {x}"
+        return 1.0 / x
 
 
 class ReLU(Unary):
@@ -183,7 +183,7 @@ class ReLU(Unary):
         return np.maximum(x, 0.0)
 
     def expr(self, op, x):
-        return f"np.maximum({x}, 0.0)"
+        return ir.call("np.maximum", x, 0.0)
 
 
 class Round(Unary):
@@ -194,7 +194,7 @@ class Round(Unary):
         return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
     def expr(self, op, x):
-        return f"round_half_away({x})"
+        return ir.call("round_half_away", x)
 
 
 class Sigmoid(Unary):
@@ -204,7 +204,7 @@ class Sigmoid(Unary):
         return _sigmoid(x)
 
     def expr(self, op, x):
-        return f"sigmoid({x})"
+        return ir.call("sigmoid", x)
 
 
 class SoftPlus(Unary):
@@ -215,7 +215,7 @@ class SoftPlus(Unary):
         return _softplus(x, op.attr("beta"))
 
     def expr(self, op, x):
-        return f"softplus({x}, {num(op.attr('beta'))})"
+        return ir.call("softplus", x, float(op.attr("beta")))
 
 
 class Sqrt(PositiveSrc, Unary):
@@ -226,7 +226,7 @@ class Sqrt(PositiveSrc, Unary):
             return np.sqrt(x)
 
     def expr(self, op, x):
-        return f"np.sqrt({x})"
+        return ir.call("np.sqrt", x)
 
 
 class Square(Unary):
@@ -236,7 +236,7 @@ class Square(Unary):
         return x * x
 
     def expr(self, op, x):
-        return f"{x} * {x}"
+        return x * x
 
 
 class Tanh(Unary):
@@ -246,7 +246,7 @@ class Tanh(Unary):
         return np.tanh(x)
 
     def expr(self, op, x):
-        return f"math.tanh({x})"
+        return ir.call("math.tanh", x)
 
 
 # ------------------------------------------------------------------ backward ops
@@ -258,7 +258,7 @@ class AbsBackward(UnaryBackward):
         return dy * np.sign(x)
 
     def expr(self, op, x, dy):
-        return f"{dy} * np.sign({x})"
+        return dy * ir.call("np.sign", x)
 
 
 class ClampBackward(UnaryBackward):
@@ -273,7 +273,7 @@ class ClampBackward(UnaryBackward):
         return np.where((x > lo) & (x < hi), dy, 0.0)
 
     def expr(self, op, x, dy):
-        return f"({dy} if ({x} > {num(op.attr('min'))} and {x} < {num(op.attr('max'))}) else 0.0)"
+        return ir.select((x > float(op.attr("min"))) & (x < float(op.attr("max"))), dy, 0.0)
 
 
 class EluBackward(UnaryBackward):
@@ -289,10 +289,10 @@ class EluBackward(UnaryBackward):
         return np.where(x > 0, dy, dy * a * np.exp(np.minimum(x, 0)))
 
     def expr(self, op, x, dy):
-        a = num(op.attr("alpha"))
+        a = float(op.attr("alpha"))
         if op.attr("use_dst"):
-            return f"({dy} if {x} > 0 else {dy} * ({x} + {a}))"
-        return f"({dy} if {x} > 0 else {dy} * {a} * math.exp({x}))"
+            return ir.select(x > 0, dy, dy * (x + a))
+        return ir.select(x > 0, dy, dy * a * ir.call("math.exp", x))
 
 
 class GELUBackward(UnaryBackward):
@@ -312,10 +312,10 @@ class GELUBackward(UnaryBackward):
 
     def expr(self, op, x, dy):
         if op.attr("mode") == "gelu_tanh":
-            return f"gelu_tanh_grad({x}) * {dy}"
-        cdf = f"0.5 * (1.0 + math.erf({x} * {num(1 / math.sqrt(2.0))}))"
-        pdf = f"math.exp(-0.5 * {x} * {x}) * {num(1 / math.sqrt(2.0 * math.pi))}"
-        return f"{dy} * ({cdf} + {x} * {pdf})"
+            return ir.call("gelu_tanh_grad", x) * dy
+        cdf = 0.5 * (1.0 + ir.call("math.erf", x * (1 / math.sqrt(2.0))))
+        pdf = ir.call("math.exp", -0.5 * x * x) * (1 / math.sqrt(2.0 * math.pi))
+        return dy * (cdf + x * pdf)
 
 
 class HardSigmoidBackward(UnaryBackward):
@@ -329,8 +329,9 @@ class HardSigmoidBackward(UnaryBackward):
         return np.where((v > 0) & (v < 1), dy * a, 0.0)
 
     def expr(self, op, x, dy):
-        a, b = num(op.attr("alpha")), num(op.attr("beta"))
-        return f"({dy} * {a} if (0.0 < {a} * {x} + {b} < 1.0) else 0.0)"
+        a, b = float(op.attr("alpha")), float(op.attr("beta"))
+        v = a * x + b
+        return ir.select((v > 0.0) & (v < 1.0), dy * a, 0.0)
 
 
 class HardSwishBackward(UnaryBackward):
@@ -341,7 +342,7 @@ class HardSwishBackward(UnaryBackward):
         return np.where(x < -3, 0.0, np.where(x > 3, dy, dy * (2 * x + 3) / 6.0))
 
     def expr(self, op, x, dy):
-        return f"(0.0 if {x} < -3.0 else ({dy} if {x} > 3.0 else {dy} * (2.0 * {x} + 3.0) / 6.0))"
+        return ir.select(x < -3.0, ir.const(0.0, dy.dt), ir.select(x > 3.0, dy, dy * (2.0 * x + 3.0) / 6.0))
 
 
 class MishBackward(UnaryBackward):
@@ -354,7 +355,7 @@ class MishBackward(UnaryBackward):
         return dy * (t + x * (1 - t * t) * _sigmoid(x))
 
     def expr(self, op, x, dy):
-        return f"mish_grad({x}) * {dy}"
+        return ir.call("mish_grad", x) * dy
 
 
 class ReLUBackward(UnaryBackward):
@@ -367,7 +368,7 @@ class ReLUBackward(UnaryBackward):
         return np.where(x > 0, dy, 0.0)
 
     def expr(self, op, x, dy):
-        return f"({dy} if {x} > 0 else 0.0)"
+        return ir.select(x > 0, dy, 0.0)
 
 
 class SigmoidBackward(UnaryBackward):
@@ -382,8 +383,8 @@ class SigmoidBackward(UnaryBackward):
 
     def expr(self, op, x, dy):
         if op.attr("use_dst"):
-            return f"{dy} * {x} * (1.0 - {x})"
-        return f"{dy} * sigmoid({x}) * (1.0 - sigmoid({x}))"
+            return dy * x * (1.0 - x)
+        return dy * ir.call("sigmoid", x) * (1.0 - ir.call("sigmoid", x))
 
 
 class SoftPlusBackward(UnaryBackward):
@@ -395,7 +396,7 @@ class SoftPlusBackward(UnaryBackward):
         return dy * _sigmoid(op.attr("beta") * x)
 
     def expr(self, op, x, dy):
-        return f"{dy} * sigmoid({num(op.attr('beta'))} * {x})"
+        return dy * ir.call("sigmoid", float(op.attr("beta")) * x)
 
 
 class SqrtBackward(PositiveSrc, UnaryBackward):
@@ -411,8 +412,8 @@ class SqrtBackward(PositiveSrc, UnaryBackward):
 
     def expr(self, op, x, dy):
         if op.attr("use_dst"):
-            return f"{dy} / (2.0 * {x})"
-        return f"{dy} / (2.0 * np.sqrt({x}))"
+            return dy / (2.0 * x)
+        return dy / (2.0 * ir.call("np.sqrt", x))
 
 
 class TanhBackward(UnaryBackward):
@@ -427,5 +428,5 @@ class TanhBackward(UnaryBackward):
 
     def expr(self, op, x, dy):
         if op.attr("use_dst"):
-            return f"{dy} * (1.0 - {x} * {x})"
-        return f"{dy} * (1.0 - math.tanh({x}) ** 2)"
+            return dy * (1.0 - x * x)
+        return dy * (1.0 - ir.call("math.tanh", x) ** 2)

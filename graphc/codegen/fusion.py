@@ -1,0 +1,198 @@
+"""Lowering a fused partition to one kernel: elementwise producers are
+substituted into their consumers as IR expressions.
+
+* Only elementwise ops: one loop over the outputs' shape; every tensor the
+  partition writes is stored from the expression of its producer, every
+  partition input loaded once per element (the printer computes each common
+  subexpression once, so a value used by several ops, as ``x`` in
+  ``x * sigmoid(x)``, is computed once).
+* One anchor (norm, softmax, reduction, SwiGlu, BatchNormTrainingBackward, ...)
+  with elementwise ops around it: an anchor input produced inside the partition
+  is a :class:`PrologueRef`, whose ``load_nd`` builds the producers' expression at
+  the anchor's index; the anchor's output 0, when elementwise ops consume it, is
+  an :class:`EpilogueRef`, whose ``store_nd`` binds the anchor's value once and
+  stores every partition output computed from it at the same index.  Other
+  elementwise ops (on partition inputs only, such as a residual branch) are
+  computed wherever their value is needed.
+
+Which partitions have these shapes, and which tensors leave them, is decided by
+the fusion legality pass; :func:`lower_fused` returns False for any other shape
+(several anchors), and the ops then lower one after another into one kernel
+through scratch buffers.
+"""
+from __future__ import annotations
+
+from . import ir
+from .elementwise import emit_elementwise
+from ..ops.common import Elementwise
+
+
+def is_eltwise(op) -> bool:
+    return isinstance(op.schema, Elementwise) and op.schema.supports_lowering(op)
+
+
+def aligned(ivars, shape, tshape) -> list:
+    """The index of a tensor of ``tshape`` broadcast (numpy rules) into ``shape``
+    at ``ivars``: trailing dims align, size-1 dims at 0 (None)."""
+    lead = len(shape) - len(tshape)
+    return [None if d == 1 else ivars[lead + k] for k, d in enumerate(tshape)]
+
+
+class _Values:
+    """Expressions of the partition's tensors at an index of a frame shape."""
+
+    def __init__(self, ops, refs):
+        self.producer = {t.id: o for o in ops for t in o.outputs}
+        self.refs = refs
+        self.bound: dict = {}        # tensor id -> expression valid at the current store index
+
+    def at(self, tid, lt, ivars, shape) -> ir.Expr:
+        if tid in self.bound:
+            return self.bound[tid]
+        op = self.producer.get(tid)
+        if op is None or not is_eltwise(op):
+            if tid not in self.refs or isinstance(self.refs[tid], _Virtual):
+                raise NotFusable()
+            return self.refs[tid].load_nd(aligned(ivars, shape, lt.shape))
+        args = [self.at(t.id, t, ivars, shape) for t in op.inputs]
+        out = op.schema.source(op, *args)
+        return out if isinstance(out, ir.Expr) else ir.raw(f"({out})")
+
+
+class NotFusable(Exception):
+    """The anchor used a virtual ref other than through load_nd / store_nd."""
+
+
+class _Virtual:
+    """A tensor that is not a kernel argument: only ``load_nd`` / ``store_nd`` exist."""
+
+    def __init__(self, lt):
+        self.lt = lt
+
+    dtype = property(lambda self: self.lt.dtype)
+    shape = property(lambda self: self.lt.shape)
+    strides = property(lambda self: self.lt.strides)
+
+    def _no(self, *a, **k):
+        raise NotFusable()
+
+    name = property(_no)
+    buf = property(_no)
+    at = load = store = store_int = offset = _no
+
+    def load_nd(self, ivars):
+        raise NotFusable()
+
+    def store_nd(self, ivars, value):
+        raise NotFusable()
+
+
+class PrologueRef(_Virtual):
+    """An anchor input computed from the partition's elementwise producers."""
+
+    def __init__(self, lt, values: _Values):
+        super().__init__(lt)
+        self.values = values
+
+    def load_nd(self, ivars) -> ir.Expr:
+        return self.values.at(self.lt.id, self.lt, list(ivars), self.lt.shape)
+
+
+class EpilogueRef(_Virtual):
+    """The anchor's output 0: ``store_nd`` stores every partition output computed
+    from it at that index (and the value itself when it leaves the partition)."""
+
+    def __init__(self, lt, values: _Values, stored: list, kb):
+        super().__init__(lt)
+        self.values, self.stored, self.kb = values, stored, kb
+
+    def store_nd(self, ivars, value) -> list:
+        ivars = list(ivars)
+        stmts = []
+        if not isinstance(value, ir.Expr) or value.op == "raw" or not value.is_leaf:
+            # the anchor's value, once: its consumers read the name
+            v = ir.var(self.kb.fresh("y"), value.dt if isinstance(value, ir.Expr) else "f64")
+            stmts.append(ir.Let(v, value if isinstance(value, ir.Expr) else ir.raw(str(value))))
+            value = v
+        self.values.bound = {self.lt.id: value}
+        try:
+            for t in self.stored:
+                val = self.values.at(t.id, t, ivars, self.lt.shape)
+                stmts.append(self.values.refs[t.id].store_nd(aligned(ivars, self.lt.shape, t.shape), val))
+        finally:
+            self.values.bound = {}
+        return stmts
+
+
+def lower_fused(kb, ops, refs) -> bool:
+    """Emit the partition ``ops`` as one fused kernel into ``kb`` (whose arguments
+    ``refs`` maps by tensor id: partition inputs and outputs); False when the
+    partition is not of a fused shape (see the module doc)."""
+    if len(ops) < 2:
+        return False
+    anchors = [o for o in ops if not is_eltwise(o)]
+    values = _Values(ops, refs)
+    produced = {t.id for o in ops for t in o.outputs}
+    outs = [t for o in ops for t in o.outputs if t.id in refs]
+    try:
+        if not anchors:
+            return _lower_eltwise(kb, ops, refs, values, outs, produced)
+        if len(anchors) > 1:
+            return False
+        return _lower_anchor(kb, ops, anchors[0], refs, values, outs, produced)
+    except NotFusable:
+        return False
+
+
+def _lower_eltwise(kb, ops, refs, values, outs, produced) -> bool:
+    shape = outs[0].shape
+    if any(t.shape != shape for t in outs):
+        return False
+    ins = []
+    for o in ops:
+        for t in o.inputs:
+            if t.id not in produced and all(r.lt.id != t.id for r in ins):
+                ins.append(refs[t.id])
+
+    def compute(kb_, loaded):
+        values.bound = {r.lt.id: v for r, v in zip(ins, loaded)}
+        try:
+            return [values.at(t.id, t, [], ()) for t in outs]
+        finally:
+            values.bound = {}
+
+    emit_elementwise(kb, [refs[t.id] for t in outs], ins, compute)
+    kb.ret(-1)
+    return True
+
+
+def _downstream(ops, tids) -> set:
+    """Tensor ids computed (transitively) from ``tids`` by ``ops`` (in order)."""
+    seen = set(tids)
+    for o in ops:
+        if any(t.id in seen for t in o.inputs):
+            seen.update(t.id for t in o.outputs)
+    return seen
+
+
+def _lower_anchor(kb, ops, anchor, refs, values, outs, produced) -> bool:
+    local = dict(refs)
+    for t in anchor.inputs:
+        if t.id in produced:
+            local[t.id] = PrologueRef(t, values)
+    out0 = anchor.outputs[0]
+    after = _downstream(ops, [out0.id]) - {out0.id}
+    if after:
+        stored = [t for t in outs if t.id in after or t.id == out0.id]
+        local[out0.id] = EpilogueRef(out0, values, stored, kb)
+        if any(t.shape != out0.shape for t in stored):
+            return False
+    anchor_outs = {t.id for t in anchor.outputs}
+    if any(t.id not in after and t.id not in anchor_outs for t in outs):
+        return False   # a prologue value leaving the partition, or one computed from other anchor outputs
+    for t in anchor.outputs:
+        if t.id not in local:
+            return False
+    anchor.schema.lower(anchor, kb, [local[t.id] for t in anchor.inputs], [local[t.id] for t in anchor.outputs])
+    kb.ret(-1)
+    return True
