@@ -154,6 +154,8 @@ def _occurrences(e: Expr, out: list, guarded: bool = False):
 def _worth_binding(e: Expr) -> bool:
     """Calls, arithmetic and loads: not array constructors (each makes a new array),
     nor anything holding transitional text."""
+    if e.op == "cast" and e.args[1].is_leaf:
+        return False   # a conversion of a name or number costs less than a temporary reads
     return not (e.op == "call" and e.dt == "arr") and e.dt != "type" and not _has_raw(e)
 
 
