@@ -1,28 +1,38 @@
-"""The loop nest of ops that reduce a tensor over some dims, then write every
-element from the statistics of its group (norms, softmax, bias and PReLU
-gradients; with no reduced dim, plain per-element ops).
+"""The reduction planner: the loop nest of ops that reduce a tensor over some
+dims, then write every element from the results of its group (norms, softmax,
+bias and PReLU gradients, the Reduce ops; with no reduced dim, plain
+per-element ops), built as kernel IR.
 
 The main tensor's dims are *kept* (they index independent groups) or
 *reduced*.  The dim with the smallest stride becomes the vector lane loop,
 innermost everywhere; the other kept dims are the groups, the other reduced
 dims the rows.  A lane reduced (e.g. LayerNorm, BatchNorm NCX) gives one
-scalar statistic per group; a lane kept (e.g. BatchNorm NXC, SoftMax over
-channels of NCHW) gives one statistic per lane, held in [lanes] arrays.
+scalar result per group; a lane kept (e.g. BatchNorm NXC, SoftMax over
+channels of NCHW) gives one result per lane, held in [lanes] arrays.  A kept
+lane longer than ``MAX_LANES`` is cut into tiles of ``LANE_TILE`` lanes, the
+tiles becoming groups (so that the scratch arrays stay small).
 
 Parallel modes: with many groups, threads take chunks of groups and each group
 runs all its passes while its data is in cache; with few groups, every pass
 spreads its rows over chunks that keep partial results, combined after.
 
-Sums accumulate in f32 lane arrays (which vectorize) folded into f64 every
+Accumulators (:class:`Acc`) are sums, products, or maxima / minima.  Sums
+accumulate in f32 lane arrays (which vectorize) folded into f64 every
 ``FOLD_ROWS`` rows or so: a lane never sums 2 * FOLD_ROWS f32 terms.  A sum over
 the lane alone (no rows: LayerNorm or SoftMax along the last dim) stores its
 terms in a float64 buffer, which the ``fsum`` helper adds up vectorized.
+Products run in f64; maxima and minima in the lanes' f32.
+
+:func:`sum_to` plans the other shape of reduction: one pass over a tensor
+summing it into several outputs, each keeping its own dims (AddBackward).
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from . import ir
 from .fastmath import use_helper
 from .kernel import KernelBuilder, worth_parallel
 
@@ -32,6 +42,10 @@ MIN_GROUPS = 16
 MAX_CHUNKS = 64
 #: rows a lane sums in f32 before folding into its f64 total
 FOLD_ROWS = 128
+#: longest kept lane held whole in scratch arrays; longer ones are cut in tiles
+MAX_LANES = 4096
+#: lanes of a tile of a long kept lane
+LANE_TILE = 1024
 
 
 @dataclass
@@ -55,20 +69,68 @@ def _prod(xs) -> int:
     return p
 
 
+def _i64(v: ir.Expr) -> ir.Expr:
+    """``np.int64(v)`` even for an int-typed name (a prange index LLVM cannot bound)."""
+    return ir.Expr("cast", ("int", v), "int")
+
+
+def _min(*xs) -> ir.Expr:
+    return ir.call("min", *xs)
+
+
+def _clamp(v, hi: int) -> ir.Expr:
+    return _min(ir.call("max", v, 0), hi)
+
+
+def let_array(kb: KernelBuilder, target: ir.Expr, shape, fill=None) -> None:
+    """Bind ``target`` (an array variable) to a new scratch array (see KernelBuilder.alloc)."""
+    elem = target.dt[4:]
+    t = ir.typename(elem)
+    if fill is None:
+        value = ir.call("np.empty", shape, t)
+    else:
+        value = ir.call("np.zeros", shape, t)
+    kb.emit(ir.Let(target, value))
+
+
+#: kind -> (identity, the type of its lane arrays)
+KINDS = {"sum": (0.0, "f32"), "prod": (1.0, "f64"), "max": (-math.inf, "f32"),
+         "nanmax": (-math.inf, "f32"), "nanmin": (math.inf, "f32")}
+
+
+def combine(kind: str, a, b) -> ir.Expr:
+    """Two partial results of a ``kind`` reduction combined.  ``max`` is Python's
+    (a NaN may be skipped), ``nanmax`` / ``nanmin`` numpy's (NaN propagates)."""
+    if kind == "sum":
+        return a + b
+    if kind == "prod":
+        return a * b
+    return ir.call({"max": "max", "nanmax": "np.maximum", "nanmin": "np.minimum"}[kind], a, b)
+
+
 class Acc:
-    """A reduction over the reduced dims, "sum" or "max"; declared with
-    ``Nest.acc``, computed by a ``Nest.pass_`` naming it."""
+    """A reduction over the reduced dims: ``kind`` one of :data:`KINDS`; declared
+    with ``Nest.acc``, computed by a ``Nest.pass_`` naming it."""
 
     def __init__(self, nest: "Nest", kind: str):
+        if kind not in KINDS:
+            raise ValueError(f"no such reduction: {kind}")
         self.nest, self.kind = nest, kind
+        ident, self.lane_dt = KINDS[kind]
+        self.ident = ident
         fresh = nest.kb.fresh
-        self.lanes = fresh("va")     # f32 [L]: partial per lane
-        self.total = fresh("vt")     # f64 [L]: folded sums per lane
-        self.local = fresh("t")      # scalar partial (reduced lane, no rows)
-        self.scalar = fresh("s")     # the group's result (reduced lane)
-        self.part = fresh("vp")      # rows mode: each chunk's result
-        self.result = fresh("vr")    # rows mode, kept lane: the lanes' results
-        self.terms = fresh("vb")     # direct sum: f64 [L], the terms, summed by fsum
+        direct_dt = "f64" if kind in ("sum", "prod") else "f32"
+        self.lanes = ir.array(fresh("va"), self.lane_dt)   # [L]: partial per lane
+        self.total = ir.array(fresh("vt"), "f64")          # sums: [L] folded per lane
+        self.local = ir.var(fresh("t"), direct_dt)         # scalar partial (reduced lane, no rows)
+        self.part = ir.array(fresh("vp"), "f64")           # rows mode: each chunk's result
+        self.result = ir.array(fresh("vr"), "f64")         # rows mode, kept lane: the lanes' results
+        self.terms = ir.array(fresh("vb"), "f64")          # direct sum: the terms, summed by fsum
+        if nest.mode == "rows":
+            sdt = "f64"
+        else:
+            sdt = direct_dt
+        self.scalar = ir.var(fresh("s"), sdt)               # the group's result (reduced lane)
 
     @property
     def direct(self) -> bool:
@@ -80,34 +142,34 @@ class Acc:
         """A direct sum: its terms go to a buffer that fsum adds up after the pass."""
         return self.direct and self.kind == "sum"
 
-    def add(self, expr: str) -> str:
-        """Statement accumulating ``expr`` (the current element's term) in a pass."""
+    def _term(self, expr):
+        return ir.f64(expr) if self.kind == "prod" else expr
+
+    def add(self, expr: ir.Expr) -> None:
+        """Accumulate ``expr`` (the current element's term) in a pass."""
+        kb, lv = self.nest.kb, self.nest.lv
         if self.buffered:
-            return f"{self.terms}[{self.nest.lv}] = {expr}"
-        target = self.local if self.direct else f"{self.lanes}[{self.nest.lv}]"
-        if self.kind == "max":
-            return f"{target} = max({target}, {expr})"
-        return f"{target} += {expr}"
+            kb.store(self.terms, lv, expr)
+        elif self.direct:
+            kb.assign(self.local, combine(self.kind, self.local, self._term(expr)))
+        else:
+            kb.store(self.lanes, lv, combine(self.kind, self.lanes[lv], self._term(expr)))
 
     @property
-    def lane_result(self) -> str:
+    def lane_result(self) -> ir.Expr:
         """Array of the per-lane results inside a pass's chunk."""
         return self.total if self.kind == "sum" else self.lanes
 
     @property
-    def value(self) -> str:
+    def value(self) -> ir.Expr:
         """The result for the group (a kept lane: for the lane); valid after the pass."""
         n = self.nest
         if not n.lane_kept:
             return self.scalar
-        return f"{self.result if n.mode == 'rows' else self.lane_result}[{n.lv}]"
+        return (self.result if n.mode == "rows" else self.lane_result)[n.lv]
 
-    def combine(self, a: str, b: str) -> str:
-        return f"max({a}, {b})" if self.kind == "max" else f"{a} + {b}"
-
-    @property
-    def identity(self) -> str:
-        return "np.float32(-np.inf)" if self.kind == "max" else "0.0"
+    def identity(self, dt: str) -> ir.Expr:
+        return ir.const(self.ident, dt)
 
 
 class Stat:
@@ -115,14 +177,21 @@ class Stat:
 
     def __init__(self, nest: "Nest", dtype: str):
         self.nest, self.dtype = nest, dtype
-        self.name = nest.kb.fresh("st")
+        name = nest.kb.fresh("st")
+        self.arr = ir.array(name, dtype)
+        self.var = ir.var(name, dtype)
 
     @property
-    def ref(self) -> str:
-        return f"{self.name}[{self.nest.lv}]" if self.nest.lane_kept else self.name
+    def ref(self) -> ir.Expr:
+        return self.arr[self.nest.lv] if self.nest.lane_kept else self.var
 
-    def set(self, expr: str) -> str:
-        return f"{self.ref} = {self.dtype}({expr})"
+    def set(self, expr) -> None:
+        """Set the value (converted to the stat's type)."""
+        v, kb = ir.cast(expr, self.dtype), self.nest.kb
+        if self.nest.lane_kept:
+            kb.store(self.arr, self.nest.lv, v)
+        else:
+            kb.assign(self.var, v)
 
 
 class ColumnAcc:
@@ -131,7 +200,7 @@ class ColumnAcc:
 
     def __init__(self, nest: "Nest"):
         self.nest = nest
-        self.name = nest.kb.fresh("col")
+        self.name = ir.array(nest.kb.fresh("col"), "f64")
 
     @property
     def width(self) -> int:
@@ -139,32 +208,45 @@ class ColumnAcc:
         return n.R if n.lane_kept else n.R * n.L
 
     @property
-    def _index(self) -> str:
+    def _index(self) -> ir.Expr:
         n = self.nest
-        row = f"min(max({n.row_index}, 0), {n.R - 1})"   # bounded, as Nest._loop_chunks explains
-        return row if n.lane_kept else f"{row} * {n.L} + {n.lv}"
+        if n.R == 1:
+            return ir.const(0) if n.lane_kept else n.lv
+        row = _clamp(n.row_index, n.R - 1)   # bounded, as Nest._loop_chunks explains
+        return row if n.lane_kept else row * n.L + n.lv
 
-    def add(self, expr: str) -> str:
-        return f"{self.name}[{self.nest.chv}, {self._index}] += {expr}"
+    def add(self, expr) -> None:
+        at = (self.nest.chv, self._index)
+        self.nest.kb.store(self.name, at, self.name[at] + expr)
 
     @property
-    def value(self) -> str:
+    def value(self) -> ir.Expr:
         """The sum at the current position (in ``Nest.columns``)."""
-        return f"{self.name}[0, {self._index}]"
+        return self.name[ir.const(0), self._index]
 
 
 class Nest:
     """Plans and emits the loops (see the module doc).  ``to_real`` maps the
-    loop index names (one per vdim, None where the extent is 1) to index
+    loop indices (one expression per vdim, None where the extent is 1) to index
     expressions of the main tensor's dims; by default vdims are its dims."""
 
     def __init__(self, kb: KernelBuilder, vdims: list[VDim], to_real=None):
         self.kb = kb
-        self.vdims = vdims
         self.to_real = to_real or list
         live = [i for i, d in enumerate(vdims) if d.extent != 1]
         order = sorted(live, key=lambda i: (-abs(vdims[i].stride), i))
-        self.lane = order[-1] if order else None
+        lane = order[-1] if order else None
+        self.tiled = None
+        if lane is not None and vdims[lane].kept and vdims[lane].extent > MAX_LANES and \
+                any(not vdims[i].kept for i in live):
+            # a long kept lane: tiles of LANE_TILE lanes (the last one shorter), a group dim
+            n, st = vdims[lane].extent, vdims[lane].stride
+            self.tiled = (lane, n)
+            vdims = list(vdims) + [VDim(-(-n // LANE_TILE), st * LANE_TILE, True)]
+            vdims[lane] = VDim(LANE_TILE, st, True)
+            order = sorted(order[:-1] + [len(vdims) - 1], key=lambda i: (-abs(vdims[i].stride), i)) + [lane]
+        self.vdims = vdims
+        self.lane = lane
         self.lane_kept = self.lane is None or vdims[self.lane].kept
         self.group_dims = [i for i in order[:-1] if vdims[i].kept]
         self.row_dims = [i for i in order[:-1] if not vdims[i].kept]
@@ -177,10 +259,12 @@ class Nest:
             self.mode, self.chunks = "groups", min(self.G, MAX_CHUNKS)
         else:
             self.mode, self.chunks = "rows", max(1, min(self.R, MAX_CHUNKS))
-        self.names = [kb.fresh("i") if d.extent != 1 else None for d in vdims]
-        self.lv = self.names[self.lane] if self.lane is not None else kb.fresh("l")
-        self.row_index = "0"   # the flat row index in the current loop (set by _rows)
-        self.chv = kb.fresh("ch")
+        self.names = [ir.var(kb.fresh("i")) if d.extent != 1 else None for d in vdims]
+        self.lv = self.names[self.lane] if self.lane is not None else ir.var(kb.fresh("l"))
+        # the lane loop's extent: a tiled lane's last tile is shorter
+        self.lane_stop = ir.const(self.L)
+        self.row_index = ir.const(0)   # the flat row index in the current loop (set by _rows)
+        self.chv = ir.var(kb.fresh("ch"))
         self.accs: list[Acc] = []
         self.stats: list[Stat] = []
         self.cols: list[ColumnAcc] = []
@@ -191,7 +275,7 @@ class Nest:
         self.accs.append(a)
         return a
 
-    def stat(self, dtype: str = "np.float32") -> Stat:
+    def stat(self, dtype: str = "f32") -> Stat:
         s = Stat(self, dtype)
         self.stats.append(s)
         return s
@@ -206,7 +290,13 @@ class Nest:
     def iv(self) -> list:
         """Index expressions of the main tensor's dims: group dims are valid in the
         group, the lane too in ``per_group`` blocks of a kept lane, all in passes."""
-        return self.to_real(self.names)
+        names = list(self.names)
+        if self.tiled is not None:
+            lane, _ = self.tiled
+            tile = names.pop()
+            if tile is not None:
+                names[lane] = tile * LANE_TILE + names[lane]
+        return self.to_real(names)
 
     @property
     def reduced_count(self) -> int:
@@ -214,58 +304,68 @@ class Nest:
         return _prod(d.extent for d in self.vdims if not d.kept)
 
     # -- emission --------------------------------------------------------------------------
+    def _lanes(self):
+        """The loop over the lanes."""
+        return self.kb.for_var(self.lv, self.lane_stop)
+
     @contextmanager
     def _loop_chunks(self):
         """The loop over chunks (a prange when there are several).  Its index, which
         indexes scratch arrays, is clamped to [0, chunks): LLVM cannot bound a
         prange index, and an index it cannot prove non-negative makes numba wrap
         negative indices, which turns vector loads and stores into gathers."""
-        raw = self.kb.fresh(self.chv + "_")
-        with self.kb.loop(raw, self.chunks, self.chunks > 1):
-            self.kb.line(f"{self.chv} = min(max(np.int64({raw}), 0), {self.chunks - 1})")
+        kb = self.kb
+        with kb.for_(self.chunks, self.chv.args[0] + "_", self.chunks > 1) as raw:
+            kb.assign(self.chv, _clamp(_i64(raw), self.chunks - 1))
             yield
 
-    def _chunk(self, total: int) -> tuple[str, str]:
+    def _chunk(self, total: int):
         """This chunk's share [lo, hi) of ``total`` items."""
         if self.chunks == 1:
-            return "0", str(total)
+            return ir.const(0), ir.const(total)
         c, v = self.chunks, self.chv
-        return f"{v} * {total} // {c}", f"({v} + 1) * {total} // {c}"
+        return v * total // c, (v + 1) * total // c
 
-    def _decompose(self, flat: str, dims) -> None:
-        """Set the index names of ``dims`` (outer to inner) from a flat index."""
+    def _decompose(self, flat, dims) -> None:
+        """Set the indices of ``dims`` (outer to inner) from a flat index."""
         kb = self.kb
-        q = kb.fresh("q")
-        kb.line(f"{q} = {flat}")
+        q = kb.let(flat, "q")
         for k in range(len(dims) - 1, 0, -1):
-            name, ext = self.names[dims[k]], self.vdims[dims[k]].extent
-            kb.line(f"{name} = {q} % {ext}")
-            kb.line(f"{q} = {q} // {ext}")
-        kb.line(f"{self.names[dims[0]]} = {q}")
+            kb.assign(self.names[dims[k]], q % self.vdims[dims[k]].extent)
+            q = kb.let(q // self.vdims[dims[k]].extent, "q")
+        kb.assign(self.names[dims[0]], q)
+        if self.tiled is not None and self.tiled_dim in dims:
+            lane, n = self.tiled
+            tile = self.names[self.tiled_dim]
+            self.lane_stop = kb.let(_min(LANE_TILE, n - tile * LANE_TILE), "nl")
+
+    @property
+    def tiled_dim(self) -> int:
+        return len(self.vdims) - 1
 
     def _alloc(self, accs) -> None:
+        kb = self.kb
         for a in accs:
             if a.buffered:
-                use_helper(self.kb, "fsum")
-                self.kb.line(f"{a.terms} = np.empty({self.L}, np.float64)")
+                use_helper(kb, "fsum")
+                let_array(kb, a.terms, self.L)
             if not a.direct:
-                self.kb.line(f"{a.lanes} = np.empty({self.L}, np.float32)")
+                let_array(kb, a.lanes, self.L)
                 if a.kind == "sum":
-                    self.kb.line(f"{a.total} = np.empty({self.L}, np.float64)")
+                    let_array(kb, a.total, self.L)
 
     @contextmanager
     def groups(self):
         """The loop over groups: code inside runs once per group."""
         kb = self.kb
         for c in self.cols:
-            kb.line(f"{c.name} = np.zeros(({self.chunks}, {c.width}))")
-        g = kb.fresh("g")
+            let_array(kb, c.name, (self.chunks, c.width), fill=0)
         if self.mode == "rows":
             self._alloc_stats()
             if self.lane_kept:
                 for a in self.accs:
-                    kb.line(f"{a.result} = np.empty({self.L}, np.float64)")
-            with kb.loop(g, self.G):
+                    let_array(kb, a.result, self.L)
+            with kb.for_(self.G, "g") as g:
                 if self.group_dims:
                     self._decompose(g, self.group_dims)
                 yield
@@ -273,7 +373,8 @@ class Nest:
         with self._loop_chunks():
             self._alloc_stats()
             self._alloc(self.accs)
-            with kb.loop(g, ", ".join(self._chunk(self.G))):
+            lo, hi = self._chunk(self.G)
+            with kb.for_(hi, "g", start=lo) as g:
                 if self.group_dims:
                     self._decompose(g, self.group_dims)
                 yield
@@ -281,13 +382,13 @@ class Nest:
     def _alloc_stats(self) -> None:
         if self.lane_kept:
             for s in self.stats:
-                self.kb.line(f"{s.name} = np.empty({self.L}, {s.dtype})")
+                let_array(self.kb, s.arr, self.L)
 
     @contextmanager
     def per_group(self):
         """Code computing per-group values (a kept lane: per-lane values)."""
         if self.lane_kept and self.lane is not None:
-            with self.kb.loop(self.lv, self.L):
+            with self._lanes():
                 yield
         else:
             yield
@@ -299,53 +400,53 @@ class Nest:
         kb = self.kb
         if self.mode == "groups":
             self._init(accs)
-            yield from self._rows(accs, "0", str(self.R))
+            yield from self._rows(accs, ir.const(0), ir.const(self.R))
             self._group_results(accs)
             return
         for a in accs:
-            kb.line(f"{a.part} = np.empty({self.chunks})" if a.direct else
-                    f"{a.part} = np.empty(({self.chunks}, {self.L}))")
+            let_array(kb, a.part, self.chunks if a.direct else (self.chunks, self.L))
         with self._loop_chunks():
             self._alloc(accs)
             self._init(accs)
             yield from self._rows(accs, *self._chunk(self.R))
             for a in accs:
                 if a.direct:
-                    kb.line(f"{a.part}[{self.chv}] = {a.local}")
+                    kb.emit(ir.Store(a.part, self.chv, a.local))
                     continue
-                with kb.loop(self.lv, self.L):
-                    kb.line(f"{a.part}[{self.chv}, {self.lv}] = {a.lane_result}[{self.lv}]")
+                with self._lanes():
+                    kb.emit(ir.Store(a.part, (self.chv, self.lv), a.lane_result[self.lv]))
         # the chunks' results combined (in loops: numba's sums over array views are slow)
-        c = kb.fresh("c")
+        c = ir.var(kb.fresh("c"))
         for a in accs:
             if a.direct:
-                kb.line(f"{a.scalar} = {a.identity}")
-                with kb.loop(c, self.chunks):
-                    kb.line(f"{a.scalar} = {a.combine(a.scalar, f'{a.part}[{c}]')}")
+                kb.assign(a.scalar, a.identity("f64"))
+                with kb.for_var(c, self.chunks):
+                    kb.assign(a.scalar, combine(a.kind, a.scalar, a.part[c]))
                 continue
-            target = f"{a.result}[{self.lv}]" if self.lane_kept else a.scalar
             if self.lane_kept:
-                with kb.loop(self.lv, self.L):
-                    kb.line(f"{target} = {a.identity}")
+                with self._lanes():
+                    kb.store(a.result, self.lv, a.identity("f64"))
+                with kb.for_var(c, self.chunks), self._lanes():
+                    kb.store(a.result, self.lv, combine(a.kind, a.result[self.lv], a.part[c, self.lv]))
             else:
-                kb.line(f"{target} = {a.identity}")
-            with kb.loop(c, self.chunks), kb.loop(self.lv, self.L):
-                kb.line(f"{target} = {a.combine(target, f'{a.part}[{c}, {self.lv}]')}")
+                kb.assign(a.scalar, a.identity("f64"))
+                with kb.for_var(c, self.chunks), self._lanes():
+                    kb.assign(a.scalar, combine(a.kind, a.scalar, a.part[c, self.lv]))
 
     def _init(self, accs) -> None:
         kb = self.kb
         for a in accs:
-            if a.direct:
-                kb.line(f"{a.local} = {a.identity}")
+            if a.direct and not a.buffered:
+                kb.assign(a.local, a.identity(a.local.dt))
         lanes = [a for a in accs if not a.direct]
         if lanes:
-            with kb.loop(self.lv, self.L):
+            with self._lanes():
                 for a in lanes:
-                    kb.line(f"{a.lanes}[{self.lv}] = {a.identity}")
+                    kb.store(a.lanes, self.lv, a.identity(a.lane_dt))
                     if a.kind == "sum":
-                        kb.line(f"{a.total}[{self.lv}] = 0.0")
+                        kb.store(a.total, self.lv, ir.const(0.0))
 
-    def _rows(self, accs, lo: str, hi: str):
+    def _rows(self, accs, lo, hi):
         """Rows lo..hi (flat indices over the row dims), the lane loop inside each
         (yields at the body).  The innermost row dim is a loop of its own, a sweep;
         the other row dims' indices are set once per sweep.  f32 lane sums fold into
@@ -354,73 +455,72 @@ class Nest:
         kb = self.kb
         sums = [a for a in accs if a.kind == "sum" and not a.direct]
         if not self.row_dims:
-            self.row_index = "0"
-            with kb.loop(self.lv, self.L):
+            self.row_index = ir.const(0)
+            with self._lanes():
                 yield self.iv
             self._fold(sums)
             for a in accs:
                 if a.buffered:
-                    kb.line(f"{a.local} = fsum({a.terms}, {self.L})")
+                    kb.assign(a.local, ir.call("fsum", a.terms, self.L))
             return
         inner, outer = self.row_dims[-1], self.row_dims[:-1]
         ext = self.vdims[inner].extent
-        r, q, j0, n, count = (kb.fresh(p) for p in ("r", "q", "j", "n", "k"))
-        kb.line(f"{r} = {lo}")
-        if sums:
-            kb.line(f"{count} = 0")
-        with kb.block(f"while {r} < {hi}:"):
-            kb.line(f"{q} = {r} // {ext}")
-            kb.line(f"{j0} = {r} - {q} * {ext}")
+        r = kb.var(lo, "r")
+        count = kb.var(ir.const(0), "k") if sums else None
+        with kb.while_(r < hi):
+            q = kb.let(r // ext, "q")
+            j0 = kb.let(r - q * ext, "j")
             if outer:
                 self._decompose(q, outer)
-            cap = f", {FOLD_ROWS}" if sums and ext > FOLD_ROWS else ""
-            kb.line(f"{n} = min({ext} - {j0}, {hi} - {r}{cap})")
+            n = kb.let(_min(ext - j0, hi - r, FOLD_ROWS) if sums and ext > FOLD_ROWS else _min(ext - j0, hi - r),
+                       "n")
             j = self.names[inner]
-            self.row_index = f"{r} + {j} - {j0}"
-            with kb.loop(j, f"{j0}, {j0} + {n}"):
-                with kb.loop(self.lv, self.L):
-                    yield self.iv
-            kb.line(f"{r} += {n}")
+            self.row_index = r + j - j0
+            with kb.for_var(j, j0 + n, start=j0), self._lanes():
+                yield self.iv
+            kb.assign(r, r + n)
             if sums:
-                kb.line(f"{count} += {n}")
-                with kb.block(f"if {count} >= {FOLD_ROWS}:"):
+                kb.assign(count, count + n)
+                with kb.if_(count >= FOLD_ROWS):
                     self._fold(sums)
-                    kb.line(f"{count} = 0")
+                    kb.assign(count, ir.const(0))
         self._fold(sums)
 
     def _fold(self, sums) -> None:
         if sums:
-            with self.kb.loop(self.lv, self.L):
+            with self._lanes():
                 for a in sums:
-                    self.kb.line(f"{a.total}[{self.lv}] += {a.lanes}[{self.lv}]")
-                    self.kb.line(f"{a.lanes}[{self.lv}] = 0")
+                    self.kb.store(a.total, self.lv, a.total[self.lv] + a.lanes[self.lv])
+                    self.kb.store(a.lanes, self.lv, ir.const(0.0, "f32"))
 
     def _group_results(self, accs) -> None:
         """Groups mode, reduced lane: each accumulator's scalar from its lanes."""
         kb = self.kb
         for a in accs:
             if a.direct:
-                kb.line(f"{a.scalar} = {a.local}")
+                kb.assign(a.scalar, a.local)
             elif not self.lane_kept:
-                kb.line(f"{a.scalar} = {a.identity}")
-                with kb.loop(self.lv, self.L):
-                    kb.line(f"{a.scalar} = {a.combine(a.scalar, f'{a.lane_result}[{self.lv}]')}")
+                kb.assign(a.scalar, a.identity(a.scalar.dt))
+                with self._lanes():
+                    kb.assign(a.scalar, combine(a.kind, a.scalar, a.lane_result[self.lv]))
 
     @contextmanager
     def columns(self):
         """After ``groups``: a loop over the reduced positions, where column
         accumulators' ``value`` is their sum; yields the index expressions."""
         kb = self.kb
-        c, w, r = kb.fresh("c"), kb.fresh("w"), kb.fresh("r")
         for col in self.cols:   # every chunk's sums into chunk 0's
-            with kb.loop(c, f"1, {self.chunks}"), kb.loop(w, col.width):
-                kb.line(f"{col.name}[0, {w}] += {col.name}[{c}, {w}]")
-        self.row_index = r
-        with kb.loop(r, self.R):
+            with kb.for_(self.chunks, "c", start=1) as c, kb.for_(col.width, "w") as w:
+                kb.store(col.name, (ir.const(0), w), col.name[ir.const(0), w] + col.name[c, w])
+        with kb.for_(self.R, "r") as r:
+            self.row_index = r
             if self.row_dims:
                 self._decompose(r, self.row_dims)
-            with _maybe(not self.lane_kept, lambda: kb.loop(self.lv, self.L)):
+            if self.lane_kept:
                 yield self.iv
+            else:
+                with self._lanes():
+                    yield self.iv
 
 
 @contextmanager
@@ -429,12 +529,3 @@ def each_element(kb: KernelBuilder, ref):
     nest = Nest(kb, tensor_vdims(ref, set(range(len(ref.shape)))))
     with nest.groups(), nest.pass_() as iv:
         yield iv
-
-
-@contextmanager
-def _maybe(cond: bool, make):
-    if cond:
-        with make():
-            yield
-    else:
-        yield

@@ -292,6 +292,16 @@ class KernelBuilder:
             yield v
 
     @contextmanager
+    def for_var(self, target: ir.Expr, stop, start=0, parallel: bool = False):
+        """A loop over [start, stop) whose index is ``target`` (a variable made by the
+        caller, which several loops may share); yields it."""
+        if parallel:
+            self.parallel = True
+        st = ir.For(target, _ix(start), _ix(stop), [], parallel)
+        with self._into(st, st.body):
+            yield target
+
+    @contextmanager
     def if_(self, cond):
         st = ir.If(cond, [], [])
         with self._into(st, st.body):

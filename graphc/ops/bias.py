@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen import ir
 from ..codegen.grouped import Nest, each_element, tensor_vdims
 from .common import merged_shape, same_shape_as, unbroadcast
 from .norm import DATA_FORMAT, channel_dim, channel_view, other_axes, per_channel, with_dim
@@ -30,7 +31,7 @@ class BiasAdd(OpSchema):
         src, bias = ins
         ca = channel_dim(op)
         with each_element(kb, src) as iv:
-            kb.line(outs[0].store_nd(iv, f"{src.load_nd(iv)} + {bias.load_nd([iv[ca]])}"))
+            kb.emit(outs[0].store_nd(iv, src.load_nd(iv) + bias.load_nd([iv[ca]])))
 
 
 class BiasAddBackward(OpSchema):
@@ -56,9 +57,9 @@ class BiasAddBackward(OpSchema):
         s = nest.acc()
         with nest.groups():
             with nest.pass_(s) as iv:
-                kb.line(s.add(diff_dst.load_nd(iv)))
+                s.add(diff_dst.load_nd(iv))
             with nest.per_group():
-                kb.line(outs[0].store_nd([nest.iv[ca]], s.value))
+                kb.emit(outs[0].store_nd([nest.iv[ca]], s.value))
 
 
 def slope_ivars(view, slope_shape, iv) -> list:
@@ -111,10 +112,9 @@ class PReLU(OpSchema):
         src, slope = ins
         view = self.view(op, src.shape, slope.shape)
         with each_element(kb, src) as iv:
-            x = kb.fresh("x")
-            kb.line(f"{x} = {src.load_nd(iv)}")
+            x = kb.let(src.load_nd(iv), "x")
             a = slope.load_nd(slope_ivars(view, slope.shape, iv))
-            kb.line(outs[0].store_nd(iv, f"{x} if {x} >= 0 else {a} * {x}"))
+            kb.emit(outs[0].store_nd(iv, ir.select(x >= 0, x, a * x)))
 
 
 class PReLUBackward(OpSchema):
@@ -146,11 +146,10 @@ class PReLUBackward(OpSchema):
         s = nest.acc()
         with nest.groups():
             with nest.pass_(s) as iv:
-                x, dy = kb.fresh("x"), kb.fresh("dy")
-                kb.line(f"{x} = {src.load_nd(iv)}")
-                kb.line(f"{dy} = {diff_dst.load_nd(iv)}")
+                x = kb.let(src.load_nd(iv), "x")
+                dy = kb.let(diff_dst.load_nd(iv), "dy")
                 a = slope.load_nd(slope_ivars(view, slope.shape, iv))
-                kb.line(outs[0].store_nd(iv, f"{dy} if {x} >= 0 else {a} * {dy}"))
-                kb.line(s.add(f"{x} * {dy} if {x} < 0 else np.float32(0)"))
+                kb.emit(outs[0].store_nd(iv, ir.select(x >= 0, dy, a * dy)))
+                s.add(ir.select(x < 0, x * dy, 0.0))
             with nest.per_group():
-                kb.line(outs[1].store_nd(slope_ivars(view, slope.shape, nest.iv), s.value))
+                kb.emit(outs[1].store_nd(slope_ivars(view, slope.shape, nest.iv), s.value))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen import ir
 from ..codegen.grouped import Nest, VDim, each_element, tensor_vdims
-from ..codegen.kernel import num
 from ..errors import InvalidGraphOp
 from .common import merged_shape
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, merge_dim,
@@ -123,33 +123,33 @@ class Moments:
     def __init__(self, nest: Nest):
         self.nest = nest
         self.sum, self.sq = nest.acc(), nest.acc()
-        self.mean, self.var = nest.stat("np.float64"), nest.stat("np.float64")
+        self.mean, self.var = nest.stat("f64"), nest.stat("f64")
         self.mean32 = nest.stat()
 
     def emit(self, kb, x):
         nest, n = self.nest, self.nest.reduced_count
         with nest.pass_(self.sum) as iv:
-            kb.line(self.sum.add(x.load_nd(iv)))
+            self.sum.add(x.load_nd(iv))
         with nest.per_group():
-            kb.line(self.mean.set(f"{self.sum.value} / {n}"))
-            kb.line(self.mean32.set(self.mean.ref))
+            self.mean.set(self.sum.value / n)
+            self.mean32.set(self.mean.ref)
         with nest.pass_(self.sq) as iv:
-            d = kb.fresh("d")
-            kb.line(f"{d} = {x.load_nd(iv)} - {self.mean32.ref}")
-            kb.line(self.sq.add(f"{d} * {d}"))
+            d = kb.let(x.load_nd(iv) - self.mean32.ref, "d")
+            self.sq.add(d * d)
         with nest.per_group():
-            kb.line(self.var.set(f"{self.sq.value} / {n} - ({self.mean.ref} - {self.mean32.ref}) ** 2"))
+            self.var.set(self.sq.value / n - (self.mean.ref - self.mean32.ref) ** 2)
 
-    def normalized(self, x: str, inv, shift) -> str:
+    def normalized(self, x: ir.Expr, inv, shift) -> ir.Expr:
         """(x - mean) * inv as (x - mean32) * inv + shift, ``shift`` set by ``set_shift``."""
-        return f"(({x} - {self.mean32.ref}) * {inv.ref} + {shift.ref})"
+        return (x - self.mean32.ref) * inv.ref + shift.ref
 
-    def set_shift(self, shift, inv: str) -> str:
-        return shift.set(f"({self.mean32.ref} - {self.mean.ref}) * {inv}")
+    def shift(self, inv: ir.Expr) -> ir.Expr:
+        """The value of the shift of ``normalized``, rounded to f32."""
+        return ir.f32((self.mean32.ref - self.mean.ref) * inv)
 
 
-def inv_std(var: str, eps) -> str:
-    return f"(1.0 / np.sqrt({var} + {num(eps)}))"
+def inv_std(var: ir.Expr, eps) -> ir.Expr:
+    return 1.0 / ir.call("np.sqrt", var + float(eps))
 
 
 def aligned_ivars(iv, shape) -> list:
@@ -203,15 +203,13 @@ class BatchNormInference(_BatchNorm):
         # dst = (src - mean) * scale + beta, scale = gamma / sqrt(variance + epsilon) first
         src, gamma, beta, mean, variance = ins
         ca = channel_dim(op)
-        scale, c = kb.fresh("scale"), kb.fresh("c")
-        kb.line(f"{scale} = np.empty({src.shape[ca]}, np.float32)")
-        with kb.loop(c, src.shape[ca]):
-            kb.line(f"{scale}[{c}] = {gamma.load_nd([c])} * "
-                    f"{inv_std(f'np.float64({variance.load_nd([c])})', op.attr('epsilon'))}")
+        scale = kb.alloc(src.shape[ca], "f32", prefix="scale")
+        with kb.for_(src.shape[ca], "c") as c:
+            kb.store(scale, c, gamma.load_nd([c]) * inv_std(ir.f64(variance.load_nd([c])), op.attr("epsilon")))
         with each_element(kb, src) as iv:
             c = [iv[ca]]
-            kb.line(outs[0].store_nd(iv, f"({src.load_nd(iv)} - {mean.load_nd(c)}) * {scale}[{iv[ca] or 0}] + "
-                                         f"{beta.load_nd(c)}"))
+            at = iv[ca] if iv[ca] is not None else 0
+            kb.emit(outs[0].store_nd(iv, (src.load_nd(iv) - mean.load_nd(c)) * scale[at] + beta.load_nd(c)))
 
 
 class BatchNormForwardTraining(_BatchNorm):
@@ -254,25 +252,24 @@ class BatchNormForwardTraining(_BatchNorm):
         nest = Nest(kb, tensor_vdims(src, {ca}))
         mom = Moments(nest)
         scale, shift = nest.stat(), nest.stat()
-        m = num(op.attr("momentum", DEFAULT_MOMENTUM))
+        m = float(op.attr("momentum", DEFAULT_MOMENTUM))
         with nest.groups():
             mom.emit(kb, src)
             with nest.per_group():
                 c = [nest.iv[ca]]
-                inv = kb.fresh("inv")
-                kb.line(f"{inv} = {inv_std(mom.var.ref, op.attr('epsilon'))}")
+                inv = inv_std(mom.var.ref, op.attr("epsilon"))
                 if gamma is not None:
-                    kb.line(f"{inv} = {inv} * {gamma.load_nd(c)}")
-                kb.line(scale.set(inv))
-                kb.line(mom.set_shift(shift, inv))
-                if beta is not None:
-                    kb.line(shift.set(f"{shift.ref} + {beta.load_nd(c)}"))
-                kb.line(running_mean.store_nd(c, f"{m} * {mean.load_nd(c)} + (1 - {m}) * {mom.mean.ref}"))
-                kb.line(running_var.store_nd(c, f"{m} * {variance.load_nd(c)} + (1 - {m}) * {mom.var.ref}"))
-                kb.line(batch_mean.store_nd(c, mom.mean.ref))
-                kb.line(batch_var.store_nd(c, mom.var.ref))
+                    inv = inv * gamma.load_nd(c)
+                inv = kb.let(inv, "inv")
+                scale.set(inv)
+                sh = mom.shift(inv)
+                shift.set(sh + beta.load_nd(c) if beta is not None else sh)
+                kb.emit(running_mean.store_nd(c, m * ir.f64(mean.load_nd(c)) + (1 - m) * mom.mean.ref))
+                kb.emit(running_var.store_nd(c, m * ir.f64(variance.load_nd(c)) + (1 - m) * mom.var.ref))
+                kb.emit(batch_mean.store_nd(c, mom.mean.ref))
+                kb.emit(batch_var.store_nd(c, mom.var.ref))
             with nest.pass_() as iv:
-                kb.line(dst.store_nd(iv, mom.normalized(src.load_nd(iv), scale, shift)))
+                kb.emit(dst.store_nd(iv, mom.normalized(src.load_nd(iv), scale, shift)))
 
 
 class BatchNormTrainingBackward(_BatchNorm):
@@ -318,25 +315,22 @@ class BatchNormTrainingBackward(_BatchNorm):
         with nest.groups():
             c = [nest.iv[ca]]
             with nest.per_group():
-                kb.line(m.set(mean.load_nd(c)))
+                m.set(mean.load_nd(c))
             with nest.pass_(s_dy, s_dyx) as iv:
-                d = kb.fresh("d")
-                kb.line(f"{d} = {diff_dst.load_nd(iv)}")
-                kb.line(s_dy.add(d))
-                kb.line(s_dyx.add(f"{d} * ({src.load_nd(iv)} - {m.ref})"))
+                d = kb.let(diff_dst.load_nd(iv), "d")
+                s_dy.add(d)
+                s_dyx.add(d * (src.load_nd(iv) - m.ref))
             with nest.per_group():
-                inv, g = kb.fresh("inv"), kb.fresh("g")
-                kb.line(f"{inv} = {inv_std(f'np.float64({variance.load_nd(c)})', op.attr('epsilon'))}")
-                kb.line(f"{g} = {inv}" if gamma is None else f"{g} = {gamma.load_nd(c)} * {inv}")
-                kb.line(a.set(g))
-                kb.line(b.set(f"-{g} * {inv} * {inv} * {s_dyx.value} / {count}"))
-                kb.line(k.set(f"-{g} * {s_dy.value} / {count}"))
+                inv = kb.let(inv_std(ir.f64(variance.load_nd(c)), op.attr("epsilon")), "inv")
+                g = inv if gamma is None else kb.let(gamma.load_nd(c) * inv, "g")
+                a.set(g)
+                b.set(-g * inv * inv * s_dyx.value / count)
+                k.set(-g * s_dy.value / count)
                 if with_affine:
-                    kb.line(outs[1].store_nd(c, f"{s_dyx.value} * {inv}"))
-                    kb.line(outs[2].store_nd(c, s_dy.value))
+                    kb.emit(outs[1].store_nd(c, s_dyx.value * inv))
+                    kb.emit(outs[2].store_nd(c, s_dy.value))
             with nest.pass_() as iv:
-                kb.line(outs[0].store_nd(iv, f"{a.ref} * {diff_dst.load_nd(iv)} + "
-                                             f"{b.ref} * ({src.load_nd(iv)} - {m.ref}) + {k.ref}"))
+                kb.emit(outs[0].store_nd(iv, a.ref * diff_dst.load_nd(iv) + b.ref * (src.load_nd(iv) - m.ref) + k.ref))
 
 
 # -------------------------------------------------------------------- LayerNorm
@@ -393,15 +387,15 @@ class LayerNorm(_LayerNorm):
         with nest.groups():
             mom.emit(kb, src)
             with nest.per_group():
-                kb.line(inv.set(inv_std(mom.var.ref, op.attr("epsilon"))))
-                kb.line(mom.set_shift(shift, inv.ref))
+                inv.set(inv_std(mom.var.ref, op.attr("epsilon")))
+                shift.set(mom.shift(inv.ref))
                 for out, v in zip(outs[1:], (mom.mean, mom.var)):
-                    kb.line(out.store_nd(nest.iv[:b], v.ref))
+                    kb.emit(out.store_nd(nest.iv[:b], v.ref))
             with nest.pass_() as iv:
                 y = mom.normalized(src.load_nd(iv), inv, shift)
                 if gamma is not None:
-                    y = f"{y} * {gamma.load_nd(iv[b:])} + {beta.load_nd(iv[b:])}"
-                kb.line(outs[0].store_nd(iv, y))
+                    y = y * gamma.load_nd(iv[b:]) + beta.load_nd(iv[b:])
+                kb.emit(outs[0].store_nd(iv, y))
 
 
 class LayerNormBackward(_LayerNorm):
@@ -454,33 +448,32 @@ class LayerNormBackward(_LayerNorm):
         with nest.groups():
             with nest.per_group():
                 lead = nest.iv[:b]
-                kb.line(m.set(mean.load_nd(lead)))
-                kb.line(inv.set(inv_std(f"np.float64({variance.load_nd(lead)})", op.attr("epsilon"))))
+                m.set(mean.load_nd(lead))
+                inv.set(inv_std(ir.f64(variance.load_nd(lead)), op.attr("epsilon")))
 
             def g_and_x(iv):
-                dy, g, xm = kb.fresh("dy"), kb.fresh("g"), kb.fresh("xm")
-                kb.line(f"{dy} = {diff_dst.load_nd(iv)}")
-                kb.line(f"{g} = {dy}" if gamma is None else f"{g} = {dy} * {gamma.load_nd(iv[b:])}")
-                kb.line(f"{xm} = {src.load_nd(iv)} - {m.ref}")
+                dy = kb.let(diff_dst.load_nd(iv), "dy")
+                g = dy if gamma is None else kb.let(dy * gamma.load_nd(iv[b:]), "g")
+                xm = kb.let(src.load_nd(iv) - m.ref, "xm")
                 return dy, g, xm
 
             with nest.pass_(s_g, s_gx) as iv:
                 dy, g, xm = g_and_x(iv)
-                kb.line(s_g.add(g))
-                kb.line(s_gx.add(f"{g} * {xm}"))
+                s_g.add(g)
+                s_gx.add(g * xm)
                 if d_gamma is not None:
-                    kb.line(d_gamma.add(f"{dy} * {xm} * {inv.ref}"))
-                    kb.line(d_beta.add(dy))
+                    d_gamma.add(dy * xm * inv.ref)
+                    d_beta.add(dy)
             with nest.per_group():
-                kb.line(bx.set(f"-{inv.ref} * {inv.ref} * {inv.ref} * {s_gx.value} / {count}"))
-                kb.line(k.set(f"-{inv.ref} * {s_g.value} / {count}"))
+                bx.set(-inv.ref * inv.ref * inv.ref * s_gx.value / count)
+                k.set(-inv.ref * s_g.value / count)
             with nest.pass_() as iv:
                 dy, g, xm = g_and_x(iv)
-                kb.line(outs[0].store_nd(iv, f"{inv.ref} * {g} + {bx.ref} * {xm} + {k.ref}"))
+                kb.emit(outs[0].store_nd(iv, inv.ref * g + bx.ref * xm + k.ref))
         if d_gamma is not None:
             with nest.columns() as iv:
-                kb.line(outs[1].store_nd(iv[b:], d_gamma.value))
-                kb.line(outs[2].store_nd(iv[b:], d_beta.value))
+                kb.emit(outs[1].store_nd(iv[b:], d_gamma.value))
+                kb.emit(outs[2].store_nd(iv[b:], d_beta.value))
 
 
 # -------------------------------------------------------------------- GroupNorm
@@ -539,7 +532,10 @@ class GroupNorm(OpSchema):
         def to_real(names):
             real = [names[p] for p in pos]
             g, c = names[pos[ca]], names[pos[ca] + 1]
-            real[ca] = f"({g} * {per} + {c})" if g and c else g or c
+            if g is not None and c is not None:
+                real[ca] = g * per + c
+            else:
+                real[ca] = g if g is not None else c
             return real
 
         nest = Nest(kb, vdims, to_real)
@@ -548,15 +544,15 @@ class GroupNorm(OpSchema):
         with nest.groups():
             mom.emit(kb, src)
             with nest.per_group():
-                kb.line(inv.set(inv_std(mom.var.ref, op.attr("epsilon"))))
-                kb.line(mom.set_shift(shift, inv.ref))
+                inv.set(inv_std(mom.var.ref, op.attr("epsilon")))
+                shift.set(mom.shift(inv.ref))
                 for out, v in zip(outs[1:], (mom.mean, mom.var)):
-                    kb.line(out.store_nd([nest.names[pos[0]], nest.names[pos[ca]]], v.ref))
+                    kb.emit(out.store_nd([nest.names[pos[0]], nest.names[pos[ca]]], v.ref))
             with nest.pass_() as iv:
                 y = mom.normalized(src.load_nd(iv), inv, shift)
                 if gamma is not None:
-                    y = f"{y} * {gamma.load_nd([iv[ca]])} + {beta.load_nd([iv[ca]])}"
-                kb.line(outs[0].store_nd(iv, y))
+                    y = y * gamma.load_nd([iv[ca]]) + beta.load_nd([iv[ca]])
+                kb.emit(outs[0].store_nd(iv, y))
 
 
 # ---------------------------------------------------------------------- RMSNorm
@@ -590,13 +586,12 @@ class RMSNorm(_LayerNorm):
         inv = nest.stat()
         with nest.groups():
             with nest.pass_(sq) as iv:
-                x = kb.fresh("x")
-                kb.line(f"{x} = {src.load_nd(iv)}")
-                kb.line(sq.add(f"{x} * {x}"))
+                x = kb.let(src.load_nd(iv), "x")
+                sq.add(x * x)
             with nest.per_group():
-                kb.line(inv.set(inv_std(f"{sq.value} / {nest.reduced_count}", op.attr("epsilon"))))
+                inv.set(inv_std(sq.value / nest.reduced_count, op.attr("epsilon")))
             with nest.pass_() as iv:
-                y = f"{src.load_nd(iv)} * {inv.ref}"
+                y = src.load_nd(iv) * inv.ref
                 if gamma is not None:
-                    y = f"{y} * {gamma.load_nd(aligned_ivars(iv, gamma.shape))}"
-                kb.line(outs[0].store_nd(iv, y))
+                    y = y * gamma.load_nd(aligned_ivars(iv, gamma.shape))
+                kb.emit(outs[0].store_nd(iv, y))

@@ -2,8 +2,11 @@
 SoftmaxBackward.md, LogSoftmax.md, LogSoftmaxBackward.md)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ..codegen import ir
 from ..codegen.fastmath import use_helper
 from ..codegen.grouped import Nest, tensor_vdims
 from .common import merged_shape, same_shape_as
@@ -37,14 +40,14 @@ def max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero=False):
     src - max <= 0: exp_le0_f32 computes it vectorized."""
     use_helper(kb, "exp_le0_f32")
     with nest.pass_(mx) as iv:
-        kb.line(mx.add(src.load_nd(iv)))
+        mx.add(src.load_nd(iv))
     with nest.per_group():
-        kb.line(m.set(mx.value))
+        m.set(mx.value)
         if inf_as_zero:
-            with kb.block(f"if {m.ref} == -np.inf:"):
-                kb.line(m.set("0"))
+            with kb.if_(m.ref.eq(-math.inf)):
+                m.set(0.0)
     with nest.pass_(se) as iv:
-        kb.line(se.add(f"exp_le0_f32({src.load_nd(iv)} - {m.ref})"))
+        se.add(ir.call("exp_le0_f32", src.load_nd(iv) - m.ref))
 
 
 class SoftMax(_AlongAxis):
@@ -87,13 +90,13 @@ class SoftMax(_AlongAxis):
             max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero)
             with nest.per_group():
                 s = se.value
-                kb.line(rs.set(f"0 if {s} == 0 else 1.0 / {s}" if inf_as_zero else f"1.0 / {s}"))
+                rs.set(ir.select(s.eq(0), 0.0, 1.0 / s) if inf_as_zero else 1.0 / s)
                 if len(outs) == 2:
                     stats_iv = list(nest.iv)
                     stats_iv[axis] = None
-                    kb.line(outs[1].store_nd(stats_iv, f"{m.ref} + np.log({s})"))
+                    kb.emit(outs[1].store_nd(stats_iv, m.ref + ir.call("np.log", s)))
             with nest.pass_() as iv:
-                kb.line(outs[0].store_nd(iv, f"exp_le0_f32({src.load_nd(iv)} - {m.ref}) * {rs.ref}"))
+                kb.emit(outs[0].store_nd(iv, ir.call("exp_le0_f32", src.load_nd(iv) - m.ref) * rs.ref))
 
 
 class SoftMaxBackward(_AlongAxis):
@@ -114,11 +117,11 @@ class SoftMaxBackward(_AlongAxis):
         s32 = nest.stat()
         with nest.groups():
             with nest.pass_(s) as iv:
-                kb.line(s.add(f"{diff_dst.load_nd(iv)} * {dst.load_nd(iv)}"))
+                s.add(diff_dst.load_nd(iv) * dst.load_nd(iv))
             with nest.per_group():
-                kb.line(s32.set(s.value))
+                s32.set(s.value)
             with nest.pass_() as iv:
-                kb.line(outs[0].store_nd(iv, f"{dst.load_nd(iv)} * ({diff_dst.load_nd(iv)} - {s32.ref})"))
+                kb.emit(outs[0].store_nd(iv, dst.load_nd(iv) * (diff_dst.load_nd(iv) - s32.ref)))
 
 
 class LogSoftmax(_AlongAxis):
@@ -143,9 +146,9 @@ class LogSoftmax(_AlongAxis):
         with nest.groups():
             max_and_sum_exp(kb, nest, src, mx, m, se)
             with nest.per_group():
-                kb.line(lse.set(f"np.log({se.value})"))
+                lse.set(ir.call("np.log", se.value))
             with nest.pass_() as iv:
-                kb.line(outs[0].store_nd(iv, f"{src.load_nd(iv)} - {m.ref} - {lse.ref}"))
+                kb.emit(outs[0].store_nd(iv, src.load_nd(iv) - m.ref - lse.ref))
 
 
 class LogSoftmaxBackward(_AlongAxis):
@@ -166,8 +169,8 @@ class LogSoftmaxBackward(_AlongAxis):
         s32 = nest.stat()
         with nest.groups():
             with nest.pass_(s) as iv:
-                kb.line(s.add(diff_dst.load_nd(iv)))
+                s.add(diff_dst.load_nd(iv))
             with nest.per_group():
-                kb.line(s32.set(s.value))
+                s32.set(s.value)
             with nest.pass_() as iv:
-                kb.line(outs[0].store_nd(iv, f"{diff_dst.load_nd(iv)} - np.exp({dst.load_nd(iv)}) * {s32.ref}"))
+                kb.emit(outs[0].store_nd(iv, diff_dst.load_nd(iv) - ir.call("np.exp", dst.load_nd(iv)) * s32.ref))
