@@ -9,11 +9,14 @@ strict.
   polynomial, vectorizable (a call to libm's exp is not); relative error < 3e-7.
   'contract' turns the polynomial into FMAs.
 - sigmoid_f32: from exp_neg_f32.
-- fsum, and the per-kernel sums of emit_sum_helper: float64 sums with 'reassoc',
+- fsum, and the per-kernel sums of sum_helper: float64 sums with 'reassoc',
   so LLVM vectorizes them into partial sums (a strict running sum, or several
   unrolled by hand, stays scalar).
 """
 from __future__ import annotations
+
+from . import ir
+from .printer import print_body
 
 _BITS = "from graphc.codegen.runtime import bits_to_f32, f32_to_bits"
 
@@ -79,11 +82,29 @@ def use_helper(kb, name: str) -> None:
         kb.helpers.append(text)
 
 
+def sum_helper(kb, n: int, term, zero=0.0) -> ir.Expr:
+    """The sum of ``term(j)`` (an IR expression of the loop index ``j``) over j < n,
+    accumulated from ``zero`` (float64 by default, or an expression of another
+    type), as a reassociating helper of kb's module, like fsum but over an
+    expression.  The helper takes every name the term reads besides j, under the
+    same names; returns the call as an expression (float64, or the sum's type)."""
+    name, j = kb.fresh("rsum"), ir.var(kb.fresh("j"))
+    t = term(j)
+    z = zero if isinstance(zero, ir.Expr) else ir.const(float(zero), "f64")
+    dt = ir.promote(z.dt, t.dt)
+    params = sorted({e.args[0]: e for e in ir.walk(t) if e.op == "var" and e != j}.items())
+    acc = ir.var("s", dt)   # (kernel names all end in a number: no clash)
+    body = [ir.Assign(acc, ir.cast(z, dt)), ir.For(j, ir.const(0), ir.const(n), [ir.Assign(acc, acc + t)]),
+            ir.Return(acc)]
+    lines = print_body(body, 1, {p for p, _ in params} | {"s"})
+    kb.helpers.append(f"{_REASSOC}\ndef {name}({', '.join(p for p, _ in params)}):\n" + "\n".join(lines))
+    return ir.call(name, *(e for _, e in params), dt=dt)
+
+
 def emit_sum_helper(kb, n: int, term, params, zero: str = "0.0") -> str:
-    """The sum of term(j) over j < n (float64, or ``zero``'s type) as a reassociating
-    helper of kb's module, like fsum but over an expression: ``params`` are the
-    names term's text uses besides j, passed under the same names.  Returns the
-    call expression."""
+    """(transitional, for lowerings still writing text: use :func:`sum_helper`) the
+    sum of term(j) over j < n as text: ``params`` are the names term's text uses
+    besides j, passed under the same names.  Returns the call as text."""
     name, j = kb.fresh("rsum"), kb.fresh("j")
     kb.helpers.append(
         f"{_REASSOC}\n"

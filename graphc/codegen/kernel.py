@@ -262,6 +262,16 @@ class KernelBuilder:
         self.emit(ir.Let(v, value))
         return v
 
+    def const_array(self, values, elem: str = "f64", prefix: str = "consts") -> ir.Expr:
+        """A module-level array of the numbers ``values`` (validated attribute values),
+        as an array expression: numba freezes it into the kernel as constant data (a
+        list in the kernel body compiles very slowly when long)."""
+        name = self.fresh(prefix)
+        conv = float if elem in ir.FLOATS else int
+        self.helpers.append(f"{name} = np.array([{', '.join(num(conv(v)) for v in values)}], "
+                            f"{ir.TYPE_CTOR[elem]})")
+        return ir.array(name, elem)
+
     def assign(self, target: ir.Expr, value) -> None:
         self._mutable.add(target.args[0])
         self.emit(ir.Assign(target, _value(value)))

@@ -13,8 +13,9 @@ import math
 
 import numpy as np
 
-from ..codegen.kernel import num, worth_parallel
-from ..codegen.fastmath import emit_sum_helper
+from ..codegen import ir
+from ..codegen.kernel import worth_parallel
+from ..codegen.fastmath import sum_helper
 from ..codegen.loops import linear, unravel
 from ..comm import agree, allgather_array, default_comm, rank_and_size
 from ..errors import GraphcError, InvalidArguments, InvalidGraphOp, RuntimeFault
@@ -35,8 +36,7 @@ def emit_rows(kb, x, body):
     """A loop over the rows of ``x`` ([..., W]), in parallel when worth it;
     ``body(lead)`` emits one row's code given the indices of its leading dims."""
     rows = math.prod(x.shape[:-1])
-    r = kb.fresh("r")
-    with kb.loop(r, rows, worth_parallel(rows * x.shape[-1]) and rows > 1):
+    with kb.for_(rows, "r", worth_parallel(rows * x.shape[-1]) and rows > 1) as r:
         body(unravel(kb, r, x.shape[:-1]))
 
 
@@ -75,17 +75,16 @@ class LayerNormPreAllGather(OpSchema):
         float64 by vectorized helpers (the row is in cache for the second sum)."""
         x, stats = ins[0], outs[0]
         w = x.shape[-1]
-        bx, mean, m2 = kb.fresh("bx"), kb.fresh("mean"), kb.fresh("m2")
 
         def row(lead):
-            kb.line(f"{bx} = {x.offset(lead + ['0'])}")
+            bx = kb.let(x.offset(lead + [None]), "bx")
 
             def at(j):
                 return x.load(linear([j], [x.strides[-1]], bx))
-            kb.line(f"{mean} = {emit_sum_helper(kb, w, at, [x.name, bx])} / {w}")
-            kb.line(f"{m2} = {emit_sum_helper(kb, w, lambda j: f'({at(j)} - {mean}) ** 2', [x.name, bx, mean])}")
-            kb.line(stats.store(stats.offset(lead + ["0"]), mean))
-            kb.line(stats.store(stats.offset(lead + ["1"]), m2))
+            mean = kb.let(sum_helper(kb, w, at) / w, "mean")
+            m2 = kb.let(sum_helper(kb, w, lambda j: (at(j) - mean) ** 2), "m2")
+            kb.emit(stats.store(stats.offset(lead + [0]), mean))
+            kb.emit(stats.store(stats.offset(lead + [1]), m2))
         emit_rows(kb, x, row)
 
 
@@ -234,23 +233,25 @@ class LayerNormPostAllGather(OpSchema):
         x, y = ins[0], outs[0]
         stats, *affine = ins[1:]
         w, shards = x.shape[-1], stats.shape[-1] // 2
-        mean, m2, rstd, p, j = (kb.fresh(n) for n in ("mean", "m2", "rstd", "p", "j"))
+        eps = float(op.attr("epsilon"))
 
         def row(lead):
-            def stat(k):
-                return stats.load(stats.offset(lead + [f"2 * {p} + {k}"]))
-            kb.line(f"{mean} = 0.0")
-            with kb.loop(p, shards):
-                kb.line(f"{mean} += {stat(0)}")
-            kb.line(f"{mean} /= {shards}")
-            kb.line(f"{m2} = 0.0")
-            with kb.loop(p, shards):
-                kb.line(f"{m2} += {stat(1)} + {w} * ({stat(0)} - {mean}) ** 2")
-            kb.line(f"{rstd} = 1.0 / math.sqrt({m2} / {shards * w} + {num(op.attr('epsilon'))})")
-            with kb.loop(j, w):
-                v = f"({x.load_nd(lead + [j])} - {mean}) * {rstd}"
+            bs = kb.let(stats.offset(lead + [None]), "bs")
+
+            def stat(p, k):
+                return stats.load(linear([2 * p + k], stats.strides[-1:], bs))
+            mean = kb.var(ir.const(0.0, "f64"), "mean")
+            with kb.for_(shards, "p") as p:
+                kb.assign(mean, mean + stat(p, 0))
+            kb.assign(mean, mean / shards)
+            m2 = kb.var(ir.const(0.0, "f64"), "m2")
+            with kb.for_(shards, "p") as p:
+                kb.assign(m2, m2 + (stat(p, 1) + w * (stat(p, 0) - mean) ** 2))
+            rstd = kb.let(1.0 / ir.call("math.sqrt", m2 / (shards * w) + eps), "rstd")
+            with kb.for_(w, "j") as j:
+                v = (x.load_nd(lead + [j]) - mean) * rstd
                 if affine:
                     g, b = (t.load(t.offset([j])) for t in affine)
-                    v = f"{v} * {g} + {b}"
-                kb.line(y.store_nd(lead + [j], f"np.float32({v})"))
+                    v = v * g + b
+                kb.emit(y.store_nd(lead + [j], ir.f32(v)))
         emit_rows(kb, x, row)
