@@ -12,7 +12,7 @@ from graphc.errors import Unimplemented
 from graphc.fill import make_inputs
 from graphc.tolerances import assert_close
 
-from lower_check import check_compiled, corpus_files, kernel_params, one_op
+from support import check_compiled, corpus_files, kernel_params, one_op
 
 BINARY = ["Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "SquaredDifference", "GreaterEqual"]
 FLOATS = ["f32", "bf16", "f16"]

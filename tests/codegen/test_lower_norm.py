@@ -7,30 +7,9 @@ ranks 2 to 5, non-dense strides, shapes large enough for each threading mode
 import pytest
 
 import graphc
-from lower_check import check_compiled, corpus_files, one_op
+from support import channels, check_compiled, corpus_files, one_op, strides
 
 EPS = {"epsilon": 0.0625}
-
-
-def strides(shape, order, pad=1):
-    """Element strides of ``shape`` laid out with its dims in ``order`` (outermost
-    first), each dim's step ``pad`` times what a dense layout needs (gaps)."""
-    out, step = [0] * len(shape), 1
-    for d in reversed(order):
-        out[d] = step
-        step *= shape[d] * pad
-    return out
-
-
-def channels(shape, fmt):
-    return shape[1] if fmt == "NCX" else shape[-1]
-
-
-def check_parallel(g):
-    """check_compiled for a graph big enough (PARALLEL_THRESHOLD) that its kernel
-    spreads over threads."""
-    assert "prange(" in graphc.compile(g).source
-    check_compiled(g)
 
 
 # --------------------------------------------------------------- BatchNorm
@@ -123,8 +102,8 @@ PARALLEL_BN = [([4, 48, 48, 32], "NXC"), ([2, 3, 240, 240], "NCX"), ([2, 40, 60,
 
 @pytest.mark.parametrize("shape,fmt", PARALLEL_BN)
 def test_batchnorm_training_parallel(shape, fmt):
-    check_parallel(bn_forward(shape, fmt))
-    check_parallel(bn_backward(shape, fmt))
+    check_compiled(bn_forward(shape, fmt), parallel=True)
+    check_compiled(bn_backward(shape, fmt), parallel=True)
 
 
 @pytest.mark.parametrize("path", corpus_files(["bnorm", "bnorm_fwd_d", "bnorm_bwd"]), ids=lambda p: p.stem)
@@ -194,8 +173,8 @@ def test_layer_norm_backward_strided():
 @pytest.mark.parametrize("shape,begin", [([4, 256, 256], 1), ([2100, 128], 1)])
 def test_layer_norm_parallel(shape, begin):
     """Few groups (threads take rows, diff_gamma sums over them) and many."""
-    check_parallel(layer_norm(shape, begin))
-    check_parallel(layer_norm_backward(shape, begin))
+    check_compiled(layer_norm(shape, begin), parallel=True)
+    check_compiled(layer_norm_backward(shape, begin), parallel=True)
 
 
 @pytest.mark.parametrize("path", corpus_files(["lnorm", "lnorm_ks", "lnorm_3d", "lnorm_bwd", "lnorm_3d_bwd"]),

@@ -17,7 +17,7 @@ from graphc.codegen import kernel
 from graphc.fill import make_inputs
 from graphc.tolerances import assert_close
 from graphc.types import DataType
-from lower_check import check_compiled, one_op
+from support import check_compiled, one_op
 
 SEED_KINDS = {"AddBackward", "EmbeddingBackward", "SwiGlu", "SwiGluGrad", "LayerNormPreAllGather", "AllGather",
               "LayerNormPostAllGather"}

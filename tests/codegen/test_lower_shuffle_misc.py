@@ -13,7 +13,7 @@ from graphc.errors import RuntimeFault, Unimplemented
 from graphc.fill import make_inputs
 from graphc.tolerances import assert_close
 
-from lower_check import check_compiled, corpus_files, kernel_params, one_op
+from support import check_compiled, corpus_files, kernel_params, one_op
 
 NP = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 

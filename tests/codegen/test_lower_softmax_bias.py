@@ -10,8 +10,7 @@ import graphc
 from graphc.codegen.kernel import PARALLEL_THRESHOLD
 from graphc.fill import make_inputs
 
-from lower_check import check_compiled, corpus_files, one_op
-from test_lower_norm import channels, check_parallel, strides
+from support import channels, check_compiled, corpus_files, one_op, strides
 
 
 def stats_shape(shape, axis):
@@ -74,7 +73,7 @@ def test_softmax_strided():
 @pytest.mark.parametrize("shape,axis", [([2, 400, 400], 1), ([2100, 128], 1), ([4, 256, 256], 0)])
 def test_softmax_parallel(shape, axis):
     """Threads over groups (reduced lane or kept lane) and over rows (few groups)."""
-    check_parallel(softmax(shape, axis, stats=True))
+    check_compiled(softmax(shape, axis, stats=True), parallel=True)
 
 
 def softmax_backward(kind, shape, axis, dt=("f32", "f32"), dst_strides=None):
@@ -148,7 +147,7 @@ def test_bias_add_dtypes_and_strides(dt):
 @pytest.mark.parametrize("shape,fmt", BIAS_SHAPES + [([4, 48, 48, 32], "NXC"), ([2, 3, 240, 240], "NCX")])
 def test_bias_add_backward(shape, fmt):
     g = one_op("BiasAddBackward", [("f32", shape)], [("f32", [channels(shape, fmt)])], {"data_format": fmt})
-    check_parallel(g) if np.prod(shape) >= PARALLEL_THRESHOLD else check_compiled(g)
+    check_compiled(g, parallel=np.prod(shape) >= PARALLEL_THRESHOLD)
 
 
 @pytest.mark.parametrize("dt", FLOATS[1:])

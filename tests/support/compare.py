@@ -1,0 +1,65 @@
+"""Comparing arrays: bit for bit (``assert_same``) or within graphc.tolerances
+(``assert_close``), and a whole set of outputs at once (``assert_outputs``)."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from graphc import tolerances
+from graphc.tolerances import COMPILED
+from graphc.types import DataType
+
+#: stored one value a byte: compared by value, not by the byte's spare bits
+_NIBBLES = (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4))
+
+
+def assert_same(actual, expected, what=""):
+    """Equal dtype, shape and bit patterns, except that any NaN matches any NaN:
+    every dtype (floats of each width, ints, int4/uint4 by value, booleans by
+    their byte, c64 per real and imaginary part)."""
+    a, e = np.ascontiguousarray(actual), np.ascontiguousarray(expected)
+    assert a.dtype == e.dtype and a.shape == e.shape, f"{what}: {a.dtype}{a.shape} != {e.dtype}{e.shape}"
+    if a.dtype in _NIBBLES:
+        bad = a.astype(np.int64) != e.astype(np.int64)
+    else:
+        if a.dtype.kind == "c":  # (..., 2) real and imaginary parts
+            pa, pe = (x.view(x.real.dtype).reshape(*x.shape, 2) for x in (a, e))
+        else:
+            pa, pe = a[..., None], e[..., None]
+        bits = np.dtype(f"u{pa.dtype.itemsize}")  # view: ml_dtypes types have no bit ops
+        bad = pa.view(bits) != pe.view(bits)
+        if a.dtype.kind not in "biu":
+            bad &= ~(np.isnan(pa.astype(np.float64)) & np.isnan(pe.astype(np.float64)))
+        bad = bad.any(axis=-1)
+    assert not bad.any(), f"{what}: {bad.sum()} differences: actual {a[bad][:6]}, expected {e[bad][:6]}"
+
+
+def assert_close(actual, expected, dt, table=None, what=""):
+    """Equal shapes and values within graphc.tolerances' ``table`` (COMPILED by
+    default, ORACLE against torch) for dtype ``dt``; integers and booleans exact."""
+    a, e = np.asarray(actual), np.asarray(expected)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
+    tolerances.assert_close(a, e, dt, table, what)
+
+
+def assert_outputs(got, want, dtypes=None, table=COMPILED, exact=False, what=""):
+    """Every output of ``got`` against ``want``: both {id: array} (same ids) or both
+    sequences; ``dtypes`` one dtype each (by default the arrays' own); bit for bit
+    when ``exact``, else within ``table``."""
+    if isinstance(want, dict):
+        assert got.keys() == want.keys(), f"{what}: outputs {sorted(got)} != {sorted(want)}"
+        names, got, want = list(want), [got[k] for k in want], list(want.values())
+    else:
+        got, want = list(got), list(want)
+        assert len(got) == len(want), f"{what}: {len(got)} outputs != {len(want)}"
+        names = range(len(want))
+    if dtypes is None:
+        dtypes = [DataType.from_numpy(np.asarray(a).dtype) for a in got]
+    elif isinstance(dtypes, dict):
+        dtypes = [dtypes[k] for k in names]
+    for name, a, e, dt in zip(names, got, want, dtypes):
+        where = f"{what} {name}".strip() if not isinstance(name, str) else name
+        if exact:
+            assert_same(a, e, where)
+        else:
+            assert_close(a, e, dt, table, where)
