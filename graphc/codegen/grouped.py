@@ -10,7 +10,9 @@ dims the rows.  A lane reduced (e.g. LayerNorm, BatchNorm NCX) gives one
 scalar result per group; a lane kept (e.g. BatchNorm NXC, SoftMax over
 channels of NCHW) gives one result per lane, held in [lanes] arrays.  A kept
 lane longer than ``MAX_LANES`` is cut into tiles of ``LANE_TILE`` lanes, the
-tiles becoming groups (so that the scratch arrays stay small).
+tiles becoming groups (so that the scratch arrays stay small); a reduced lane
+longer than that with no other reduced dim is split into rows of a divisor of
+its length (so that f32 lanes sum it and threads can share its rows).
 
 Parallel modes: with many groups, threads take chunks of groups and each group
 runs all its passes while its data is in cache; with few groups, every pass
@@ -18,7 +20,8 @@ spreads its rows over chunks that keep partial results, combined after.
 
 Accumulators (:class:`Acc`) are sums, products, or maxima / minima.  Sums
 accumulate in f32 lane arrays (which vectorize) folded into f64 every
-``FOLD_ROWS`` rows or so: a lane never sums 2 * FOLD_ROWS f32 terms.  A sum over
+``FOLD_ROWS`` rows or so: a lane never sums 2 * FOLD_ROWS f32 terms (a pass
+sweeping at most FOLD_ROWS rows per chunk needs no fold).  A sum over
 the lane alone (no rows: LayerNorm or SoftMax along the last dim) stores its
 terms in a float64 buffer, which the ``fsum`` helper adds up vectorized.
 Products run in f64; maxima and minima in the lanes' f32.
@@ -67,6 +70,18 @@ def _prod(xs) -> int:
     for x in xs:
         p *= x
     return p
+
+
+def _divisor(n: int):
+    """The lanes of the rows a long reduced lane of ``n`` splits into: a divisor of n
+    in [MAX_LANES / 8, MAX_LANES], the largest giving at least 4 rows per chunk;
+    None if n has none."""
+    lo = MAX_LANES // 8
+    for top in (min(MAX_LANES, n // (4 * MAX_CHUNKS)), MAX_LANES):
+        f = next((f for f in range(top, lo - 1, -1) if n % f == 0), None)
+        if f is not None:
+            return f
+    return None
 
 
 def _i64(v: ir.Expr) -> ir.Expr:
@@ -156,9 +171,16 @@ class Acc:
             kb.store(self.lanes, lv, combine(self.kind, self.lanes[lv], self._term(expr)))
 
     @property
+    def folds(self) -> bool:
+        """A sum over more rows per sweep than f32 lanes take: folded into f64 totals."""
+        return self.kind == "sum" and not self.direct and self.nest.sweep_rows > FOLD_ROWS
+
     def lane_result(self) -> ir.Expr:
-        """Array of the per-lane results inside a pass's chunk."""
-        return self.total if self.kind == "sum" else self.lanes
+        """The current lane's result inside a pass's chunk (a sum: f64)."""
+        lv = self.nest.lv
+        if self.folds:
+            return self.total[lv]
+        return ir.f64(self.lanes[lv]) if self.kind == "sum" else self.lanes[lv]
 
     @property
     def value(self) -> ir.Expr:
@@ -166,7 +188,7 @@ class Acc:
         n = self.nest
         if not n.lane_kept:
             return self.scalar
-        return (self.result if n.mode == "rows" else self.lane_result)[n.lv]
+        return self.result[n.lv] if n.mode == "rows" else self.lane_result()
 
     def identity(self, dt: str) -> ir.Expr:
         return ir.const(self.ident, dt)
@@ -236,15 +258,24 @@ class Nest:
         live = [i for i, d in enumerate(vdims) if d.extent != 1]
         order = sorted(live, key=lambda i: (-abs(vdims[i].stride), i))
         lane = order[-1] if order else None
-        self.tiled = None
-        if lane is not None and vdims[lane].kept and vdims[lane].extent > MAX_LANES and \
-                any(not vdims[i].kept for i in live):
-            # a long kept lane: tiles of LANE_TILE lanes (the last one shorter), a group dim
+        # a long lane split in two dims: (lane, factor, extent), the outer dim appended
+        self.split = None
+        if lane is not None:
             n, st = vdims[lane].extent, vdims[lane].stride
-            self.tiled = (lane, n)
-            vdims = list(vdims) + [VDim(-(-n // LANE_TILE), st * LANE_TILE, True)]
-            vdims[lane] = VDim(LANE_TILE, st, True)
-            order = sorted(order[:-1] + [len(vdims) - 1], key=lambda i: (-abs(vdims[i].stride), i)) + [lane]
+            if vdims[lane].kept and n > MAX_LANES and any(not vdims[i].kept for i in live):
+                # a long kept lane: tiles of LANE_TILE lanes (the last one shorter), a group dim
+                self.split = (lane, LANE_TILE, n)
+            elif not vdims[lane].kept and n > MAX_LANES and all(vdims[i].kept for i in order[:-1]):
+                # a long reduced lane alone: rows of f lanes (a divisor of n), which
+                # f32 lanes sum and threads can share
+                f = _divisor(n)
+                if f is not None:
+                    self.split = (lane, f, n)
+            if self.split is not None:
+                f = self.split[1]
+                vdims = list(vdims) + [VDim(-(-n // f), st * f, vdims[lane].kept)]
+                vdims[lane] = VDim(f, st, vdims[lane].kept)
+                order = sorted(order[:-1] + [len(vdims) - 1], key=lambda i: (-abs(vdims[i].stride), i)) + [lane]
         self.vdims = vdims
         self.lane = lane
         self.lane_kept = self.lane is None or vdims[self.lane].kept
@@ -259,6 +290,8 @@ class Nest:
             self.mode, self.chunks = "groups", min(self.G, MAX_CHUNKS)
         else:
             self.mode, self.chunks = "rows", max(1, min(self.R, MAX_CHUNKS))
+        #: the most rows a pass sweeps in one chunk
+        self.sweep_rows = -(-self.R // self.chunks) if self.mode == "rows" else self.R
         self.names = [ir.var(kb.fresh("i")) if d.extent != 1 else None for d in vdims]
         self.lv = self.names[self.lane] if self.lane is not None else ir.var(kb.fresh("l"))
         # the lane loop's extent: a tiled lane's last tile is shorter
@@ -291,11 +324,11 @@ class Nest:
         """Index expressions of the main tensor's dims: group dims are valid in the
         group, the lane too in ``per_group`` blocks of a kept lane, all in passes."""
         names = list(self.names)
-        if self.tiled is not None:
-            lane, _ = self.tiled
-            tile = names.pop()
-            if tile is not None:
-                names[lane] = tile * LANE_TILE + names[lane]
+        if self.split is not None:
+            lane, f, _ = self.split
+            outer = names.pop()
+            if outer is not None:
+                names[lane] = outer * f + names[lane] if names[lane] is not None else outer * f
         return self.to_real(names)
 
     @property
@@ -334,14 +367,10 @@ class Nest:
             kb.assign(self.names[dims[k]], q % self.vdims[dims[k]].extent)
             q = kb.let(q // self.vdims[dims[k]].extent, "q")
         kb.assign(self.names[dims[0]], q)
-        if self.tiled is not None and self.tiled_dim in dims:
-            lane, n = self.tiled
-            tile = self.names[self.tiled_dim]
-            self.lane_stop = kb.let(_min(LANE_TILE, n - tile * LANE_TILE), "nl")
-
-    @property
-    def tiled_dim(self) -> int:
-        return len(self.vdims) - 1
+        outer = len(self.vdims) - 1
+        if self.split is not None and outer in dims and self.split[2] % self.split[1]:
+            _, f, n = self.split
+            self.lane_stop = kb.let(_min(f, n - self.names[outer] * f), "nl")
 
     def _alloc(self, accs) -> None:
         kb = self.kb
@@ -351,7 +380,7 @@ class Nest:
                 let_array(kb, a.terms, self.L)
             if not a.direct:
                 let_array(kb, a.lanes, self.L)
-                if a.kind == "sum":
+                if a.folds:
                     let_array(kb, a.total, self.L)
 
     @contextmanager
@@ -387,7 +416,7 @@ class Nest:
     @contextmanager
     def per_group(self):
         """Code computing per-group values (a kept lane: per-lane values)."""
-        if self.lane_kept and self.lane is not None:
+        if self.lane_kept:
             with self._lanes():
                 yield
         else:
@@ -414,7 +443,7 @@ class Nest:
                     kb.emit(ir.Store(a.part, self.chv, a.local))
                     continue
                 with self._lanes():
-                    kb.emit(ir.Store(a.part, (self.chv, self.lv), a.lane_result[self.lv]))
+                    kb.emit(ir.Store(a.part, (self.chv, self.lv), a.lane_result()))
         # the chunks' results combined (in loops: numba's sums over array views are slow)
         c = ir.var(kb.fresh("c"))
         for a in accs:
@@ -443,7 +472,7 @@ class Nest:
             with self._lanes():
                 for a in lanes:
                     kb.store(a.lanes, self.lv, a.identity(a.lane_dt))
-                    if a.kind == "sum":
+                    if a.folds:
                         kb.store(a.total, self.lv, ir.const(0.0))
 
     def _rows(self, accs, lo, hi):
@@ -453,7 +482,7 @@ class Nest:
         f64 after each sweep that brings a lane's count of terms to FOLD_ROWS (so
         that, a sweep taking at most FOLD_ROWS rows, the count stays below twice it)."""
         kb = self.kb
-        sums = [a for a in accs if a.kind == "sum" and not a.direct]
+        sums = [a for a in accs if a.folds]
         if not self.row_dims:
             self.row_index = ir.const(0)
             with self._lanes():
@@ -502,7 +531,7 @@ class Nest:
             elif not self.lane_kept:
                 kb.assign(a.scalar, a.identity(a.scalar.dt))
                 with self._lanes():
-                    kb.assign(a.scalar, combine(a.kind, a.scalar, a.lane_result[self.lv]))
+                    kb.assign(a.scalar, combine(a.kind, a.scalar, a.lane_result()))
 
     @contextmanager
     def columns(self):

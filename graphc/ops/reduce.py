@@ -4,25 +4,22 @@ The axes come from the ``axes`` attribute or from the optional ``axes`` input
 tensor (exactly one of them).  Empty axes make the op the identity, as the
 docs state.  With ``keep_dims`` the reduced dims stay as 1s, else they go.
 
-Kernels loop over the kept positions (in prange) and, inside, over the reduced
-positions with a float64 accumulator: each op gives its ``init`` value, ``step``
-statement and ``finish`` expression as source templates.  The axes-input form
-is not lowered (the dst shape would depend on data).
+Kernels are the reduction planner's (graphc.codegen.grouped): the kept dims
+are its groups, the reduced dims its rows and lanes; each op gives its
+accumulator kind, the ``term`` it accumulates per element and the ``finish``
+of the result.  The axes-input form is not lowered (the dst shape would depend
+on data).
 """
 from __future__ import annotations
 
 import math
-from contextlib import ExitStack, nullcontext
 
 import numpy as np
 
-from ..codegen.kernel import num, worth_parallel
-from ..codegen.loops import index_nest
+from ..codegen import ir
+from ..codegen.grouped import Nest, each_element, tensor_vdims
 from ..errors import InvalidGraphOp, RuntimeFault
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape
-
-#: kept positions accumulated together when a reduction walks a contiguous kept dim
-LANE_TILE = 256
 
 
 def _normalized_axes(op, axes, rank, error=InvalidGraphOp, where="attribute 'axes'") -> tuple:
@@ -90,82 +87,48 @@ class Reduce(OpSchema):
     def reduce(self, x, axes):
         raise NotImplementedError
 
-    #: kernel templates: accumulator start value, update with {x} (a float64 value),
-    #: result from {acc} and {n} (the count of reduced elements)
-    init = "0.0"
-    step = "{acc} += {x}"
-    finish = "{acc}"
+    #: the accumulator kind (graphc.codegen.grouped.KINDS)
+    acc_kind = "sum"
+
+    def term(self, x: ir.Expr) -> ir.Expr:
+        """What an element ``x`` adds to the accumulator."""
+        return x
+
+    def finish(self, acc: ir.Expr, n: int) -> ir.Expr:
+        """The result from the accumulator and the count of reduced elements."""
+        return acc
 
     def supports_lowering(self, op) -> bool:
         return op.input("axes") is None
 
     def lower(self, op, kb, ins, outs):
-        """Kept positions in prange; inside, the reduced dims (innermost: the one of
-        smallest stride).  When a kept dim has a smaller stride than every reduced
-        dim, a tile of its positions (lanes) accumulates at once in a local array,
-        so the innermost loop still walks memory in order."""
         src, dst = ins[0], outs[0]
         rank = len(src.shape)
         axes = _normalized_axes(op, op.attr("axes"), rank)
+        if not axes:
+            with each_element(kb, src) as iv:
+                kb.emit(dst.store_nd(iv, src.load_nd(iv)))
+            return
         kept = [k for k in range(rank) if k not in axes]
-        reduced = sorted((k for k in axes if src.shape[k] != 1), key=lambda k: -src.strides[k])
-        lane = _lane_dim(src, kept, reduced)
-        outer = [k for k in kept if k != lane]
-        n_lane = src.shape[lane] if lane is not None else 1
-        tile = min(n_lane, LANE_TILE)
-        tiles = -(-n_lane // tile)
-        nest = [src.shape[k] for k in outer] + ([tiles] if lane is not None else [])
-        with index_nest(kb, nest, worth_parallel(src.lt.nelems)) as nest_vars:
-            ivars = [None] * rank
-            for k, v in zip(outer, nest_vars):
-                ivars[k] = v
-            if not axes:
-                kb.line(dst.store_nd(ivars, src.load_nd(ivars)))
-                return
-            acc, x = kb.fresh("acc"), kb.fresh("x")
-            if lane is None:
-                lanes, acc_at = nullcontext, acc
-                kb.line(f"{acc} = {self.init}")
-            else:
-                li = ivars[lane] = kb.fresh("l")
-                kb.line(f"{acc} = np.full({tile}, {self.init})")
-                if tiles == 1:
-                    span, acc_at = f"{n_lane}", f"{acc}[{li}]"
-                else:
-                    lo = kb.fresh("lo")
-                    kb.line(f"{lo} = {nest_vars[-1]} * {tile}")
-                    span, acc_at = f"{lo}, min({lo} + {tile}, {n_lane})", f"{acc}[{li} - {lo}]"
-
-                def lanes():
-                    return kb.block(f"for {li} in range({span}):")
-            dst_vars = list(ivars) if op.attr("keep_dims") else [ivars[k] for k in kept]
-            with ExitStack() as loops:
-                for k in reduced:
-                    ivars[k] = kb.fresh("k")
-                    loops.enter_context(kb.loop(ivars[k], src.shape[k]))
-                loops.enter_context(lanes())
-                kb.line(f"{x} = np.float64({src.load_nd(ivars)})")
-                kb.line(self.step.format(acc=acc_at, x=x))
-            n = math.prod(src.shape[k] for k in axes)
-            with lanes():
-                kb.line(dst.store_nd(dst_vars, self.finish.format(acc=acc_at, n=num(float(n)))))
-
-
-def _lane_dim(src, kept, reduced):
-    """The kept dim whose positions accumulate side by side: the one of smallest
-    stride, if that is below every reduced dim's stride (``reduced`` is sorted by
-    decreasing stride); else None."""
-    big = [k for k in kept if src.shape[k] != 1]
-    if not big or not reduced:
-        return None
-    lane = min(big, key=lambda k: src.strides[k])
-    return lane if src.strides[lane] < src.strides[reduced[-1]] else None
+        nest = Nest(kb, tensor_vdims(src, set(kept)))
+        acc = nest.acc(self.acc_kind)
+        n = math.prod(src.shape[k] for k in axes)
+        with nest.groups():
+            with nest.pass_(acc) as iv:
+                acc.add(self.term(src.load_nd(iv)))
+            with nest.per_group():
+                iv = nest.iv
+                dst_iv = [None if k in axes else iv[k] for k in range(rank)] if op.attr("keep_dims") else \
+                    [iv[k] for k in kept]
+                kb.emit(dst.store_nd(dst_iv, self.finish(acc.value, n)))
 
 
 class ReduceL1(Reduce):
     kind = "ReduceL1"
     doc = "sum of |src| over axes"
-    step = "{acc} += abs({x})"
+
+    def term(self, x):
+        return ir.call("abs", x)
 
     def reduce(self, x, axes):
         return np.sum(np.abs(x), axis=axes)
@@ -174,8 +137,12 @@ class ReduceL1(Reduce):
 class ReduceL2(Reduce):
     kind = "ReduceL2"
     doc = "sqrt of the sum of src^2 over axes"
-    step = "{acc} += {x} * {x}"
-    finish = "math.sqrt({acc})"
+
+    def term(self, x):
+        return x * x
+
+    def finish(self, acc, n):
+        return ir.call("math.sqrt", acc)
 
     def reduce(self, x, axes):
         return np.sqrt(np.sum(x * x, axis=axes))
@@ -184,8 +151,7 @@ class ReduceL2(Reduce):
 class ReduceMax(Reduce):
     kind = "ReduceMax"
     doc = "max of src over axes (-inf over no elements)"
-    init = "-np.inf"
-    step = "{acc} = np.maximum({acc}, {x})"
+    acc_kind = "nanmax"
 
     def reduce(self, x, axes):
         return np.max(x, axis=axes, initial=-np.inf)
@@ -194,7 +160,9 @@ class ReduceMax(Reduce):
 class ReduceMean(Reduce):
     kind = "ReduceMean"
     doc = "mean of src over axes"
-    finish = "{acc} / {n}"
+
+    def finish(self, acc, n):
+        return acc / float(n)
 
     def reduce(self, x, axes):
         return np.mean(x, axis=axes)
@@ -203,8 +171,7 @@ class ReduceMean(Reduce):
 class ReduceMin(Reduce):
     kind = "ReduceMin"
     doc = "min of src over axes (+inf over no elements)"
-    init = "np.inf"
-    step = "{acc} = np.minimum({acc}, {x})"
+    acc_kind = "nanmin"
 
     def reduce(self, x, axes):
         return np.min(x, axis=axes, initial=np.inf)
@@ -213,8 +180,7 @@ class ReduceMin(Reduce):
 class ReduceProd(Reduce):
     kind = "ReduceProd"
     doc = "product of src over axes"
-    init = "1.0"
-    step = "{acc} *= {x}"
+    acc_kind = "prod"
 
     def reduce(self, x, axes):
         return np.prod(x, axis=axes)
