@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from ..codegen import ir
 from ..codegen.elementwise import aligned_strides, collapse, emit_elementwise
 from ..codegen.fastmath import emit_sum_helper, use_helper
 from ..codegen.kernel import ArrayRef, num, unsigned, worth_parallel
@@ -338,57 +339,60 @@ class EmbeddingBackward(OpSchema):
         dw = outs[0]
         rows, dim = dw.shape
         n = idx.lt.nelems
-        v = {name: kb.fresh(name) for name in
-             ("ids", "first", "fill", "order", "i", "x", "r", "lo", "cnt", "bw", "by", "acc", "k", "j")}
-
-        def line(text):
-            kb.line(text.format(**v))
         # 1. indices, checked in logical order before anything is written
-        line(f"{{ids}} = np.empty({n}, np.int64)")
+        ids = kb.alloc(n, "int", prefix="ids")
         dims, (st,) = collapse(idx.shape, [idx.strides])
-        with kb.loop(v["i"], n):
-            kb.line(f"{v['x']} = {idx.load(linear(unravel(kb, v['i'], dims), st))}")
-            with kb.block("if {x} < 0 or {x} >= {rows}:".format(rows=rows, **v)):
-                line("return {i}")
-            line("{ids}[{i}] = {x}")
+        with kb.for_(n, "i") as i:
+            x = kb.let(idx.load(linear(unravel(kb, i, dims), st)), "x")
+            with kb.if_((x < 0) | (x >= rows)):
+                kb.ret(i)
+            kb.store(ids, i, x)
         # 2. tokens grouped by row: row r's tokens are order[first[r]:first[r + 1]]
-        line(f"{{first}} = np.zeros({rows + 1}, np.int64)")
-        with kb.loop(v["i"], n):
-            line("{first}[{ids}[{i}] + 1] += 1")
-        with kb.loop(v["i"], rows):
-            line("{first}[{i} + 1] += {first}[{i}]")
-        line(f"{{fill}} = {{first}}[:{rows}].copy()")
-        line(f"{{order}} = np.empty({n}, np.int64)")
-        with kb.loop(v["i"], n):
-            line("{order}[{fill}[{ids}[{i}]]] = {i}")
-            line("{fill}[{ids}[{i}]] += 1")
+        first = kb.alloc(rows + 1, "int", fill=0, prefix="first")
+        with kb.for_(n, "i") as i:
+            at = ids[i] + 1
+            kb.store(first, at, first[at] + 1)
+        with kb.for_(rows, "i") as i:
+            kb.store(first, i + 1, first[i + 1] + first[i])
+        fill = kb.alloc(rows, "int", prefix="fill")
+        with kb.for_(rows, "i") as i:
+            kb.store(fill, i, first[i])
+        order = kb.alloc(n, "int", prefix="order")
+        with kb.for_(n, "i") as i:
+            row = ids[i]
+            kb.store(order, fill[row], i)
+            kb.store(fill, row, fill[row] + 1)
         # 3. rows of diff_weight
         lead, (sd,) = collapse(dy.shape[:-1], [dy.strides[:-1]])
         pad = op.attr("padding_idx")
-        out = linear([v["j"]], [dw.strides[1]], v["bw"])
 
-        def dy_at(tok):
-            kb.line(f"{v['by']} = {linear(unravel(kb, tok, lead), sd)}")
-            return linear([v["j"]], [dy.strides[-1]], v["by"])
-        with kb.loop(v["r"], rows, worth_parallel(rows * dim) and rows > 1):
-            line("{lo} = {first}[{r}]")
-            line("{cnt} = {first}[{r} + 1] - {lo}")
-            line(f"{{bw}} = {{r}} * {dw.strides[0]}")
-            with kb.block("if {cnt} == 0".format(**v) + (f" or {v['r']} == {num(pad)}:" if pad is not None else ":")):
-                with kb.loop(v["j"], dim):
-                    kb.line(dw.store_int(out, "0"))
-            with kb.block("elif {cnt} == 1:".format(**v)):
-                at = dy_at("{order}[{lo}]".format(**v))
-                with kb.loop(v["j"], dim):
-                    kb.line(dw.store(out, dy.load(at)))
-            with kb.block("else:"):
-                line(f"{{acc}} = np.zeros({dim}, np.float64)")
-                with kb.loop(v["k"], "{lo}, {lo} + {cnt}".format(**v)):
-                    at = dy_at("{order}[{k}]".format(**v))
-                    with kb.loop(v["j"], dim):
-                        kb.line(f"{v['acc']}[{unsigned(v['j'])}] += {dy.load(at)}")
-                with kb.loop(v["j"], dim):
-                    kb.line(dw.store(out, f"np.float32({v['acc']}[{unsigned(v['j'])}])"))
+        def dy_row(tok):
+            """The offsets of token ``tok``'s diff_dst row, by column."""
+            by = kb.let(linear(unravel(kb, tok, lead), sd), "by")
+            return lambda j: linear([j], [dy.strides[-1]], by)
+        with kb.for_(rows, "r", worth_parallel(rows * dim) and rows > 1) as r:
+            lo = kb.let(first[r], "lo")
+            cnt = kb.let(first[r + 1] - lo, "cnt")
+            bw = kb.let(r * dw.strides[0], "bw")
+
+            def out(j):
+                return linear([j], [dw.strides[1]], bw)
+            empty = cnt.eq(0) if pad is None else cnt.eq(0) | r.eq(int(pad))
+            with kb.if_(empty) as none:
+                with kb.for_(dim, "j") as j:
+                    kb.emit(dw.store_int(out(j), 0))
+            with kb.else_(none), kb.if_(cnt.eq(1)) as one:
+                at = dy_row(order[lo])
+                with kb.for_(dim, "j") as j:
+                    kb.emit(dw.store(out(j), dy.load(at(j))))
+                with kb.else_(one):
+                    acc = kb.alloc(dim, "f64", fill=0, prefix="acc")
+                    with kb.for_(lo + cnt, "k", start=lo) as k:
+                        at = dy_row(order[k])
+                        with kb.for_(dim, "j") as j:
+                            kb.store(acc, ir.u64(j), acc[ir.u64(j)] + dy.load(at(j)))
+                    with kb.for_(dim, "j") as j:
+                        kb.emit(dw.store(out(j), ir.f32(acc[ir.u64(j)])))
 
 
 # --------------------------------------------------------------- SwiGlu family
@@ -430,7 +434,7 @@ class _SwiGluBase(OpSchema):
         use_helper(kb, "sigmoid_f32")
         with index_nest(kb, shape, worth_parallel(math.prod(shape))) as ivars:
             ib = list(ivars)
-            ib[axis] = str(shape[axis]) if ivars[axis] is None else f"({ivars[axis]} + {shape[axis]})"
+            ib[axis] = ir.const(shape[axis]) if ivars[axis] is None else ivars[axis] + shape[axis]
             body(ivars, ib)
 
 
@@ -455,11 +459,10 @@ class SwiGlu(_SwiGluBase):
         """One loop over dst in float32 (prologues fuse into the loads of src,
         epilogues into the store of dst; their values are taken as float32)."""
         x, y = ins[0], outs[0]
-        a = kb.fresh("xa")  # (kernel arguments are a0, a1, ...)
 
         def element(ia, ib):
-            kb.line(f"{a} = np.float32({x.load_nd(ia)})")
-            kb.line(y.store_nd(ia, f"{a} * sigmoid_f32({a}) * np.float32({x.load_nd(ib)})"))
+            a = kb.let(ir.f32(x.load_nd(ia)), "xa")  # (kernel arguments are a0, a1, ...)
+            kb.emit(y.store_nd(ia, a * ir.call("sigmoid_f32", a) * ir.f32(x.load_nd(ib))))
         self.emit_halves(op, kb, y.shape, element)
 
 
@@ -493,14 +496,12 @@ class SwiGluGrad(_SwiGluBase):
         """One loop over diff_dst in float32 writing both halves of diff_src."""
         dy, x = ins
         dx = outs[0]
-        g, a, b, s = (kb.fresh(n) for n in ("dy", "xa", "xb", "sig"))
-        one = "np.float32(1.0)"
 
         def element(ia, ib):
-            kb.line(f"{g} = np.float32({dy.load_nd(ia)})")
-            kb.line(f"{a} = np.float32({x.load_nd(ia)})")
-            kb.line(f"{b} = np.float32({x.load_nd(ib)})")
-            kb.line(f"{s} = sigmoid_f32({a})")
-            kb.line(dx.store_nd(ia, f"{g} * {b} * {s} * ({one} + {a} * ({one} - {s}))"))
-            kb.line(dx.store_nd(ib, f"{g} * {a} * {s}"))
+            g = kb.let(ir.f32(dy.load_nd(ia)), "dy")
+            a = kb.let(ir.f32(x.load_nd(ia)), "xa")
+            b = kb.let(ir.f32(x.load_nd(ib)), "xb")
+            s = kb.let(ir.call("sigmoid_f32", a), "sig")
+            kb.emit(dx.store_nd(ia, g * b * s * (1.0 + a * (1.0 - s))))
+            kb.emit(dx.store_nd(ib, g * a * s))
         self.emit_halves(op, kb, dy.shape, element)
