@@ -26,7 +26,7 @@ FLOATS = ("f32", "f64", "c64")
 #: the numba scalar constructor of each compute type
 TYPE_CTOR = {"f32": "np.float32", "f64": "np.float64", "int": "np.int64", "u64": "np.uint64", "bool": "np.bool_",
              "c64": "np.complex64", "u32": "np.uint32", "u16": "np.uint16", "u8": "np.uint8", "i8": "np.int8",
-             "i32": "np.int32"}
+             "i32": "np.int32", "c128": "np.complex128"}
 #: compute types an array element loads as, by numpy dtype
 ELEM_TYPE = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.complex64): "c64",
              np.dtype(np.bool_): "bool"}
@@ -247,6 +247,8 @@ def promote(a: str, b: str) -> str:
     """numba's result type of arithmetic on compute types ``a`` and ``b``."""
     if a == b:
         return "int" if a == "bool" else a
+    if "c128" in (a, b):
+        return "c128"   # (complex128 scratch: sums of complex64 values)
     if "c64" in (a, b):
         return "c64"
     if "f64" in (a, b):
@@ -302,7 +304,7 @@ def cast(x, dt: str) -> Expr:
         return x
     if x.op == "const" and dt in FLOATS + ("int",):
         return const(x.args[0], dt)
-    return Expr("cast", (dt, x), dt if dt in ("f32", "f64", "int", "u64", "bool", "c64") else "int")
+    return Expr("cast", (dt, x), dt if dt in ("f32", "f64", "int", "u64", "bool", "c64", "c128") else "int")
 
 
 def f32(x) -> Expr:

@@ -3,19 +3,16 @@ EmbeddingBackward (ttnn.embedding_bw), SwiGlu and SwiGluGrad (aclnnSwiGluGrad)."
 from __future__ import annotations
 
 import math
-from contextlib import ExitStack
-from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from ..codegen import ir
-from ..codegen.elementwise import aligned_strides, collapse, emit_elementwise
-from ..codegen.fastmath import emit_sum_helper, use_helper
-from ..codegen.kernel import ArrayRef, num, unsigned, worth_parallel
+from ..codegen.elementwise import collapse
+from ..codegen.fastmath import use_helper
+from ..codegen.grouped import sum_to
+from ..codegen.kernel import num, worth_parallel
 from ..codegen.loops import index_nest, linear, unravel
 from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
-from ..types import DataType
 from .common import AUTO_BROADCAST, F, binary_shape, merged_shape, unbroadcast
 from .eltwise import _sigmoid
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
@@ -26,201 +23,6 @@ _DIFF_SRCS = ("diff_src_0", "diff_src_1")
 
 def _shapes_agree(a, b) -> bool:
     return len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b))
-
-
-# ------------------------------------------------------------ codegen helpers
-#: parallel work items a kernel splits its work into (a few per thread, for balance)
-CHUNKS = max(8, 2 * numba.config.NUMBA_NUM_THREADS)
-
-
-def dense(dims) -> list[int]:
-    out, acc = [], 1
-    for d in reversed(dims):
-        out.append(acc)
-        acc *= d
-    return out[::-1]
-
-
-def split_last(dims, strides, most: int = 8192, block: int = 4096):
-    """Split a last dim longer than ``most`` into (n / f, f), f <= block, so that its
-    rows can spread over threads; unchanged when n has no divisor in [block / 8, block]."""
-    n = dims[-1]
-    if n <= most:
-        return dims, strides
-    for f in range(block, block // 8 - 1, -1):
-        if n % f == 0:
-            return dims[:-1] + [n // f, f], [s[:-1] + [s[-1] * f, s[-1]] for s in strides]
-    return dims, strides
-
-
-def emit_sum_to(kb, src: ArrayRef, outs) -> None:
-    """Each of ``outs`` gets ``src`` summed over the dims it broadcasts along
-    (numpy rules), accumulated in float64 (complex128 for c64) and rounded to
-    float32, then to bf16/f16.  One pass over src serves every output whose
-    scratch stays small; outputs equal to src are copies."""
-    shape = src.shape
-    if 0 in shape:
-        for o in outs:
-            emit_elementwise(kb, [o], [], lambda kb_, vals: ["0"])
-        return
-    arrs = [src, *outs]
-    dims, strides = collapse(shape, [aligned_strides(a, shape) for a in arrs])
-    if not dims:
-        dims, strides = [1], [[0] for _ in arrs]
-    dims, strides = split_last(dims, strides)
-    total = math.prod(dims)
-    par = worth_parallel(total)
-    budget = max(total // 2, 1 << 16)
-    pairs = list(zip(outs, strides[1:]))
-    copies = [(o, s) for o, s in pairs if all(s)]
-    reds = [(o, s) for o, s in pairs if not all(s)]
-    plan = _SumPlan(dims, reds, par, budget)
-    plans = [plan] if plan.fits or len(reds) < 2 else [_SumPlan(dims, [r], par, budget) for r in reds]
-    for n, p in enumerate(plans):
-        p.emit(kb, src, strides[0], copies if n == 0 else [])
-
-
-class _SumPlan:
-    """One pass over src.  The outer dims kept by every summed output run in parallel
-    (P); the others (Q) are walked inside each work item into small local
-    accumulators; when P alone is too short to share out, Q is also cut into
-    ``nch`` chunks whose partial sums a second loop adds up."""
-
-    def __init__(self, dims, reds, par, budget):
-        last = len(dims) - 1
-        self.dims, self.reds, self.par, self.last = dims, reds, par, last
-        self.P = [d for d in range(last) if all(s[d] for _, s in reds)]
-        self.Q = [d for d in range(last) if d not in self.P]
-        self.nP = math.prod(dims[d] for d in self.P)
-        self.nQ = math.prod(dims[d] for d in self.Q)
-        # per summed output: the dims its local accumulator spans (kept Q dims, and the last if kept)
-        self.local = [[d for d in self.Q if s[d]] + ([last] if s[last] else []) for _, s in reds]
-        self.size = [math.prod(dims[d] for d in loc) for loc in self.local]
-        self.nch = 1
-        if par and reds and self.nP < CHUNKS:
-            self.nch = min(self.nQ, -(-CHUNKS // self.nP))
-        per_chunk = self.nP * sum(self.size)
-        #: whether the partial sums of every chunk fit in the scratch budget; if not, fewer chunks
-        self.fits = self.nch == 1 or per_chunk * self.nch <= budget
-        if not self.fits:
-            self.nch = max(1, budget // per_chunk)
-
-    def emit(self, kb, src, ssrc, copies):
-        dims, P, Q, nch = self.dims, self.P, self.Q, self.nch
-        zero, adt = ("0j", "np.complex128") if src.dtype is DataType.c64 else ("0.0", "np.float64")
-        nw = self.nP * nch
-        nth = min(nw, CHUNKS) if self.par else 1
-        reds = [_Red(o, s, loc, size, kb.fresh("acc"), kb.fresh("part") if nch > 1 else None)
-                for (o, s), loc, size in zip(self.reds, self.local, self.size)]
-        for r in reds:
-            if r.part:
-                kb.line(f"{r.part} = np.empty(({nw}, {r.size}), {adt})")
-        t = kb.fresh("chunk")
-        with kb.loop(t, nth, nth > 1):
-            for r in reds:
-                if r.size > 1:
-                    kb.line(f"{r.acc} = np.empty({r.size}, {adt})")
-            w = kb.fresh("w")
-            with kb.loop(w, f"{t} * {nw} // {nth}, ({t} + 1) * {nw} // {nth}"):
-                p, c = w, None
-                if nch > 1:
-                    p, c = kb.fresh("p"), kb.fresh("c")
-                    kb.line(f"{p} = {w} // {nch}")
-                    kb.line(f"{c} = {w} % {nch}")
-                ip = unravel(kb, p, [dims[d] for d in P])
-                for r in reds:
-                    if r.size == 1:
-                        kb.line(f"{r.acc} = {zero}")
-                    else:
-                        with kb.loop(li := kb.fresh("l"), r.size):
-                            kb.line(f"{r.acc}[{unsigned(li)}] = {zero}")
-                q = kb.fresh("q")
-                with kb.loop(q, f"{c} * {self.nQ} // {nch}, ({c} + 1) * {self.nQ} // {nch}" if c else self.nQ):
-                    iq = unravel(kb, q, [dims[d] for d in Q])
-                    self._row(kb, src, ssrc, copies, reds, ip, iq, zero)
-                for r in reds:
-                    if r.part:
-                        if r.size == 1:
-                            kb.line(f"{r.part}[{w}, 0] = {r.acc}")
-                        else:
-                            with kb.loop(li := kb.fresh("l"), r.size):
-                                kb.line(f"{r.part}[{w}, {unsigned(li)}] = {r.acc}[{unsigned(li)}]")
-                    else:
-                        self._store(kb, r, linear(ip, [r.strides[d] for d in P]),
-                                    lambda li, r=r: r.acc if r.size == 1 else f"{r.acc}[{unsigned(li)}]")
-        if nch == 1:
-            return
-        p = kb.fresh("p")
-        with kb.loop(p, self.nP, self.par and self.nP > 1):
-            ip = unravel(kb, p, [dims[d] for d in P])
-            for r in reds:
-                def total(li, r=r):
-                    v, c = kb.fresh("sum"), kb.fresh("c")
-                    kb.line(f"{v} = {zero}")
-                    with kb.loop(c, nch):
-                        kb.line(f"{v} += {r.part}[{p} * {nch} + {c}, {unsigned(li)}]")
-                    return v
-                self._store(kb, r, linear(ip, [r.strides[d] for d in P]), total)
-
-    def _row(self, kb, src, ssrc, copies, reds, ip, iq, zero):
-        """One row of src (the last dim) at outer indices ip (P dims) and iq (Q dims)."""
-        dims, P, Q, last = self.dims, self.P, self.Q, self.last
-
-        def row(strides):
-            return linear(iq, [strides[d] for d in Q], linear(ip, [strides[d] for d in P]))
-        rs = kb.fresh("rs")
-        kb.line(f"{rs} = {row(ssrc)}")
-        rcopy = []
-        for o, s in copies:
-            rcopy.append(kb.fresh("rc"))
-            kb.line(f"{rcopy[-1]} = {row(s)}")
-        for r in reds:
-            lq = [d for d in r.local if d != last]
-            r.row = kb.fresh("rl")
-            kb.line(f"{r.row} = {linear([iq[Q.index(d)] for d in lq], dense([dims[d] for d in r.local])[:len(lq)])}")
-        # sums along the row: one vectorized helper summing the row (in cache after
-        # the loop below, which copies and adds into the accumulators of other dims)
-        row_sums = [r for r in reds if not r.strides[last]]
-        at = lambda j: linear([j], [ssrc[last]], rs)  # noqa: E731
-        if copies or len(row_sums) < len(reds):
-            j = kb.fresh("j")
-            with kb.loop(j, dims[last]):
-                v = kb.fresh("v")
-                if len(row_sums) < len(reds):
-                    kb.line(f"{v} = {src.load(at(j))}")
-                for (o, s), rc in zip(copies, rcopy):
-                    kb.line(o.store_int(linear([j], [s[last]], rc), src.at(at(j))))
-                for r in reds:
-                    if r.strides[last]:
-                        kb.line(f"{r.acc}[{unsigned(linear([j], [1], r.row))}] += {v}")
-        if row_sums:
-            total = kb.fresh("rsv")
-            kb.line(f"{total} = {emit_sum_helper(kb, dims[last], lambda j: src.load(at(j)), [src.name, rs], zero)}")
-            for r in row_sums:
-                kb.line(f"{r.acc}{'' if r.size == 1 else f'[{unsigned(r.row)}]'} += {total}")
-
-    def _store(self, kb, r, base, value):
-        """Store ``value(local index)`` at every element of r's local block at ``base``."""
-        ivars = [kb.fresh("u") for _ in r.local]
-        with ExitStack() as nest:
-            for u, d in zip(ivars, r.local):
-                nest.enter_context(kb.loop(u, self.dims[d]))
-            v = value(linear(ivars, dense([self.dims[d] for d in r.local])))
-            at = linear(ivars, [r.strides[d] for d in r.local], base)
-            kb.line(r.out.store(at, v if r.out.dtype is DataType.c64 else f"np.float32({v})"))
-
-
-@dataclass
-class _Red:
-    """A summed output of a _SumPlan pass: its accumulator spans the dims ``local``."""
-
-    out: ArrayRef
-    strides: list
-    local: list
-    size: int
-    acc: str
-    part: str | None
-    row: str = ""
 
 
 # ------------------------------------------------------------------ AddBackward
@@ -265,7 +67,7 @@ class AddBackward(OpSchema):
         return tuple(unbroadcast(dy, srcs[name].shape) for name in op.output_names)
 
     def lower(self, op, kb, ins, outs):
-        emit_sum_to(kb, ins[0], outs)
+        sum_to(kb, ins[0], outs)
 
 
 # ------------------------------------------------------------ EmbeddingBackward
