@@ -10,6 +10,8 @@ from graphc.builder import GraphBuilder
 from graphc.codegen.kernel import f32_literals
 from graphc.fill import make_inputs
 
+from support import one_op
+
 
 def test_f32_literals_types_every_float_literal():
     src = "x0 * 0.5 + a1[np.uint64(b0 + j0)] * 1e-05 - 2.5E+3 / np.inf + (y3 if x0 > 0 else 0.0) ** 2 + -np.nan"
@@ -38,10 +40,7 @@ def _variable_types(g) -> str:
 
 
 def _one(kind, dt, n_in, attrs=None):
-    b = GraphBuilder()
-    ins = [b.tensor(dt, (4, 33)) for _ in range(n_in)]
-    b.op(kind, ins, attrs=attrs)
-    return b.finalize()
+    return one_op(kind, [(dt, (4, 33))] * n_in, [(dt, (4, 33))], attrs)
 
 
 def _chain(dt):

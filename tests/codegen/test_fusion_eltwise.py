@@ -6,12 +6,11 @@ import re
 import numpy as np
 import pytest
 
-import graphc
-from graphc import reference
 from graphc.builder import GraphBuilder
 from graphc.codegen.kernel import PARALLEL_THRESHOLD
 from graphc.fill import make_inputs
-from graphc.tolerances import assert_close
+
+from support import check_compiled, compiled_vs_reference
 
 KINDS = ["ReLU", "Add", "GELU", "Multiply", "Tanh"]
 
@@ -27,16 +26,6 @@ def chain(dt="f32", shape=(2, 3, 8), bias_shape=(8,), scale_shape=(1, 8), stride
     (y,) = b.op("Multiply", [y, scale])
     b.op("Tanh", [y])
     return b.finalize()
-
-
-def check_against_reference(g, policy="fusion", inputs=None):
-    inputs = make_inputs(g) if inputs is None else inputs
-    cg = graphc.compile(g, policy)
-    got, want = cg.run(inputs), reference.run(g, inputs)
-    assert got.keys() == want.keys()
-    for tid, w in want.items():
-        assert_close(got[tid], w, g.tensors[tid].dtype, what=f"tensor {tid}")
-    return cg
 
 
 def assert_one_loop_nest(cg):
@@ -71,13 +60,13 @@ def test_partitions(policy, groups):
 
 @pytest.mark.parametrize("dt", ["f32", "bf16", "f16"])
 def test_fused_chain(dt):
-    src = assert_one_loop_nest(check_against_reference(chain(dt)))
+    src = assert_one_loop_nest(compiled_vs_reference(chain(dt))[0])
     for fn in ["np.maximum", "math.erf", "math.tanh"]:  # every op inlined once into the one loop
         assert src.count(fn) == 1, fn
 
 
 def test_debug_policy_runs_each_op():
-    cg = check_against_reference(chain(), "debug")
+    cg = compiled_vs_reference(chain(), policy="debug")[0]
     assert len(cg.compiled) == len(KINDS)
 
 
@@ -87,11 +76,11 @@ def test_fused_chain_strided_input():
     rng = np.random.default_rng(0)
     inputs = make_inputs(g)
     inputs[g.input_ports[0]] = rng.uniform(-3, 3, (8, 4)).astype(np.float32).T
-    assert_one_loop_nest(check_against_reference(g, inputs=inputs))
+    assert_one_loop_nest(compiled_vs_reference(g, inputs=inputs)[0])
 
 
 def test_fused_chain_rank0():
-    assert_one_loop_nest(check_against_reference(chain(shape=(), bias_shape=(), scale_shape=())))
+    assert_one_loop_nest(compiled_vs_reference(chain(shape=(), bias_shape=(), scale_shape=()))[0])
 
 
 @pytest.mark.parametrize("bias_shape, scale_shape", [
@@ -102,7 +91,7 @@ def test_fused_chain_parallel(bias_shape, scale_shape):
     """Enough work for prange: still one loop nest, one kernel."""
     shape = (PARALLEL_THRESHOLD // (16 * 32), 16, 32)
     g = chain(shape=shape, bias_shape=bias_shape, scale_shape=scale_shape)
-    src = assert_one_loop_nest(check_against_reference(g))
+    src = assert_one_loop_nest(compiled_vs_reference(g)[0])
     assert "prange" in src
 
 
@@ -143,7 +132,7 @@ def test_other_chains(make, kinds):
     g = make()
     (p,) = g.get_partitions("fusion")
     assert [op.kind for op in p.ops] == kinds
-    assert_one_loop_nest(check_against_reference(g))
+    assert_one_loop_nest(compiled_vs_reference(g)[0])
 
 
 def test_intermediate_used_outside_is_not_fused_away():
@@ -158,7 +147,7 @@ def test_intermediate_used_outside_is_not_fused_away():
     g = b.finalize()
     parts = g.get_partitions("fusion")
     assert sorted(p.kind for p in parts) == ["Add+Tanh", "ReLU", "Sigmoid"]
-    check_against_reference(g)
+    check_compiled(g)
 
 
 def test_growing_binary_is_not_a_post_op():
@@ -170,4 +159,4 @@ def test_growing_binary_is_not_a_post_op():
     b.op("Tanh", [y])
     g = b.finalize()
     assert [p.kind for p in g.get_partitions("fusion")] == ["ReLU", "Add+Tanh"]
-    check_against_reference(g)
+    check_compiled(g)

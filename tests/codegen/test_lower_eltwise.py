@@ -9,15 +9,11 @@ import json
 
 import numpy as np
 import pytest
-from torch_util import STORAGE
 
 import graphc
-from graphc import reference
-from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
-from graphc.tolerances import assert_close
 
-from conftest import OP_CORPUS
+from support import NP, check_compiled, one_op
 
 SHAPE = (3, 37)
 CLAMP = {"min": -1.3, "max": 0.7}
@@ -52,39 +48,25 @@ def params(cases, *only):
 
 def graph(kind, attrs, dt="f32", shape=SHAPE, strides=None):
     """A one-op graph; ``strides`` (element strides) apply to input 0."""
-    b = GraphBuilder()
     nin = 2 if kind.endswith("Backward") else 1
-    ins = [b.tensor(dt, shape, strides if i == 0 else None) for i in range(nin)]
-    b.op(kind, ins, [(dt, shape)], attrs)
-    return b.finalize()
-
-
-def run_both(g, inputs=None):
-    """Compiled vs reference on ``inputs`` (default: graphc.fill data); returns the compiled outputs."""
-    inputs = make_inputs(g) if inputs is None else inputs
-    got = graphc.compile(g).run(inputs)
-    want = reference.run(g, inputs)
-    assert got.keys() == want.keys()
-    for tid, w in want.items():
-        assert_close(got[tid], w, g.tensors[tid].dtype, what=f"tensor {tid}")
-    return got
+    return one_op(kind, [(dt, shape, strides if i == 0 else None) for i in range(nin)], [(dt, shape)], attrs)
 
 
 def single_output(g, inputs):
-    (out,) = run_both(g, inputs).values()
+    (out,) = check_compiled(g, inputs).values()
     return out
 
 
 @pytest.mark.parametrize("kind, attrs", params(FORWARD + BACKWARD))
 def test_f32(kind, attrs):
-    run_both(graph(kind, attrs))
+    check_compiled(graph(kind, attrs))
 
 
 @pytest.mark.parametrize("dt", ["bf16", "f16"])
 @pytest.mark.parametrize("kind, attrs", params(FORWARD + BACKWARD, "Exp", "GELU-mode=gelu_tanh", "Log", "Round",
                                                "EluBackward-alpha=0.7-use_dst=False", "TanhBackward"))
 def test_low_precision(kind, attrs, dt):
-    run_both(graph(kind, attrs, dt))
+    check_compiled(graph(kind, attrs, dt))
 
 
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 88.0, -88.0, 100.0, 0.5, -0.5, 2.5, -3.0, 3.0]
@@ -103,7 +85,7 @@ def test_nan_inf(kind, attrs):
     src[:len(SPECIALS)] = SPECIALS
     if len(inputs) == 2:  # a NaN and an inf gradient too
         inputs[g.input_ports[1]].reshape(-1)[-2:] = [np.nan, np.inf]
-    run_both(g, inputs)
+    check_compiled(g, inputs)
 
 
 def test_round_ties_away_from_zero():
@@ -143,7 +125,7 @@ def test_shapes(kind, attrs, dt, shape):
 def permuted(rng, shape, order, dt):
     """Random data of logical ``shape`` laid out in memory in dim ``order``, and its
     element strides."""
-    base = rng.uniform(-4, 4, [shape[d] for d in order]).astype(STORAGE[dt])
+    base = rng.uniform(-4, 4, [shape[d] for d in order]).astype(NP[dt])
     arr = base.transpose(np.argsort(order))
     return arr, tuple(s // arr.itemsize for s in arr.strides)
 
@@ -161,15 +143,15 @@ def test_strided_input(kind, attrs, dt):
     g = graph(kind, attrs, dt, shape, strides)
     inputs = {g.input_ports[0]: x}
     if len(g.input_ports) == 2:
-        inputs[g.input_ports[1]] = rng.uniform(-2, 2, shape).astype(STORAGE[dt])
-    run_both(g, inputs)
+        inputs[g.input_ports[1]] = rng.uniform(-2, 2, shape).astype(NP[dt])
+    check_compiled(g, inputs)
 
 
 def test_strided_input_with_gaps():
     """Every other column of a wider buffer (strides (12, 2))."""
     x = np.random.default_rng(1).uniform(-4, 4, (5, 12)).astype(np.float32)[:, ::2]
     g = graph("HardSwish", {}, "f32", x.shape, (12, 2))
-    run_both(g, {g.input_ports[0]: x})
+    check_compiled(g, {g.input_ports[0]: x})
 
 
 # ------------------------------------------------------------------ the corpus
@@ -204,18 +186,18 @@ def corpus_graph(corpus, case, kind=None, attrs=None, dt=None):
 
 @pytest.mark.parametrize("case", CORPUS)
 def test_corpus(corpus, case):
-    run_both(graphc.load_graph(corpus / "f32" / f"{case}.json"))
+    check_compiled(graphc.load_graph(corpus / "f32" / f"{case}.json"))
 
 
 @pytest.mark.parametrize("case, kind, attrs", [pytest.param(c, k, a, id=f"{c}-{k or a}") for c, k, a in F32_CI])
 def test_corpus_f32_ci(corpus, case, kind, attrs):
-    run_both(corpus_graph(corpus, case, kind, attrs))
+    check_compiled(corpus_graph(corpus, case, kind, attrs))
 
 
 @pytest.mark.parametrize("case, kind, attrs, dt", [pytest.param(*c, id=f"{c[0]}-{c[1] or c[2]}-{c[3]}")
                                                    for c in LOW_CI])
 def test_corpus_low_precision_ci(corpus, case, kind, attrs, dt):
-    run_both(corpus_graph(corpus, case, kind, attrs, dt))
+    check_compiled(corpus_graph(corpus, case, kind, attrs, dt))
 
 
 def test_positive_input_ranges():

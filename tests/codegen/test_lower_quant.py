@@ -6,49 +6,13 @@ import numpy as np
 import pytest
 
 import graphc
-from graphc import reference
-from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
 
 from conftest import OP_CORPUS
+from support import NP, assert_same, check_compiled, laid_out, one_op
 
 INT_RANGE = {"s8": (-128, 127), "u8": (0, 255), "s4": (-8, 7), "u4": (0, 15), "s32": (-(2 ** 31), 2 ** 31 - 1)}
-NP = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16, "f8_e4m3": ml_dtypes.float8_e4m3fn,
-      "f8_e5m2": ml_dtypes.float8_e5m2, "s8": np.int8, "u8": np.uint8, "s4": ml_dtypes.int4,
-      "u4": ml_dtypes.uint4, "s32": np.int32}
 SPECIALS = [np.nan, np.inf, -np.inf, -0.0, 0.5, 1.5, 2.5, -2.5, -0.5, 127.5, -128.5, 255.5, 1e30, -1e30]
-
-
-def assert_same(actual, expected):
-    """Equal bit patterns, except that any NaN matches any NaN."""
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    a, e = np.ascontiguousarray(actual), np.ascontiguousarray(expected)
-    if a.dtype.kind in "biu" or a.dtype in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)):
-        bad = a.astype(np.int64) != e.astype(np.int64)
-    else:
-        nan = np.isnan(a.astype(np.float64)) & np.isnan(e.astype(np.float64))
-        bits = np.dtype(f"u{a.dtype.itemsize}")
-        bad = (a.view(bits) != e.view(bits)) & ~nan
-    assert not bad.any(), f"{bad.sum()} differences: actual {a[bad][:6]}, expected {e[bad][:6]}"
-
-
-def run_both(g, inputs):
-    got = graphc.compile(g).run(inputs)
-    want = reference.run(g, inputs)
-    assert got.keys() == want.keys()
-    for tid in want:
-        assert_same(got[tid], want[tid])
-    return got
-
-
-def laid_out(values: np.ndarray, strides) -> np.ndarray:
-    """``values`` copied into an array with the given element strides (gaps allowed)."""
-    span = 1 + sum((d - 1) * s for d, s in zip(values.shape, strides))
-    bits = np.dtype(f"u{values.itemsize}")  # as_strided does not take ml_dtypes types
-    buf = np.zeros(max(span, 1), dtype=bits)
-    out = np.lib.stride_tricks.as_strided(buf, values.shape, [s * values.itemsize for s in strides])
-    out[...] = np.ascontiguousarray(values).view(bits)
-    return out.view(values.dtype)
 
 
 def float_src(rng, shape):
@@ -71,10 +35,7 @@ def float_scales(rng, shape, dt):
 
 def graph(kind, src, dst_dt, attrs, params=()):
     """One-op graph; ``src`` / ``params`` are (dtype, shape, strides) triples."""
-    b = GraphBuilder()
-    ins = [b.tensor(*src)] + [b.tensor(*p) for p in params]
-    b.op(kind, ins, [(dst_dt, src[1])], attrs)
-    return b.finalize()
+    return one_op(kind, [src, *params], [(dst_dt, src[1])], attrs)
 
 
 def qattrs(qtype, axis):
@@ -115,7 +76,7 @@ def test_quantize(dst, layout, zps):
         attrs["zps"] = [0 if dst.startswith("f8") else int(z) for z in rng.integers(-20, 20, c)]
     g = graph("Quantize", ("f32", shape, strides), dst, attrs)
     src = float_src(rng, shape)
-    run_both(g, {0: src if strides is None else laid_out(src, strides)})
+    check_compiled(g, {0: src if strides is None else laid_out(src, strides)}, exact=True)
 
 
 @pytest.mark.parametrize("src_dt,layout,zps", [
@@ -133,7 +94,7 @@ def test_dequantize(src_dt, layout, zps):
     if zps:
         attrs["zps"] = [0 if src_dt.startswith("f8") else int(z) for z in rng.integers(-300, 300, c)]
     g = graph("Dequantize", (src_dt, shape, strides), "f32", attrs)
-    run_both(g, {0: src if strides is None else laid_out(src, strides)})
+    check_compiled(g, {0: src if strides is None else laid_out(src, strides)}, exact=True)
 
 
 @pytest.mark.parametrize("dst,zps,layout", [
@@ -149,7 +110,7 @@ def test_dynamic_quantize(dst, zps, layout):
         params.append((zps, (c,), None))
         inputs[2] = int_data(rng, (c,), zps)
     g = graph("DynamicQuantize", ("f32", shape, strides), dst, qattrs(qtype, axis), params)
-    run_both(g, inputs)
+    check_compiled(g, inputs, exact=True)
 
 
 # (qtype, axis, group_shape, shape, src strides)
@@ -181,7 +142,7 @@ def test_dynamic_dequantize(src_dt, zps, dst, layout):
         params.append((zps, pshape, pstrides))
         inputs[2] = laid_out(int_data(rng, pshape, zps), pstrides)
     g = graph("DynamicDequantize", (src_dt, shape, strides), dst, attrs, params)
-    run_both(g, inputs)
+    check_compiled(g, inputs, exact=True)
 
 
 def test_s4_sign():
@@ -190,7 +151,7 @@ def test_s4_sign():
     zps = np.array([-1], dtype=ml_dtypes.int4)
     g = graph("DynamicDequantize", ("s4", (5,), None), "f32", {"qtype": "per_tensor"},
               [("f32", (1,), None), ("s4", (1,), None)])
-    got = run_both(g, {0: src, 1: np.array([0.5], np.float32), 2: zps})
+    got = check_compiled(g, {0: src, 1: np.array([0.5], np.float32), 2: zps}, exact=True)
     np.testing.assert_array_equal(list(got.values())[0], [-3.5, 0.0, 0.5, 4.0, -2.0])
 
 
@@ -215,7 +176,7 @@ def test_quantize_rounds_from_float64_at_ties():
     assert (np.rint(q) != np.rint(q.astype(np.float32))).sum() > 10  # the data holds real traps
     g = graph("DynamicQuantize", ("f32", src.shape, None), "s8", {"qtype": "per_channel", "axis": 0},
               [("f32", scales.shape, None)])
-    got = run_both(g, {0: src, 1: scales})
+    got = check_compiled(g, {0: src, 1: scales}, exact=True)
     np.testing.assert_array_equal(list(got.values())[0], np.rint(q).astype(np.int8))
 
 
@@ -231,7 +192,7 @@ def test_quantize_f8_rounds_once(dst, mids):
     assert (q.astype(np.float32).astype(NP[dst]) != once).sum() > 3
     g = graph("Quantize", ("f32", src.shape, None), dst,
               {"qtype": "per_channel", "axis": 0, "scales": [float(s) for s in scales]})
-    got = run_both(g, {0: src})
+    got = check_compiled(g, {0: src}, exact=True)
     assert_same(list(got.values())[0], once)
 
 
@@ -242,7 +203,8 @@ def test_quantize_f8_rounds_once(dst, mids):
 def test_dynamic_dequantize_rounds_once(dst, zp, scale, expected):
     g = graph("DynamicDequantize", ("s8", (1,), None), dst, {"qtype": "per_tensor"},
               [(dst, (1,), None), ("s32", (1,), None)])
-    got = run_both(g, {0: np.array([1], np.int8), 1: np.array([scale], NP[dst]), 2: np.array([zp], np.int32)})
+    got = check_compiled(g, {0: np.array([1], np.int8), 1: np.array([scale], NP[dst]), 2: np.array([zp], np.int32)},
+                         exact=True)
     assert float(list(got.values())[0][0]) == expected
 
 
@@ -254,8 +216,8 @@ def test_parallel_per_group_strided():
     g = graph("DynamicDequantize", ("u4", shape, strides), "f32",
               {"qtype": "per_group", "group_shape": list(groups)},
               [("f32", pshape, None), ("u4", pshape, None)])
-    run_both(g, {0: laid_out(int_data(rng, shape, "u4"), strides), 1: float_scales(rng, pshape, "f32"),
-                 2: int_data(rng, pshape, "u4")})
+    check_compiled(g, {0: laid_out(int_data(rng, shape, "u4"), strides), 1: float_scales(rng, pshape, "f32"),
+                       2: int_data(rng, pshape, "u4")}, exact=True)
 
 
 CORPUS = sorted(p for d in ("f32", "bf16", "f16") for pat in ("quantize*", "dequantize*", "dynamicq*", "dynamicdq*")
@@ -266,4 +228,4 @@ CORPUS = sorted(p for d in ("f32", "bf16", "f16") for pat in ("quantize*", "dequ
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_corpus(path):
     g = graphc.load_graph(path)
-    run_both(g, make_inputs(g))
+    check_compiled(g, make_inputs(g), exact=True)

@@ -17,7 +17,7 @@ from graphc.codegen import kernel
 from graphc.fill import make_inputs
 from graphc.tolerances import assert_close
 from graphc.types import DataType
-from support import check_compiled, one_op
+from support import assert_same, check_compiled, one_op
 
 SEED_KINDS = {"AddBackward", "EmbeddingBackward", "SwiGlu", "SwiGluGrad", "LayerNormPreAllGather", "AllGather",
               "LayerNormPostAllGather"}
@@ -32,11 +32,6 @@ def parallel(monkeypatch):
     """Kernels take their parallel paths (prange, chunked partial sums) from small sizes on."""
     monkeypatch.setattr(kernel, "PARALLEL_THRESHOLD", 256)
     return True
-
-
-def same_bits(a, b):
-    bits = np.dtype(f"u{a.dtype.itemsize}") if a.dtype.kind != "c" else np.uint64
-    return np.array_equal(np.ascontiguousarray(a).view(bits), np.ascontiguousarray(b).view(bits))
 
 
 # ------------------------------------------------------------------ AddBackward
@@ -144,7 +139,7 @@ def test_embedding_bw_repeats_and_padding_parallel(pad, parallel):
     got = check_compiled(g, inputs, parallel=True)
     if pad is not None:
         assert not got[3][pad].any()
-    assert same_bits(got[3], graphc.compile(g).run(inputs)[3])  # no races: the same bits every run
+    assert_same(got[3], graphc.compile(g).run(inputs)[3], "no races: the same bits every run")
 
 
 def test_embedding_bw_flattened_diff_dst():
