@@ -6,7 +6,8 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from ..codegen.kernel import num, worth_parallel
+from ..codegen import ir
+from ..codegen.kernel import worth_parallel
 from ..codegen.loops import index_nest, unravel
 from ..errors import InvalidDataType, RuntimeFault, Unimplemented
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, norm_axis, same_dtype
@@ -37,7 +38,7 @@ class GenIndex(OpSchema):
         dst = outs[0]
         axis = norm_axis(op, op.attr("axis"), len(dst.shape))
         with index_nest(kb, dst.shape, worth_parallel(dst.lt.nelems)) as ivars:
-            kb.line(dst.store_nd(ivars, ivars[axis] or "0"))
+            kb.emit(dst.store_nd(ivars, ivars[axis] if ivars[axis] is not None else ir.const(0)))
 
 
 # ------------------------------------------------------------------------ Dropout
@@ -71,6 +72,12 @@ def dropout_uniform(shape, seed: int, offset: int) -> np.ndarray:
                np.full_like(block, offset & 0xFFFFFFFF), np.full_like(block, offset >> 32))
     words = np.stack(philox4x32_10(counter, (seed & 0xFFFFFFFF, seed >> 32)), axis=1).reshape(-1)[:n]
     return (words.astype(np.float64) * 2.0 ** -32).reshape(shape)
+
+
+def _u64(v: int) -> ir.Expr:
+    """An unsigned 64-bit constant (numba types a bare integer literal int64, and
+    uint64 with int64 is float64 or int64)."""
+    return ir.cast(ir.const(v), "u64")
 
 
 #: philox4x32_10 for kernels: the same rounds on uint64-held 32-bit words
@@ -136,31 +143,29 @@ class Dropout(OpSchema):
     def lower(self, op, kb, ins, outs):
         """One Philox block per 4 elements (row-major), as :func:`dropout_uniform`."""
         src, seed, offset, prob = ins
-        p, scale, low = kb.fresh("p"), kb.fresh("scale"), "np.uint64(0xFFFFFFFF)"
-        kb.line(f"{p} = np.float64({prob.load('0')})")
-        with kb.block(f"if not (0.0 <= {p} <= 1.0):"):
-            kb.line("return 0")
-        kb.line(f"{scale} = 1.0 / (1.0 - {p}) if {p} < 1.0 else 0.0")
-        key, ctr = kb.fresh("key"), kb.fresh("ctr")
-        kb.line(f"{key} = np.uint64({seed.load('0')})")
-        kb.line(f"{ctr} = np.uint64({offset.load('0')})")
+        p = kb.let(ir.f64(prob.load(0)), "p")
+        with kb.if_(~((p >= 0.0) & (p <= 1.0))):
+            kb.ret(0)
+        scale = kb.let(ir.select(p < 1.0, 1.0 / (1.0 - p), 0.0), "scale")
+        key = kb.let(ir.u64(seed.load(0)), "key")
+        ctr = kb.let(ir.u64(offset.load(0)), "ctr")
         if PHILOX_KERNEL_SOURCE not in kb.helpers:
             kb.helpers.append(PHILOX_KERNEL_SOURCE)
+        low, bits = _u64(0xFFFFFFFF), _u64(32)
         n = src.lt.nelems
-        blk = kb.fresh("blk")
-        words = [kb.fresh("w") for _ in range(4)]
-        with kb.loop(blk, (n + 3) // 4, worth_parallel(n)):
-            kb.line(f"{', '.join(words)} = philox4x32_10(np.uint64({blk}) & {low}, np.uint64({blk}) >> np.uint64(32), "
-                    f"{ctr} & {low}, {ctr} >> np.uint64(32), {key} & {low}, {key} >> np.uint64(32))")
-            for j, w in enumerate(words):
+        with kb.for_((n + 3) // 4, "blk", worth_parallel(n)) as blk:
+            b = ir.u64(blk)
+            # (a tuple of four words: indexed like an array)
+            words = kb.let(ir.call("philox4x32_10", b & low, b >> bits, ctr & low, ctr >> bits, key & low,
+                                   key >> bits, dt="arr:u64"), "w")
+            for j in range(4):
                 # only the last block can run past the end
-                with kb.block(f"if {blk} * 4 + {j} < {n}:") if j >= n % 4 > 0 else nullcontext():
-                    ivars = unravel(kb, f"{blk} * 4 + {j}", src.shape)
-                    keep = kb.fresh("keep")
-                    kb.line(f"{keep} = np.float64({w}) * {num(2.0 ** -32)} > {p}")
-                    kb.line(outs[0].store_nd(ivars, f"{src.load_nd(ivars)} * {scale} if {keep} else 0.0"))
+                with kb.if_(blk * 4 + j < n) if j >= n % 4 > 0 else nullcontext():
+                    ivars = unravel(kb, blk * 4 + j, src.shape)
+                    keep = kb.let(ir.f64(words[j]) * 2.0 ** -32 > p, "keep")
+                    kb.emit(outs[0].store_nd(ivars, ir.select(keep, src.load_nd(ivars) * scale, 0.0)))
                     if len(outs) > 1:
-                        kb.line(outs[1].store_nd(ivars, f"1 if {keep} else 0"))
+                        kb.emit(outs[1].store_nd(ivars, ir.select(keep, 1, 0)))
 
     def kernel_fault(self, op, status, inputs_by_id):
         p = float(inputs_by_id[op.input("probability").id].reshape(-1)[0])
