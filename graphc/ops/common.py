@@ -6,8 +6,6 @@ import numpy as np
 
 from ..codegen.elementwise import emit_elementwise
 from ..codegen import ir
-from ..codegen.kernel import f32_literals
-from ..types import DataType
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, same_dtype
 
 F = "f32,bf16,f16"
@@ -32,24 +30,18 @@ def merged_shape(*shapes):
 
 class Elementwise(OpSchema):
     """An op computing each output element from the matching (broadcast) input
-    elements: it gives ``expr`` (scalar source text over the loaded input value
-    names) and lowers through the shared elementwise loop nest."""
+    elements: it gives ``expr`` (an IR expression over the loaded input values)
+    and lowers through the shared elementwise loop nest; fused kernels
+    (graphc.codegen.fusion) substitute its expression for its output."""
 
-    def expr(self, op, *values: str) -> str:
+    def expr(self, op, *values: ir.Expr) -> ir.Expr:
         raise NotImplementedError
 
-    def source(self, op, *values):
-        """``expr`` over the input values (IR expressions) as kernels compute it:
-        over f32 or narrower floats (the loads widen to float32) in float32, the
-        IR typing its literals float32; integers, booleans, f64 and c64 as they are."""
-        vals = [v if isinstance(v, ir.Expr) else ir.raw(str(v)) for v in values]
-        e = self.expr(op, *vals)
-        if isinstance(e, ir.Expr):
-            return e
-        # (an expr still written as text)
-        if all(t.dtype in _F32_COMPUTE for t in list(op.inputs) + list(op.outputs) if t is not None):
-            return ir.raw(f"({f32_literals(e)})", "f32")
-        return ir.raw(f"({e})", "f64")
+    def source(self, op, *values: ir.Expr) -> ir.Expr:
+        """``expr`` over the input values as kernels compute it: over f32 or narrower
+        floats (the loads widen to float32) in float32, the IR typing literals like
+        the other operand; integers, booleans, f64 and c64 as they are."""
+        return self.expr(op, *values)
 
     def supports_lowering(self, op) -> bool:
         return type(self).expr is not Elementwise.expr
@@ -57,8 +49,6 @@ class Elementwise(OpSchema):
     def lower(self, op, kb, ins, outs):
         emit_elementwise(kb, outs, ins, lambda kb_, vals: [self.source(op, *vals)])
 
-
-_F32_COMPUTE = frozenset({DataType.f32, DataType.bf16, DataType.f16, DataType.f8_e4m3, DataType.f8_e5m2})
 
 
 class Unary(Elementwise):

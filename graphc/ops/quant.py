@@ -10,7 +10,10 @@ The static ops take them as attributes, the dynamic ops as input tensors.
 
 Kernels compute in float64 like the reference, so they match it bit for bit:
 integer stores round half to even and saturate, narrow float stores round to
-odd in f32 first (as graphc.numerics does) and then to nearest even.
+odd in f32 first (as graphc.numerics does) and then to nearest even.  Per-tensor
+Quantize and Dequantize are elementwise, so fused kernels substitute their
+expression (per-channel ones need the channel index, which an elementwise
+expression does not see: they lower alone).
 """
 from __future__ import annotations
 
@@ -18,10 +21,12 @@ import math
 
 import numpy as np
 
+from ..codegen import ir
 from ..codegen.elementwise import emit_elementwise
-from ..codegen.kernel import ArrayRef, num
+from ..codegen.kernel import ArrayRef
 from ..errors import InvalidGraphOp, RuntimeFault
 from ..types import DataType, LogicalTensor
+from .common import Elementwise
 from .schema import Attr, DtypeTable, In, OpSchema, Out, all_positive, bad_shape, dims_equal, norm_axis
 
 QTYPE = Attr("qtype", "string", "per_tensor", choices=("per_tensor", "per_channel"))
@@ -92,10 +97,13 @@ class _View(ArrayRef):
     """A kernel argument (or constant array) seen through its own shape and strides;
     floats load as float64 (quantization computes in f64 like the reference)."""
 
-    def load(self, idx: str) -> str:
-        if self.dtype.is_float:
-            return f"np.float64({super().load(idx)})"
-        return super().load(idx)
+    def load(self, idx) -> ir.Expr:
+        return _f64(super().load(idx))
+
+
+def _f64(x: ir.Expr) -> ir.Expr:
+    """A float value as float64 (quantization computes in f64); integers stay int64."""
+    return ir.f64(x) if x.dt in ir.FLOATS else x
 
 
 def view(ref: ArrayRef, shape, strides) -> _View:
@@ -130,21 +138,17 @@ def emit_quant(kb, op, expr, dst: ArrayRef, src: ArrayRef, scales, zps=None) -> 
     ins = [blocked(src, groups)]
 
     def bind(p):
-        """Source text of a fixed value, or the index in ``ins`` of a varying one."""
+        """The expression of a fixed value, or the index in ``ins`` of a varying one."""
         if p is None:
             return None
         if not isinstance(p, ArrayRef):
             if len(p) == 1:
-                return num(float(p[0]))
-            # a module-level array: numba freezes it into the kernel as constant data
-            # (a list literal in the kernel body compiles very slowly for many channels)
-            name = kb.fresh("consts")
-            kb.helpers.append(f"{name} = np.array([{', '.join(num(float(v)) for v in p)}])")
-            p = ArrayRef(name, LogicalTensor(0, DataType.f64, (len(p),)))
+                return ir.const(float(p[0]), "f64")
+            # a module-level array of constants (see KernelBuilder.const_array)
+            arr = kb.const_array([float(v) for v in p], "f64")
+            p = ArrayRef(arr.args[0], LogicalTensor(0, DataType.f64, (len(p),)))
         elif math.prod(p.shape) == 1:
-            name = kb.fresh("p")
-            kb.line(f"{name} = {view(p, (), ()).load('0')}")
-            return name
+            return kb.let(view(p, (), ()).load(0), "p")
         if op.attr("qtype") == "per_group":
             strides = p.strides
         else:
@@ -162,17 +166,18 @@ def emit_quant(kb, op, expr, dst: ArrayRef, src: ArrayRef, scales, zps=None) -> 
     emit_elementwise(kb, [blocked(dst, groups)], ins, compute)
 
 
-def quantize_expr(x, s, z) -> str:
+def quantize_expr(x, s, z) -> ir.Expr:
     # adding a zero zp like the reference maps -0.0 to +0.0 (visible in f8)
-    return f"{x} / {s} + {'0.0' if z is None else z}"
+    return x / s + (0.0 if z is None else z)
 
 
-def dequantize_expr(x, s, z) -> str:
-    return f"{x} * {s}" if z is None else f"({x} - {z}) * {s}"
+def dequantize_expr(x, s, z) -> ir.Expr:
+    return x * s if z is None else (x - z) * s
 
 
-class _StaticQuant(OpSchema):
-    """Quantize / Dequantize: scales and zero points as attributes."""
+class _StaticQuant(Elementwise):
+    """Quantize / Dequantize: scales and zero points as attributes.  Per tensor,
+    an elementwise expression of src (fused kernels substitute it)."""
 
     family = "quant"
     inputs = (In("src"),)
@@ -195,6 +200,21 @@ class _StaticQuant(OpSchema):
     def infer(self, op):
         return [op.inputs[0].shape]
 
+    #: quantize_expr or dequantize_expr
+    formula = staticmethod(quantize_expr)
+
+    def expr(self, op, x):
+        if op.attr("qtype") != "per_tensor":
+            # the scale varies with the channel index, which an expression of x does not know
+            from ..codegen.fusion import NotFusable
+            raise NotFusable()
+        zps = op.attr("zps")
+        return self.formula(_f64(x), ir.const(float(op.attr("scales")[0]), "f64"),
+                            None if zps is None else ir.const(float(zps[0]), "f64"))
+
+    def lower(self, op, kb, ins, outs):
+        emit_quant(kb, op, self.formula, outs[0], ins[0], op.attr("scales"), op.attr("zps"))
+
     def params(self, op, src):
         scales = expand(op, np.asarray(op.attr("scales"), dtype=np.float64), src.shape)
         zps = op.attr("zps")
@@ -211,9 +231,6 @@ class Quantize(_StaticQuant):
         scales, zps = self.params(op, src)
         return (src / scales + zps,)
 
-    def lower(self, op, kb, ins, outs):
-        emit_quant(kb, op, quantize_expr, outs[0], ins[0], op.attr("scales"), op.attr("zps"))
-
 
 class Dequantize(_StaticQuant):
     kind = "Dequantize"
@@ -221,12 +238,11 @@ class Dequantize(_StaticQuant):
     quantized = "src"
     dtypes = DtypeTable(["src", "dst"], [("s8,u8,f8_e4m3,f8_e5m2", "f32")])
 
+    formula = staticmethod(dequantize_expr)
+
     def reference(self, op, src):
         scales, zps = self.params(op, src)
         return ((src - zps) * scales,)
-
-    def lower(self, op, kb, ins, outs):
-        emit_quant(kb, op, dequantize_expr, outs[0], ins[0], op.attr("scales"), op.attr("zps"))
 
 
 class _DynamicQuant(OpSchema):

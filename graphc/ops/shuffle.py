@@ -4,9 +4,10 @@ Reorder.md, TypeCast.md).  The reference works on logical arrays, so layout
 TypeCast's rounding to nearest even being the executor's one rounding to dst.
 
 Kernels copy through the tensors' ArrayRefs (load_nd widens, store_nd narrows
-with RNE), looping in dst's memory order, so TypeCast, Reorder, StaticTranspose
-and Concat can anchor fusion; StaticReshape moves runs of elements by flat
-offsets."""
+with RNE), looping in dst's memory order, so StaticTranspose and Concat can
+anchor fusion; StaticReshape moves runs of elements by flat offsets.  Reorder
+and TypeCast are elementwise (the identity expression): fused into a chain,
+the value rounds once, where it is stored."""
 from __future__ import annotations
 
 import math
@@ -15,9 +16,9 @@ import numpy as np
 
 from ..codegen.elementwise import collapse
 from ..codegen.kernel import worth_parallel
-from ..codegen.loops import memory_order_nest, unravel
+from ..codegen.loops import linear, memory_order_nest, unravel
 from ..errors import InvalidGraphOp
-from .common import merged_shape
+from .common import Elementwise, merged_shape
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, norm_axis, same_dtype
 
 SAME_FLOAT = same_dtype("src|dst", "f32,bf16,f16")
@@ -63,8 +64,8 @@ class Concat(OpSchema):
             with memory_order_nest(kb, src.shape, dst.strides, worth_parallel(src.lt.nelems)) as ivars:
                 at = list(ivars)
                 if start:
-                    at[axis] = f"({ivars[axis]} + {start})" if ivars[axis] else str(start)
-                kb.line(dst.store_nd(at, src.load_nd(ivars)))
+                    at[axis] = ivars[axis] + start if ivars[axis] is not None else start
+                kb.emit(dst.store_nd(at, src.load_nd(ivars)))
             start += src.shape[axis]
 
 
@@ -73,11 +74,8 @@ def _volume(shape) -> int:
 
 
 def _run_start(kb, flat, dims, strides):
-    """(name of the offset of element ``flat``, stride of the innermost merged dim)."""
-    ivars = unravel(kb, flat, dims)
-    b = kb.fresh("b")
-    kb.line(f"{b} = " + (" + ".join(f"{v} * {s}" for v, s in zip(ivars, strides) if v is not None) or "0"))
-    return b, strides[-1]
+    """(the offset of element ``flat``, bound to a name, and the stride of the innermost merged dim)."""
+    return kb.let(linear(unravel(kb, flat, dims), strides), "b"), strides[-1]
 
 
 class StaticReshape(OpSchema):
@@ -143,12 +141,10 @@ class StaticReshape(OpSchema):
         m = math.gcd(sides[0][0][-1], sides[1][0][-1])
         runs = n // m
         par = worth_parallel(n)
-        c = kb.fresh("c")
-        with kb.loop(c, runs, par and runs > 1):
-            (sb, ss), (db, ds) = (_run_start(kb, f"{c} * {m}", dims, strides) for dims, strides in sides)
-            j = kb.fresh("j")
-            with kb.loop(j, m, par and runs == 1):
-                kb.line(dst.store(f"{db} + {j} * {ds}", src.load(f"{sb} + {j} * {ss}")))
+        with kb.for_(runs, "c", par and runs > 1) as c:
+            (sb, ss), (db, ds) = (_run_start(kb, c * m, dims, strides) for dims, strides in sides)
+            with kb.for_(m, "j", par and runs == 1) as j:
+                kb.emit(dst.store(linear([j], [ds], db), src.load(linear([j], [ss], sb))))
 
 
 class StaticTranspose(OpSchema):
@@ -182,12 +178,14 @@ class StaticTranspose(OpSchema):
             src_vars = [None] * len(ivars)
             for v, o in zip(ivars, self.order(op)):
                 src_vars[o] = v
-            kb.line(dst.store_nd(ivars, src.load_nd(src_vars)))
+            kb.emit(dst.store_nd(ivars, src.load_nd(src_vars)))
 
 
-class SameShape(OpSchema):
+class SameShape(Elementwise):
     """dst has src's shape and values; only strides or dtype may differ (the
-    inferred shape makes a dst of another shape an InvalidShape)."""
+    inferred shape makes a dst of another shape an InvalidShape).  Elementwise:
+    the shared loop walks dst in its memory order, and the store rounds to
+    dst's dtype."""
 
     family = "shuffle"
     inputs = (In("src"),)
@@ -199,11 +197,8 @@ class SameShape(OpSchema):
     def reference(self, op, src):
         return (src,)
 
-    def lower(self, op, kb, ins, outs):
-        """Walks dst in its memory order; store_nd rounds to dst's dtype."""
-        (src,), (dst,) = ins, outs
-        with memory_order_nest(kb, dst.shape, dst.strides, worth_parallel(dst.lt.nelems)) as ivars:
-            kb.line(dst.store_nd(ivars, src.load_nd(ivars)))
+    def expr(self, op, x):
+        return x
 
 
 class Reorder(SameShape):
