@@ -100,17 +100,3 @@ def sum_helper(kb, n: int, term, zero=0.0) -> ir.Expr:
     kb.helpers.append(f"{_REASSOC}\ndef {name}({', '.join(p for p, _ in params)}):\n" + "\n".join(lines))
     return ir.call(name, *(e for _, e in params), dt=dt)
 
-
-def emit_sum_helper(kb, n: int, term, params, zero: str = "0.0") -> str:
-    """(transitional, for lowerings still writing text: use :func:`sum_helper`) the
-    sum of term(j) over j < n as text: ``params`` are the names term's text uses
-    besides j, passed under the same names.  Returns the call as text."""
-    name, j = kb.fresh("rsum"), kb.fresh("j")
-    kb.helpers.append(
-        f"{_REASSOC}\n"
-        f"def {name}({', '.join(params)}):\n"
-        f"    s = {zero}\n"
-        f"    for {j} in range({n}):\n"
-        f"        s += {term(j)}\n"
-        "    return s")
-    return f"{name}({', '.join(params)})"

@@ -10,7 +10,7 @@ from ..codegen import ir
 from ..codegen.elementwise import collapse
 from ..codegen.fastmath import use_helper
 from ..codegen.grouped import sum_to
-from ..codegen.kernel import num, worth_parallel
+from ..codegen.kernel import worth_parallel
 from ..codegen.loops import index_nest, linear, unravel
 from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
 from .common import AUTO_BROADCAST, F, binary_shape, merged_shape, unbroadcast
