@@ -15,9 +15,8 @@ import graphc
 from graphc import reference
 from graphc.codegen import kernel
 from graphc.fill import make_inputs
-from graphc.tolerances import assert_close
 from graphc.types import DataType
-from support import assert_same, check_compiled, one_op
+from support import assert_close, assert_same, check_compiled, one_op
 
 SEED_KINDS = {"AddBackward", "EmbeddingBackward", "SwiGlu", "SwiGluGrad", "LayerNormPreAllGather", "AllGather",
               "LayerNormPostAllGather"}

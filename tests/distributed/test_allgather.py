@@ -13,7 +13,6 @@ import threading
 from importlib.resources import files
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -22,11 +21,10 @@ from graphc import GraphcError, InvalidArguments, RuntimeFault
 from graphc.builder import single_op_graph
 from graphc.comm import default_comm
 from graphc.distributed_demo import sharded_spec
-from graphc.tolerances import assert_close
+from support import NP, assert_close
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = json.loads((files("specs") / "layernorm_distributed.json").read_text())
-NP = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16, "s8": np.int8}
 
 
 def layernorm64(x, gamma, beta, eps):
