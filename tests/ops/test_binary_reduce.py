@@ -3,24 +3,19 @@ import math
 
 import numpy as np
 import pytest
-from seed_util import run_single
 
 from graphc.builder import single_op_graph
 from graphc.errors import InvalidDataType, InvalidGraphOp, InvalidShape, RuntimeFault
+from support import inferred_shape, run_single
 
 BINARY = ["Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "SquaredDifference"]
 REDUCE = ["ReduceL1", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum"]
 
 
-def inferred(kind, ins, out, attrs=None):
-    """The output shape graphc infers from ``out`` = (dtype, declared shape)."""
-    return single_op_graph(kind, ins, [out], attrs).ops[0].outputs[0].shape
-
-
 # ----------------------------------------------------------------------- dtypes
 @pytest.mark.parametrize("kind", ["Add", "Subtract"])
 def test_add_subtract_accept_s32(kind):
-    assert inferred(kind, [("s32", [2]), ("s32", [2])], ("s32", [-1])) == (2,)
+    assert inferred_shape(kind, [("s32", [2]), ("s32", [2])], ("s32", [-1])) == (2,)
 
 
 @pytest.mark.parametrize("kind", ["Multiply", "Divide", "Maximum", "Minimum", "SquaredDifference"])
@@ -66,11 +61,11 @@ def test_select_dtypes():
 # ----------------------------------------------------------------------- shapes
 @pytest.mark.parametrize("kind", BINARY)
 def test_binary_broadcast_inference(kind):
-    assert inferred(kind, [("f32", [2, 1, 4]), ("f32", [3, 1])], ("f32", [-1, -1, -1])) == (2, 3, 4)
-    assert inferred(kind, [("f32", [5]), ("f32", [2, 3, 5])], ("f32", [-1, -1, -1])) == (2, 3, 5)
+    assert inferred_shape(kind, [("f32", [2, 1, 4]), ("f32", [3, 1])], ("f32", [-1, -1, -1])) == (2, 3, 4)
+    assert inferred_shape(kind, [("f32", [5]), ("f32", [2, 3, 5])], ("f32", [-1, -1, -1])) == (2, 3, 5)
     # unknown dims stay unknown unless the other side fixes them
-    assert inferred(kind, [("f32", [-1, 4]), ("f32", [3, -1])], ("f32", [-1, -1])) == (3, 4)
-    assert inferred(kind, [("f32", [-1, 4]), ("f32", [1, 4])], ("f32", [-1, -1])) == (-1, 4)
+    assert inferred_shape(kind, [("f32", [-1, 4]), ("f32", [3, -1])], ("f32", [-1, -1])) == (3, 4)
+    assert inferred_shape(kind, [("f32", [-1, 4]), ("f32", [1, 4])], ("f32", [-1, -1])) == (-1, 4)
 
 
 @pytest.mark.parametrize("kind", BINARY + ["GreaterEqual"])
@@ -89,18 +84,18 @@ def test_binary_incompatible_shapes(kind):
 
 
 def test_auto_broadcast_none_merges_unknown_dims():
-    assert inferred("Add", [("f32", [-1, 3]), ("f32", [2, -1])], ("f32", [-1, -1]),
+    assert inferred_shape("Add", [("f32", [-1, 3]), ("f32", [2, -1])], ("f32", [-1, -1]),
                     {"auto_broadcast": "none"}) == (2, 3)
 
 
 def test_select_one_way_broadcast():
     ins = [("boolean", [3, 1, 5]), ("f32", [2, 1, 4, 5]), ("f32", [3, 1, 5])]
-    assert inferred("Select", ins, ("f32", [-1] * 4)) == (2, 3, 4, 5)
-    assert inferred("Select", [("boolean", [4, 5]), ("f32", [2, 3, 4, 5]), ("f32", [1])],
+    assert inferred_shape("Select", ins, ("f32", [-1] * 4)) == (2, 3, 4, 5)
+    assert inferred_shape("Select", [("boolean", [4, 5]), ("f32", [2, 3, 4, 5]), ("f32", [1])],
                     ("f32", [-1] * 4)) == (2, 3, 4, 5)
     # a known cond dim fixes an unknown dst dim; an unknown cond dim is fine
-    assert inferred("Select", [("boolean", [3, 5]), ("f32", [-1, 5]), ("f32", [1])], ("f32", [-1, -1])) == (3, 5)
-    assert inferred("Select", [("boolean", [-1, 5]), ("f32", [3, 5]), ("f32", [1])], ("f32", [-1, -1])) == (3, 5)
+    assert inferred_shape("Select", [("boolean", [3, 5]), ("f32", [-1, 5]), ("f32", [1])], ("f32", [-1, -1])) == (3, 5)
+    assert inferred_shape("Select", [("boolean", [-1, 5]), ("f32", [3, 5]), ("f32", [1])], ("f32", [-1, -1])) == (3, 5)
     for cond in ([3, 5], [2, 2, 3, 4, 5], [1, 3, 4, 6]):  # doc example, cond rank too big, dim clash
         with pytest.raises(InvalidShape):
             single_op_graph("Select", [("boolean", cond), ("f32", [2, 3, 4, 5]), ("f32", [1])], [("f32", [-1] * 4)])
@@ -108,7 +103,7 @@ def test_select_one_way_broadcast():
 
 def test_select_auto_broadcast_none():
     ins = [("boolean", [2, 3]), ("f32", [2, 3]), ("f32", [2, 3])]
-    assert inferred("Select", ins, ("f32", [-1, -1]), {"auto_broadcast": "none"}) == (2, 3)
+    assert inferred_shape("Select", ins, ("f32", [-1, -1]), {"auto_broadcast": "none"}) == (2, 3)
     for bad in (0, 1, 2):
         shapes = [[2, 3], [2, 3], [2, 3]]
         shapes[bad] = [1, 3]
@@ -184,9 +179,9 @@ def test_reduce_empty_axes_is_identity(kind):
 
 def test_reduce_shape_inference():
     src = ("f32", [2, -1, 4, 5])
-    assert inferred("ReduceSum", [src], ("f32", [-1, -1]), {"axes": [0, -2]}) == (-1, 5)
-    assert inferred("ReduceSum", [src], ("f32", [-1] * 4), {"axes": [0, -2], "keep_dims": True}) == (1, -1, 1, 5)
-    assert inferred("ReduceMax", [src], ("f32", [-1] * 4)) == (2, -1, 4, 5)
+    assert inferred_shape("ReduceSum", [src], ("f32", [-1, -1]), {"axes": [0, -2]}) == (-1, 5)
+    assert inferred_shape("ReduceSum", [src], ("f32", [-1] * 4), {"axes": [0, -2], "keep_dims": True}) == (1, -1, 1, 5)
+    assert inferred_shape("ReduceMax", [src], ("f32", [-1] * 4)) == (2, -1, 4, 5)
 
 
 @pytest.mark.parametrize("axes", [[2], [-3], [0, 0], [1, -1]])
@@ -198,8 +193,8 @@ def test_reduce_bad_axes_attribute(axes):
 def test_reduce_axes_input():
     src = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     # the output shape depends on the data: only the rank and the 1-dims are known
-    assert inferred("ReduceSum", [("f32", [2, 3, 4]), ("s32", [2])], ("f32", [-1])) == (-1,)
-    assert inferred("ReduceSum", [("f32", [2, 1, 4]), ("s32", [2])], ("f32", [-1] * 3),
+    assert inferred_shape("ReduceSum", [("f32", [2, 3, 4]), ("s32", [2])], ("f32", [-1])) == (-1,)
+    assert inferred_shape("ReduceSum", [("f32", [2, 1, 4]), ("s32", [2])], ("f32", [-1] * 3),
                     {"keep_dims": True}) == (-1, 1, -1)
     (y,) = run_single("ReduceSum", [src, np.array([2, -3], np.int32)], [("f32", [-1])])
     np.testing.assert_array_equal(y, src.sum(axis=(0, 2)))

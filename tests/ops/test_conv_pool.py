@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 import graphc
-from conv_pool_util import inferred_shape, reference64, run_graph
-from gradcheck import assert_grad_close, numeric_grad
 from graphc import InvalidDataType, InvalidGraphOp, InvalidShape, RuntimeFault
 from graphc.builder import single_op_graph
 from graphc.reference import run
+from support import assert_grad_close, inferred_shape, numeric_grad, reference64, run_graph
 
 rng = np.random.default_rng(3)
 
@@ -63,7 +62,7 @@ def pool(nsp, **kw):
      (1, 3, 7, -1)),
 ])
 def test_inferred_shapes(kind, shapes, attrs, expected):
-    assert inferred_shape(kind, shapes, attrs) == expected
+    assert inferred_shape(kind, shapes, attrs=attrs) == expected
 
 
 def test_shape_inputs_leave_the_spatial_dims_unknown():
@@ -212,14 +211,14 @@ def r(*shape):
 
 def grads_match(forward_kind, args, wrt, backward_kind, backward_args, attrs, backward_attrs=None):
     """d/d args[wrt] of sum(dy * forward(args)) == backward(backward_args(dy))."""
-    y = reference64(forward_kind, args, attrs)
+    y = reference64(forward_kind, args, attrs=attrs)
     dy = r(*y.shape)
 
     def f(v):
-        return reference64(forward_kind, [v if i == wrt else a for i, a in enumerate(args)], attrs)
+        return reference64(forward_kind, [v if i == wrt else a for i, a in enumerate(args)], attrs=attrs)
 
     numeric = numeric_grad(f, args[wrt], dy)
-    analytic = reference64(backward_kind, backward_args(dy), dict(attrs, **(backward_attrs or {})))
+    analytic = reference64(backward_kind, backward_args(dy), attrs=dict(attrs, **(backward_attrs or {})))
     assert_grad_close(analytic, numeric, what=backward_kind)
 
 
@@ -259,10 +258,10 @@ def test_avg_pool_gradient(exclude_pad, rounding_type):
     x = r(1, 2, 6, 5)
     attrs = dict(kernel=(3, 2), strides=(2, 2), pads_begin=(1, 0), pads_end=(0, 1), exclude_pad=exclude_pad,
                  data_format="NCX")
-    y = reference64("AvgPool", [x], dict(attrs, rounding_type=rounding_type))
+    y = reference64("AvgPool", [x], attrs=dict(attrs, rounding_type=rounding_type))
     dy = r(*y.shape)
-    numeric = numeric_grad(lambda v: reference64("AvgPool", [v], dict(attrs, rounding_type=rounding_type)), x, dy)
-    assert_grad_close(reference64("AvgPoolBackward", [dy], dict(attrs, src_shape=x.shape)), numeric,
+    numeric = numeric_grad(lambda v: reference64("AvgPool", [v], attrs=dict(attrs, rounding_type=rounding_type)), x, dy)
+    assert_grad_close(reference64("AvgPoolBackward", [dy], attrs=dict(attrs, src_shape=x.shape)), numeric,
                       what="AvgPoolBackward")
 
 

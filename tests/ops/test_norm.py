@@ -3,17 +3,12 @@
 LayerNorm, LayerNormBackward, GroupNorm, RMSNorm)."""
 import numpy as np
 import pytest
-from seed_util import run_single
 
 from graphc.builder import single_op_graph
 from graphc.errors import InvalidDataType, InvalidGraphOp, InvalidShape
+from support import inferred_shapes, run_single
 
 EPS = {"epsilon": 0.0625}
-
-
-def shapes(kind, ins, outs, attrs=None):
-    """The output shapes graphc infers (outs: (dtype, declared shape) pairs)."""
-    return [t.shape for t in single_op_graph(kind, ins, outs, attrs).ops[0].outputs]
 
 
 def bn_inference(src=("f32", [2, 3, 4]), c=("f32", [3]), fmt="NCX", **attrs):
@@ -86,7 +81,7 @@ def test_bn_inference_values():
 def bn_training(n_affine=2, momentum=None):
     ins = [("f32", [2, 3, 4])] + [("f32", [3])] * (2 + n_affine)
     attrs = {**EPS, "data_format": "NCX"} | ({} if momentum is None else {"momentum": momentum})
-    return shapes("BatchNormForwardTraining", ins, [("f32", [-1] * 3)] + [("f32", [-1])] * 4, attrs)
+    return inferred_shapes("BatchNormForwardTraining", ins, [("f32", [-1] * 3)] + [("f32", [-1])] * 4, attrs)
 
 
 def test_bn_training_infers_stats_shapes():
@@ -126,7 +121,7 @@ def test_bn_training_values_and_default_momentum():
 def bn_backward(n_out, n_in=5, dst_shape=(2, 3, 4)):
     ins = [("f32", [2, 3, 4]), ("f32", list(dst_shape))] + [("f32", [3])] * (n_in - 2)
     outs = [("f32", [-1] * 3)] + [("f32", [-1])] * (n_out - 1)
-    return shapes("BatchNormTrainingBackward", ins, outs, {**EPS, "data_format": "NCX"})
+    return inferred_shapes("BatchNormTrainingBackward", ins, outs, {**EPS, "data_format": "NCX"})
 
 
 def test_bn_backward_shapes():
@@ -173,13 +168,13 @@ def layernorm(src=(2, 3, 4), n_affine=2, n_out=3, gamma=None, **attrs):
     g = list(src[-1:]) if gamma is None else gamma
     ins = [("f32", list(src))] + [("f32", g)] * n_affine
     outs = [("f32", [-1] * len(src))] + [("f32", [-1] * (len(src) - 1))] * (n_out - 1)
-    return shapes("LayerNorm", ins, outs, attrs)
+    return inferred_shapes("LayerNorm", ins, outs, attrs)
 
 
 def test_layernorm_shapes():
     assert layernorm() == [(2, 3, 4), (2, 3), (2, 3)]
     assert layernorm(gamma=[3, 4], n_out=1, begin_norm_axis=1, keep_stats=False) == [(2, 3, 4)]
-    assert shapes("LayerNorm", [("f32", [2, 3, 4]), ("f32", [3, 4]), ("f32", [3, 4])],
+    assert inferred_shapes("LayerNorm", [("f32", [2, 3, 4]), ("f32", [3, 4]), ("f32", [3, 4])],
                   [("f32", [-1] * 3), ("f32", [-1]), ("f32", [-1])], {"begin_norm_axis": -2}) == \
         [(2, 3, 4), (2,), (2,)]
 
@@ -233,7 +228,7 @@ def test_layernorm_values_without_affine():
 def ln_backward(n_affine=2, n_out=3, stats=(2, 3), **attrs):
     ins = [("f32", [2, 3, 4])] * 2 + [("f32", list(stats))] * 2 + [("f32", [4])] * n_affine
     outs = [("f32", [-1] * 3)] + [("f32", [-1])] * (n_out - 1)
-    return shapes("LayerNormBackward", ins, outs, attrs)
+    return inferred_shapes("LayerNormBackward", ins, outs, attrs)
 
 
 def test_layernorm_backward_shapes():
@@ -262,7 +257,7 @@ def test_layernorm_backward_stats_shape():
 def groupnorm(src=(2, 6, 3), groups=3, fmt="NCX", c=6, n_out=3, **attrs):
     ins = [("f32", list(src)), ("f32", [c]), ("f32", [c])]
     outs = [("f32", [-1] * len(src))] + [("f32", [-1, -1])] * (n_out - 1)
-    return shapes("GroupNorm", ins, outs, {"groups": groups, "data_format": fmt, **attrs})
+    return inferred_shapes("GroupNorm", ins, outs, {"groups": groups, "data_format": fmt, **attrs})
 
 
 def test_groupnorm_shapes():
@@ -301,13 +296,13 @@ def test_groupnorm_groups_are_contiguous_channel_blocks():
 # --------------------------------------------------------------------- RMSNorm
 @pytest.mark.parametrize("gamma", [[4], [3, 1], [1, 4], [2, 3, 4]])
 def test_rmsnorm_gamma_broadcasts(gamma):
-    assert shapes("RMSNorm", [("f32", [2, 3, 4]), ("f32", gamma)], [("f32", [-1] * 3)]) == [(2, 3, 4)]
+    assert inferred_shapes("RMSNorm", [("f32", [2, 3, 4]), ("f32", gamma)], [("f32", [-1] * 3)]) == [(2, 3, 4)]
 
 
 @pytest.mark.parametrize("gamma", [[3], [2, 1, 3, 4], [5, 4]])
 def test_rmsnorm_gamma_must_broadcast(gamma):
     with pytest.raises(InvalidShape):
-        shapes("RMSNorm", [("f32", [2, 3, 4]), ("f32", gamma)], [("f32", [-1] * 3)])
+        inferred_shapes("RMSNorm", [("f32", [2, 3, 4]), ("f32", gamma)], [("f32", [-1] * 3)])
 
 
 @pytest.mark.parametrize("src, gamma, ok", [("f16", "f16", True), ("bf16", "bf16", True), ("f16", "f32", True),

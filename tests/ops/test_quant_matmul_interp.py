@@ -12,19 +12,9 @@ import graphc
 from graphc import InvalidDataType, InvalidGraphOp, InvalidShape, RuntimeFault
 from graphc.builder import single_op_graph
 from graphc.reference import run
-from gradcheck import assert_grad_close, numeric_grad
+from support import assert_grad_close, inferred_shape, numeric_grad, run_one
 
 RNG = np.random.default_rng(7)
-
-
-def run1(kind, ins, outs, attrs, *arrays):
-    """Build a one-op graph and run the reference; returns the single output."""
-    g = single_op_graph(kind, ins, outs, attrs)
-    return next(iter(run(g, dict(zip(g.input_ports, arrays))).values()))
-
-
-def out_shape(kind, ins, outs, attrs):
-    return single_op_graph(kind, ins, outs, attrs).ops[0].outputs[0].shape
 
 
 # ======================================================================= corpus
@@ -52,18 +42,18 @@ def test_corpus_graphs_load_and_run(corpus):
 # ================================================================== quantization
 def test_quantize_rounds_half_to_even_and_saturates():
     src = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 127.4, 200.0, -200.0], np.float32)
-    got = run1("Quantize", [("f32", [9])], [("s8", [9])], {"scales": [1.0]}, src)
+    got = run_one("Quantize", [("f32", [9])], [("s8", [9])], {"scales": [1.0]}, src)
     np.testing.assert_array_equal(got, [0, 2, 2, 0, -2, -2, 127, 127, -128])
     # u8 with a zero point: src / 0.5 + 10
     src = np.array([-5.25, -4.75, 0.25, 0.75, 122.25, 200.0], np.float32)
-    got = run1("Quantize", [("f32", [6])], [("u8", [6])], {"scales": [0.5], "zps": [10]}, src)
+    got = run_one("Quantize", [("f32", [6])], [("u8", [6])], {"scales": [0.5], "zps": [10]}, src)
     np.testing.assert_array_equal(got, [0, 0, 10, 12, 254, 255])
 
 
 def test_quantize_per_channel_negative_axis():
     src = RNG.uniform(-40, 40, (2, 3, 4)).astype(np.float32)
     scales, zps = [0.5, 0.25, 2.0], [1, -3, 0]
-    got = run1("Quantize", [("f32", [2, 3, 4])], [("s8", [2, 3, 4])],
+    got = run_one("Quantize", [("f32", [2, 3, 4])], [("s8", [2, 3, 4])],
                {"qtype": "per_channel", "axis": -2, "scales": scales, "zps": zps}, src)
     want = np.empty((2, 3, 4), np.int64)
     for n, c, w in np.ndindex(2, 3, 4):
@@ -75,29 +65,29 @@ def test_quantize_f8_rounds_to_nearest_even():
     # src / 0.5: 2.125 lies halfway between e4m3 neighbours 2 and 2.25 (ties to even: 2),
     # 2.375 halfway between 2.25 and 2.5 (to 2.5)
     src = np.array([1.0625, 1.1875, 3.0, -0.0390625], np.float32)
-    got = run1("Quantize", [("f32", [4])], [("f8_e4m3", [4])], {"scales": [0.5]}, src)
+    got = run_one("Quantize", [("f32", [4])], [("f8_e4m3", [4])], {"scales": [0.5]}, src)
     np.testing.assert_array_equal(got.astype(np.float32), [2.0, 2.5, 6.0, -0.078125])
 
 
 def test_dequantize_per_channel():
     src = np.array([[-128, 0, 127], [5, 6, 7]], np.int8)
-    got = run1("Dequantize", [("s8", [2, 3])], [("f32", [2, 3])],
+    got = run_one("Dequantize", [("s8", [2, 3])], [("f32", [2, 3])],
                {"qtype": "per_channel", "axis": 0, "scales": [0.5, 2.0], "zps": [-1, 4]}, src)
     np.testing.assert_array_equal(got, [[-63.5, 0.5, 64.0], [2.0, 4.0, 6.0]])
 
 
 def test_dequantize_f8():
     src = np.array([1.5, -448.0, 0.0], ml_dtypes.float8_e4m3fn)
-    got = run1("Dequantize", [("f8_e4m3", [3])], [("f32", [3])], {"scales": [0.25]}, src)
+    got = run_one("Dequantize", [("f8_e4m3", [3])], [("f32", [3])], {"scales": [0.25]}, src)
     np.testing.assert_array_equal(got, [0.375, -112.0, 0.0])
 
 
 def test_dynamic_quantize_per_tensor_and_channel():
     src = np.array([[1.0, -2.5, 300.0], [0.5, 0.75, -1.0]], np.float32)
-    got = run1("DynamicQuantize", [("f32", [2, 3]), ("f32", [1]), ("s32", [1])], [("u8", [2, 3])], {},
+    got = run_one("DynamicQuantize", [("f32", [2, 3]), ("f32", [1]), ("s32", [1])], [("u8", [2, 3])], {},
                src, np.array([0.5], np.float32), np.array([128], np.int32))
     np.testing.assert_array_equal(got, [[130, 123, 255], [129, 130, 126]])
-    got = run1("DynamicQuantize", [("f32", [2, 3]), ("f32", [3])], [("s8", [2, 3])],
+    got = run_one("DynamicQuantize", [("f32", [2, 3]), ("f32", [3])], [("s8", [2, 3])],
                {"qtype": "per_channel", "axis": 1}, src, np.array([1.0, 0.5, 4.0], np.float32))
     np.testing.assert_array_equal(got, [[1, -5, 75], [0, 2, 0]])
 
@@ -106,7 +96,7 @@ def test_dynamic_dequantize_per_group():
     src = RNG.integers(-8, 8, (2, 8, 3)).astype(ml_dtypes.int4)
     scales = RNG.uniform(0.1, 2, (2, 2, 3)).astype(np.float32)
     zps = RNG.integers(0, 16, (2, 2, 3)).astype(ml_dtypes.uint4)
-    got = run1("DynamicDequantize", [("s4", [2, 8, 3]), ("f32", [2, 2, 3]), ("u4", [2, 2, 3])], [("f32", [2, 8, 3])],
+    got = run_one("DynamicDequantize", [("s4", [2, 8, 3]), ("f32", [2, 2, 3]), ("u4", [2, 2, 3])], [("f32", [2, 8, 3])],
                {"qtype": "per_group", "group_shape": [1, 4, 1]}, src, scales, zps)
     want = np.empty((2, 8, 3))
     for i, j, k in np.ndindex(2, 8, 3):
@@ -117,7 +107,7 @@ def test_dynamic_dequantize_per_group():
 def test_dynamic_dequantize_per_channel_bf16():
     src = np.array([[3, -4], [100, 0]], np.int8)
     scales = np.array([0.5, 0.25], ml_dtypes.bfloat16)
-    got = run1("DynamicDequantize", [("s8", [2, 2]), ("bf16", [2])], [("bf16", [2, 2])],
+    got = run_one("DynamicDequantize", [("s8", [2, 2]), ("bf16", [2])], [("bf16", [2, 2])],
                {"qtype": "per_channel", "axis": 1}, src, scales)
     np.testing.assert_array_equal(got.astype(np.float32), [[1.5, -1.0], [50.0, 0.0]])
 
@@ -201,14 +191,14 @@ def test_dynamic_quant_unknown_dims_pass_validation():
     ([-1, 4], [7, 1, 4, 2], {}, (7, 1, -1, 2)),
 ])
 def test_matmul_shape_inference(src, wei, attrs, dst):
-    assert out_shape("MatMul", [("f32", src), ("f32", wei)], [("f32", [-1] * len(dst))], attrs) == dst
+    assert inferred_shape("MatMul", [("f32", src), ("f32", wei)], ("f32", [-1] * len(dst)), attrs) == dst
 
 
 def test_matmul_values_with_bias_and_transposes():
     a = RNG.integers(-5, 5, (2, 3, 4)).astype(np.float32)
     b = RNG.integers(-5, 5, (5, 4)).astype(np.float32)
     bias = RNG.integers(-5, 5, (5,)).astype(np.float32)
-    got = run1("MatMul", [("f32", [2, 3, 4]), ("f32", [5, 4]), ("f32", [5])], [("f32", [2, 3, 5])],
+    got = run_one("MatMul", [("f32", [2, 3, 4]), ("f32", [5, 4]), ("f32", [5])], [("f32", [2, 3, 5])],
                {"transpose_b": True}, a, b, bias)
     want = np.zeros((2, 3, 5))
     for i, m, n in np.ndindex(2, 3, 5):
@@ -219,7 +209,7 @@ def test_matmul_values_with_bias_and_transposes():
 def test_matmul_accumulates_exactly():
     # summed in f32, 1 + 2^-24 rounds back to 1 twice; the exact sum 1 + 2^-23 is an f32 value
     a = np.array([[1.0, 2.0 ** -24, 2.0 ** -24]], np.float32)
-    got = run1("MatMul", [("f32", [1, 3]), ("f32", [3, 1])], [("f32", [1, 1])], {}, a, np.ones((3, 1), np.float32))
+    got = run_one("MatMul", [("f32", [1, 3]), ("f32", [3, 1])], [("f32", [1, 1])], {}, a, np.ones((3, 1), np.float32))
     assert got[0, 0] == np.float32(1 + 2.0 ** -23)
 
 
@@ -254,7 +244,7 @@ def test_matmul_validation(ins, outs, attrs, err, match):
 ])
 def test_interpolate_shape_inference(src, attrs, dst):
     attrs = dict(mode="linear", **attrs)
-    assert out_shape("Interpolate", [("f32", src)], [("f32", [-1] * len(src))], attrs) == dst
+    assert inferred_shape("Interpolate", [("f32", src)], ("f32", [-1] * len(src)), attrs) == dst
 
 
 def test_interpolate_sizes_input_leaves_spatial_dims_to_run_time():
@@ -285,7 +275,7 @@ def test_interpolate_hand_values(mode, ctm, want):
     src = np.array([[[10, 20, 40]]], np.float32)
     for fmt in ("NCX", "NXC"):
         x = src if fmt == "NCX" else src.transpose(0, 2, 1)
-        got = run1("Interpolate", [("f32", list(x.shape))], [("f32", [-1, -1, -1])],
+        got = run_one("Interpolate", [("f32", list(x.shape))], [("f32", [-1, -1, -1])],
                    {"mode": mode, "coordinate_transformation_mode": ctm, "sizes": [5], "data_format": fmt}, x)
         np.testing.assert_allclose(got.reshape(-1), want, rtol=1e-6)
 
@@ -293,7 +283,7 @@ def test_interpolate_hand_values(mode, ctm, want):
 def test_interpolate_bilinear_is_separable():
     src = RNG.standard_normal((1, 1, 3, 4)).astype(np.float32)
     attrs = {"mode": "bilinear", "coordinate_transformation_mode": "align_corners", "data_format": "NCX"}
-    both = run1("Interpolate", [("f32", [1, 1, 3, 4])], [("f32", [1, 1, 5, 7])], dict(attrs, sizes=[5, 7]), src)
+    both = run_one("Interpolate", [("f32", [1, 1, 3, 4])], [("f32", [1, 1, 5, 7])], dict(attrs, sizes=[5, 7]), src)
     # align_corners 3 -> 5 and 4 -> 7 sample exactly halfway: average neighbours along each axis in turn
     rows = np.empty((5, 4))
     rows[0::2], rows[1::2] = src[0, 0], (src[0, 0, :-1] + src[0, 0, 1:]) / 2

@@ -10,18 +10,14 @@ import graphc
 from graphc import InvalidDataType, InvalidGraphOp, InvalidShape, LogicalTensor, Op, RuntimeFault
 from graphc.builder import single_op_graph
 from graphc.reference import run
-from seed_util import run_single
+from support import inferred_shape, run_single
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
 
-def build(kind, ins, outs, attrs=None):
-    return single_op_graph(kind, ins, outs, attrs)
-
-
 # ------------------------------------------------------------------ AddBackward
 def test_add_bw_binds_outputs_per_required_flags():
-    g = build("AddBackward", [("f32", [2, 3]), ("f32", [2, 3]), ("f32", [3])], [("f32", [-1])],
+    g = single_op_graph("AddBackward", [("f32", [2, 3]), ("f32", [2, 3]), ("f32", [3])], [("f32", [-1])],
               {"are_required_outputs": [False, True]})
     op = g.ops[0]
     assert op.output_names == ["diff_src_1"]
@@ -29,7 +25,7 @@ def test_add_bw_binds_outputs_per_required_flags():
 
 
 def test_add_bw_infers_src_shapes_with_unknown_dims():
-    g = build("AddBackward", [("f32", [2, -1, 4]), ("f32", [-1, 1, 4]), ("f32", [-1, 1])],
+    g = single_op_graph("AddBackward", [("f32", [2, -1, 4]), ("f32", [-1, 1, 4]), ("f32", [-1, 1])],
               [("f32", [-1, -1, -1]), ("f32", [-1, -1])])
     assert [t.shape for t in g.ops[0].outputs] == [(-1, 1, 4), (-1, 1)]
 
@@ -41,23 +37,24 @@ def test_add_bw_infers_src_shapes_with_unknown_dims():
 ])
 def test_add_bw_output_count_must_match_required(attrs, n_out):
     with pytest.raises(InvalidGraphOp, match="wrong number of outputs"):
-        build("AddBackward", [("f32", [2, 3])] * 3, [("f32", [2, 3])] * n_out, attrs)
+        single_op_graph("AddBackward", [("f32", [2, 3])] * 3, [("f32", [2, 3])] * n_out, attrs)
 
 
 @pytest.mark.parametrize("flags", [[False, False], [True], [True, True, False]])
 def test_add_bw_required_outputs_value(flags):
     with pytest.raises(InvalidGraphOp, match="are_required_outputs"):
-        build("AddBackward", [("f32", [2, 3])] * 3, [("f32", [2, 3])], {"are_required_outputs": flags})
+        single_op_graph("AddBackward", [("f32", [2, 3])] * 3, [("f32", [2, 3])], {"are_required_outputs": flags})
 
 
 @pytest.mark.parametrize("attrs, n_out", [({}, 2), ({}, 1), ({"are_required_outputs": [False, True]}, 1)])
 def test_add_bw_diff_src_1_needs_src_1(attrs, n_out):
     with pytest.raises(InvalidGraphOp, match="src_1 is absent"):
-        build("AddBackward", [("f32", [2, 3])] * 2, [("f32", [2, 3])] * n_out, attrs)
+        single_op_graph("AddBackward", [("f32", [2, 3])] * 2, [("f32", [2, 3])] * n_out, attrs)
 
 
 def test_add_bw_scalar_operand():
-    g = build("AddBackward", [("f32", [2, 3])] * 2, [("f32", [-1, -1])], {"are_required_outputs": [True, False]})
+    g = single_op_graph("AddBackward", [("f32", [2, 3])] * 2, [("f32", [-1, -1])],
+                        {"are_required_outputs": [True, False]})
     assert g.ops[0].outputs[0].shape == (2, 3)
 
 
@@ -72,24 +69,24 @@ def test_add_bw_shapes(shapes):
     outs = [("f32", [-1] * len(s)) for s in shapes[1:] if s is not None]
     attrs = None if shapes[2] is not None else {"are_required_outputs": [True, False]}
     with pytest.raises(InvalidShape):
-        build("AddBackward", ins, outs, attrs)
+        single_op_graph("AddBackward", ins, outs, attrs)
 
 
 def test_add_bw_no_broadcast_mode():
     with pytest.raises(InvalidShape):
-        build("AddBackward", [("f32", [2, 3]), ("f32", [2, 3]), ("f32", [1, 3])], [("f32", [2, 3]), ("f32", [1, 3])],
-              {"auto_broadcast": "none"})
+        single_op_graph("AddBackward", [("f32", [2, 3]), ("f32", [2, 3]), ("f32", [1, 3])],
+                        [("f32", [2, 3]), ("f32", [1, 3])], {"auto_broadcast": "none"})
 
 
 @pytest.mark.parametrize("dts", [("f32", "f32", "bf16"), ("c64", "f32", "f32"), ("s32", "s32", "s32")])
 def test_add_bw_dtypes(dts):
     with pytest.raises(InvalidDataType):
-        build("AddBackward", [(d, [2, 3]) for d in dts], [(dts[0], [2, 3])] * 2)
+        single_op_graph("AddBackward", [(d, [2, 3]) for d in dts], [(dts[0], [2, 3])] * 2)
 
 
 # ------------------------------------------------------------ EmbeddingBackward
 def emb(idx=("s32", [2, 3]), w=("f32", [5, 4]), dy=("f32", [2, 3, 4]), out=("f32", [-1, -1]), attrs=None):
-    return build("EmbeddingBackward", [idx, w, dy], [out], attrs)
+    return single_op_graph("EmbeddingBackward", [idx, w, dy], [out], attrs)
 
 
 def test_embedding_bw_infers_weight_shape_and_accepts_flattened_diff_dst():
@@ -149,10 +146,9 @@ def test_embedding_bw_index_out_of_range_is_a_runtime_fault(bad, pos):
 
 # --------------------------------------------------------------------- SwiGlu
 def test_swiglu_infers_halved_dim():
-    assert build("SwiGlu", [("f32", [2, 6, 3])], [("f32", [-1, -1, -1])], {"dim": 1}).ops[0].outputs[0].shape \
-        == (2, 3, 3)
-    assert build("SwiGlu", [("f32", [2, -1])], [("f32", [-1, -1])]).ops[0].outputs[0].shape == (2, -1)
-    g = build("SwiGluGrad", [("f32", [2, 3]), ("f32", [-1, -1])], [("f32", [-1, -1])], {"dim": 0})
+    assert inferred_shape("SwiGlu", [("f32", [2, 6, 3])], ("f32", [-1, -1, -1]), {"dim": 1}) == (2, 3, 3)
+    assert inferred_shape("SwiGlu", [("f32", [2, -1])], ("f32", [-1, -1])) == (2, -1)
+    g = single_op_graph("SwiGluGrad", [("f32", [2, 3]), ("f32", [-1, -1])], [("f32", [-1, -1])], {"dim": 0})
     assert g.ops[0].outputs[0].shape == (4, 3)
 
 
@@ -162,7 +158,7 @@ def test_swiglu_infers_halved_dim():
 ])
 def test_swiglu_odd_split_dim(kind, ins):
     with pytest.raises(InvalidShape, match="even"):
-        build(kind, [("f32", s) for s in ins], [("f32", [-1, -1])])
+        single_op_graph(kind, [("f32", s) for s in ins], [("f32", [-1, -1])])
 
 
 @pytest.mark.parametrize("kind, ins", [
@@ -172,50 +168,50 @@ def test_swiglu_odd_split_dim(kind, ins):
 ])
 def test_swiglu_empty_tensor(kind, ins):
     with pytest.raises(InvalidShape, match="empty"):
-        build(kind, [("f32", s) for s in ins], [("f32", [-1, -1])])
+        single_op_graph(kind, [("f32", s) for s in ins], [("f32", [-1, -1])])
 
 
 def test_swiglu_rank_0():
     with pytest.raises(InvalidShape, match="rank"):
-        build("SwiGlu", [("f32", [])], [("f32", [])])
+        single_op_graph("SwiGlu", [("f32", [])], [("f32", [])])
 
 
 @pytest.mark.parametrize("dim", [2, -3])
 def test_swiglu_dim_out_of_range(dim):
     with pytest.raises(InvalidGraphOp, match="dim"):
-        build("SwiGlu", [("f32", [2, 4])], [("f32", [-1, -1])], {"dim": dim})
+        single_op_graph("SwiGlu", [("f32", [2, 4])], [("f32", [-1, -1])], {"dim": dim})
 
 
 @pytest.mark.parametrize("dy", [[2, 4], [4, 2], [2, 2, 1]])
 def test_swiglu_grad_diff_dst_shape(dy):
     with pytest.raises(InvalidShape):
-        build("SwiGluGrad", [("f32", dy), ("f32", [2, 4])], [("f32", [-1, -1])])
+        single_op_graph("SwiGluGrad", [("f32", dy), ("f32", [2, 4])], [("f32", [-1, -1])])
 
 
 def test_swiglu_dtypes():
     with pytest.raises(InvalidDataType):
-        build("SwiGluGrad", [("bf16", [2, 2]), ("f32", [2, 4])], [("f32", [2, 4])])
+        single_op_graph("SwiGluGrad", [("bf16", [2, 2]), ("f32", [2, 4])], [("f32", [2, 4])])
 
 
 # ------------------------------------------------------------ distributed LayerNorm
 def post(src=("f32", [2, 8]), stats=("f32", [2, 4]), extra=(), attrs=None, out=None):
-    return build("LayerNormPostAllGather", [src, stats, *extra], [out or (src[0], [-1, -1])], attrs)
+    return single_op_graph("LayerNormPostAllGather", [src, stats, *extra], [out or (src[0], [-1, -1])], attrs)
 
 
 def test_pre_all_gather_shape():
-    g = build("LayerNormPreAllGather", [("bf16", [3, 5, 8])], [("f32", [-1, -1, -1])])
+    g = single_op_graph("LayerNormPreAllGather", [("bf16", [3, 5, 8])], [("f32", [-1, -1, -1])])
     assert g.ops[0].outputs[0].shape == (3, 5, 2)
 
 
 @pytest.mark.parametrize("shape", [[], [3, 0]])
 def test_pre_all_gather_needs_rows(shape):
     with pytest.raises(InvalidShape):
-        build("LayerNormPreAllGather", [("f32", shape)], [("f32", [-1] * max(len(shape), 1))])
+        single_op_graph("LayerNormPreAllGather", [("f32", shape)], [("f32", [-1] * max(len(shape), 1))])
 
 
 def test_pre_all_gather_stats_dtype():
     with pytest.raises(InvalidDataType):
-        build("LayerNormPreAllGather", [("f32", [3, 8])], [("bf16", [3, 2])])
+        single_op_graph("LayerNormPreAllGather", [("f32", [3, 8])], [("bf16", [3, 2])])
 
 
 @pytest.mark.parametrize("stats", [[2, 3], [2, 0], [3, 4], [2, 2, 2]])
@@ -253,7 +249,7 @@ def test_post_all_gather_epsilon_range():
 @pytest.mark.parametrize("out_dim, ok", [(-1, True), (4, True), (12, True), (6, False), (0, False)])
 def test_all_gather_output_dim(out_dim, ok):
     def make():
-        return build("AllGather", [("f32", [4, 3])], [("f32", [out_dim, 3])], {"axis": 0})
+        return single_op_graph("AllGather", [("f32", [4, 3])], [("f32", [out_dim, 3])], {"axis": 0})
     if ok:
         assert make().ops[0].outputs[0].shape == (out_dim, 3)
     else:
@@ -272,7 +268,7 @@ def test_all_gather_output_dim_checked_at_finalize():
 
 def test_all_gather_axis_out_of_range():
     with pytest.raises(InvalidGraphOp, match="axis"):
-        build("AllGather", [("f32", [4, 3])], [("f32", [-1, -1])], {"axis": 2})
+        single_op_graph("AllGather", [("f32", [4, 3])], [("f32", [-1, -1])], {"axis": 2})
 
 
 class FakeComm:

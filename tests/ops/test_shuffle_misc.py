@@ -3,8 +3,6 @@ misc ops (GenIndex, Dropout, End, Wildcard): rules, inference, values."""
 import ml_dtypes
 import numpy as np
 import pytest
-from gradcheck import assert_grad_close, numeric_grad
-from seed_util import run_single
 
 from graphc.builder import GraphBuilder, single_op_graph
 from graphc.errors import InvalidDataType, InvalidGraphOp, InvalidShape, RuntimeFault, Unimplemented
@@ -12,20 +10,17 @@ from graphc.op import Op
 from graphc.ops.misc import philox4x32_10
 from graphc.ops.schema import get_schema
 from graphc.reference import run
-
-
-def inferred(kind, ins, out, attrs=None):
-    return single_op_graph(kind, ins, [out], attrs).ops[0].outputs[0].shape
+from support import assert_grad_close, inferred_shape, numeric_grad, run_single
 
 
 # ----------------------------------------------------------------------- Concat
 def test_concat_inference():
     ins = [("f32", [2, 3, 4]), ("f32", [2, 5, 4]), ("f32", [2, 1, 4])]
-    assert inferred("Concat", ins, ("f32", [-1] * 3), {"axis": 1}) == (2, 9, 4)
-    assert inferred("Concat", ins, ("f32", [-1] * 3), {"axis": -2}) == (2, 9, 4)
+    assert inferred_shape("Concat", ins, ("f32", [-1] * 3), {"axis": 1}) == (2, 9, 4)
+    assert inferred_shape("Concat", ins, ("f32", [-1] * 3), {"axis": -2}) == (2, 9, 4)
     ins = [("f32", [-1, 3]), ("f32", [2, -1])]
-    assert inferred("Concat", ins, ("f32", [-1, -1]), {"axis": 1}) == (2, -1)
-    assert inferred("Concat", [("f32", [4, 3])], ("f32", [-1, -1]), {"axis": 0}) == (4, 3)
+    assert inferred_shape("Concat", ins, ("f32", [-1, -1]), {"axis": 1}) == (2, -1)
+    assert inferred_shape("Concat", [("f32", [4, 3])], ("f32", [-1, -1]), {"axis": 0}) == (4, 3)
 
 
 def test_concat_rules():
@@ -63,7 +58,7 @@ def test_concat_values():
     ([6, 2], False, [-1, 4], (6, 2)),
 ])
 def test_reshape_inference(shape, special_zero, src, dst):
-    assert inferred("StaticReshape", [("f32", src)], ("f32", [-1] * len(dst)),
+    assert inferred_shape("StaticReshape", [("f32", src)], ("f32", [-1] * len(dst)),
                     {"shape": shape, "special_zero": special_zero}) == dst
 
 
@@ -99,7 +94,8 @@ def test_reshape_values_with_unknown_dims():
 # -------------------------------------------------------------- StaticTranspose
 def test_transpose():
     src = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-    assert inferred("StaticTranspose", [("f32", [2, -1, 4])], ("f32", [-1] * 3), {"order": [2, 0, 1]}) == (4, 2, -1)
+    assert inferred_shape("StaticTranspose", [("f32", [2, -1, 4])], ("f32", [-1] * 3),
+                          {"order": [2, 0, 1]}) == (4, 2, -1)
     (y,) = run_single("StaticTranspose", [src], [("f32", [-1] * 3)], {"order": [-1, 0, -2]})
     assert y.shape == (4, 2, 3)
     assert y[3, 1, 2] == src[1, 2, 3]

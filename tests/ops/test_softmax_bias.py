@@ -2,23 +2,20 @@
 shape inference and hand-checked values."""
 import numpy as np
 import pytest
-from seed_util import run_single
 
 from graphc.builder import single_op_graph
 from graphc.errors import InvalidDataType, InvalidGraphOp, InvalidShape
 from graphc.ops import get_schema
-
-
-def shapes(kind, ins, outs, attrs=None):
-    return [t.shape for t in single_op_graph(kind, ins, outs, attrs).ops[0].outputs]
+from support import inferred_shapes, run_single
 
 
 # --------------------------------------------------------------------- SoftMax
 def test_softmax_defaults_and_stats_shape():
     assert get_schema("SoftMax").attr_spec("axis").default == 1
     assert get_schema("LogSoftmax").attr_spec("axis").default == -1
-    assert shapes("SoftMax", [("f32", [2, 3, 4])], [("f32", [-1] * 3), ("f32", [-1] * 3)]) == [(2, 3, 4), (2, 1, 4)]
-    assert shapes("SoftMax", [("f32", [2, 3, 4])], [("f32", [-1] * 3), ("f32", [-1] * 3)], {"axis": -1}) == \
+    assert inferred_shapes("SoftMax", [("f32", [2, 3, 4])], [("f32", [-1] * 3), ("f32", [-1] * 3)]) == \
+        [(2, 3, 4), (2, 1, 4)]
+    assert inferred_shapes("SoftMax", [("f32", [2, 3, 4])], [("f32", [-1] * 3), ("f32", [-1] * 3)], {"axis": -1}) == \
         [(2, 3, 4), (2, 3, 1)]
 
 
@@ -68,7 +65,7 @@ def test_logsoftmax_same_dtype():
 
 @pytest.mark.parametrize("kind", ["SoftMaxBackward", "LogSoftmaxBackward"])
 def test_backward_shapes(kind):
-    assert shapes(kind, [("f32", [2, -1]), ("f32", [-1, 3])], [("f32", [-1, -1])]) == [(2, 3)]
+    assert inferred_shapes(kind, [("f32", [2, -1]), ("f32", [-1, 3])], [("f32", [-1, -1])]) == [(2, 3)]
     with pytest.raises(InvalidShape):
         single_op_graph(kind, [("f32", [2, 3]), ("f32", [2, 4])], [("f32", [2, 3])])
 
@@ -126,7 +123,7 @@ def test_bias_add_values_per_data_format():
 def test_bias_add_backward_alias_and_shapes():
     g = single_op_graph("BiasAddBackprop", [("f32", [2, 3, 5])], [("f32", [-1])], {"data_format": "NCX"})
     assert g.ops[0].kind == "BiasAddBackward" and g.ops[0].outputs[0].shape == (3,)
-    assert shapes("BiasAddBackward", [("f32", [2, 3, 5])], [("f32", [-1])]) == [(5,)]
+    assert inferred_shapes("BiasAddBackward", [("f32", [2, 3, 5])], [("f32", [-1])]) == [(5,)]
     with pytest.raises(InvalidShape):
         single_op_graph("BiasAddBackward", [("f32", [2, 3, 5])], [("f32", [3])])
 
@@ -142,7 +139,8 @@ def test_bias_add_backward_values():
     ([3], {"data_format": "NCX"}), ([5], {}), ([1], {}), ([5], {"per_channel_broadcast": False}),
     ([3, 1, 1], {}), ([2, 3, 4, 5], {}), ([1, 4, 5], {"data_format": "NCX"})])
 def test_prelu_slope_broadcasts(slope, attrs):
-    assert shapes("PReLU", [("f32", [2, 3, 4, 5]), ("f32", slope)], [("f32", [-1] * 4)], attrs) == [(2, 3, 4, 5)]
+    assert inferred_shapes("PReLU", [("f32", [2, 3, 4, 5]), ("f32", slope)], [("f32", [-1] * 4)], attrs) == \
+        [(2, 3, 4, 5)]
 
 
 @pytest.mark.parametrize("slope, attrs", [
@@ -174,9 +172,9 @@ def test_prelu_values_per_channel_and_per_last_dim():
 
 
 def test_prelu_backward_shapes():
-    assert shapes("PReLUBackward", [("f32", [2, 3, 4]), ("f32", [3]), ("f32", [2, -1, 4])],
+    assert inferred_shapes("PReLUBackward", [("f32", [2, 3, 4]), ("f32", [3]), ("f32", [2, -1, 4])],
                   [("f32", [-1] * 3), ("f32", [-1])], {"data_format": "NCX"}) == [(2, 3, 4), (3,)]
-    assert shapes("PReLUBackward", [("f32", [2, 3, 4]), ("f32", [3, 4]), ("f32", [2, 3, 4])],
+    assert inferred_shapes("PReLUBackward", [("f32", [2, 3, 4]), ("f32", [3, 4]), ("f32", [2, 3, 4])],
                   [("f32", [-1] * 3), ("f32", [-1, -1])]) == [(2, 3, 4), (3, 4)]
     with pytest.raises(InvalidShape):        # a 1-D slope is per channel (NXC: last dim, 4)
         single_op_graph("PReLUBackward", [("f32", [2, 3, 4]), ("f32", [3]), ("f32", [2, 3, 4])],

@@ -1,37 +1,21 @@
 """Binary, reduction and shuffle references against PyTorch CPU, each dtype
 computed by torch in its own precision."""
-import ml_dtypes
 import numpy as np
 import pytest
-from seed_util import run_single
 
 from graphc.builder import single_op_graph
 from graphc.errors import InvalidShape
-from graphc.tolerances import ORACLE, assert_close
+from graphc.tolerances import ORACLE
 from graphc.types import DataType
+from support import NP, assert_close, run_single, to_numpy, to_torch, torch_dtype
 
 torch = pytest.importorskip("torch")
-
-NP = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16, "s32": np.int32}
-TORCH = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "s32": torch.int32}
-
 
 def rand(shape, dt, seed, low=-2.0, high=2.0):
     rng = np.random.default_rng(seed)
     if dt == "s32":
         return rng.integers(-1000, 1000, size=shape).astype(np.int32)
     return rng.uniform(low, high, size=shape).astype(NP[dt])
-
-
-def to_torch(a):
-    """A torch tensor with the same values and dtype as the numpy array."""
-    if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def to_numpy(t):
-    return t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
 
 
 BINARY_TORCH = {
@@ -184,7 +168,7 @@ def test_typecast_vs_torch(dt):
                         1 + (2 * np.arange(64) + 1) * 2.0 ** -11, [0.0, -0.0, np.inf, -np.inf, 1e6, 7e4]])
     x = x.astype(np.float32)
     (y,) = run_single("TypeCast", [x], [(dt, [-1])])
-    expect = torch.from_numpy(x).to(TORCH[dt])
+    expect = torch.from_numpy(x).to(torch_dtype(dt))
     np.testing.assert_array_equal(y.view(np.uint16), expect.view(torch.int16).numpy().view(np.uint16))
     (back,) = run_single("TypeCast", [y], [("f32", [-1])])
     np.testing.assert_array_equal(back, expect.float().numpy())

@@ -5,9 +5,9 @@ with autograd.  graphc runs in f32, so the ORACLE f32 tolerance applies."""
 import numpy as np
 import pytest
 
-from conv_pool_util import run_graph
-from graphc.tolerances import ORACLE, assert_close
+from graphc.tolerances import ORACLE
 from graphc.types import DataType
+from support import assert_close, run_graph, t64
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -17,10 +17,6 @@ rng = np.random.default_rng(7)
 
 def randn(*shape):
     return rng.standard_normal(shape)
-
-
-def t64(a, grad=False):
-    return torch.tensor(a, dtype=torch.float64, requires_grad=grad)
 
 
 def torch_pads(pb, pe):
@@ -34,11 +30,6 @@ def nxc(a):
 
 def from_nxc(a):
     return np.moveaxis(a, -1, 1)
-
-
-def close(actual, expected, what):
-    assert actual.shape == expected.shape, (what, actual.shape, expected.shape)
-    assert_close(actual, expected, "f32", ORACLE, what)
 
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -83,11 +74,11 @@ def test_convolution_and_its_gradients(case, data_format, weights_format):
     wf = conv_weights_in(w, weights_format)
 
     y = run_graph("Convolution", [io(x), wf, b], attrs)
-    close(back(y), yt.detach().numpy(), "Convolution")
+    assert_close(back(y), yt.detach().numpy(), "f32", ORACLE, "Convolution")
     dx = run_graph("ConvolutionBackwardData", [io(dy), wf], dict(attrs, dst_shape=io(x).shape))
-    close(back(dx), xt.grad.numpy(), "ConvolutionBackwardData")
+    assert_close(back(dx), xt.grad.numpy(), "f32", ORACLE, "ConvolutionBackwardData")
     dw = run_graph("ConvolutionBackwardWeights", [io(x), io(dy)], dict(attrs, weights_shape=wf.shape))
-    close(conv_weights_out(dw, weights_format), wt.grad.numpy(), "ConvolutionBackwardWeights")
+    assert_close(conv_weights_out(dw, weights_format), wt.grad.numpy(), "f32", ORACLE, "ConvolutionBackwardWeights")
 
 
 def same_pads(size, k, s, d, mode):
@@ -108,7 +99,7 @@ def test_convolution_auto_pad(auto_pad):
     want = F.conv2d(F.pad(t64(x), torch_pads(pb, pe)), t64(w), stride=s, dilation=d).numpy()
     attrs = dict(strides=s, dilations=d, pads_begin=(9, 9), pads_end=(9, 9), auto_pad=auto_pad,
                  data_format="NCX", weights_format="OIX")
-    close(run_graph("Convolution", [x, w], attrs), want, auto_pad)
+    assert_close(run_graph("Convolution", [x, w], attrs), want, "f32", ORACLE, auto_pad)
 
 
 # ------------------------------------------------------------ transposed convolution
@@ -157,11 +148,13 @@ def test_conv_transpose_and_its_gradients(case, data_format, weights_format):
     back = from_nxc if data_format == "NXC" else (lambda a: a)
     wf = deconv_weights_in(w, g, weights_format)
 
-    close(back(run_graph("ConvTranspose", [io(x), wf, b], attrs)), yt.detach().numpy(), "ConvTranspose")
-    close(back(run_graph("ConvTransposeBackwardData", [io(dy), wf], attrs)), xt.grad.numpy(),
-          "ConvTransposeBackwardData")
+    assert_close(back(run_graph("ConvTranspose", [io(x), wf, b], attrs)), yt.detach().numpy(), "f32", ORACLE,
+                 "ConvTranspose")
+    assert_close(back(run_graph("ConvTransposeBackwardData", [io(dy), wf], attrs)), xt.grad.numpy(), "f32", ORACLE,
+                 "ConvTransposeBackwardData")
     dw = run_graph("ConvTransposeBackwardWeights", [io(x), io(dy)], dict(attrs, weights_shape=wf.shape))
-    close(deconv_weights_out(dw, g, weights_format), wt.grad.numpy(), "ConvTransposeBackwardWeights")
+    assert_close(deconv_weights_out(dw, g, weights_format), wt.grad.numpy(), "f32", ORACLE,
+                 "ConvTransposeBackwardWeights")
 
 
 def test_conv_transpose_asymmetric_pads_crop_the_full_output():
@@ -170,7 +163,7 @@ def test_conv_transpose_asymmetric_pads_crop_the_full_output():
     full = F.conv_transpose2d(t64(x), t64(w), stride=s).numpy()
     want = full[:, :, pb[0]:full.shape[2] - pe[0], pb[1]:full.shape[3] - pe[1]]
     attrs = dict(strides=s, dilations=(1, 1), pads_begin=pb, pads_end=pe, data_format="NCX", weights_format="IOX")
-    close(run_graph("ConvTranspose", [x, w], attrs), want, "ConvTranspose")
+    assert_close(run_graph("ConvTranspose", [x, w], attrs), want, "f32", ORACLE, "ConvTranspose")
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
@@ -185,7 +178,7 @@ def test_conv_transpose_same_pads_give_input_times_stride(auto_pad):
         sl.append(slice(lo, lo + i * st))
     attrs = dict(strides=s, dilations=d, pads_begin=(0, 0), pads_end=(0, 0), auto_pad=auto_pad,
                  data_format="NCX", weights_format="IOX")
-    close(run_graph("ConvTranspose", [x, w], attrs), full[:, :, sl[0], sl[1]], auto_pad)
+    assert_close(run_graph("ConvTranspose", [x, w], attrs), full[:, :, sl[0], sl[1]], "f32", ORACLE, auto_pad)
 
 
 # ------------------------------------------------------------------------ pooling
@@ -214,9 +207,9 @@ def test_avg_pool_and_backward(case, exclude_pad, data_format):
     io = nxc if data_format == "NXC" else (lambda a: a)
     back = from_nxc if data_format == "NXC" else (lambda a: a)
     y = run_graph("AvgPool", [io(x)], dict(attrs, rounding_type="ceil" if ceil else "floor"))
-    close(back(y), yt.detach().numpy(), "AvgPool")
+    assert_close(back(y), yt.detach().numpy(), "f32", ORACLE, "AvgPool")
     dx = run_graph("AvgPoolBackward", [io(dy)], dict(attrs, src_shape=io(x).shape))
-    close(back(dx), xt.grad.numpy(), "AvgPoolBackward")
+    assert_close(back(dx), xt.grad.numpy(), "f32", ORACLE, "AvgPoolBackward")
 
 
 @pytest.mark.parametrize("exclude_pad", [True, False])
@@ -227,7 +220,7 @@ def test_avg_pool_asymmetric_pads(exclude_pad):
     count = F.avg_pool2d(F.pad(torch.ones(1, 1, 7, 6, dtype=torch.float64), torch_pads(pb, pe)), k, s) * 6
     want = (total / (count if exclude_pad else 6)).numpy()
     attrs = dict(kernel=k, strides=s, pads_begin=pb, pads_end=pe, exclude_pad=exclude_pad, data_format="NCX")
-    close(run_graph("AvgPool", [x], attrs), want, "AvgPool")
+    assert_close(run_graph("AvgPool", [x], attrs), want, "f32", ORACLE, "AvgPool")
 
 
 MAX_CASES = [  # (N, C, spatial, kernel, strides, dilations, pads_begin, pads_end, ceil)
@@ -254,9 +247,9 @@ def test_max_pool_and_backward(case, data_format):
     io = nxc if data_format == "NXC" else (lambda a: a)
     back = from_nxc if data_format == "NXC" else (lambda a: a)
     y = run_graph("MaxPool", [io(x)], dict(attrs, rounding_type="ceil" if ceil else "floor"))
-    close(back(y), yt.detach().numpy(), "MaxPool")
+    assert_close(back(y), yt.detach().numpy(), "f32", ORACLE, "MaxPool")
     dx = run_graph("MaxPoolBackward", [io(x), io(dy)], attrs)
-    close(back(dx), xt.grad.numpy(), "MaxPoolBackward")
+    assert_close(back(dx), xt.grad.numpy(), "f32", ORACLE, "MaxPoolBackward")
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
@@ -266,7 +259,7 @@ def test_max_pool_auto_pad(auto_pad):
     pb, pe = zip(*[same_pads(i, kk, st, 1, auto_pad) for i, kk, st in zip((7, 8), k, s)])
     want = F.max_pool2d(F.pad(t64(x), torch_pads(pb, pe), value=-np.inf), k, s).numpy()
     attrs = dict(kernel=k, strides=s, pads_begin=(0, 0), pads_end=(0, 0), auto_pad=auto_pad, data_format="NCX")
-    close(run_graph("MaxPool", [x], attrs), want, auto_pad)
+    assert_close(run_graph("MaxPool", [x], attrs), want, "f32", ORACLE, auto_pad)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])

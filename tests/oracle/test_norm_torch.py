@@ -4,11 +4,10 @@ gradchecks of BatchNormTrainingBackward and LayerNormBackward against the
 forward references."""
 import numpy as np
 import pytest
-from gradcheck import assert_grad_close, numeric_grad
-from seed_util import reference64, run_single
-from torch_util import STORAGE, data, n64, t64
 
-from graphc.tolerances import GRADCHECK, ORACLE, assert_close
+from graphc.tolerances import ORACLE
+from support import (NP, assert_close, assert_grad_close, assert_outputs, data, n64, numeric_grad, reference64,
+                     run_single, t64)
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -33,12 +32,6 @@ def from_ncx(t, fmt):
     return t.movedim(1, -1) if fmt == "NXC" else t
 
 
-def check_all(got, expected, dtypes, names):
-    assert len(got) == len(expected)
-    for g, e, dt, name in zip(got, expected, dtypes, names):
-        assert_close(g, n64(e), dt, ORACLE, name)
-
-
 def stats_of(t, dims):
     """(mean, biased variance) of a torch tensor over dims."""
     var, mean = torch.var_mean(t.detach(), dim=dims, correction=0)
@@ -47,7 +40,7 @@ def stats_of(t, dims):
 
 def as_input(t, dt):
     """A torch statistic as a graphc input array of dtype dt."""
-    return n64(t).astype(STORAGE[dt])
+    return n64(t).astype(NP[dt])
 
 
 # ------------------------------------------------------------------- BatchNorm
@@ -82,8 +75,8 @@ def test_batchnorm_forward_training(fmt, dt, sdt, affine):
     mean, var = stats_of(xt, (0, 2, 3))
     # oneDNN's convention: running = momentum * old + (1 - momentum) * batch, biased batch variance
     expected = [from_ncx(y, fmt), 0.25 * t64(old_mean) + 0.75 * mean, 0.25 * t64(old_var) + 0.75 * var, mean, var]
-    check_all(got, expected, [dt] + [sdt] * 4, ["dst", "running_mean", "running_variance", "batch_mean",
-                                                "batch_variance"])
+    assert_outputs(got, expected, [dt] + [sdt] * 4, ORACLE,
+                   names=["dst", "running_mean", "running_variance", "batch_mean", "batch_variance"])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -104,7 +97,8 @@ def test_batchnorm_backward(fmt, dt, sdt, case):
     n_out = 1 if case == "gamma_ignored" else 3
     got = run_single("BatchNormTrainingBackward", ins, [(dt, shape), (sdt, [c]), (sdt, [c])][:n_out],
                      {"epsilon": EPS, "data_format": fmt})
-    check_all(got, [xt.grad, w.grad, b.grad][:n_out], [dt, sdt, sdt], ["diff_src", "diff_gamma", "diff_beta"])
+    assert_outputs(got, [xt.grad, w.grad, b.grad][:n_out], [dt, sdt, sdt], ORACLE,
+                   names=["diff_src", "diff_gamma", "diff_beta"])
 
 
 # ------------------------------------------------------------------- LayerNorm
@@ -126,7 +120,7 @@ def test_layernorm(dt, sdt, bna, affine):
     w, b = (t64(v) for v in gamma_beta) if affine else (None, None)
     y = F.layer_norm(xt, norm_shape, w, b, eps=EPS)
     mean, var = stats_of(xt, tuple(range(bna % 3, 3)))
-    check_all(got, [y, mean, var], [dt, sdt, sdt], ["dst", "mean", "variance"])
+    assert_outputs(got, [y, mean, var], [dt, sdt, sdt], ORACLE, names=["dst", "mean", "variance"])
 
 
 @pytest.mark.parametrize("dt, sdt", DTYPES)
@@ -145,7 +139,7 @@ def test_layernorm_backward(dt, sdt, bna, affine):
     outs = [(dt, LN_SHAPE)] + ([(sdt, norm_shape)] * 2 if affine else [])
     got = run_single("LayerNormBackward", ins, outs, {"begin_norm_axis": bna, "use_affine": affine, "epsilon": EPS})
     expected = [xt.grad] + ([w.grad, b.grad] if affine else [])
-    check_all(got, expected, [dt, sdt, sdt], ["diff_src", "diff_gamma", "diff_beta"])
+    assert_outputs(got, expected, [dt, sdt, sdt], ORACLE, names=["diff_src", "diff_gamma", "diff_beta"])
 
 
 # ------------------------------------------------------------------- GroupNorm
@@ -164,7 +158,7 @@ def test_groupnorm(fmt, dt, sdt, affine):
     w, b = (t64(v) for v in gamma_beta) if affine else (None, None)
     y = F.group_norm(xt, groups, w, b, eps=EPS)
     mean, var = stats_of(xt.reshape(2, groups, -1), (2,))
-    check_all(got, [from_ncx(y, fmt), mean, var], [dt, sdt, sdt], ["dst", "mean", "variance"])
+    assert_outputs(got, [from_ncx(y, fmt), mean, var], [dt, sdt, sdt], ORACLE, names=["dst", "mean", "variance"])
 
 
 # --------------------------------------------------------------------- RMSNorm
@@ -221,7 +215,7 @@ def test_batchnorm_backward_gradcheck(fmt, affine):
     got = reference64("BatchNormTrainingBackward", ins, [("f32", shape), ("f32", [c]), ("f32", [c])], attrs)
     names = ["diff_src", "diff_gamma", "diff_beta"]
     for g, n, name in zip(got, grads_of(forward, [x, gamma, beta], dy, names), names):
-        assert_grad_close(g, n, *GRADCHECK, what=name)
+        assert_grad_close(g, n, what=name)
 
 
 @pytest.mark.parametrize("bna", [-1, 1])
@@ -243,4 +237,4 @@ def test_layernorm_backward_gradcheck(bna, affine):
                       attrs)
     names = ["diff_src", "diff_gamma", "diff_beta"][:len(got)]
     for g, n, name in zip(got, grads_of(forward, [x, gamma, beta], dy, names), names):
-        assert_grad_close(g, n, *GRADCHECK, what=name)
+        assert_grad_close(g, n, what=name)

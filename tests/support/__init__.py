@@ -18,9 +18,9 @@ from .compiled import check_compiled, compiled_vs_reference, kernel_params
 from .gradcheck import assert_grad_close, numeric_grad
 from .graphs import (channels, corpus_files, inferred_shape, inferred_shapes, laid_out, one_op, reference64,
                      run_graph, run_one, run_single, single_op_graph, strides)
-from .torch_conv import NP, data, n64, t64, to_numpy, to_torch
+from .torch_conv import NP, data, n64, t64, to_numpy, to_torch, torch_dtype
 
 __all__ = ["NP", "assert_close", "assert_grad_close", "assert_outputs", "assert_same", "channels", "check_compiled",
            "compiled_vs_reference", "corpus_files", "data", "inferred_shape", "inferred_shapes", "kernel_params",
            "laid_out", "n64", "numeric_grad", "one_op", "reference64", "run_graph", "run_one", "run_single",
-           "single_op_graph", "strides", "t64", "to_numpy", "to_torch"]
+           "single_op_graph", "strides", "t64", "to_numpy", "to_torch", "torch_dtype"]

@@ -9,6 +9,8 @@ from graphc import tolerances
 from graphc.tolerances import COMPILED
 from graphc.types import DataType
 
+from .torch_conv import n64
+
 #: stored one value a byte: compared by value, not by the byte's spare bits
 _NIBBLES = (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4))
 
@@ -42,24 +44,26 @@ def assert_close(actual, expected, dt, table=None, what=""):
     tolerances.assert_close(a, e, dt, table, what)
 
 
-def assert_outputs(got, want, dtypes=None, table=COMPILED, exact=False, what=""):
+def assert_outputs(got, want, dtypes=None, table=COMPILED, exact=False, what="", names=None):
     """Every output of ``got`` against ``want``: both {id: array} (same ids) or both
-    sequences; ``dtypes`` one dtype each (by default the arrays' own); bit for bit
-    when ``exact``, else within ``table``."""
+    sequences (of equal length; torch tensors in ``want`` are read as float64);
+    ``dtypes`` one dtype each (by default the arrays' own); bit for bit when
+    ``exact``, else within ``table`` (COMPILED; ORACLE against torch).  Messages
+    name each output by ``names`` or by its id / position."""
     if isinstance(want, dict):
         assert got.keys() == want.keys(), f"{what}: outputs {sorted(got)} != {sorted(want)}"
-        names, got, want = list(want), [got[k] for k in want], list(want.values())
+        keys, got, want = list(want), [got[k] for k in want], list(want.values())
     else:
-        got, want = list(got), list(want)
+        got, want = list(got), [n64(e) if hasattr(e, "detach") else e for e in want]
         assert len(got) == len(want), f"{what}: {len(got)} outputs != {len(want)}"
-        names = range(len(want))
+        keys = range(len(want))
     if dtypes is None:
         dtypes = [DataType.from_numpy(np.asarray(a).dtype) for a in got]
     elif isinstance(dtypes, dict):
-        dtypes = [dtypes[k] for k in names]
+        dtypes = [dtypes[k] for k in keys]
+    names = [f"{what} {k}".strip() for k in keys] if names is None else names
     for name, a, e, dt in zip(names, got, want, dtypes):
-        where = f"{what} {name}".strip() if not isinstance(name, str) else name
         if exact:
-            assert_same(a, e, where)
+            assert_same(a, e, name)
         else:
-            assert_close(a, e, dt, table, where)
+            assert_close(a, e, dt, table, name)

@@ -18,15 +18,16 @@ class _Storage(dict):
 NP = _Storage()
 
 
-def data(rng, shape, dt="f32", positive=False, scale=1.0):
-    """Standard-normal data (times ``scale``; |.| + 0.5 when positive) stored as
-    ``dt``; complex for c64; integers for integer dtypes are not drawn here."""
-    if DataType.parse(dt) == DataType.c64:
+def data(rng, shape, dt="f32", positive=False):
+    """Standard-normal data (|.| + 0.5 when positive) stored as
+    ``dt`` (a graphc dtype name or a numpy dtype); complex parts for c64."""
+    np_dt = NP[dt] if isinstance(dt, str) else np.dtype(dt)
+    if np_dt == np.complex64:
         return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
-    x = rng.standard_normal(shape) * scale
+    x = rng.standard_normal(shape)
     if positive:
         x = np.abs(x) + 0.5
-    return x.astype(NP[dt])
+    return x.astype(np_dt)
 
 
 def _torch():
