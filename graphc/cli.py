@@ -39,7 +39,7 @@ def _cmd_partitions(args) -> int:
     from .jsonio import load_graph
     g = load_graph(args.file)
     if getattr(args, "passes", False):
-        from passes import run_pipeline
+        from .passes import run_pipeline
         run_pipeline(g, policy=args.policy, verbose=True, out=sys.stdout)
     for p in g.get_partitions(args.policy):
         sup = "supported" if p.is_supported() else "unsupported"

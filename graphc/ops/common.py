@@ -58,6 +58,12 @@ class Elementwise(OpSchema):
         emit_elementwise(kb, outs, ins, lambda kb_, vals: [self.source(op, *vals)])
 
 
+def is_pointwise(op) -> bool:
+    """Whether ``op`` computes each output element from the matching input elements
+    alone and lowers as an expression (fusion substitutes it into its consumers)."""
+    return isinstance(op.schema, Elementwise) and op.schema.supports_lowering(op)
+
+
 _F32_COMPUTE = frozenset({DataType.f32, DataType.bf16, DataType.f16, DataType.f8_e4m3, DataType.f8_e5m2})
 
 
@@ -147,5 +153,5 @@ def unbroadcast(g: np.ndarray, shape) -> np.ndarray:
     return g.reshape(shape)
 
 
-__all__ = ["Elementwise", "Unary", "UnaryBackward", "Binary", "AUTO_BROADCAST", "binary_shape", "unbroadcast",
+__all__ = ["is_pointwise", "Elementwise", "Unary", "UnaryBackward", "Binary", "AUTO_BROADCAST", "binary_shape", "unbroadcast",
            "same_shape_as", "merged_shape", "same_dtype", "F"]
