@@ -347,5 +347,23 @@ class KernelBuilder:
                 f"\n@njit({opts})\ndef {entry}({params}):\n" + "\n".join(body) + "\n")
 
 
+def as_stored(value, dtype: DataType) -> ir.Expr:
+    """``value`` as a tensor of ``dtype`` holds it, in its compute type (what a
+    store then a load would give): fused kernels keep values narrowed by a
+    TypeCast or a Quantize in registers this way."""
+    value = _value(value)
+    f = _STORE.get(dtype)
+    if f:
+        if value.dt != "f32":
+            value = ir.call("f64_to_f32_odd", value)
+        return ir.call(_LOAD[dtype], ir.call(f, value))
+    if dtype.is_int:
+        lo, hi = _INT_RANGE[dtype]
+        return ir.call("sat_round", value, lo, hi)
+    if dtype is DataType.f32:
+        return ir.f32(value)
+    return value
+
+
 def worth_parallel(work: int) -> bool:
     return work >= PARALLEL_THRESHOLD

@@ -60,7 +60,12 @@ class Elementwise(OpSchema):
 
 def is_pointwise(op) -> bool:
     """Whether ``op`` computes each output element from the matching input elements
-    alone and lowers as an expression (fusion substitutes it into its consumers)."""
+    alone and lowers as an expression, ``op.schema.source(op, *values)`` (fusion
+    substitutes it into its consumers).  Elementwise ops are; other kinds say so
+    with ``pointwise(op)`` (TypeCast, Reorder, per-tensor Quantize/Dequantize)."""
+    own = getattr(op.schema, "pointwise", None)
+    if own is not None:
+        return bool(own(op))
     return isinstance(op.schema, Elementwise) and op.schema.supports_lowering(op)
 
 

@@ -19,7 +19,8 @@ import math
 import numpy as np
 
 from ..codegen.elementwise import emit_elementwise
-from ..codegen.kernel import ArrayRef, num
+from ..codegen import ir
+from ..codegen.kernel import ArrayRef, as_stored, num
 from ..errors import InvalidGraphOp, RuntimeFault
 from ..types import DataType, LogicalTensor
 from .schema import Attr, DtypeTable, In, OpSchema, Out, all_positive, bad_shape, dims_equal, norm_axis
@@ -195,6 +196,17 @@ class _StaticQuant(OpSchema):
     def infer(self, op):
         return [op.inputs[0].shape]
 
+    def pointwise(self, op) -> bool:
+        """Per tensor, each dst element depends on its src element alone."""
+        return op.attr("qtype") == "per_tensor"
+
+    def source(self, op, x):
+        """The dst value in float64 (as the reference), as the dst dtype holds it."""
+        zps = op.attr("zps")
+        z = float(zps[0]) if zps else None
+        v = self.expr(ir.f64(x), float(op.attr("scales")[0]), z)
+        return as_stored(v, op.outputs[0].dtype)
+
     def params(self, op, src):
         scales = expand(op, np.asarray(op.attr("scales"), dtype=np.float64), src.shape)
         zps = op.attr("zps")
@@ -211,6 +223,10 @@ class Quantize(_StaticQuant):
         scales, zps = self.params(op, src)
         return (src / scales + zps,)
 
+    @staticmethod
+    def expr(x, s, z):
+        return x / s + (0.0 if z is None else z)
+
     def lower(self, op, kb, ins, outs):
         emit_quant(kb, op, quantize_expr, outs[0], ins[0], op.attr("scales"), op.attr("zps"))
 
@@ -224,6 +240,10 @@ class Dequantize(_StaticQuant):
     def reference(self, op, src):
         scales, zps = self.params(op, src)
         return ((src - zps) * scales,)
+
+    @staticmethod
+    def expr(x, s, z):
+        return x * s if z is None else (x - z) * s
 
     def lower(self, op, kb, ins, outs):
         emit_quant(kb, op, dequantize_expr, outs[0], ins[0], op.attr("scales"), op.attr("zps"))

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..codegen.elementwise import collapse
-from ..codegen.kernel import worth_parallel
+from ..codegen.kernel import as_stored, worth_parallel
 from ..codegen.loops import memory_order_nest, unravel
 from ..errors import InvalidGraphOp
 from .common import merged_shape
@@ -198,6 +198,13 @@ class SameShape(OpSchema):
 
     def reference(self, op, src):
         return (src,)
+
+    def pointwise(self, op) -> bool:
+        return True
+
+    def source(self, op, x):
+        """The value as dst holds it (a narrowing TypeCast rounds here)."""
+        return as_stored(x, op.outputs[0].dtype)
 
     def lower(self, op, kb, ins, outs):
         """Walks dst in its memory order; store_nd rounds to dst's dtype."""

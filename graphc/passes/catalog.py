@@ -259,6 +259,7 @@ def quantized_matmul():
     dw = p.op("Dequantize", p.input(), optional=True)
     mm = p.op(["MatMul", "Convolution", "ConvTranspose"], da, dw, label="mm")
     epilogue(p, p.op("BiasAdd", mm, optional=True))
+    p.check = lambda m: any(o.kind == "Dequantize" for o in m.ops)
     return p
 
 

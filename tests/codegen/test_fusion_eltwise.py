@@ -146,9 +146,10 @@ def test_other_chains(make, kinds):
     assert_one_loop_nest(check_against_reference(g))
 
 
-def test_intermediate_used_outside_is_not_fused_away():
-    """ReLU's output also feeds a Sigmoid outside the chain: it stays a partition
-    output, and both results are right."""
+def test_intermediate_used_outside_is_written_by_the_chain():
+    """ReLU's output also feeds a Sigmoid outside the chain: the fused kernel
+    writes it as a partition output (no second pass over x), and both results
+    are right."""
     b = GraphBuilder()
     x, c = b.tensor("f32", (4, 8)), b.tensor("f32", (8,))
     (r,) = b.op("ReLU", [x])
@@ -157,7 +158,9 @@ def test_intermediate_used_outside_is_not_fused_away():
     b.op("Sigmoid", [r])
     g = b.finalize()
     parts = g.get_partitions("fusion")
-    assert sorted(p.kind for p in parts) == ["Add+Tanh", "ReLU", "Sigmoid"]
+    assert sorted(p.kind for p in parts) == ["ReLU+Add+Tanh", "Sigmoid"]
+    chain = next(p for p in parts if len(p.ops) == 3)
+    assert sorted(t.id for t in chain.outputs) == [r.id, 4] and chain.plan.roles[r.id] == "written"
     check_against_reference(g)
 
 

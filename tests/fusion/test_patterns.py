@@ -300,3 +300,166 @@ def test_constant_partitions_run_once():
     again = cg.run({w.id: wv * 100, x.id: xv})
     np.testing.assert_array_equal(first[3], again[3])
     np.testing.assert_array_equal(first[3], np.abs(wv) + 1)
+
+
+# -- the catalog's newer patterns: one partition each, equal to the reference ------------------
+def _bn_params(b, c):
+    return [b.tensor("f32", [c]) for _ in range(4)]
+
+
+def test_bnorm_forward_training_relu():
+    b = GraphBuilder()
+    shape, c = [2, 3, 4, 5], 3
+    x = b.tensor("f32", shape)
+    mean, var, gamma, beta = _bn_params(b, c)
+    y = b.op("BatchNormForwardTraining", [x, mean, var, gamma, beta], out=[("f32", shape)] + [("f32", [c])] * 4,
+             attrs={"epsilon": 1e-3, "momentum": 0.1, "data_format": "NCX"})[0]
+    b.op("ReLU", [y])
+    p = _check_fused(b.finalize(), 2, "bnorm_fwd_train_relu")
+    assert p.plan.shape == "anchor" and p.plan.roles[y.id] == "register"
+
+
+def test_norm_swish_fork_rejoins_and_loads_once():
+    for kind, attrs, params in (("LayerNorm", {"keep_stats": False}, [32, 32]),
+                                ("GroupNorm", {"groups": 2, "keep_stats": False, "data_format": "NCX"}, [4, 4])):
+        b = GraphBuilder()
+        shape = [4, 32] if kind == "LayerNorm" else [2, 4, 8]
+        x = b.tensor("f32", shape)
+        ps = [b.tensor("f32", [n]) for n in params]
+        n = b.op(kind, [x] + ps, out=[("f32", shape)], attrs=attrs)[0]
+        s = b.op("Sigmoid", [n])[0]
+        b.op("Multiply", [n, s])
+        p = _check_fused(b.finalize(), 3, "norm_swish")
+        assert p.plan.shape == "anchor" and p.plan.epilogue == {1, 2}
+
+
+def test_swiglu_with_prologue_and_epilogue():
+    b = GraphBuilder()
+    x, s = b.tensor("f32", [4, 32]), b.tensor("f32", [16])
+    t = b.op("GELU", [x])[0]
+    y = b.op("SwiGlu", [t], out=[("f32", [4, 16])], attrs={"dim": -1})[0]
+    b.op("Multiply", [y, s])
+    p = _check_fused(b.finalize(), 3, "swiglu_prologue_epilogue")
+    assert p.plan.prologue == {0} and p.plan.epilogue == {2}
+    assert [k for k, _ in p.compile()._plan] == ["in", "in", "out"]
+
+
+def test_eltwise_into_dropout():
+    b = GraphBuilder()
+    x = b.tensor("f32", [4, 33])
+    seed, off, prob = b.tensor("s32", [1]), b.tensor("s32", [1]), b.tensor("f32", [1])
+    r = b.op("ReLU", [x])[0]
+    b.op("Dropout", [r, seed, off, prob], out=[("f32", [4, 33]), ("u8", [4, 33])])
+    g = b.finalize()
+    parts = g.get_partitions()
+    assert [p.pattern for p in parts] == ["eltwise_dropout"]
+    inputs = make_inputs(g, seed=2)
+    inputs[prob.id] = np.array([0.3], np.float32)
+    ref, out = reference.run(g, inputs), graphc.compile(g).run(inputs)
+    for tid in ref:
+        assert_close(out[tid], ref[tid], g.tensors[tid].dtype)
+
+
+def test_reorder_sum():
+    b = GraphBuilder()
+    x = b.tensor("f32", [4, 6], strides=[1, 4])
+    y = b.tensor("f32", [4, 6])
+    r = b.op("Reorder", [x], out=[("f32", [4, 6])])[0]
+    b.op("Add", [r, y], attrs={"auto_broadcast": "none"})
+    _check_fused(b.finalize(), 2, "reorder_sum")
+
+
+def _int8(attrs=None):
+    return {"qtype": "per_tensor", "axis": 1, "scales": [0.25], "zps": [2], **(attrs or {})}
+
+
+def test_typecast_quantize():
+    b = GraphBuilder()
+    x = b.tensor("bf16", [4, 16])
+    c = b.op("TypeCast", [x], out=[("f32", [4, 16])])[0]
+    b.op("Quantize", [c], out=[("s8", [4, 16])], attrs=_int8())
+    _check_fused(b.finalize(), 2, "typecast_quantize")
+
+
+def test_x8_reorder():
+    b = GraphBuilder()
+    x = b.tensor("u8", [4, 6])
+    d = b.op("Dequantize", [x], out=[("f32", [4, 6])], attrs=_int8())[0]
+    r = b.op("Reorder", [d], out=[("f32", [4, 6])])[0]
+    b.op("Quantize", [r], out=[("s8", [4, 6])], attrs=_int8({"zps": [0]}))
+    _check_fused(b.finalize(), 3, "x8_reorder")
+
+
+def test_int8_concat_of_n_dequantized_inputs():
+    b = GraphBuilder()
+    xs = [b.tensor("s8", [2, n, 4]) for n in (3, 1, 5)]
+    ds = [b.op("Dequantize", [x], out=[("f32", list(x.shape))], attrs=_int8())[0] for x in xs]
+    c = b.op("Concat", ds, out=[("f32", [2, 9, 4])], attrs={"axis": 1})[0]
+    b.op("Quantize", [c], out=[("s8", [2, 9, 4])], attrs=_int8())
+    _check_fused(b.finalize(), 5, "int8_concat")
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_s8f32s8_bnorm(relu):
+    b = GraphBuilder()
+    x = b.tensor("s8", [2, 3, 4, 4])
+    d = b.op("Dequantize", [x], out=[("f32", [2, 3, 4, 4])], attrs=_int8())[0]
+    y = b.op("BatchNormInference", [d] + _bn_params(b, 3), attrs={"epsilon": 1e-3, "data_format": "NCX"})[0]
+    if relu:
+        y = b.op("ReLU", [y])[0]
+    b.op("Quantize", [y], out=[("s8", [2, 3, 4, 4])], attrs=_int8())
+    _check_fused(b.finalize(), 4 if relu else 3, "s8f32s8_bnorm")
+
+
+def test_residual_and_swish_are_one_eltwise_chain():
+    b = GraphBuilder()
+    x, c = b.tensor("f32", [4, 8]), b.tensor("f32", [8])
+    a = b.op("Add", [x, c])[0]
+    s = b.op("Sigmoid", [a])[0]
+    m = b.op("Multiply", [a, s])[0]       # swish: a fork that rejoins
+    b.op("Add", [m, a])                   # residual
+    p = _check_fused(b.finalize(), 4, "eltwise_chain")
+    assert p.plan.shape == "eltwise"
+    assert [k for k, _ in p.compile()._plan] == ["in", "in", "out"]
+
+
+def test_two_branches_meeting_in_a_binary_op():
+    b = GraphBuilder()
+    x = b.tensor("f32", [4, 8])
+    e = b.op("Exp", [x])[0]
+    t = b.op("Tanh", [x])[0]
+    s = b.op("Subtract", [e, t])[0]
+    b.op("ReLU", [s])
+    p = _check_fused(b.finalize(), 4, "two_branches")
+    src = p.compile().source
+    assert src.count("a0[") == 1, src    # x is loaded once, for both branches
+
+
+def test_prologue_value_leaving_the_partition_is_not_fused():
+    """GELU's output is also a graph output: computed inside SwiGlu's loads, it
+    could not be written, so legality keeps GELU apart."""
+    b = GraphBuilder()
+    x = b.tensor("f32", [4, 32])
+    t = b.op("GELU", [x])[0]
+    y = b.op("SwiGlu", [t], out=[("f32", [4, 16])], attrs={"dim": -1})[0]
+    g = b.graph
+    g.set_ports(outputs=[t.id, y.id])
+    g.finalize()
+    assert sorted(p.kind for p in g.get_partitions()) == ["GELU", "SwiGlu"]
+
+
+def test_compute_op_epilogue_patterns_wait_for_their_kernels():
+    """MatMul's epilogue pattern matches, but legality keeps it apart while this
+    build has no MatMul kernel (the partition then reports itself unsupported)."""
+    from graphc.passes.catalog import catalog
+    b = GraphBuilder()
+    a, w, bias = b.tensor("f32", [4, 8]), b.tensor("f32", [8, 6]), b.tensor("f32", [6])
+    y = b.op("MatMul", [a, w], out=[("f32", [4, 6])])[0]
+    y = b.op("BiasAdd", [y, bias])[0]
+    b.op("ReLU", [y])
+    g = b.finalize()
+    ms = match_all(g, list(catalog()))
+    assert [m.pattern.name for m in ms] == ["matmul_post_ops"]
+    assert [o.kind for o in ms[0].ops] == ["MatMul", "BiasAdd", "ReLU"]
+    parts = g.get_partitions()
+    assert any(p.kind == "MatMul" and not p.is_supported() for p in parts)
