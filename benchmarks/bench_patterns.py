@@ -249,6 +249,9 @@ def child(case, policy, repeat):
     parts = g.get_partitions(policy)
     pattern = parts[0].pattern if len(parts) == 1 else None
     inputs = make_inputs(g, seed=0)
+    for op in g.ops.values():   # a dropout probability in [0, 1]
+        if op.kind == "Dropout":
+            inputs[op.input("probability").id] = np.array([0.25], np.float32)
     cg = graphc.compile(g, policy=policy)
     ms = timeit(lambda: cg.run(inputs), repeat)
     print(json.dumps({"ms": ms, "partitions": len(parts), "pattern": pattern}))

@@ -204,6 +204,8 @@ class _StaticQuant(OpSchema):
         """The dst value in float64 (as the reference), as the dst dtype holds it."""
         zps = op.attr("zps")
         z = float(zps[0]) if zps else None
+        if z == 0.0 and self.quantized == "src":
+            z = None   # x - 0.0 is x (Quantize's + 0.0 is kept: it maps -0.0 to +0.0)
         v = self.expr(ir.f64(x), float(op.attr("scales")[0]), z)
         return as_stored(v, op.outputs[0].dtype)
 

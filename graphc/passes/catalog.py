@@ -114,7 +114,7 @@ def bnorm_fwd_train_relu():
 
 
 def norm_swish():
-    p = Pattern("norm_swish", 9, "GroupNorm/LayerNorm -> swish (x * sigmoid(x)) -> post-ops -> [Quantize]")
+    p = Pattern("norm_swish", 9, "GroupNorm/LayerNorm/RMSNorm -> swish (x * sigmoid(x)) -> post-ops -> [Quantize]")
     n = p.op(["GroupNorm", "LayerNorm", "RMSNorm"], p.input())
     s = p.op("Sigmoid", n)
     epilogue(p, p.op("Multiply", n, s, either_order=True))

@@ -463,3 +463,64 @@ def test_compute_op_epilogue_patterns_wait_for_their_kernels():
     assert [o.kind for o in ms[0].ops] == ["MatMul", "BiasAdd", "ReLU"]
     parts = g.get_partitions()
     assert any(p.kind == "MatMul" and not p.is_supported() for p in parts)
+
+
+def test_a_path_leaving_and_coming_back_is_not_fused():
+    """ReLU -> Exp -> Add, where Add's other operand is computed outside from
+    ReLU's output (two transposes): a partition holding Add and ReLU could not be
+    ordered against the transposes, so the chain stops before Add."""
+    b = GraphBuilder()
+    x = b.tensor("f32", [4, 8])
+    r = b.op("ReLU", [x])[0]
+    t = b.op("StaticTranspose", [r], out=[("f32", [8, 4])], attrs={"order": [1, 0]})[0]
+    t = b.op("StaticTranspose", [t], out=[("f32", [4, 8])], attrs={"order": [1, 0]})[0]
+    e = b.op("Exp", [r])[0]
+    b.op("Add", [e, t])
+    g = b.finalize()
+    from graphc.passes.legality import convex
+    assert not convex(g, {0, 3, 4}) and convex(g, {0, 3})
+    kinds = sorted(p.kind for p in g.get_partitions())
+    assert kinds == ["Add", "ReLU+Exp", "StaticTranspose+StaticTranspose"]
+    inputs = make_inputs(g, seed=4)
+    out, ref = graphc.compile(g).run(inputs), reference.run(g, inputs)
+    for tid in ref:
+        assert_close(out[tid], ref[tid], g.tensors[tid].dtype)
+
+
+def test_partitions_command_shows_the_plan_and_readable_source(tmp_path, capsys):
+    from graphc.cli import main
+    from graphc.jsonio import save_graph
+    b = GraphBuilder()
+    x, c = b.tensor("f32", [4, 8]), b.tensor("f32", [8])
+    a = b.op("Add", [x, c])[0]
+    s = b.op("Sigmoid", [a])[0]
+    b.op("Multiply", [a, s])
+    path = tmp_path / "swish.json"
+    save_graph(b.finalize(), str(path))
+    assert main(["partitions", "--source", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "pattern eltwise_chain" in out and "plan: eltwise kernel" in out
+    body = out[out.index("def kernel"):]
+    assert body.count("a0[") == 1 and body.count("a1[") == 1, body   # each input loaded once
+
+
+def test_staged_plan_runs_several_anchors_in_one_kernel():
+    """SoftMax -> ReduceSum -> ReLU: two anchors; the plan stages them, SoftMax's
+    output through a scratch buffer, ReLU in ReduceSum's epilogue."""
+    from graphc.partition import Partition
+    from graphc.passes.legality import plan
+    b = GraphBuilder()
+    x = b.tensor("f32", [4, 8, 16])
+    s = b.op("SoftMax", [x], attrs={"axis": -1})[0]
+    r = b.op("ReduceSum", [s], out=[("f32", [4, 1, 16])], attrs={"axes": [1], "keep_dims": True})[0]
+    b.op("ReLU", [r])
+    g = b.finalize()
+    ops = g.topo_ops()
+    fp = plan(g, ops)
+    assert fp.shape == "staged" and fp.anchors == [0, 1]
+    assert fp.roles == {s.id: "scratch", r.id: "scratch", 3: "written"}
+    cp = Partition(0, g, ops, "staged", fp).compile()
+    assert [k for k, _ in cp._plan] == ["in", "out", "tmp", "tmp"]
+    inputs = make_inputs(g, seed=5)
+    out = cp.execute(inputs)
+    assert_close(out[3], reference.run(g, inputs)[3], g.tensors[3].dtype)
