@@ -26,8 +26,6 @@ from __future__ import annotations
 
 from . import ir
 from .elementwise import emit_elementwise
-from .kernel import worth_parallel
-from .loops import index_nest
 from ..ops.common import is_pointwise as is_eltwise
 
 
@@ -145,12 +143,30 @@ def lower_fused(kb, ops, refs, plan) -> bool:
 
 
 def _lower_eltwise(kb, ops, refs, values, outs) -> bool:
-    produced = {t.id for o in ops for t in o.outputs}
-    ins = []
-    for o in ops:
-        for t in o.inputs:
-            if t.id not in produced and all(r.lt.id != t.id for r in ins):
-                ins.append(refs[t.id])
+    _emit_pointwise(kb, refs, values, outs)
+    kb.ret(-1)
+    return True
+
+
+def _emit_pointwise(kb, refs, values, outs) -> None:
+    """One elementwise loop (the one emitter) storing ``outs``, tensors computed by
+    pointwise ops, from the tensors they are computed from (kernel arguments),
+    each loaded once per element."""
+    ins, seen = [], set()
+
+    def leaves(tid):
+        if tid in seen:
+            return
+        seen.add(tid)
+        op = values.producer.get(tid)
+        if op is None or not is_eltwise(op):
+            ins.append(refs[tid])
+            return
+        for t in op.inputs:
+            leaves(t.id)
+
+    for t in outs:
+        leaves(t.id)
 
     def compute(kb_, loaded):
         values.bound = {r.lt.id: v for r, v in zip(ins, loaded)}
@@ -160,8 +176,6 @@ def _lower_eltwise(kb, ops, refs, values, outs) -> bool:
             values.bound = {}
 
     emit_elementwise(kb, [refs[t.id] for t in outs], ins, compute)
-    kb.ret(-1)
-    return True
 
 
 def _downstream(ops, tids) -> set:
@@ -199,10 +213,9 @@ def _lower_staged(kb, ops, refs, values) -> bool:
     produced = {t.id for o in ops for t in o.outputs}
     for op in ops:
         if is_eltwise(op):
-            for t in op.outputs:
-                if t.id in refs:
-                    with index_nest(kb, t.shape, worth_parallel(t.nelems)) as ivars:
-                        kb.emit(refs[t.id].store_nd(ivars, values.at(t.id, t, list(ivars), t.shape)))
+            stored = [t for t in op.outputs if t.id in refs]
+            if stored:
+                _emit_pointwise(kb, refs, values, stored)
             continue
         ins = [refs[t.id] if t.id in refs or t.id not in produced else PrologueRef(t, values) for t in op.inputs]
         op.schema.lower(op, kb, ins, [refs[t.id] for t in op.outputs])
