@@ -96,11 +96,12 @@ def reduction_post_ops():
     return b
 
 
-def pre_swiglu():
+def swiglu_prologue_epilogue():
     b = _b()
-    x = b.tensor("f32", [N, 2 * C])
+    x, s = b.tensor("f32", [N, 2 * C]), b.tensor("f32", [C])
     y = b.op("GELU", [x])[0]
-    b.op("SwiGlu", [y], out=[("f32", [N, C])])
+    y = b.op("SwiGlu", [y], out=[("f32", [N, C])])[0]
+    b.op("Multiply", [y, s])
     return b
 
 
@@ -147,6 +148,47 @@ def swish():
     return b
 
 
+def two_branches():
+    b = _b()
+    x = b.tensor("f32", [N, C])
+    e = b.op("Exp", [x])[0]
+    t = b.op("Tanh", [x])[0]
+    b.op("Subtract", [e, t])
+    return b
+
+
+def x8_reorder():
+    b = _b()
+    x = b.tensor("s8", [N, C], strides=[1, N])
+    q = {"scales": [0.05], "zps": [0]}
+    y = b.op("Dequantize", [x], out=[("f32", [N, C])], attrs=q)[0]
+    y = b.op("Reorder", [y], out=[("f32", [N, C])])[0]
+    b.op("Quantize", [y], out=[("s8", [N, C])], attrs=q)
+    return b
+
+
+def int8_concat():
+    b = _b()
+    q = {"scales": [0.05], "zps": [3]}
+    xs = [b.tensor("u8", [N // 4, C]) for _ in range(4)]
+    ds = [b.op("Dequantize", [x], out=[("f32", [N // 4, C])], attrs=q)[0] for x in xs]
+    y = b.op("Concat", ds, out=[("f32", [N, C])], attrs={"axis": 0})[0]
+    b.op("Quantize", [y], out=[("u8", [N, C])], attrs=q)
+    return b
+
+
+def s8f32s8_bnorm():
+    b = _b()
+    q = {"scales": [0.05], "zps": [0]}
+    x = b.tensor("s8", IMG)
+    y = b.op("Dequantize", [x], out=[("f32", IMG)], attrs=q)[0]
+    params = [b.tensor("f32", [IMG[1]]) for _ in range(4)]
+    y = b.op("BatchNormInference", [y] + params, attrs={"epsilon": 0.001, "data_format": "NCX"})[0]
+    y = b.op("ReLU", [y])[0]
+    b.op("Quantize", [y], out=[("s8", IMG)], attrs=q)
+    return b
+
+
 def shuffle_chain():
     b = _b()
     x = b.tensor("f32", [64, 64, C])
@@ -182,8 +224,11 @@ def eltwise_dropout():
 
 CASES = {f.__name__: f for f in (
     relu_bwd_bnorm_bwd, bnorm_inference_relu, bnorm_fwd_train_relu, norm_post_ops, norm_swish, softmax_post_ops,
-    reduction_post_ops, pre_swiglu, swiglu_post_ops, ln_post_all_gather_post_ops, dequant_eltwise_quant,
-    eltwise_chain, swish, shuffle_chain, typecast_quantize, reorder_sum, eltwise_dropout)}
+    reduction_post_ops, swiglu_prologue_epilogue, swiglu_post_ops, ln_post_all_gather_post_ops,
+    dequant_eltwise_quant, eltwise_chain, swish, two_branches, shuffle_chain, typecast_quantize, reorder_sum,
+    x8_reorder, int8_concat, s8f32s8_bnorm, eltwise_dropout)}
+#: cases named for what they show rather than for the catalog pattern that fuses them
+PATTERN = {"swish": "eltwise_chain"}
 
 
 def timeit(fn, repeat):
@@ -204,6 +249,9 @@ def child(case, policy, repeat):
     parts = g.get_partitions(policy)
     pattern = parts[0].pattern if len(parts) == 1 else None
     inputs = make_inputs(g, seed=0)
+    for op in g.ops.values():   # a dropout probability in [0, 1]
+        if op.kind == "Dropout":
+            inputs[op.input("probability").id] = np.array([0.25], np.float32)
     cg = graphc.compile(g, policy=policy)
     ms = timeit(lambda: cg.run(inputs), repeat)
     print(json.dumps({"ms": ms, "partitions": len(parts), "pattern": pattern}))
@@ -219,7 +267,7 @@ def main():
         child(args.case[0], args.policy, args.repeat)
         return
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print("| pattern | fused ms | partitions (debug) | debug ms | debug / fused |")
+    print("| case | fused ms | partitions (debug) | debug ms | debug / fused |")
     print("|---|---|---|---|---|")
     for case in args.case or list(CASES):
         res = {}
@@ -235,7 +283,7 @@ def main():
         if "error" in f or "error" in d:
             print(f"| {case} | {f.get('error', '')} | | {d.get('error', '')} | |")
             continue
-        note = "" if f["partitions"] == 1 and f["pattern"] == case else \
+        note = "" if f["partitions"] == 1 and f["pattern"] == PATTERN.get(case, case) else \
             f" (fusion gave {f['partitions']} partitions, {f['pattern']})"
         print(f"| {case}{note} | {f['ms']:.2f} | {d['partitions']} | {d['ms']:.2f} | {d['ms'] / f['ms']:.2f}x |",
               flush=True)

@@ -39,11 +39,13 @@ def _cmd_partitions(args) -> int:
     from .jsonio import load_graph
     g = load_graph(args.file)
     if getattr(args, "passes", False):
-        from passes import run_pipeline
+        from .passes import run_pipeline
         run_pipeline(g, policy=args.policy, verbose=True, out=sys.stdout)
     for p in g.get_partitions(args.policy):
         sup = "supported" if p.is_supported() else "unsupported"
-        print(f"partition {p.id}: {p.kind} [{sup}]")
+        print(f"partition {p.id}: {p.kind} [{sup}]" + (f" pattern {p.pattern}" if p.pattern else ""))
+        if p.plan is not None:
+            print(f"  plan: {p.plan.describe()}")
         for op in p.ops:
             ins = ", ".join(f"{n}={t.id}" for n, t in zip(op.input_names, op.inputs))
             outs = ", ".join(f"{n}={t.id}" for n, t in zip(op.output_names, op.outputs))

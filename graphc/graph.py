@@ -38,6 +38,7 @@ class Graph:
         self._declared_inputs: list[int] | None = None
         self._declared_outputs: list[int] | None = None
         self.finalized = False
+        self._cache: dict = {}   # topological order and ports, once finalized (the graph no longer changes)
 
     # ------------------------------------------------------------------ building
     def add_op(self, op: Op) -> Op:
@@ -98,6 +99,7 @@ class Graph:
 
     def set_ports(self, inputs=None, outputs=None):
         """Declare the graph's input and output tensor ids (as JSON dumps do)."""
+        self._cache.clear()
         if inputs is not None:
             self._declared_inputs = [int(i) for i in inputs]
         if outputs is not None:
@@ -146,11 +148,27 @@ class Graph:
         return best
 
     # ------------------------------------------------------------------- queries
+    def _cached(self, key, compute):
+        """``compute()``, kept once the graph is finalized (it no longer changes)."""
+        if not self.finalized:
+            return compute()
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
     def topo_ops(self) -> list[Op]:
-        return [self.ops[i] for i in nx.lexicographical_topological_sort(self.nx)]
+        """Ops in topological order (ties by op id)."""
+        return list(self._cached("topo", lambda: [self.ops[i] for i in nx.lexicographical_topological_sort(self.nx)]))
 
     @property
     def input_ports(self) -> list[int]:
+        return list(self._cached("inputs", self._input_ports))
+
+    @property
+    def output_ports(self) -> list[int]:
+        return list(self._cached("outputs", self._output_ports))
+
+    def _input_ports(self) -> list[int]:
         """Tensor ids consumed but produced by no op: the declared ones (JSON
         input_ports) first, then any other such tensor in first-use order (dumps
         may leave weights out of input_ports)."""
@@ -161,8 +179,7 @@ class Graph:
                     out.append(t.id)
         return out
 
-    @property
-    def output_ports(self) -> list[int]:
+    def _output_ports(self) -> list[int]:
         """Tensor ids produced and consumed by no op (or consumed only by End)."""
         if self._declared_outputs is not None:
             return list(self._declared_outputs)

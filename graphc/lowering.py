@@ -47,9 +47,17 @@ def build_kernel(partition, ops, in_lts, out_lts):
     runner = collective_runner(ops)
     if runner is not None:
         return None, [], runner
-    kb, refs, plan = _builder(in_lts, out_lts)
-    if lower_fused(kb, ops, refs):
-        return kb.source(), plan, None
+    fusion = getattr(partition, "plan", None)
+    if fusion is not None and len(ops) > 1:
+        kb, refs, plan = _builder(in_lts, out_lts)
+        for op in ops:
+            for t in op.outputs:
+                if t.id not in refs and fusion.roles.get(t.id) == "scratch":
+                    refs[t.id] = kb.arg(t, "t")
+                    plan.append(("tmp", t))
+        if lower_fused(kb, ops, refs, fusion):
+            return kb.source(), plan, None
+    # one op after another, through scratch buffers
     kb, refs, plan = _builder(in_lts, out_lts)
     for op in ops:
         for t in op.outputs:

@@ -7,8 +7,9 @@ from .types import LogicalTensor
 class Partition:
     """A set of ops of one graph with its input and output logical tensors."""
 
-    def __init__(self, pid: int, graph, ops: list, kind: str = ""):
+    def __init__(self, pid: int, graph, ops: list, kind: str = "", plan=None):
         self.id = pid
+        self.plan = plan       # passes.legality.FusionPlan of a fused partition (None: one op)
         self.graph = graph
         self.ops = list(ops)
         self.pattern = kind
@@ -17,9 +18,11 @@ class Partition:
         ids = {op.id for op in self.ops}
         produced = {t.id for op in self.ops for t in op.outputs}
         ins: list[LogicalTensor] = []
+        seen = set()
         for op in self.ops:
             for t in op.inputs:
-                if t.id not in produced and t.id not in [x.id for x in ins]:
+                if t.id not in produced and t.id not in seen:
+                    seen.add(t.id)
                     ins.append(graph.tensors[t.id])
         outs: list[LogicalTensor] = []
         graph_outs = set(graph.output_ports)
@@ -52,9 +55,9 @@ def partition_graph(graph, policy: str = "fusion") -> list[Partition]:
     from .errors import InvalidArguments
     if policy not in ("fusion", "debug"):
         raise InvalidArguments("unknown partition policy", expected="'fusion' or 'debug'", found=repr(policy))
-    from passes import run_pipeline
+    from .passes import run_pipeline
     ctx = run_pipeline(graph.finalize(), policy)
-    parts = [Partition(i, graph, ops, kind=name) for i, (name, ops) in enumerate(ctx.groups)]
+    parts = [Partition(i, graph, ops, kind=name, plan=plan) for i, (name, ops, plan) in enumerate(ctx.groups)]
     for p in parts:
         p.constant = all(op.id in ctx.constant_ops for op in p.ops)
     return parts

@@ -15,20 +15,18 @@ substituted into their consumers as IR expressions.
   elementwise ops (on partition inputs only, such as a residual branch) are
   computed wherever their value is needed.
 
-Which partitions have these shapes, and which tensors leave them, is decided by
-the fusion legality pass; :func:`lower_fused` returns False for any other shape
-(several anchors), and the ops then lower one after another into one kernel
-through scratch buffers.
+* Several anchors (staged): each lowers itself in turn, anchor outputs read
+  inside going through scratch buffers, pointwise values computed where read.
+
+Which shape a partition has, and which tensors stay in registers, leave it or
+go through scratch, is decided in one place, the legality pass
+(graphc/passes/legality.py), whose plan the partition carries.
 """
 from __future__ import annotations
 
 from . import ir
 from .elementwise import emit_elementwise
-from ..ops.common import Elementwise
-
-
-def is_eltwise(op) -> bool:
-    return isinstance(op.schema, Elementwise) and op.schema.supports_lowering(op)
+from ..ops.common import is_pointwise as is_eltwise
 
 
 def aligned(ivars, shape, tshape) -> list:
@@ -124,35 +122,51 @@ class EpilogueRef(_Virtual):
         return stmts
 
 
-def lower_fused(kb, ops, refs) -> bool:
-    """Emit the partition ``ops`` as one fused kernel into ``kb`` (whose arguments
-    ``refs`` maps by tensor id: partition inputs and outputs); False when the
-    partition is not of a fused shape (see the module doc)."""
-    if len(ops) < 2:
-        return False
-    anchors = [o for o in ops if not is_eltwise(o)]
+def lower_fused(kb, ops, refs, plan) -> bool:
+    """Emit the partition ``ops`` as one fused kernel into ``kb`` following its
+    ``plan`` (passes.legality.FusionPlan: the kernel's shape, its anchors and which
+    tensors stay in registers); ``refs`` maps tensor ids to kernel arguments
+    (partition inputs and outputs, and scratch buffers of a staged plan).
+    False when an anchor's lowering reads or writes a fused tensor other than
+    through load_nd / store_nd (the caller then lowers op by op)."""
     values = _Values(ops, refs)
-    produced = {t.id for o in ops for t in o.outputs}
-    outs = [t for o in ops for t in o.outputs if t.id in refs]
     try:
-        if not anchors:
-            return _lower_eltwise(kb, ops, refs, values, outs, produced)
-        if len(anchors) > 1:
-            return False
-        return _lower_anchor(kb, ops, anchors[0], refs, values, outs, produced)
+        if plan.shape == "eltwise":
+            outs = [t for o in ops for t in o.outputs if t.id in refs]
+            return _lower_eltwise(kb, ops, refs, values, outs)
+        anchors = [o for o in ops if o.id in plan.anchors]
+        if plan.shape == "anchor":
+            return _lower_anchor(kb, ops, anchors[0], refs, values)
+        return _lower_staged(kb, ops, refs, values)
     except NotFusable:
         return False
 
 
-def _lower_eltwise(kb, ops, refs, values, outs, produced) -> bool:
-    shape = outs[0].shape
-    if any(t.shape != shape for t in outs):
-        return False
-    ins = []
-    for o in ops:
-        for t in o.inputs:
-            if t.id not in produced and all(r.lt.id != t.id for r in ins):
-                ins.append(refs[t.id])
+def _lower_eltwise(kb, ops, refs, values, outs) -> bool:
+    _emit_pointwise(kb, refs, values, outs)
+    kb.ret(-1)
+    return True
+
+
+def _emit_pointwise(kb, refs, values, outs) -> None:
+    """One elementwise loop (the one emitter) storing ``outs``, tensors computed by
+    pointwise ops, from the tensors they are computed from (kernel arguments),
+    each loaded once per element."""
+    ins, seen = [], set()
+
+    def leaves(tid):
+        if tid in seen:
+            return
+        seen.add(tid)
+        op = values.producer.get(tid)
+        if op is None or not is_eltwise(op):
+            ins.append(refs[tid])
+            return
+        for t in op.inputs:
+            leaves(t.id)
+
+    for t in outs:
+        leaves(t.id)
 
     def compute(kb_, loaded):
         values.bound = {r.lt.id: v for r, v in zip(ins, loaded)}
@@ -162,8 +176,6 @@ def _lower_eltwise(kb, ops, refs, values, outs, produced) -> bool:
             values.bound = {}
 
     emit_elementwise(kb, [refs[t.id] for t in outs], ins, compute)
-    kb.ret(-1)
-    return True
 
 
 def _downstream(ops, tids) -> set:
@@ -175,7 +187,10 @@ def _downstream(ops, tids) -> set:
     return seen
 
 
-def _lower_anchor(kb, ops, anchor, refs, values, outs, produced) -> bool:
+def _lower_anchor(kb, ops, anchor, refs, values) -> bool:
+    """The anchor lowers itself; its inputs computed in the partition are
+    PrologueRefs, its output 0 an EpilogueRef when pointwise ops consume it."""
+    produced = {t.id for o in ops for t in o.outputs}
     local = dict(refs)
     for t in anchor.inputs:
         if t.id in produced:
@@ -183,16 +198,26 @@ def _lower_anchor(kb, ops, anchor, refs, values, outs, produced) -> bool:
     out0 = anchor.outputs[0]
     after = _downstream(ops, [out0.id]) - {out0.id}
     if after:
-        stored = [t for t in outs if t.id in after or t.id == out0.id]
+        stored = [t for o in ops for t in o.outputs if t.id in refs and (t.id in after or t.id == out0.id)]
         local[out0.id] = EpilogueRef(out0, values, stored, kb)
-        if any(t.shape != out0.shape for t in stored):
-            return False
-    anchor_outs = {t.id for t in anchor.outputs}
-    if any(t.id not in after and t.id not in anchor_outs for t in outs):
-        return False   # a prologue value leaving the partition, or one computed from other anchor outputs
-    for t in anchor.outputs:
-        if t.id not in local:
-            return False
     anchor.schema.lower(anchor, kb, [local[t.id] for t in anchor.inputs], [local[t.id] for t in anchor.outputs])
+    kb.ret(-1)
+    return True
+
+
+def _lower_staged(kb, ops, refs, values) -> bool:
+    """Ops in order: each anchor lowers itself (inputs computed in registers as
+    PrologueRefs, outputs into scratch or partition outputs); a pointwise op whose
+    value must be stored gets a loop over its shape; other pointwise values are
+    computed where they are read."""
+    produced = {t.id for o in ops for t in o.outputs}
+    for op in ops:
+        if is_eltwise(op):
+            stored = [t for t in op.outputs if t.id in refs]
+            if stored:
+                _emit_pointwise(kb, refs, values, stored)
+            continue
+        ins = [refs[t.id] if t.id in refs or t.id not in produced else PrologueRef(t, values) for t in op.inputs]
+        op.schema.lower(op, kb, ins, [refs[t.id] for t in op.outputs])
     kb.ret(-1)
     return True

@@ -359,7 +359,7 @@ FUNCS = {
     "bits_to_f32": lambda a: "f32", "f32_to_bits": lambda a: "int",
     # graphc.codegen.fastmath helpers
     "exp_neg_f32": lambda a: "f32", "exp_le0_f32": lambda a: "f32", "sigmoid_f32": lambda a: "f32",
-    "fsum": lambda a: "f64",
+    "fsum": lambda a: "f64", "tanh_f32": lambda a: "f32", "erfc_f32": lambda a: "f32", "gelu_erf_f32": lambda a: "f32",
 }
 
 
@@ -489,6 +489,33 @@ def _bodies(stmt):
     if isinstance(stmt, If):
         return [stmt.body, stmt.orelse]
     return []
+
+
+def calls(stmts) -> set:
+    """Names of the functions the statements (and their nested bodies) call."""
+    out = set()
+
+    def visit(e):
+        if isinstance(e, Expr):
+            for n in walk(e):
+                if n.op == "call":
+                    out.add(n.args[0])
+                elif n.op == "raw":
+                    out.update(f for f in FUNCS if f + "(" in n.args[0])
+
+    for s in stmts:
+        if isinstance(s, (Raw, RawBlock)):   # (transitional text: the names it calls)
+            text = s.text if isinstance(s, Raw) else s.header
+            out.update(f for f in FUNCS if f + "(" in text)
+        for v in vars(s).values():
+            if isinstance(v, Expr):
+                visit(v)
+            elif isinstance(v, tuple):
+                for x in v:
+                    visit(x)
+        for body in _bodies(s):
+            out |= calls(body)
+    return out
 
 
 def walk(e: Expr):

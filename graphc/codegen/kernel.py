@@ -169,6 +169,10 @@ class ArrayRef:
         value = _value(value)
         at = ir.u64(_ix(idx))
         f = _STORE.get(self.dtype)
+        narrowed = _narrowed(value, self.dtype)
+        if narrowed is not None:
+            # already as this dtype holds it (as_stored): store its bits as they are
+            return ir.Store(self.buf, at, narrowed)
         if f:
             # values computed in f64 round to odd in f32 first, so the narrowing
             # rounds once, as the reference does
@@ -360,11 +364,46 @@ class KernelBuilder:
         return {f"{p}{i}" for p, n in self._names.items() for i in range(n)} | {a.name for a in self.args}
 
     def source(self, entry: str = "kernel") -> str:
+        from .fastmath import use_helpers_called
+        use_helpers_called(self, ir.calls(self.body))
         opts = "cache=True, nogil=True, error_model='numpy'" + (", parallel=True" if self.parallel else "")
         params = ", ".join(a.name for a in self.args)
         body = print_body(self.body, 1, self._taken()) if self.body else ["    pass"]
         return (HEADER + "\n" + "".join(h + "\n\n" for h in self.helpers) +
                 f"\n@njit({opts})\ndef {entry}({params}):\n" + "\n".join(body) + "\n")
+
+
+def _narrowed(value: ir.Expr, dtype: DataType):
+    """The stored form of ``value`` when :func:`as_stored` made it for ``dtype``
+    (the bits of a narrow float, a saturated integer), else None."""
+    if value.op != "call":
+        return None
+    fn, args = value.args
+    if dtype.is_int and fn == "sat_round" and dtype in _INT_RANGE:
+        lo, hi = _INT_RANGE[dtype]
+        if len(args) == 3 and all(a.op == "const" for a in args[1:]) and (args[1].args[0], args[2].args[0]) == (lo, hi):
+            return value
+    if _LOAD.get(dtype) == fn and args and args[0].op == "call" and args[0].args[0] == _STORE[dtype]:
+        return args[0]
+    return None
+
+
+def as_stored(value, dtype: DataType) -> ir.Expr:
+    """``value`` as a tensor of ``dtype`` holds it, in its compute type (what a
+    store then a load would give): fused kernels keep values narrowed by a
+    TypeCast or a Quantize in registers this way."""
+    value = _value(value)
+    f = _STORE.get(dtype)
+    if f:
+        if value.dt != "f32":
+            value = ir.call("f64_to_f32_odd", value)
+        return ir.call(_LOAD[dtype], ir.call(f, value))
+    if dtype.is_int:
+        lo, hi = _INT_RANGE[dtype]
+        return ir.call("sat_round", value, lo, hi)
+    if dtype is DataType.f32:
+        return ir.f32(value)
+    return value
 
 
 def worth_parallel(work: int) -> bool:

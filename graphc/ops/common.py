@@ -50,6 +50,16 @@ class Elementwise(OpSchema):
         emit_elementwise(kb, outs, ins, lambda kb_, vals: [self.source(op, *vals)])
 
 
+def is_pointwise(op) -> bool:
+    """Whether ``op`` computes each output element from the matching input elements
+    alone, as ``op.schema.source(op, *values)`` (fusion substitutes it into its
+    consumers): an Elementwise op that lowers, unless its ``pointwise(op)`` says
+    otherwise (per-channel Quantize/Dequantize)."""
+    if not (isinstance(op.schema, Elementwise) and op.schema.supports_lowering(op)):
+        return False
+    own = getattr(op.schema, "pointwise", None)
+    return own is None or bool(own(op))
+
 
 class Unary(Elementwise):
     """dst = f(src), elementwise; f32/bf16/f16 with src and dst alike."""
@@ -137,5 +147,5 @@ def unbroadcast(g: np.ndarray, shape) -> np.ndarray:
     return g.reshape(shape)
 
 
-__all__ = ["Elementwise", "Unary", "UnaryBackward", "Binary", "AUTO_BROADCAST", "binary_shape", "unbroadcast",
+__all__ = ["is_pointwise", "Elementwise", "Unary", "UnaryBackward", "Binary", "AUTO_BROADCAST", "binary_shape", "unbroadcast",
            "same_shape_as", "merged_shape", "same_dtype", "F"]

@@ -29,6 +29,16 @@ class PositiveSrc:
         return (0.25, 4.0) if index == 0 else super().input_range(op, index)
 
 
+def tanh(x):
+    """tanh in the kernel: the vectorizable float32 helper for float32 math."""
+    return ir.call("tanh_f32", x) if x.dt == "f32" else ir.call("math.tanh", x)
+
+
+def sigmoid(x):
+    """sigmoid in the kernel: the vectorizable float32 helper for float32 math."""
+    return ir.call("sigmoid_f32", x) if x.dt == "f32" else ir.call("sigmoid", x)
+
+
 def _sigmoid(x):
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
@@ -96,7 +106,9 @@ class GELU(Unary):
 
     def expr(self, op, x):
         if op.attr("mode") == "gelu_tanh":
-            return 0.5 * x * (1.0 + ir.call("math.tanh", SQRT_2_PI * (x + 0.044715 * x * x * x)))
+            return 0.5 * x * (1.0 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x)))
+        if x.dt == "f32":
+            return ir.call("gelu_erf_f32", x)
         return 0.5 * x * (1.0 + ir.call("math.erf", x * (1 / math.sqrt(2.0))))
 
 
@@ -150,7 +162,7 @@ class Mish(Unary):
         return x * np.tanh(_softplus(x))
 
     def expr(self, op, x):
-        return x * ir.call("math.tanh", ir.call("softplus", x, 1.0))
+        return x * tanh(ir.call("softplus", x, 1.0))
 
 
 class Pow(PositiveSrc, Unary):
@@ -204,7 +216,7 @@ class Sigmoid(Unary):
         return _sigmoid(x)
 
     def expr(self, op, x):
-        return ir.call("sigmoid", x)
+        return sigmoid(x)
 
 
 class SoftPlus(Unary):
@@ -246,7 +258,7 @@ class Tanh(Unary):
         return np.tanh(x)
 
     def expr(self, op, x):
-        return ir.call("math.tanh", x)
+        return tanh(x)
 
 
 # ------------------------------------------------------------------ backward ops
@@ -384,7 +396,7 @@ class SigmoidBackward(UnaryBackward):
     def expr(self, op, x, dy):
         if op.attr("use_dst"):
             return dy * x * (1.0 - x)
-        return dy * ir.call("sigmoid", x) * (1.0 - ir.call("sigmoid", x))
+        return dy * sigmoid(x) * (1.0 - sigmoid(x))
 
 
 class SoftPlusBackward(UnaryBackward):
@@ -396,7 +408,7 @@ class SoftPlusBackward(UnaryBackward):
         return dy * _sigmoid(op.attr("beta") * x)
 
     def expr(self, op, x, dy):
-        return dy * ir.call("sigmoid", float(op.attr("beta")) * x)
+        return dy * sigmoid(float(op.attr("beta")) * x)
 
 
 class SqrtBackward(PositiveSrc, UnaryBackward):
@@ -429,4 +441,4 @@ class TanhBackward(UnaryBackward):
     def expr(self, op, x, dy):
         if op.attr("use_dst"):
             return dy * (1.0 - x * x)
-        return dy * (1.0 - ir.call("math.tanh", x) ** 2)
+        return dy * (1.0 - tanh(x) ** 2)

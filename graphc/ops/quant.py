@@ -23,7 +23,7 @@ import numpy as np
 
 from ..codegen import ir
 from ..codegen.elementwise import emit_elementwise
-from ..codegen.kernel import ArrayRef
+from ..codegen.kernel import ArrayRef, as_stored
 from ..errors import InvalidGraphOp, RuntimeFault
 from ..types import DataType, LogicalTensor
 from .common import Elementwise
@@ -203,14 +203,21 @@ class _StaticQuant(Elementwise):
     #: quantize_expr or dequantize_expr
     formula = staticmethod(quantize_expr)
 
+    def pointwise(self, op) -> bool:
+        """Per tensor, each dst element depends on its src element alone; per
+        channel, the scale varies with an index an expression of src does not know."""
+        return op.attr("qtype") == "per_tensor"
+
     def expr(self, op, x):
-        if op.attr("qtype") != "per_tensor":
-            # the scale varies with the channel index, which an expression of x does not know
+        """The dst value in float64 (as the reference), as the dst dtype holds it
+        (saturated and rounded: what a consumer in a fused kernel must see)."""
+        if not self.pointwise(op):
             from ..codegen.fusion import NotFusable
             raise NotFusable()
         zps = op.attr("zps")
-        return self.formula(_f64(x), ir.const(float(op.attr("scales")[0]), "f64"),
-                            None if zps is None else ir.const(float(zps[0]), "f64"))
+        z = None if zps is None or (self.quantized == "src" and zps[0] == 0) else float(zps[0])
+        v = self.formula(_f64(x), ir.const(float(op.attr("scales")[0]), "f64"), None if z is None else ir.const(z, "f64"))
+        return as_stored(v, op.outputs[0].dtype)
 
     def lower(self, op, kb, ins, outs):
         emit_quant(kb, op, self.formula, outs[0], ins[0], op.attr("scales"), op.attr("zps"))

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ..codegen.elementwise import collapse
-from ..codegen.kernel import worth_parallel
+from ..codegen.kernel import as_stored, worth_parallel
 from ..codegen.loops import linear, memory_order_nest, unravel
 from ..errors import InvalidGraphOp
 from .common import Elementwise, merged_shape
@@ -198,7 +198,9 @@ class SameShape(Elementwise):
         return (src,)
 
     def expr(self, op, x):
-        return x
+        """The value as dst holds it (a narrowing TypeCast rounds here, so a fused
+        consumer sees what the reference's TypeCast gives)."""
+        return as_stored(x, op.outputs[0].dtype)
 
     def lower(self, op, kb, ins, outs):
         """Walks dst in its memory order, rows by columns (a dense f32 -> bf16 cast

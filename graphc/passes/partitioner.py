@@ -1,5 +1,5 @@
-"""Partitioning: fused matches and single ops become groups, ordered so that
-every group runs after the groups producing its inputs."""
+"""Partitioning: fused matches (with their kernel plans) and single ops become
+groups, ordered so that every group runs after the groups producing its inputs."""
 from __future__ import annotations
 
 import networkx as nx
@@ -20,12 +20,12 @@ class Partitioner(Pass):
         for m in ctx.matches:
             for o in m.ops:
                 group_of[o.id] = len(groups)
-            groups.append((m.pattern.name, list(m.ops)))
+            groups.append((m.pattern.name, list(m.ops), m.plan))
         for o in g.topo_ops():
             if o.id in group_of or o.id not in ctx.live or o.kind in MARKERS:
                 continue
             group_of[o.id] = len(groups)
-            groups.append(("", [o]))
+            groups.append(("", [o], None))
         dag = nx.DiGraph()
         dag.add_nodes_from(range(len(groups)))
         for a, b in g.nx.edges():
@@ -35,4 +35,4 @@ class Partitioner(Pass):
         order = list(nx.lexicographical_topological_sort(dag))
         ctx.groups = [groups[i] for i in order]
         return [f"partition {i}: {name or 'single op'} {[o.id for o in ops]}"
-                for i, (name, ops) in enumerate(ctx.groups)]
+                for i, (name, ops, _) in enumerate(ctx.groups)]

@@ -17,7 +17,7 @@ class PassContext:
     live: set = field(default_factory=set)            # op ids that contribute to an output
     constant_ops: set = field(default_factory=set)    # op ids computable from constant tensors only
     matches: list = field(default_factory=list)       # passes.pattern.Match
-    groups: list = field(default_factory=list)        # [(pattern name or "", [ops])] in execution order
+    groups: list = field(default_factory=list)        # [(pattern name or "", [ops], FusionPlan or None)] in order
     log: list = field(default_factory=list)           # [(pass name, [changes])]
 
 

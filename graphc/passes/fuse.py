@@ -1,0 +1,20 @@
+"""Fusion: apply the catalog (passes/catalog.py) with the pattern engine; the
+legality pass (passes/legality.py) judges each match and plans its kernel."""
+from __future__ import annotations
+
+from .catalog import catalog
+from .legality import accept
+from .manager import Pass
+from .pattern import match_all
+
+
+class Fuse(Pass):
+    name = "fusion"
+
+    def run(self, ctx):
+        if ctx.policy != "fusion":
+            return ["policy 'debug': no fusion, one partition per op"]
+        g = ctx.graph
+        ctx.matches = match_all(g, list(catalog()), accept(g, ctx.live, ctx.constant_ops))
+        return [f"{m.pattern.name}: ops {[o.id for o in m.ops]} ({' -> '.join(o.kind for o in m.ops)}); "
+                f"{m.plan.describe()}" for m in ctx.matches]

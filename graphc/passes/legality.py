@@ -1,0 +1,213 @@
+"""Fusion legality: the one place that decides whether a set of ops may become
+one fused partition, and what its kernel does with each tensor.
+
+A fused partition lowers to one kernel of one of three shapes:
+
+* ``eltwise``: pointwise ops only (``Elementwise``: unary, binary, typecasts,
+  ...), one loop over the frame (the shape every written tensor shares); each
+  partition input is loaded once per element and every value in between stays
+  in registers.
+* ``anchor``: one op that is not pointwise (a norm, a softmax, a reduction,
+  SwiGlu, Concat, Dropout, ...) with a *prologue* (pointwise ops whose values
+  flow into the anchor's inputs: computed inside the anchor's loads) and an
+  *epilogue* (pointwise ops downstream of the anchor's output 0: computed where
+  the anchor stores, its value bound once).  Pointwise ops on partition inputs
+  only (a residual branch) are computed where the epilogue needs them.
+* ``staged``: several anchors, one after another in one kernel; anchor outputs
+  that stay inside go through scratch buffers, pointwise values are computed
+  where they are read.
+
+Tensor roles (:class:`FusionPlan.roles`): ``register`` (computed and consumed
+inside the kernel, never stored), ``written`` (leaves the partition: a graph
+output or read by an op outside), ``scratch`` (materialised between stages).
+
+A set of ops is legal when every op lowers, the set is convex (no path leaves
+it and comes back, else the partitions could not be ordered), no prologue
+value must be written (it is computed inside the anchor's loads, maybe in
+several passes), the anchor's other outputs do not feed its epilogue, written
+epilogue values have the anchor's output shape, and fusing moves no more bytes
+than not fusing (a prologue re-read by an anchor making several passes over
+its input may cost more than its intermediate tensor: then it stays apart).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ops.common import is_pointwise
+
+
+@dataclass
+class FusionPlan:
+    shape: str                                   # "eltwise", "anchor" or "staged"
+    anchors: list = field(default_factory=list)  # op ids of the non-pointwise ops, in order
+    roles: dict = field(default_factory=dict)    # tensor id -> "register" | "written" | "scratch"
+    prologue: set = field(default_factory=set)   # op ids (anchor shape)
+    epilogue: set = field(default_factory=set)   # op ids (anchor shape)
+
+    def describe(self) -> str:
+        kept = sorted(t for t, r in self.roles.items() if r == "register")
+        written = sorted(t for t, r in self.roles.items() if r == "written")
+        scratch = sorted(t for t, r in self.roles.items() if r == "scratch")
+        return (f"{self.shape} kernel; in registers: {kept or 'none'}; written: {written or 'none'}"
+                + (f"; scratch: {scratch}" if scratch else ""))
+
+
+class Illegal(Exception):
+    """Why a set of ops cannot fuse (a reason for the pass log)."""
+
+
+def plan(graph, ops, live=None) -> FusionPlan:
+    """The kernel plan of ``ops`` fused, or raise :class:`Illegal`."""
+    ids = {o.id for o in ops}
+    for o in ops:
+        if o.kind == "End" or hasattr(o.schema, "runner"):
+            raise Illegal(f"op {o.id} ({o.kind}) is not computation")
+        if not o.schema.supports_lowering(o):
+            raise Illegal(f"op {o.id} ({o.kind}) has no kernel in this build")
+    if not convex(graph, ids):
+        raise Illegal("a path leaves the ops and comes back")
+    produced = {t.id: o for o in ops for t in o.outputs}
+    outs = set(graph.output_ports)
+    leaving = {tid for tid in produced
+               if tid in outs or not graph.consumers.get(tid)
+               or any(c not in ids for c, _ in graph.consumers.get(tid, []))}
+    anchors = [o for o in ops if not is_pointwise(o)]
+    roles = {tid: ("written" if tid in leaving else "register") for tid in produced}
+    if not anchors:
+        frame = {tuple(graph.tensors[t].shape) for t in leaving}
+        if len(frame) != 1:
+            raise Illegal(f"pointwise outputs of different shapes {sorted(frame)}")
+        return FusionPlan("eltwise", [], roles)
+    if len(anchors) == 1:
+        return _anchor_plan(graph, ops, anchors[0], roles, produced)
+    for a in anchors:   # what one stage computes and a later one reads goes through memory
+        for t in a.outputs:
+            if roles[t.id] == "register":
+                roles[t.id] = "scratch"
+    return FusionPlan("staged", [a.id for a in anchors], roles)
+
+
+def _anchor_plan(graph, ops, anchor, roles, produced) -> FusionPlan:
+    ids = {o.id for o in ops}
+    out0 = anchor.outputs[0].id
+    after = {out0}
+    epi = set()
+    for o in ops:   # ops are in topological order
+        if o.id != anchor.id and any(t.id in after for t in o.inputs):
+            epi.add(o.id)
+            after.update(t.id for t in o.outputs)
+    upstream = set()
+    frontier = [t.id for t in anchor.inputs if t.id in produced]
+    while frontier:
+        tid = frontier.pop()
+        o = produced[tid]
+        if o.id in upstream:
+            continue
+        upstream.add(o.id)
+        frontier.extend(t.id for t in o.inputs if t.id in produced)
+    if upstream & epi:
+        raise Illegal("a value computed after the anchor flows back into it")
+    for o in ops:
+        if o.id in upstream:
+            for t in o.outputs:
+                if roles[t.id] == "written":
+                    raise Illegal(f"prologue tensor {t.id} leaves the partition "
+                                  "(it is computed inside the anchor's loads)")
+    others = {t.id for t in anchor.outputs[1:]}
+    for o in ops:
+        if o.id in epi and any(t.id in others for t in o.inputs):
+            raise Illegal("the epilogue reads an anchor output other than output 0")
+    shape0 = tuple(anchor.outputs[0].shape)
+    for o in ops:
+        if o.id in epi:
+            for t in o.outputs:
+                if roles[t.id] == "written" and tuple(t.shape) != shape0:
+                    raise Illegal(f"epilogue tensor {t.id} has shape {list(t.shape)}, "
+                                  f"not the anchor's {list(shape0)}")
+    side = ids - upstream - epi - {anchor.id}
+    for o in ops:
+        if o.id in side:
+            for t in o.outputs:
+                if roles[t.id] == "written":
+                    raise Illegal(f"tensor {t.id} of a side branch leaves the partition")
+    _check_profit(graph, anchor, produced, upstream)
+    return FusionPlan("anchor", [anchor.id], roles, upstream, epi)
+
+
+def _check_profit(graph, anchor, produced, upstream) -> None:
+    """A prologue read ``p`` times by the anchor (``input_passes``) re-reads its
+    inputs ``p`` times: fuse only if that moves no more bytes than writing the
+    intermediate once and reading it ``p`` times."""
+    passes = getattr(anchor.schema, "input_passes", None)
+    for port, t in enumerate(anchor.inputs):
+        if t.id not in produced:
+            continue
+        p = passes(anchor, port) if passes else 1
+        if p <= 1:
+            continue
+        leaves = _leaf_inputs(t.id, produced)
+        fused = p * sum(_nbytes(graph.tensors[x]) for x in leaves)
+        apart = sum(_nbytes(graph.tensors[x]) for x in leaves) + (1 + p) * _nbytes(t)
+        if fused > apart:
+            raise Illegal(f"the anchor reads input {port} {p} times: its prologue would re-read "
+                          f"{fused} bytes against {apart} apart")
+
+
+def _leaf_inputs(tid, produced) -> set:
+    out, stack, seen = set(), [tid], set()
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        o = produced.get(x)
+        if o is None:
+            out.add(x)
+        else:
+            stack.extend(t.id for t in o.inputs)
+    return out
+
+
+def _nbytes(t) -> int:
+    n = 1
+    for d in t.shape:
+        n *= max(d, 1)
+    return n * t.dtype.np.itemsize
+
+
+def convex(graph, ids: set) -> bool:
+    """No path from an op of ``ids`` through an op outside back into ``ids``."""
+    topo = graph._cached("topo_pos", lambda: {o.id: i for i, o in enumerate(graph.topo_ops())})
+    last = max(topo[i] for i in ids)
+    stack = [c for i in ids for t in graph.ops[i].outputs for c, _ in graph.consumers.get(t.id, [])
+             if c not in ids]
+    seen = set()
+    while stack:
+        c = stack.pop()
+        if c in seen or topo[c] > last:
+            continue
+        seen.add(c)
+        for t in graph.ops[c].outputs:
+            for d, _ in graph.consumers.get(t.id, []):
+                if d in ids:
+                    return False
+                stack.append(d)
+    return True
+
+
+def accept(graph, live=None, constant=()):
+    """The engine's ``accept``: a match is taken when its ops are live, not
+    folded constants, and legal together; the plan is kept on the match."""
+    def judge(m) -> bool:
+        if any((live is not None and o.id not in live) or o.id in constant for o in m.ops):
+            return False
+        try:
+            m.plan = plan(graph, m.ops)
+        except Illegal as e:
+            m.rejected = str(e)
+            return False
+        return True
+    return judge
+
+
+__all__ = ["FusionPlan", "Illegal", "plan", "convex", "accept"]
