@@ -54,7 +54,7 @@ class _Values:
             return self.refs[tid].load_nd(aligned(ivars, shape, lt.shape))
         args = [self.at(t.id, t, ivars, shape) for t in op.inputs]
         out = op.schema.source(op, *args)
-        return out if isinstance(out, ir.Expr) else ir.raw(f"({out})")
+        return out
 
 
 class NotFusable(Exception):
@@ -107,10 +107,10 @@ class EpilogueRef(_Virtual):
     def store_nd(self, ivars, value) -> list:
         ivars = list(ivars)
         stmts = []
-        if not isinstance(value, ir.Expr) or value.op == "raw" or not value.is_leaf:
+        if not value.is_leaf:
             # the anchor's value, once: its consumers read the name
-            v = ir.var(self.kb.fresh("y"), value.dt if isinstance(value, ir.Expr) else "f64")
-            stmts.append(ir.Let(v, value if isinstance(value, ir.Expr) else ir.raw(str(value))))
+            v = ir.var(self.kb.fresh("y"), value.dt)
+            stmts.append(ir.Let(v, value))
             value = v
         self.values.bound = {self.lt.id: value}
         try:

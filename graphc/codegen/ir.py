@@ -183,8 +183,6 @@ class Expr:
         from .printer import expr_source
         return expr_source(self)
 
-    __format__ = lambda self, spec: str(self)  # noqa: E731 - the bridge for lowerings still writing text
-
     def __repr__(self):
         return f"Expr({self.op}, {self.dt}: {self})"
 
@@ -448,26 +446,6 @@ class Return:
     value: Expr
 
 
-def raw(text: str, dt: str = "f64") -> Expr:
-    """Source text written by a lowering not yet on the IR (never bound to a
-    temporary: what it reads is unknown)."""
-    return Expr("raw", (text,), dt)
-
-
-@dataclass
-class RawBlock:
-    """A block under a header line written as text (transitional, like Raw)."""
-    header: str
-    body: list = field(default_factory=list)
-
-
-@dataclass
-class Raw:
-    """A line of source written by a lowering not yet on the IR (a barrier to
-    common-subexpression elimination)."""
-    text: str
-
-
 def writes(stmt) -> set:
     """Names a statement (with its nested bodies) assigns or stores into."""
     if isinstance(stmt, (Let, Assign)):
@@ -484,7 +462,7 @@ def writes(stmt) -> set:
 
 
 def _bodies(stmt):
-    if isinstance(stmt, (For, While, RawBlock)):
+    if isinstance(stmt, (For, While)):
         return [stmt.body]
     if isinstance(stmt, If):
         return [stmt.body, stmt.orelse]
@@ -500,13 +478,8 @@ def calls(stmts) -> set:
             for n in walk(e):
                 if n.op == "call":
                     out.add(n.args[0])
-                elif n.op == "raw":
-                    out.update(f for f in FUNCS if f + "(" in n.args[0])
 
     for s in stmts:
-        if isinstance(s, (Raw, RawBlock)):   # (transitional text: the names it calls)
-            text = s.text if isinstance(s, Raw) else s.header
-            out.update(f for f in FUNCS if f + "(" in text)
         for v in vars(s).values():
             if isinstance(v, Expr):
                 visit(v)
@@ -526,5 +499,5 @@ def walk(e: Expr):
 
 
 __all__ = ["Expr", "const", "var", "array", "typename", "binop", "compare", "select", "cast", "f32", "f64", "i64",
-           "u64", "call", "load", "promote", "Let", "Assign", "Store", "For", "While", "If", "Return", "Raw", "RawBlock", "raw",
+           "u64", "call", "load", "promote", "Let", "Assign", "Store", "For", "While", "If", "Return",
            "writes", "walk", "FUNCS"]

@@ -7,7 +7,6 @@ by :func:`num` from validated values.  Nothing from a graph or JSON file.
 from __future__ import annotations
 
 import math
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -57,45 +56,10 @@ def num(v) -> str:
     return repr(v)
 
 
-#: a float literal of generated source (digits with a point and/or an exponent),
-#: or numpy's inf / nan, not part of an identifier or of a longer number
-_FLOAT_LITERAL = re.compile(r"(?<![\w.])(\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|np\.inf|np\.nan)(?![\w.])")
-
-
-def f32_literals(expr: str) -> str:
-    """``expr`` with every float literal typed float32.  numba types a Python float
-    literal float64, and float32 op float64 is float64: an expression over
-    float32 values would compute in float64, at half the vector width.  (Integer
-    literals in comparisons and powers leave float32 alone.)"""
-    return _FLOAT_LITERAL.sub(r"np.float32(\1)", expr)
-
-
-def compute_dtype(dt: DataType) -> str:
-    """The numba scalar type name values of ``dt`` are computed in."""
-    if dt is DataType.f64:
-        return "np.float64"
-    if dt is DataType.c64:
-        return "np.complex64"
-    if dt.is_float:
-        return "np.float32"
-    if dt is DataType.boolean:
-        return "np.bool_"
-    return "np.int64"
-
-
-def unsigned(idx) -> str:
-    """An index expression as unsigned: numba then skips its negative-index
-    wraparound, whose per-element select turns vector loads and stores into
-    gathers and scatters (kernel offsets are never negative)."""
-    return f"np.uint64({idx})"
-
-
 def _ix(v):
-    """An index given as an expression, a name (transitional) or a number."""
+    """An index given as an expression or a number."""
     if isinstance(v, ir.Expr):
         return v
-    if isinstance(v, str):
-        return ir.var(v) if v.isidentifier() else ir.raw(v, "int")
     return ir.const(int(v))
 
 
@@ -112,7 +76,9 @@ def offset_expr(ivars, shape, strides) -> ir.Expr:
 
 
 def _value(v) -> ir.Expr:
-    return v if isinstance(v, ir.Expr) else ir.raw(str(v), "f64") if isinstance(v, str) else ir.const(v)
+    if isinstance(v, str):
+        raise TypeError("kernel values are IR expressions, not source text")
+    return v if isinstance(v, ir.Expr) else ir.const(v)
 
 
 @dataclass
@@ -223,15 +189,14 @@ class KernelBuilder:
 
     # -- statements ------------------------------------------------------------------------
     def emit(self, stmt) -> None:
+        """Append an IR statement (or a list of them) to the current block."""
         if isinstance(stmt, (list, tuple)):
             for s in stmt:
                 self.emit(s)
         elif isinstance(stmt, str):
-            self._stack[-1].append(ir.Raw(stmt))
+            raise TypeError("kernels are built from IR statements, not source text")
         else:
             self._stack[-1].append(stmt)
-
-    line = emit   # (transitional name: a str is a line of source)
 
     def let(self, value, prefix: str = "v") -> ir.Expr:
         """Bind ``value`` to a fresh name; returns the name as an expression."""
@@ -339,22 +304,6 @@ class KernelBuilder:
         st = ir.While(cond, [])
         with self._into(st, st.body):
             yield
-
-    @contextmanager
-    def block(self, header: str):
-        """(transitional) a block under a header line of text."""
-        st = ir.RawBlock(header, [])
-        with self._into(st, st.body):
-            yield
-
-    def loop(self, var: str, extent, parallel: bool = False):
-        """(transitional) ``for var in range(extent)`` with the name and extent given."""
-        if parallel:
-            self.parallel = True
-        if isinstance(extent, (int, ir.Expr)) or (isinstance(extent, str) and "," not in extent):
-            st = ir.For(ir.var(var), ir.const(0), _ix(extent), [], parallel)
-            return self._into(st, st.body)
-        return self.block(f"for {var} in {'prange' if parallel else 'range'}({extent}):")
 
     @property
     def lines(self) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from .ir import Assign, Expr, For, If, Let, Raw, RawBlock, Return, Store, While, writes
+from .ir import Assign, Expr, For, If, Let, Return, Store, While, writes
 
 #: binding strength of each operator (higher binds tighter)
 _PREC = {"|": 4, "^": 5, "&": 6, "<<": 7, ">>": 7, "+": 8, "-": 8, "*": 9, "/": 9, "//": 9, "%": 9, "**": 11}
@@ -53,7 +53,7 @@ class _Printer:
             if text.startswith("-") and prec > _UNARY_PREC:
                 return f"({text})"
             return text
-        if op in ("var", "raw"):
+        if op == "var":
             return a[0]
         if op == "type":
             return a[0]
@@ -88,7 +88,9 @@ class _Printer:
             text = f"~{self.expr(a[0], _UNARY_PREC)}"
             return f"({text})" if _UNARY_PREC < prec else text
         if op == "not":
-            text = f"not {self.expr(a[0], _NOT_PREC)}"
+            # the operand in parentheses unless a leaf: `not (a >= 0) & (a <= 1)` reads wrong
+            inner = self.expr(a[0], _NOT_PREC)
+            text = f"not {inner}" if a[0].is_leaf or a[0].op in ("call", "load") else f"not ({inner})"
             return f"({text})" if _NOT_PREC <= prec else text
         if op == "select":
             c, x, y = a
@@ -152,24 +154,10 @@ def _occurrences(e: Expr, out: list, guarded: bool = False):
 
 
 def _worth_binding(e: Expr) -> bool:
-    """Calls, arithmetic and loads: not array constructors (each makes a new array),
-    nor anything holding transitional text."""
+    """Calls, arithmetic and loads: not array constructors (each makes a new array)."""
     if e.op == "cast" and e.args[1].is_leaf:
         return False   # a conversion of a name or number costs less than a temporary reads
-    return not (e.op == "call" and e.dt == "arr") and e.dt != "type" and not _has_raw(e)
-
-
-def _has_raw(e: Expr) -> bool:
-    return any(n.op == "raw" for n in _walk(e))
-
-
-def _barrier(s) -> bool:
-    """A statement whose effects are unknown (text, or text inside)."""
-    if isinstance(s, (Raw, RawBlock)):
-        return True
-    if any(_has_raw(e) for e in _stmt_exprs(s)) and not isinstance(s, Store):
-        return True
-    return False
+    return not (e.op == "call" and e.dt == "arr") and e.dt != "type"
 
 
 class BlockPrinter:
@@ -177,7 +165,6 @@ class BlockPrinter:
         self.names, self.indent = names, indent
         self.lines: list[str] = []
         self.aliases: dict = {}   # a let whose value another let names already: that name
-        self.may_alias = True     # False while text lines may read any name
 
     def block(self, stmts: list, depth: int) -> None:
         if not stmts:
@@ -189,7 +176,7 @@ class BlockPrinter:
         pr = _Printer(bound)
         pad = self.indent * depth
         for s in stmts:
-            if self.may_alias and isinstance(s, Let) and s.value in bound and s.value.op != "var":
+            if isinstance(s, Let) and s.value in bound and s.value.op != "var":
                 # the same value under another name: read the first name
                 self.aliases[s.target] = bound[s.target] = bound[s.value]
                 continue
@@ -213,12 +200,8 @@ class BlockPrinter:
                     counts.get(self._key(s.value, version), 0) >= 2:
                 bound[s.value] = s.target.args[0]
             # what the statement writes makes temporaries reading it stale
-            w = writes(s) if not _barrier(s) else None
-            if w is None:
-                bound.clear()
-                version = {k: v + 1 for k, v in version.items()}
-                version["\0raw"] = version.get("\0raw", 0) + 1
-            elif w:
+            w = writes(s)
+            if w:
                 for n in w:
                     version[n] = version.get(n, 0) + 1
                 for node in [k for k in bound if k.reads & w]:
@@ -226,7 +209,7 @@ class BlockPrinter:
 
     @staticmethod
     def _key(node: Expr, version: dict):
-        return node, tuple(sorted((n, version.get(n, 0)) for n in node.reads)), version.get("\0raw", 0)
+        return node, tuple(sorted((n, version.get(n, 0)) for n in node.reads))
 
     def _count(self, stmts) -> dict:
         """Occurrences of each (expression, versions of what it reads), not counting
@@ -256,24 +239,14 @@ class BlockPrinter:
             if not isinstance(s, While):
                 for e in _stmt_exprs(s):
                     visit(e, False)
-            w = writes(s) if not _barrier(s) else None
-            if w is None:
-                version = {k: v + 1 for k, v in version.items()}
-                version["\0raw"] = version.get("\0raw", 0) + 1
-            else:
-                for n in w:
-                    version[n] = version.get(n, 0) + 1
+            for n in writes(s):
+                version[n] = version.get(n, 0) + 1
         return counts
 
     def _stmt(self, s, pr: _Printer, depth: int) -> None:
         pad = self.indent * depth
         out = self.lines
-        if isinstance(s, Raw):
-            out.append(pad + s.text)
-        elif isinstance(s, RawBlock):
-            out.append(pad + s.header)
-            self.block(s.body, depth + 1)
-        elif isinstance(s, (Let, Assign)):
+        if isinstance(s, (Let, Assign)):
             tgt = s.target.args[0]
             v = s.value
             if (isinstance(s, Assign) and v.op == "bin" and v.args[0] in ("+", "-", "*") and v.args[1] == s.target
@@ -338,22 +311,9 @@ def names_in(stmts) -> set:
             out.add(s.target.args[0])
         if isinstance(s, While):
             expr_names(s.cond)
-        for body in ([s.body] if isinstance(s, (For, While, RawBlock)) else [s.body, s.orelse] if isinstance(s, If) else []):
+        for body in ([s.body] if isinstance(s, (For, While)) else [s.body, s.orelse] if isinstance(s, If) else []):
             out |= names_in(body)
     return out
-
-
-def _any_text(stmts) -> bool:
-    for s in stmts:
-        if isinstance(s, (Raw, RawBlock)) or any(_has_raw(e) for e in _stmt_exprs(s)):
-            return True
-        if isinstance(s, While) and _has_raw(s.cond):
-            return True
-        for body in ([s.body] if isinstance(s, (For, While, RawBlock)) else [s.body, s.orelse] if isinstance(s, If)
-                     else []):
-            if _any_text(body):
-                return True
-    return False
 
 
 def _walk(e: Expr):
@@ -366,6 +326,5 @@ def print_body(stmts: list, depth: int = 1, taken: set | None = None) -> list[st
     """The source lines of a function body."""
     taken = set(taken or ()) | names_in(stmts)
     bp = BlockPrinter(Names(taken))
-    bp.may_alias = not _any_text(stmts)
     bp.block(stmts, depth)
     return bp.lines

@@ -7,22 +7,9 @@ import pytest
 
 import graphc
 from graphc.builder import GraphBuilder
-from graphc.codegen.kernel import f32_literals
 from graphc.fill import make_inputs
 
 from support import one_op
-
-
-def test_f32_literals_types_every_float_literal():
-    src = "x0 * 0.5 + a1[np.uint64(b0 + j0)] * 1e-05 - 2.5E+3 / np.inf + (y3 if x0 > 0 else 0.0) ** 2 + -np.nan"
-    assert f32_literals(src) == (
-        "x0 * np.float32(0.5) + a1[np.uint64(b0 + j0)] * np.float32(1e-05) - np.float32(2.5E+3) / "
-        "np.float32(np.inf) + (y3 if x0 > 0 else np.float32(0.0)) ** 2 + -np.float32(np.nan)")
-
-
-@pytest.mark.parametrize("src", ["o12[np.uint64(i0 * 4096 + j1)] = e3", "x1e5 + y2.real", "math.erf(x0)", "3 ** 2"])
-def test_f32_literals_leaves_names_and_integers(src):
-    assert f32_literals(src) == src
 
 
 def _variable_types(g) -> str:
