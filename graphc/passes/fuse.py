@@ -15,6 +15,10 @@ class Fuse(Pass):
         if ctx.policy != "fusion":
             return ["policy 'debug': no fusion, one partition per op"]
         g = ctx.graph
-        ctx.matches = match_all(g, list(catalog()), accept(g, ctx.live, ctx.constant_ops))
+        rejected: list = []
+        ctx.matches = match_all(g, list(catalog()), accept(g, ctx.live, ctx.constant_ops, rejected))
+        taken = {o.id for m in ctx.matches for o in m.ops}
         return [f"{m.pattern.name}: ops {[o.id for o in m.ops]} ({' -> '.join(o.kind for o in m.ops)}); "
-                f"{m.plan.describe()}" for m in ctx.matches]
+                f"{m.plan.describe()}" for m in ctx.matches] + \
+               [f"{m.pattern.name}: ops {[o.id for o in m.ops]} not fused: {why}" for m, why in rejected
+                if not any(o.id in taken for o in m.ops[:1])]

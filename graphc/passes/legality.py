@@ -195,16 +195,18 @@ def convex(graph, ids: set) -> bool:
     return True
 
 
-def accept(graph, live=None, constant=()):
+def accept(graph, live=None, constant=(), rejected=None):
     """The engine's ``accept``: a match is taken when its ops are live, not
-    folded constants, and legal together; the plan is kept on the match."""
+    folded constants, and legal together; the plan is kept on the match, and
+    why a match was refused appended to ``rejected`` (a list) if given."""
     def judge(m) -> bool:
         if any((live is not None and o.id not in live) or o.id in constant for o in m.ops):
             return False
         try:
             m.plan = plan(graph, m.ops)
         except Illegal as e:
-            m.rejected = str(e)
+            if rejected is not None:
+                rejected.append((m, str(e)))
             return False
         return True
     return judge

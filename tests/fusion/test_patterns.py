@@ -509,3 +509,26 @@ def test_staged_plan_runs_several_anchors_in_one_kernel():
     inputs = make_inputs(g, seed=5)
     out = cp.execute(inputs)
     assert_outputs({3: out[3]}, reference.run(g, inputs), {3: g.tensors[3].dtype})
+
+
+def test_a_prologue_reread_too_often_stays_apart(monkeypatch):
+    """Legality weighs bytes: a prologue that the anchor would re-read in many
+    passes (``input_passes``) costs more than writing its value once."""
+    from graphc.ops import get_schema
+    b = GraphBuilder()
+    shape, c = [2, 3, 4, 5], 3
+    src, rsrc, dy = (b.tensor("f32", shape) for _ in range(3))
+    mean, var, gamma = (b.tensor("f32", [c]) for _ in range(3))
+    d = b.op("ReLUBackward", [rsrc, dy], attrs={"use_dst": False})[0]
+    b.op("BatchNormTrainingBackward", [src, d, mean, var, gamma], out=[("f32", shape), ("f32", [c]), ("f32", [c])],
+         attrs={"epsilon": 0.01, "data_format": "NCX"})
+    g = b.finalize()
+    bn = type(get_schema("BatchNormTrainingBackward"))
+    monkeypatch.setattr(bn, "input_passes", lambda self, op, port: 2, raising=False)
+    assert len(g.get_partitions()) == 1        # 2 passes over 2 prologue inputs: 4 reads against 5 apart
+    monkeypatch.setattr(bn, "input_passes", lambda self, op, port: 4, raising=False)
+    ctx = run_pipeline(g, "fusion")
+    assert not ctx.matches                     # 8 reads against 7 apart
+    (log,) = [c for name, changes in ctx.log if name == "fusion" for c in changes]
+    assert "relu_bwd_bnorm_bwd" in log and "not fused" in log and "reads input 1 4 times" in log
+    assert len(g.get_partitions()) == 2
