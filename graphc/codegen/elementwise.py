@@ -7,6 +7,7 @@ flat loop.
 """
 from __future__ import annotations
 
+from . import ir
 from .kernel import ArrayRef, KernelBuilder, worth_parallel
 from .loops import linear, unravel
 
@@ -39,15 +40,69 @@ def collapse(shape, strides_list):
     return dims, sl
 
 
+#: the side of the square tiles a transposing loop walks (32 x 32 f32: 4 KB a tensor)
+TILE = 32
+#: an inner-loop stride (elements) from which each step lands on another cache line
+FAR = 16
+
+
+def tile_dim(dims, in_strides):
+    """The dim to walk in tiles with the innermost one, when an input reads the
+    innermost dim far apart (a transpose) and another dim nearly contiguously;
+    else None.  (Walking rows then would touch one cache line per element; a
+    tile reuses each line for the next TILE elements.)"""
+    if len(dims) < 2 or dims[-1] < TILE:
+        return None
+    for s in in_strides:
+        if abs(s[-1]) >= FAR:
+            near = [d for d in range(len(dims) - 1) if s[d] and abs(s[d]) < FAR and dims[d] >= TILE // 4]
+            if near:
+                return min(near, key=lambda d: abs(s[d]))
+    return None
+
+
+def _tiled(kb, dims, strides, k, par, body) -> None:
+    """Loops over TILE x TILE tiles of dims ``k`` and the innermost (threads take
+    tiles), the other dims outside."""
+    others = [d for d in range(len(dims) - 1) if d != k]
+    na, nb = -(-dims[k] // TILE), -(-dims[-1] // TILE)
+    n = na * nb
+    for d in others:
+        n *= dims[d]
+    with kb.for_(n, "tile", par) as t:
+        idx = unravel(kb, t, [dims[d] for d in others] + [na, nb])
+        a0 = kb.let((idx[-2] if idx[-2] is not None else 0) * TILE, "ta")
+        b0 = kb.let((idx[-1] if idx[-1] is not None else 0) * TILE, "tb")
+        with kb.for_(ir.call("min", a0 + TILE, dims[k]), "ia", start=a0) as a:
+            with kb.for_(ir.call("min", b0 + TILE, dims[-1]), "ib", start=b0) as b:
+                ivars = [None] * len(dims)
+                for d, v in zip(others, idx):
+                    ivars[d] = v
+                ivars[k], ivars[-1] = a, b
+                body([linear(ivars, s) for s in strides])
+
+
+def _frame(outs, ins):
+    """(dims, strides per array): the outputs' shape in the first output's memory
+    order (largest stride outermost, stable for ties), contiguous dims merged."""
+    shape = outs[0].shape
+    all_strides = [aligned_strides(a, shape) for a in list(outs) + list(ins)]
+    order = sorted(range(len(shape)), key=lambda k: -all_strides[0][k] if shape[k] > 1 else 0)
+    return collapse([shape[k] for k in order], [[s[k] for k in order] for s in all_strides])
+
+
+def transposes(outs, ins) -> bool:
+    """Whether the elementwise loop over these arrays walks tiles (an input read
+    across its layout: see :func:`tile_dim`)."""
+    dims, strides = _frame(outs, ins)
+    return tile_dim(dims, strides[len(outs):]) is not None
+
+
 def emit_elementwise(kb: KernelBuilder, outs: list[ArrayRef], ins: list[ArrayRef], compute) -> None:
     """Emit a loop over the outputs' shape; ``compute(kb, values)`` returns one
     expression per output from the loaded input values (bound to names)."""
-    shape = outs[0].shape
     arrs = list(outs) + list(ins)
-    all_strides = [aligned_strides(a, shape) for a in arrs]
-    # memory order of the first output: largest stride outermost (stable for ties)
-    order = sorted(range(len(shape)), key=lambda k: -all_strides[0][k] if shape[k] > 1 else 0)
-    dims, strides = collapse([shape[k] for k in order], [[s[k] for k in order] for s in all_strides])
+    dims, strides = _frame(outs, ins)
     total = 1
     for d in dims:
         total *= d
@@ -71,6 +126,10 @@ def emit_elementwise(kb: KernelBuilder, outs: list[ArrayRef], ins: list[ArrayRef
     if not outer:
         with kb.for_(inner, "i", par) as i:
             body([linear([i], s) for s in strides])
+        return
+    k = tile_dim(dims, strides[len(outs):])
+    if k is not None:
+        _tiled(kb, dims, strides, k, par, body)
         return
     with kb.for_(rows, "r", par and rows > 1) as r:
         idx = unravel(kb, r, outer)

@@ -183,9 +183,13 @@ class KernelBuilder:
         return ref
 
     def fresh(self, prefix: str) -> str:
-        n = self._names.get(prefix, 0)
-        self._names[prefix] = n + 1
-        return f"{prefix}{n}"
+        """A new name ``prefix<n>``, never an argument's (a0, o1, t2, ...)."""
+        taken = {a.name for a in self.args}
+        while True:
+            n = self._names.get(prefix, 0)
+            self._names[prefix] = n + 1
+            if f"{prefix}{n}" not in taken:
+                return f"{prefix}{n}"
 
     # -- statements ------------------------------------------------------------------------
     def emit(self, stmt) -> None:
@@ -325,6 +329,8 @@ class KernelBuilder:
 def _narrowed(value: ir.Expr, dtype: DataType):
     """The stored form of ``value`` when :func:`as_stored` made it for ``dtype``
     (the bits of a narrow float, a saturated integer), else None."""
+    if dtype.is_int and dtype in _INT_RANGE and _int_consts_within(value, *_INT_RANGE[dtype]):
+        return value   # (a mask's 0 and 1)
     if value.op != "call":
         return None
     fn, args = value.args
@@ -335,6 +341,13 @@ def _narrowed(value: ir.Expr, dtype: DataType):
     if _LOAD.get(dtype) == fn and args and args[0].op == "call" and args[0].args[0] == _STORE[dtype]:
         return args[0]
     return None
+
+
+def _int_consts_within(e: ir.Expr, lo: int, hi: int) -> bool:
+    """An integer constant in [lo, hi], or a select between such constants."""
+    if e.op == "const":
+        return e.dt == "int" and lo <= e.args[0] <= hi
+    return e.op == "select" and all(_int_consts_within(x, lo, hi) for x in e.args[1:])
 
 
 def as_stored(value, dtype: DataType) -> ir.Expr:

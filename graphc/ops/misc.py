@@ -95,6 +95,10 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
     return c0, c1, c2, c3"""
 
 
+#: pieces of work a parallel Dropout kernel is cut into, at the least
+MIN_PIECES = 64
+
+
 class Dropout(OpSchema):
     """mask = U(seed, offset) > probability; dst = mask * src / (1 - probability).
 
@@ -141,7 +145,10 @@ class Dropout(OpSchema):
         return (dst, mask.astype(np.uint8))[:len(op.outputs)]
 
     def lower(self, op, kb, ins, outs):
-        """One Philox block per 4 elements (row-major), as :func:`dropout_uniform`."""
+        """Philox blocks of 4 elements (row-major), as :func:`dropout_uniform`: per row
+        of the last dim, the words of the blocks covering it go to a scratch array
+        (Philox is scalar work), then one loop over the row keeps or drops each
+        element, a loop that vectorizes with whatever a fused prologue computes."""
         src, seed, offset, prob = ins
         p = kb.let(ir.f64(prob.load(0)), "p")
         with kb.if_(~((p >= 0.0) & (p <= 1.0))):
@@ -153,19 +160,36 @@ class Dropout(OpSchema):
             kb.helpers.append(PHILOX_KERNEL_SOURCE)
         low, bits = _u64(0xFFFFFFFF), _u64(32)
         n = src.lt.nelems
-        with kb.for_((n + 3) // 4, "blk", worth_parallel(n)) as blk:
-            b = ir.u64(blk)
-            # (a tuple of four words: indexed like an array)
-            words = kb.let(ir.call("philox4x32_10", b & low, b >> bits, ctr & low, ctr >> bits, key & low,
-                                   key >> bits, dt="arr:u64"), "w")
-            for j in range(4):
-                # only the last block can run past the end
-                with kb.if_(blk * 4 + j < n) if j >= n % 4 > 0 else nullcontext():
-                    ivars = unravel(kb, blk * 4 + j, src.shape)
-                    keep = kb.let(ir.f64(words[j]) * 2.0 ** -32 > p, "keep")
-                    kb.emit(outs[0].store_nd(ivars, ir.select(keep, src.load_nd(ivars) * scale, 0.0)))
-                    if len(outs) > 1:
-                        kb.emit(outs[1].store_nd(ivars, ir.select(keep, 1, 0)))
+        if n == 0:
+            return
+        shape = list(src.shape) or [1]
+        width = shape[-1]
+        rows = n // width
+        par = worth_parallel(n)
+        # a long row is cut into pieces, so that threads share the Philox work too
+        split = max(1, min(-(-MIN_PIECES // rows), width // 256)) if par else 1
+        piece = -(-width // split)
+        with kb.for_(rows * split, "q", par and rows * split > 1) as q:
+            r, c = (kb.let(q // split, "r"), kb.let(q % split, "c")) if split > 1 else (q, None)
+            lead = unravel(kb, r, shape[:-1]) if len(src.shape) > 1 else []
+            lo = kb.let(c * piece, "lo") if split > 1 else ir.const(0)
+            hi = kb.let(ir.call("min", lo + piece, width), "hi") if split > 1 else ir.const(width)
+            start = kb.let(r * width + lo, "e")
+            first = kb.let(start // 4, "b")
+            words = kb.alloc(4 * ((piece + 3) // 4 + 1), "u64", prefix="w")
+            with kb.for_((start + (hi - lo) + 3) // 4 - first, "k") as k:
+                blk = ir.u64(first + k)
+                w = kb.let(ir.call("philox4x32_10", blk & low, blk >> bits, ctr & low, ctr >> bits, key & low,
+                                   key >> bits, dt="arr:u64"), "pw")   # (four words: indexed like an array)
+                for j in range(4):
+                    kb.store(words, k * 4 + j, w[j])
+            skip = kb.let(start - first * 4 - lo, "o")
+            with kb.for_(hi, "j", start=lo) as j:
+                ivars = (lead + [j]) if src.shape else []
+                keep = ir.f64(words[ir.u64(skip + j)]) * 2.0 ** -32 > p
+                kb.emit(outs[0].store_nd(ivars, ir.select(keep, src.load_nd(ivars) * scale, 0.0)))
+                if len(outs) > 1:
+                    kb.emit(outs[1].store_nd(ivars, ir.select(keep, 1, 0)))
 
     def kernel_fault(self, op, status, inputs_by_id):
         p = float(inputs_by_id[op.input("probability").id].reshape(-1)[0])

@@ -9,6 +9,10 @@ graphc/codegen/fusion.py.  Patterns whose anchor has no kernel in this build
 (MatMul, Convolution, pools) are listed already: legality refuses them until
 their kernels exist, and then their post-ops fuse through the same epilogue
 hook as every other anchor.
+
+Reshape/transpose chains are not fused: as copies one after another in one
+kernel they move the same bytes as apart (measured 0.97x); they wait for
+index-remapping views that fold a reshape or a transpose into the loads.
 """
 from __future__ import annotations
 
@@ -31,7 +35,6 @@ BINARY = [k for k in _kinds(Binary) if k != "GreaterEqual"]
 UNARY_BWD = _kinds(UnaryBackward)
 ELTWISE = UNARY + BINARY
 REDUCE = ["ReduceL1", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum"]
-SHUFFLE = ["StaticReshape", "StaticTranspose", "Reorder"]
 
 
 # -- decision functions --------------------------------------------------------------------
@@ -234,12 +237,6 @@ def eltwise_chain():
     return p
 
 
-def shuffle_chain():
-    p = Pattern("shuffle_chain", 4, "reshape/transpose/reorder chains")
-    p.repeat(lambda q, x: q.op(SHUFFLE, x), p.op(SHUFFLE, p.input()), 1, 8)
-    return p
-
-
 def anchor_post_ops(name, kinds, doc, priority=8):
     """The epilogue hook of compute ops: [BiasAdd] -> post-ops (binary per-tensor,
     per-channel or full, i.e. sum; eltwise) -> [TypeCast] -> [Quantize]."""
@@ -267,7 +264,7 @@ BUILDERS = [
     relu_bwd_bnorm_bwd(0), relu_bwd_bnorm_bwd(1), bnorm_inference_relu, bnorm_fwd_train_relu, norm_swish,
     norm_post_ops, softmax_post_ops, reduction_post_ops, swiglu, swiglu_grad_dy, swiglu_post_ops,
     ln_post_all_gather_post_ops, eltwise_dropout, reorder_sum, x8_reorder, int8_concat, s8f32s8_bnorm,
-    typecast_quantize, dequant_eltwise_quant, two_branches, eltwise_chain, shuffle_chain,
+    typecast_quantize, dequant_eltwise_quant, two_branches, eltwise_chain,
     anchor_post_ops("matmul_post_ops", ["MatMul"], "MatMul -> [BiasAdd] -> post-ops -> [TypeCast] -> [Quantize]"),
     anchor_post_ops("conv_post_ops", ["Convolution", "ConvTranspose"],
                     "Convolution/ConvTranspose -> [BiasAdd] -> post-ops -> [Quantize]"),

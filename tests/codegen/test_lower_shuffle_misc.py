@@ -170,3 +170,22 @@ CORPUS = ["concat", "concat_2", "concat_3", "static_reshape", "static_transpose"
 def test_shuffle_misc_corpus(path, corpus):
     g = graphc.load_graph(path)
     check_compiled(g, exact=True, what=path.name)
+
+
+# ------------------------------------------------------------- transposing loops
+@pytest.mark.parametrize("kind, dt", [("Reorder", "f32"), ("TypeCast", "bf16"), ("Add", "f32")])
+@pytest.mark.parametrize("shape", [(70, 45), (3, 33, 100)])
+def test_transposing_loops_walk_tiles(kind, dt, shape):
+    """An input read across its layout (a transpose) is walked in 32 x 32 tiles:
+    edges of any size, every element written once."""
+    transposed = []                      # strides of the reversed layout
+    acc = 1
+    for d in shape:
+        transposed.append(acc)
+        acc *= d
+    src = ("f32", shape, transposed)
+    ins = [src] + ([("f32", shape)] if kind == "Add" else [])
+    out = ("f32" if kind != "TypeCast" else dt, shape)
+    g = one_op(kind, ins, [out])
+    cg, _ = compiled_vs_reference(g)
+    assert "tile0" in cg.source and "min(ta0 + 32" in cg.source

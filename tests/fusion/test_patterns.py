@@ -124,12 +124,15 @@ def test_dequantize_eltwise_quantize():
     _check_fused(b.finalize(), 3, "dequant_eltwise_quant")
 
 
-def test_shuffle_chain():
+def test_shuffle_chain_is_not_fused():
+    """Two copies in one kernel move the bytes two kernels move: no pattern."""
     b = GraphBuilder()
     x = b.tensor("f32", [4, 6, 8])
     y = b.op("StaticReshape", [x], out=[("f32", [4, 48])], attrs={"shape": [4, 48], "special_zero": False})[0]
     b.op("StaticTranspose", [y], out=[("f32", [48, 4])], attrs={"order": [1, 0]})
-    _check_fused(b.finalize(), 2, "shuffle_chain")
+    g = b.finalize()
+    assert [p.kind for p in g.get_partitions()] == ["StaticReshape", "StaticTranspose"]
+    check_compiled(g)
 
 
 def test_ops_outside_patterns_stay_single_and_correct():
@@ -468,7 +471,7 @@ def test_a_path_leaving_and_coming_back_is_not_fused():
     from graphc.passes.legality import convex
     assert not convex(g, {0, 3, 4}) and convex(g, {0, 3})
     kinds = sorted(p.kind for p in g.get_partitions())
-    assert kinds == ["Add", "ReLU+Exp", "StaticTranspose+StaticTranspose"]
+    assert kinds == ["Add", "ReLU+Exp", "StaticTranspose", "StaticTranspose"]
     check_compiled(g, seed=4)
 
 
