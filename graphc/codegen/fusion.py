@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from . import ir
 from .elementwise import emit_elementwise
+from .kernel import ArrayRef
+from ..types import LogicalTensor
 from ..ops.common import is_pointwise as is_eltwise
 
 
@@ -52,9 +54,17 @@ class _Values:
             if tid not in self.refs or isinstance(self.refs[tid], _Virtual):
                 raise NotFusable()
             return self.refs[tid].load_nd(aligned(ivars, shape, lt.shape))
-        args = [self.at(t.id, t, ivars, shape) for t in op.inputs]
-        out = op.schema.source(op, *args)
-        return out
+        args = []
+        for port, t in enumerate(op.inputs):
+            dims = op.schema.input_dims(op, port)
+            if dims is None:   # numpy broadcasting: the same frame
+                args.append(self.at(t.id, t, ivars, shape))
+            elif len(shape) < len(lt.shape):   # an elementwise loop bound every leaf: no index
+                args.append(self.at(t.id, t, [], ()))
+            else:              # the input runs along some of this op's dims: its own frame
+                own = aligned(ivars, shape, lt.shape)
+                args.append(self.at(t.id, t, [own[d] for d in dims], tuple(t.shape)))
+        return op.schema.source(op, *args)
 
 
 class NotFusable(Exception):
@@ -152,18 +162,25 @@ def _emit_pointwise(kb, refs, values, outs) -> None:
     """One elementwise loop (the one emitter) storing ``outs``, tensors computed by
     pointwise ops, from the tensors they are computed from (kernel arguments),
     each loaded once per element."""
-    ins, seen = [], set()
+    ins, seen = [], {}
 
-    def leaves(tid):
+    def leaves(tid, view=None):
+        """``view``: (rank, dims) when the consumer reads tid along some of its
+        dims (BiasAdd's bias along the channel dim), None for numpy broadcasting."""
         if tid in seen:
+            if seen[tid] != view:
+                raise NotFusable()   # one tensor read two ways: no one loaded value
             return
-        seen.add(tid)
+        seen[tid] = view
         op = values.producer.get(tid)
         if op is None or not is_eltwise(op):
-            ins.append(refs[tid])
+            ins.append(refs[tid] if view is None else _view(refs[tid], *view))
             return
-        for t in op.inputs:
-            leaves(t.id)
+        if view is not None:
+            raise NotFusable()       # a computed value read along other dims: not one loop
+        for port, t in enumerate(op.inputs):
+            dims = op.schema.input_dims(op, port)
+            leaves(t.id, None if dims is None else (len(op.outputs[0].shape), tuple(dims)))
 
     for t in outs:
         leaves(t.id)
@@ -176,6 +193,14 @@ def _emit_pointwise(kb, refs, values, outs) -> None:
             values.bound = {}
 
     emit_elementwise(kb, [refs[t.id] for t in outs], ins, compute)
+
+
+def _view(ref, rank: int, dims) -> ArrayRef:
+    """``ref`` seen with ``rank`` dims, its own running along ``dims``, size 1 elsewhere."""
+    shape, strides = [1] * rank, [0] * rank
+    for d, n, st in zip(dims, ref.shape, ref.strides):
+        shape[d], strides[d] = n, st
+    return ArrayRef(ref.name, LogicalTensor(ref.lt.id, ref.dtype, tuple(shape), tuple(strides)))
 
 
 def _downstream(ops, tids) -> set:

@@ -6,12 +6,12 @@ import numpy as np
 
 from ..codegen import ir
 from ..codegen.grouped import Nest, each_element, tensor_vdims
-from .common import merged_shape, same_shape_as, unbroadcast
+from .common import Elementwise, merged_shape, same_shape_as, unbroadcast
 from .norm import DATA_FORMAT, channel_dim, channel_view, other_axes, per_channel, with_dim
 from .schema import Attr, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, same_dtype
 
 
-class BiasAdd(OpSchema):
+class BiasAdd(Elementwise):
     kind = "BiasAdd"
     family = "bias"
     doc = "dst = src + bias, bias [C] added along the channel dim."
@@ -26,6 +26,14 @@ class BiasAdd(OpSchema):
 
     def reference(self, op, src, bias):
         return (src + channel_view(bias, src.ndim, channel_dim(op)),)
+
+    def expr(self, op, x, b):
+        """Pointwise (fused kernels substitute it, e.g. as a MatMul or Convolution
+        epilogue), bias read along the channel dim."""
+        return x + b
+
+    def input_dims(self, op, port):
+        return [channel_dim(op)] if port == 1 else None
 
     def lower(self, op, kb, ins, outs):
         src, bias = ins

@@ -46,6 +46,12 @@ class Elementwise(OpSchema):
     def supports_lowering(self, op) -> bool:
         return type(self).expr is not Elementwise.expr
 
+    def input_dims(self, op, port: int):
+        """The dims of dst along which input ``port``'s dims run, when not numpy's
+        trailing alignment (BiasAdd's bias runs along the channel dim); None for
+        numpy broadcasting."""
+        return None
+
     def lower(self, op, kb, ins, outs):
         emit_elementwise(kb, outs, ins, lambda kb_, vals: [self.source(op, *vals)])
 

@@ -535,3 +535,45 @@ def test_a_prologue_reread_too_often_stays_apart(monkeypatch):
     (log,) = [c for name, changes in ctx.log if name == "fusion" for c in changes]
     assert "relu_bwd_bnorm_bwd" in log and "not fused" in log and "reads input 1 4 times" in log
     assert len(g.get_partitions()) == 2
+
+
+def _fused_by(g, pattern):
+    """The one partition ``pattern`` makes of ``g`` (with its legality plan)."""
+    from graphc.partition import Partition
+    from graphc.passes.legality import accept
+    (m,) = match_all(g, [pattern], accept(g))
+    return Partition(0, g, m.ops, pattern.name, m.plan)
+
+
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_bias_add_is_an_epilogue_and_an_eltwise_op(fmt):
+    """The epilogue hook of MatMul/Convolution: BiasAdd reads its bias along the
+    channel dim inside a fused kernel, after an anchor or in a pointwise loop."""
+    shape = [2, 3, 4, 5] if fmt == "NCX" else [2, 4, 5, 3]
+    b = GraphBuilder()
+    x, bias = b.tensor("f32", shape), b.tensor("f32", [3])
+    params = [b.tensor("f32", [3]) for _ in range(4)]
+    y = b.op("BatchNormInference", [x] + params, attrs={"epsilon": 1e-3, "data_format": fmt})[0]
+    y = b.op("BiasAdd", [y, bias], attrs={"data_format": fmt})[0]
+    b.op("ReLU", [y])
+    g = b.finalize()
+    p = Pattern("bn_bias_relu")
+    p.op("ReLU", p.op("BiasAdd", p.op("BatchNormInference", p.input())))
+    part = _fused_by(g, p)
+    assert part.plan.shape == "anchor" and part.plan.epilogue == {1, 2}
+    cp = part.compile()
+    inputs = make_inputs(g, seed=6)
+    assert_outputs(cp.execute(inputs), reference.run(g, inputs), {t.id: t.dtype for t in cp.outputs})
+    # BiasAdd -> ReLU alone: one elementwise loop, the bias a view along the channel dim
+    b = GraphBuilder()
+    x, bias = b.tensor("f32", shape), b.tensor("f32", [3])
+    y = b.op("BiasAdd", [x, bias], attrs={"data_format": fmt})[0]
+    b.op("ReLU", [y])
+    g = b.finalize()
+    p = Pattern("bias_relu")
+    p.op("ReLU", p.op("BiasAdd", p.input()))
+    part = _fused_by(g, p)
+    assert part.plan.shape == "eltwise"
+    cp = part.compile()
+    inputs = make_inputs(g, seed=7)
+    assert_outputs(cp.execute(inputs), reference.run(g, inputs), {t.id: t.dtype for t in cp.outputs})
