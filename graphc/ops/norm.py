@@ -282,6 +282,11 @@ class BatchNormTrainingBackward(_BatchNorm):
                         [("f32", "f32"), ("bf16", "f32,bf16"), ("f16", "f32")])
     channel_inputs = ("mean", "variance", "gamma")
 
+    def input_passes(self, op, port) -> int:
+        """Passes the kernel makes over an input (fusion legality weighs a prologue
+        re-read per pass): src and diff_dst twice, the sums then diff_src."""
+        return 2 if op.input_names[port] in ("src", "diff_dst") else 1
+
     def check(self, op):
         both_or_neither(op, "diff_gamma", "diff_beta")
         expect_shape(op, "diff_dst", op.input("src").shape)

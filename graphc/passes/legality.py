@@ -135,9 +135,10 @@ def _anchor_plan(graph, ops, anchor, roles, produced) -> FusionPlan:
 
 
 def _check_profit(graph, anchor, produced, upstream) -> None:
-    """A prologue read ``p`` times by the anchor (``input_passes``) re-reads its
-    inputs ``p`` times: fuse only if that moves no more bytes than writing the
-    intermediate once and reading it ``p`` times."""
+    """A prologue read ``p`` times by the anchor (``OpSchema.input_passes(op, port)``
+    where an anchor declares it, as BatchNormTrainingBackward does; else once)
+    re-reads its inputs ``p`` times: fuse only if that moves no more bytes than
+    writing the intermediate once and reading it ``p`` times."""
     passes = getattr(anchor.schema, "input_passes", None)
     for port, t in enumerate(anchor.inputs):
         if t.id not in produced:
