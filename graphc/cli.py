@@ -23,11 +23,11 @@ def _cmd_ops(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from .jsonio import load_graph
+    from .jsonio import load_graph_file
     bad = 0
     for path in args.files:
         try:
-            g = load_graph(path)
+            g = load_graph_file(path)
             print(f"{path}: OK ({len(g.ops)} ops, inputs {g.input_ports}, outputs {g.output_ports})")
         except GraphcError as e:
             bad += 1
@@ -36,8 +36,8 @@ def _cmd_validate(args) -> int:
 
 
 def _cmd_partitions(args) -> int:
-    from .jsonio import load_graph
-    g = load_graph(args.file)
+    from .jsonio import load_graph_file
+    g = load_graph_file(args.file)
     if getattr(args, "passes", False):
         from .passes import run_pipeline
         run_pipeline(g, policy=args.policy, verbose=True, out=sys.stdout)
@@ -63,9 +63,9 @@ def _cmd_partitions(args) -> int:
 
 
 def _cmd_dot(args) -> int:
-    from .jsonio import load_graph
+    from .jsonio import load_graph_file
     from .dot import to_dot
-    g = load_graph(args.file)
+    g = load_graph_file(args.file)
     print(to_dot(g, g.get_partitions(args.policy)))
     return 0
 

@@ -8,8 +8,10 @@ one-shot form.
 from __future__ import annotations
 
 import copy
+import threading
 import time
 
+import numba
 import numpy as np
 from numba.core import types as nbtypes
 from numba.np.numpy_support import from_dtype
@@ -18,7 +20,7 @@ from .errors import GraphcError, InvalidArguments, RuntimeFault, Unimplemented
 from .codegen.cache import compile_kernel, load_kernel
 from .codegen.kernel import KERNEL_VIEW
 from .reference import check_input_array
-from .types import LogicalTensor, dense_strides
+from .types import LogicalTensor, check_extent, dense_strides, overlaps, span as _span
 
 
 def _concrete(lt: LogicalTensor, where: str) -> LogicalTensor:
@@ -69,21 +71,90 @@ def layout_matches(arr: np.ndarray, lt: LogicalTensor) -> bool:
 
 
 def allocate(lt: LogicalTensor) -> np.ndarray:
-    itemsize = lt.dtype.np.itemsize
-    if lt.strides == dense_strides(lt.shape):
-        return np.empty(lt.shape, dtype=lt.dtype.np)
-    span = 1 + sum((d - 1) * s for d, s in zip(lt.shape, lt.strides)) if lt.nelems else 0
-    buf = np.empty(max(span, 1), dtype=lt.dtype.np)
-    return np.lib.stride_tricks.as_strided(buf, shape=lt.shape, strides=[s * itemsize for s in lt.strides])
+    """An uninitialized array laid out as ``lt`` says (gaps included)."""
+    dt = lt.dtype.np
+    try:
+        if lt.strides == dense_strides(lt.shape):
+            return np.empty(lt.shape, dtype=dt)
+        # as_strided does not take ml_dtypes types (bf16, f8): stride the bits
+        bits = np.dtype(f"u{dt.itemsize}")
+        buf = np.empty(max(_span(lt.shape, lt.strides), 1), dtype=bits)
+        return np.lib.stride_tricks.as_strided(buf, shape=lt.shape,
+                                               strides=[s * dt.itemsize for s in lt.strides]).view(dt)
+    except MemoryError:
+        raise RuntimeFault("cannot allocate memory for a tensor", where=f"tensor {lt.id}",
+                           found=f"shape {list(lt.shape)}, strides {list(lt.strides)}, {lt.dtype}") from None
 
 
-def into_layout(arr: np.ndarray, lt: LogicalTensor) -> np.ndarray:
-    """``arr`` itself when its strides are lt's, else a copy laid out as lt says."""
-    if layout_matches(arr, lt):
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.dtype(f"u{a.itemsize}")) if a.itemsize in (1, 2, 4, 8) else a
+
+
+def into_layout(arr: np.ndarray, lt: LogicalTensor, overlapping: bool = False) -> np.ndarray:
+    """``arr`` itself when its strides are lt's (and it is aligned), else a copy
+    laid out as lt says.  When lt's strides make elements share memory
+    (``overlapping``: a stride-0 broadcast), the copy must hold every value of
+    ``arr``: values that differ where the layout has one place are an error."""
+    if layout_matches(arr, lt) and arr.flags.aligned:
         return arr
     out = allocate(lt)
     out[...] = arr
+    if overlapping and not np.array_equal(_bits(out), _bits(arr)):
+        raise InvalidArguments(f"input tensor {lt.id} does not fit its layout: the strides make distinct "
+                               "elements share memory, and the values given differ at such elements",
+                               where=f"tensor {lt.id}", expected=f"equal values wherever strides "
+                               f"{list(lt.strides)} of shape {list(lt.shape)} meet (e.g. a broadcast view)",
+                               found="an array with different values there")
     return out
+
+
+def _self_overlapping(a: np.ndarray) -> bool:
+    """Distinct elements of ``a`` share bytes (e.g. an as_strided view with stride 0)."""
+    if a.size <= 1:
+        return False
+    return overlaps(tuple(a.shape) + (a.itemsize,), tuple(abs(s) for s in a.strides) + (1,))
+
+
+def _shares(a: np.ndarray, b: np.ndarray) -> bool:
+    try:
+        return np.shares_memory(a, b, max_work=1 << 16)
+    except np.exceptions.TooHardError:
+        return True
+
+
+_KERNEL_LOCK = threading.Lock()
+_LAYER_SAFE = None   # numba's threading layer is thread-safe (tbb, omp); None until known
+
+
+def call_kernel(kernel, args):
+    """Run a kernel.  numba's workqueue threading layer aborts the process when
+    parallel kernels launch from several threads at once: until numba reports a
+    thread-safe layer (tbb or omp, which it prefers when available), kernel calls
+    take one lock."""
+    global _LAYER_SAFE
+    if _LAYER_SAFE:
+        return kernel(*args)
+    with _KERNEL_LOCK:
+        status = kernel(*args)
+        if _LAYER_SAFE is None:
+            try:
+                _LAYER_SAFE = numba.threading_layer() in ("tbb", "omp")
+            except ValueError:  # no parallel kernel has run yet
+                pass
+        return status
+
+
+def _check_memory(ops, in_lts, out_lts, known) -> None:
+    """Before generating code: every tensor with known dims fits in memory (numba
+    would fail on loop bounds beyond int64), and no output layout puts two
+    elements in one place."""
+    from .graph import check_output_layout
+    for lt in list(in_lts) + list(out_lts) + list(known.values()):
+        check_extent(lt, "compile")
+    producer = {t.id: (op, i) for op in ops for i, t in enumerate(op.outputs)}
+    for lt in out_lts:
+        if lt.id in producer:
+            check_output_layout(producer[lt.id][0], producer[lt.id][1], lt)
 
 
 class CompiledPartition:
@@ -109,6 +180,9 @@ class CompiledPartition:
         raise InvalidArguments("tensor is not an input or output of this compiled partition", found=tid)
 
     def _bind(self, given, lts, what):
+        if isinstance(given, (str, bytes, np.ndarray)) or not (isinstance(given, dict) or hasattr(given, "__iter__")):
+            raise InvalidArguments(f"{what}s must be a dict {{tensor id: array}} or a list of arrays in "
+                                   "partition order", found=type(given).__name__)
         if isinstance(given, dict):
             arrs = []
             for lt in lts:
@@ -124,15 +198,55 @@ class CompiledPartition:
     def _arrays(self, inputs, outputs):
         """(checked inputs, arrays to write, caller-given outputs or None); an output
         with dims unknown until run (a collective's) is None unless given."""
-        ins = [into_layout(check_input_array(lt, a), lt)
-               for lt, a in zip(self.inputs, self._bind(inputs, self.inputs, "input"))]
+        overlapping = self._overlapping_inputs()
+        ins = [into_layout(check_input_array(lt, a), lt, ov)
+               for lt, a, ov in zip(self.inputs, self._bind(inputs, self.inputs, "input"), overlapping)]
         if outputs is None:
             return ins, [allocate(lt) if lt.is_complete else None for lt in self.outputs], None
         user_outs = [check_input_array(lt, a, "output") for lt, a in
                      zip(self.outputs, self._bind(outputs, self.outputs, "output"))]
-        outs = [a if not lt.is_complete or layout_matches(a, lt) else allocate(lt)
-                for a, lt in zip(user_outs, self.outputs)]
+        for i, (u, lt) in enumerate(zip(user_outs, self.outputs)):
+            if _self_overlapping(u):
+                raise InvalidArguments(f"output tensor {lt.id} is a view whose distinct elements share memory",
+                                       where=f"tensor {lt.id}", expected="an array with one place per element",
+                                       found=f"byte strides {list(u.strides)} for shape {list(u.shape)}")
+            for j in range(i):
+                if _shares(u, user_outs[j]):
+                    raise InvalidArguments(f"output tensors {self.outputs[j].id} and {lt.id} share memory",
+                                           where=f"tensor {lt.id}", expected="a separate buffer for each output",
+                                           found="arrays over the same memory")
+        # Write the caller's buffer directly only when the kernel can: same layout,
+        # aligned, no input read through it (StaticTranspose into its own input,
+        # any partial overlap), and no kernel fault that could stop half-way;
+        # else compute into a temporary and copy after a successful run.
+        faulting = self._may_fault()
+        outs = []
+        for u, lt in zip(user_outs, self.outputs):
+            if not lt.is_complete:
+                outs.append(u)
+            elif not faulting and layout_matches(u, lt) and u.flags.aligned \
+                    and not any(np.may_share_memory(u, a) for a in ins):
+                outs.append(u)
+            else:
+                outs.append(allocate(lt))
         return ins, outs, user_outs
+
+    def _overlapping_inputs(self) -> list[bool]:
+        """For each input: its strides make distinct elements share memory."""
+        ov = self.__dict__.get("_overlapping")
+        if ov is None:
+            ov = self.__dict__["_overlapping"] = [
+                lt.strides is not None and all(s >= 0 for s in lt.strides) and overlaps(lt.shape, lt.strides)
+                for lt in self.inputs]
+        return ov
+
+    def _may_fault(self) -> bool:
+        """The kernel can stop on bad data (reporting a status) after writing part of an output."""
+        f = self.__dict__.get("_faulting")
+        if f is None:
+            f = self.__dict__["_faulting"] = any(getattr(op.schema, "kernel_fault", None) is not None
+                                                 for op in self.ops)
+        return f
 
     def execute(self, inputs, outputs=None, comm=None) -> dict:
         """Run on ``inputs`` ({id: array} or a list in partition order).  Caller-given
@@ -155,7 +269,7 @@ class CompiledPartition:
                     args.append(flat_view(outs[ref], self.outputs[ref]))
                 else:
                     args.append(flat_view(allocate(ref), ref))
-            status = self.kernel(*args)
+            status = call_kernel(self.kernel, args)
             if status is not None and status >= 0:
                 raise self._fault(status, ins)
         if user_outs is not None:
@@ -207,6 +321,7 @@ def compile_partition(partition, inputs=None, outputs=None) -> CompiledPartition
                                        expected=list(lt.shape), found=list(w.shape))
             lt = w
         out_lts.append(lt if collective and not lt.is_complete else _concrete(lt, "compile"))
+    _check_memory(ops, in_lts, out_lts, known)
     source, plan, runner = build_kernel(partition, ops, in_lts, out_lts)
     kernel = None
     if source is not None:

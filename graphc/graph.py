@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import networkx as nx
+import numpy as np
 
 from .errors import GraphcError, InvalidArguments, InvalidGraph, InvalidShape
 from .op import Op
-from .types import LogicalTensor
+from .types import INT64_MAX, LogicalTensor, overlaps
 
 ENGINE_KINDS = ("cpu",)
 FPMATH_MODES = ("strict", "bf16", "f16", "tf32", "any")
@@ -46,10 +47,14 @@ class Graph:
             raise InvalidGraph("graph is finalized; ops can no longer be added", found=repr(op))
         if not isinstance(op, Op):
             raise InvalidArguments("add_op expects an Op", found=type(op).__name__)
+        if op.id > INT64_MAX:
+            raise InvalidArguments("op id must fit in int64", op=op, expected=f"0 to {INT64_MAX}", found=op.id)
         if op.id in self.ops:
             raise InvalidGraph("duplicate op id", op=op, expected="a unique id",
                                found=f"{op.id}, already used by {self.ops[op.id]!r}")
         op.validate()
+        for i, t in enumerate(op.outputs):
+            check_output_layout(op, i, t)
         seen_out = set()
         for i, t in enumerate(op.outputs):
             if t.id in self.producer or t.id in seen_out:
@@ -99,11 +104,13 @@ class Graph:
 
     def set_ports(self, inputs=None, outputs=None):
         """Declare the graph's input and output tensor ids (as JSON dumps do)."""
+        ins = None if inputs is None else _port_ids(inputs, "input_ports")
+        outs = None if outputs is None else _port_ids(outputs, "output_ports")
         self._cache.clear()
-        if inputs is not None:
-            self._declared_inputs = [int(i) for i in inputs]
-        if outputs is not None:
-            self._declared_outputs = [int(i) for i in outputs]
+        if ins is not None:
+            self._declared_inputs = ins
+        if outs is not None:
+            self._declared_outputs = outs
 
     # ---------------------------------------------------------------- finalizing
     def finalize(self) -> "Graph":
@@ -121,7 +128,8 @@ class Graph:
             op = self.ops[oid]
             new_inputs = [self._known(op, i, t) for i, t in enumerate(op.inputs)]
             op.rebind_inputs(new_inputs)
-            for t in op.outputs:
+            for i, t in enumerate(op.outputs):
+                check_output_layout(op, i, t)
                 self.tensors[t.id] = t
         for tid in self._declared_inputs or []:
             if tid not in self.consumers:
@@ -205,4 +213,29 @@ class Graph:
         return f"Graph({len(self.ops)} ops, inputs={self.input_ports}, outputs={self.output_ports})"
 
 
-__all__ = ["Graph", "GraphcError"]
+def _port_ids(ids, what) -> list[int]:
+    if isinstance(ids, (str, bytes, dict)) or not hasattr(ids, "__iter__"):
+        raise InvalidArguments(f"{what} must be a list of tensor ids", found=repr(ids)[:200])
+    ids = list(ids)
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i <= INT64_MAX:
+            raise InvalidArguments(f"{what} must hold non-negative tensor ids that fit in int64", where=f"{what} ({i!r:.60})",
+                                   expected=f"integers from 0 to {INT64_MAX}", found=repr(i)[:60])
+    return [int(i) for i in ids]
+
+
+def check_output_layout(op, i, t: LogicalTensor) -> None:
+    """An op's output may not have overlapping elements (oneDNN writes each
+    element once; two elements in one place leave one of them wrong)."""
+    if t.strides is None or not t.is_complete or any(s < 0 for s in t.strides):
+        return
+    if overlaps(t.shape, t.strides):
+        name = op.output_names[i] if i < len(op.output_names) else "output"
+        raise InvalidShape("output strides make distinct elements share memory", op=op,
+                           where=f"output {i} ({name}, tensor {t.id})",
+                           expected="strides that give every element its own place (no stride 0 on a dim > 1, "
+                                    "each dim stepping past the dims inside it)",
+                           found=f"shape {list(t.shape)}, strides {list(t.strides)}")
+
+
+__all__ = ["Graph", "GraphcError", "check_output_layout"]

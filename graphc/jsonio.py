@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from .errors import GraphcError, InvalidArguments, InvalidGraphOp
 from .graph import Graph
 from .op import Op
-from .types import ATTR_JSON_TYPES, LogicalTensor
+from .types import ATTR_JSON_TYPES, INT64_MAX, LogicalTensor
 
 _LT_KEYS = ("id", "dtype", "shape", "stride", "layout_type", "property_type")
 
@@ -128,6 +129,9 @@ def graph_from_dict(d: dict) -> Graph:
     for i, od in enumerate(ops):
         p = root.key("graph").idx(i)
         oid = _get(od, "id", p, int)
+        if not 0 <= oid <= INT64_MAX:
+            raise _fail(p.key("id"), "op id must be a non-negative integer that fits in int64",
+                        expected=f"0 to {INT64_MAX}", found=oid)
         kind = _get(od, "kind", p, str)
         name = _get(od, "name", p, str, required=False)
         attrs = _attrs_from_json(_get(od, "attrs", p, dict, required=False, default={}), p.key("attrs"))
@@ -148,7 +152,10 @@ def graph_from_dict(d: dict) -> Graph:
         _int_list(inp, root.key("input_ports"))
     if outp is not None:
         _int_list(outp, root.key("output_ports"))
-    g.set_ports(inp, outp)
+    try:
+        g.set_ports(inp, outp)
+    except GraphcError as e:
+        raise _with_path(e, root.key("input_ports" if "input" in e.message else "output_ports")) from None
     try:
         g.finalize()
     except GraphcError as e:
@@ -171,23 +178,77 @@ def _with_path(e: GraphcError, p) -> GraphcError:
     return type(e)(e.message, op=e.op, where=e.where, expected=e.expected, found=e.found, path=str(p))
 
 
+#: The largest graph file read (a oneDNN dump of a large model is a few MB).
+MAX_GRAPH_FILE_BYTES = 256 << 20
+
+
+def read_graph_file(path) -> str:
+    """The text of a graph file: a regular file (not a device, FIFO or directory,
+    which could block or never end) of at most MAX_GRAPH_FILE_BYTES, in UTF-8."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArguments("a graph file path must be a string or a path", found=type(path).__name__)
+    shown = str(path) if len(str(path)) <= 200 else str(path)[:200] + "..."
+    if str(path).strip() == "":
+        raise InvalidArguments("empty graph file path", expected="the path of a graph JSON file", found=repr(shown))
+    try:
+        try:
+            st = os.stat(path)
+        except OSError:
+            if str(path).lstrip().startswith(("{", "[")):
+                raise InvalidArguments("expected a graph file path, found JSON text",
+                                       expected="the path of a graph JSON file", found=repr(shown)) from None
+            raise
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a character device" if stat.S_ISCHR(st.st_mode)
+                    else "a block device" if stat.S_ISBLK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+            raise InvalidArguments("cannot read graph file: not a regular file", expected="a regular JSON file",
+                                   found=f"{shown}: {kind}")
+        if st.st_size > MAX_GRAPH_FILE_BYTES:
+            raise InvalidArguments("graph file too large", expected=f"at most {MAX_GRAPH_FILE_BYTES} bytes",
+                                   found=f"{shown}: {st.st_size} bytes")
+        with open(path, "rb") as f:
+            data = f.read(MAX_GRAPH_FILE_BYTES + 1)   # a file that grows (or a /proc file of size 0)
+    except (OSError, ValueError) as e:
+        raise InvalidArguments("cannot read graph file", found=f"{shown}: {e}") from None
+    if len(data) > MAX_GRAPH_FILE_BYTES:
+        raise InvalidArguments("graph file too large", expected=f"at most {MAX_GRAPH_FILE_BYTES} bytes",
+                               found=f"{shown}: more")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidArguments("graph file is not UTF-8 text", found=f"{shown}: {e}") from None
+
+
+def load_graph_file(path) -> Graph:
+    """Load a finalized Graph from a file path only (what `graphc validate` does)."""
+    return _parse(read_graph_file(path))
+
+
 def load_graph(src) -> Graph:
-    """Load a finalized Graph from a path, a JSON string or a dict."""
+    """Load a finalized Graph from a path, a JSON string (text starting with '{')
+    or a dict."""
     if isinstance(src, dict):
         return graph_from_dict(src)
-    if isinstance(src, Path) or (isinstance(src, str) and not src.lstrip().startswith("{")):
-        try:
-            text = Path(src).read_text()
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise InvalidArguments("cannot read graph file", found=f"{src}: {e}") from None
-    elif isinstance(src, (str, bytes)):
+    if isinstance(src, (str, bytes)) and src.strip() == (b"" if isinstance(src, bytes) else ""):
+        raise InvalidArguments("load_graph got an empty string", expected="a path, a JSON string or a dict",
+                               found=repr(src))
+    if isinstance(src, os.PathLike) or (isinstance(src, str) and not src.lstrip().startswith(("{", "["))):
+        text = read_graph_file(src)
+    elif isinstance(src, (str, bytes, bytearray)):
         text = src
     else:
         raise InvalidArguments("load_graph expects a path, a JSON string or a dict", found=type(src).__name__)
+    return _parse(text)
+
+
+def _parse(text) -> Graph:
     try:
         d = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise InvalidArguments("not valid JSON", found=str(e)) from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, bad UTF-8, ints of over 4300 digits
+        raise InvalidArguments("not valid JSON", found=str(e)[:300]) from None
     return graph_from_dict(d)
 
 

@@ -15,7 +15,14 @@ from .types import DataType, LogicalTensor
 
 
 def check_input_array(lt: LogicalTensor, arr, what: str = "input") -> np.ndarray:
-    """Check one user array against its logical tensor; return it as an ndarray."""
+    """Check one user array against its logical tensor; return it as an ndarray
+    (a subclass such as np.matrix as a plain ndarray view of the same memory).
+    An output must be writable."""
+    if isinstance(arr, np.ma.MaskedArray):
+        raise InvalidArguments(f"{what} tensor {lt.id} is a masked array: graphc would ignore its mask",
+                               expected="a numpy ndarray", found=type(arr).__name__)
+    if isinstance(arr, np.ndarray) and type(arr) is not np.ndarray:
+        arr = np.asarray(arr)
     if not isinstance(arr, np.ndarray):
         if np.isscalar(arr) and lt.ndim == 0:
             arr = np.asarray(arr, dtype=lt.dtype.np)
@@ -27,6 +34,9 @@ def check_input_array(lt: LogicalTensor, arr, what: str = "input") -> np.ndarray
     if len(arr.shape) != len(lt.shape) or any(d != -1 and d != a for d, a in zip(lt.shape, arr.shape)):
         raise InvalidArguments(f"{what} tensor {lt.id} has the wrong shape", expected=list(lt.shape),
                                found=list(arr.shape))
+    if what == "output" and not arr.flags.writeable:
+        raise InvalidArguments(f"{what} tensor {lt.id} is read-only", expected="a writable array",
+                               found="an array with flags.writeable False")
     return arr
 
 
@@ -52,15 +62,18 @@ def run(graph, inputs: dict, comm=None) -> dict:
 def run_op(op, arrays: list, comm=None) -> dict:
     """Run one op's reference on storage-format arrays; returns {tensor id: array}."""
     schema = op.schema
-    ins = [widen(a, t.dtype) for a, t in zip(arrays, op.inputs)]
     kw = {"comm": comm} if getattr(schema, "needs_comm", False) else {}
     try:
+        ins = [widen(a, t.dtype) for a, t in zip(arrays, op.inputs)]
         with np.errstate(all="ignore"):
             outs = schema.reference(op, *ins, **kw)
     except GraphcError:
         raise
     except (ValueError, IndexError, TypeError, ArithmeticError) as e:  # a reference bug or unforeseen input
         raise RuntimeFault(f"reference failed: {type(e).__name__}: {e}", op=op) from e
+    except MemoryError:
+        raise RuntimeFault("reference ran out of memory", op=op,
+                           found=", ".join(f"output {t.id} shape {list(t.shape)}" for t in op.outputs)) from None
     if len(outs) != len(op.outputs):
         raise RuntimeFault("reference returned the wrong number of outputs", op=op,
                            expected=len(op.outputs), found=len(outs))
@@ -73,7 +86,11 @@ def run_op(op, arrays: list, comm=None) -> dict:
             else:
                 raise RuntimeFault("reference output has the wrong shape", op=op, where=f"tensor {t.id}",
                                    expected=list(t.shape), found=list(v.shape))
-        result[t.id] = round_to(v, t.dtype)
+        try:
+            result[t.id] = round_to(v, t.dtype)
+        except MemoryError:
+            raise RuntimeFault("reference ran out of memory", op=op, where=f"tensor {t.id}",
+                               found=f"shape {list(v.shape)}") from None
     return result
 
 

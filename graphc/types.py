@@ -170,8 +170,9 @@ class LogicalTensor:
 
     def __init__(self, id, dtype, shape, strides=None, layout_type=LayoutType.strided,
                  property_type=PropertyType.undef):
-        if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or id < 0:
-            raise InvalidArguments("logical tensor id must be a non-negative integer", found=repr(id))
+        if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or not 0 <= id <= INT64_MAX:
+            raise InvalidArguments("logical tensor id must be a non-negative integer that fits in int64",
+                                   expected=f"0 to {INT64_MAX}", found=repr(id))
         dtype = DataType.parse(dtype)
         shape = _as_int_tuple(shape, "shape")
         if any(d < -1 for d in shape):
@@ -230,6 +231,69 @@ class LogicalTensor:
         s = "x".join(str(d) for d in self.shape) if self.shape else "scalar"
         extra = "" if self.is_dense else f" strides={list(self.strides) if self.strides else None}"
         return f"LogicalTensor({self.id}, {self.dtype}, {s}{extra}, {self.layout_type}, {self.property_type})"
+
+
+#: The most bytes one tensor may span (the x86-64 user address space): a larger
+#: tensor can never be allocated or passed, and its offsets may overflow int64.
+MAX_TENSOR_BYTES = 2 ** 47
+
+
+def span(shape, strides) -> int:
+    """Elements from a tensor's first element to its last, inclusive (0 when empty);
+    strides are non-negative."""
+    if any(d == 0 for d in shape):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(shape, strides))
+
+
+def overlaps(shape, strides, max_work: int = 1 << 22) -> bool:
+    """True when two distinct indices of ``shape`` reach the same element with
+    non-negative ``strides`` (a stride of 0 on a dim > 1, [1, 1] for [2, 2],
+    [11, 4, 1] for [2, 3, 4]).  Dims sorted by stride, each must step past the
+    whole extent of the ones below it; layouts that interleave otherwise are
+    enumerated when they have at most ``max_work`` elements, and count as
+    overlapping beyond that."""
+    dims = sorted((s, d) for d, s in zip(shape, strides) if d > 1)
+    if not dims or any(d == 0 for d in shape):
+        return False
+    extent = 1
+    nested = True
+    for s, d in dims:
+        if s < extent:
+            nested = False
+            break
+        extent = s * (d - 1) + extent
+    if nested:
+        return False
+    if any(s == 0 for s, _ in dims):
+        return True
+    n = 1
+    for _, d in dims:
+        n *= d
+    if n > max_work:
+        return True
+    offs = np.zeros(1, dtype=np.int64)
+    for s, d in dims:
+        offs = (offs[:, None] + np.arange(d, dtype=np.int64)[None, :] * s).reshape(-1)
+    return np.unique(offs).size != offs.size
+
+
+def check_extent(lt: "LogicalTensor", where: str) -> None:
+    """Raise InvalidShape unless ``lt`` (every dim known) can exist in memory:
+    its element count fits in int64 and its span is at most MAX_TENSOR_BYTES."""
+    n = lt.nelems
+    if n < 0:
+        return
+    if n > INT64_MAX:
+        raise InvalidShape(f"{where}: tensor {lt.id} has more elements than int64 can count",
+                           expected=f"at most {INT64_MAX} elements", found=f"shape {list(lt.shape)}")
+    strides = lt.strides if lt.strides is not None and all(s >= 0 for s in lt.strides) \
+        else dense_strides(lt.shape)
+    nbytes = span(lt.shape, strides) * lt.dtype.itemsize
+    if nbytes > MAX_TENSOR_BYTES:
+        raise InvalidShape(f"{where}: tensor {lt.id} is too large to allocate or address",
+                           expected=f"a span of at most {MAX_TENSOR_BYTES} bytes",
+                           found=f"{nbytes} bytes (shape {list(lt.shape)}, strides {list(strides)}, {lt.dtype})")
 
 
 def _dense_equal(shape, strides) -> bool:

@@ -11,6 +11,7 @@ import numpy as np
 
 from .common import Unary, UnaryBackward
 from ..codegen import ir
+from ..errors import InvalidGraphOp
 from .schema import Attr, In, non_negative
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -63,9 +64,21 @@ class Abs(Unary):
         return ir.call("abs", x)
 
 
+def check_min_max(op):
+    """Clamp's bounds: min <= max (both finite, as every f32 attribute)."""
+    lo, hi = op.attr("min"), op.attr("max")
+    if not lo <= hi:
+        raise InvalidGraphOp("attribute 'min' is greater than attribute 'max'", op=op, where="attributes 'min', 'max'",
+                             expected="min <= max", found=f"min {lo!r}, max {hi!r}")
+
+
 class Clamp(Unary):
     kind = "Clamp"
     attrs = (Attr("min", "f32"), Attr("max", "f32"))
+
+    def check(self, op):
+        super().check(op)
+        check_min_max(op)
 
     def fn(self, op, x):
         return np.minimum(np.maximum(x, op.attr("min")), op.attr("max"))
@@ -278,6 +291,10 @@ class ClampBackward(UnaryBackward):
     forward = "Clamp"
     inputs = SRC_OR_DST
     attrs = (Attr("min", "f32"), Attr("max", "f32"), USE_DST)
+
+    def check(self, op):
+        super().check(op)
+        check_min_max(op)
 
     def grad(self, op, x, dy):
         lo, hi = op.attr("min"), op.attr("max")

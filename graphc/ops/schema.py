@@ -15,6 +15,7 @@ finds it, aliases included.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Sequence
 
@@ -86,6 +87,7 @@ class Attr:
     def coerce(self, value, op_desc: str):
         """Validate ``value`` against this spec and return it in canonical form."""
         t = self.type
+        raw = value
         try:
             if t.endswith("[]"):
                 if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
@@ -97,6 +99,13 @@ class Attr:
         except (TypeError, ValueError, OverflowError):
             raise InvalidGraphOp("attribute has the wrong type", op=op_desc, where=f"attribute '{self.name}'",
                                  expected=t, found=_fmt(value)) from None
+        if t in ("f32", "f32[]"):
+            items = value if isinstance(value, tuple) else (value,)
+            if not all(math.isfinite(v) for v in items):
+                raise InvalidGraphOp("attribute value out of range", op=op_desc, where=f"attribute '{self.name}'",
+                                     expected=f"a finite f32 value (magnitude at most {_F32_MAX:.9g})"
+                                     + (f", {self.check_doc}" if self.check_doc else ""),
+                                     found=_fmt(tuple(raw) if t == "f32[]" else raw))
         if self.choices is not None:
             items = value if isinstance(value, tuple) else (value,)
             for v in items:
@@ -108,6 +117,9 @@ class Attr:
             raise InvalidGraphOp("attribute value out of range", op=op_desc, where=f"attribute '{self.name}'",
                                  expected=self.check_doc or "a valid value", found=_fmt(value))
         return value
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _coerce_scalar(t, v):
