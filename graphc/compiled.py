@@ -375,9 +375,13 @@ class CompiledGraph:
 
     def run(self, inputs: dict, comm=None) -> dict:
         """Run every partition in order; collectives on ``comm`` (see graphc.comm).
-        A GraphcError on this member of the group is raised once the collectives
-        still ahead have told the other members, which then raise too instead of
-        waiting for this one."""
+        Any exception on this member of the group (a GraphcError, a bug, a
+        MemoryError, a KeyboardInterrupt) is raised once the collectives still
+        ahead have told the other members, which then raise a RuntimeFault instead
+        of waiting for this one: this member raises that RuntimeFault too for a
+        GraphcError, and the exception itself otherwise.  A member that does not
+        answer at all is caught by the collectives' timeout (graphc.comm)."""
+        from .comm import exchanges
         if not isinstance(inputs, dict):
             raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
         failure = None
@@ -388,26 +392,40 @@ class CompiledGraph:
         values = {tid: inputs[tid] for tid in self._input_ports if tid in inputs}
         for i, p in enumerate(self.partitions):
             collective = self._collectives[i]
-            if failure is not None:
-                if collective is not None:
-                    collective(None, None, None, comm, failure)  # raises on every member
-                continue
-            if p.id in self._constant_cache:
-                values.update(self._constant_cache[p.id])
-                continue
-            try:
-                outs = self._compiled_for(i, values).execute({t.id: values[t.id] for t in p.inputs}, comm=comm)
-            except GraphcError as e:
-                if collective is not None:
-                    raise  # every member raises it
-                failure = e
-                continue
-            if p.constant:
-                self._constant_cache[p.id] = outs
-            values.update(outs)
+            if failure is None:
+                sent = exchanges()
+                try:
+                    if p.id in self._constant_cache:
+                        values.update(self._constant_cache[p.id])
+                        continue
+                    outs = self._compiled_for(i, values).execute({t.id: values[t.id] for t in p.inputs}, comm=comm)
+                    if p.constant:
+                        self._constant_cache[p.id] = outs
+                    values.update(outs)
+                    continue
+                except BaseException as e:  # noqa: BLE001 - whatever it is, the other members must learn of it
+                    if getattr(e, "group_wide", False):
+                        raise  # every member raises it (or the group no longer answers)
+                    failure = e
+                    if collective is not None and exchanges() != sent:
+                        continue  # this collective heard from this member: the next ones tell the others
+            if collective is not None:
+                _tell(collective, comm, failure)
         if failure is not None:
             raise failure
         return {tid: values[tid] for tid in self._output_ports}
+
+
+def _tell(collective, comm, failure: BaseException):
+    """Tell the other members at this collective that this one failed: they raise a
+    RuntimeFault; so does this member for a GraphcError, while any other exception
+    is re-raised as it is (its traceback intact)."""
+    try:
+        collective(None, None, None, comm, failure)
+    except GraphcError:
+        if isinstance(failure, GraphcError):
+            raise
+    raise failure
 
 
 def _resolved(lt: LogicalTensor, value) -> LogicalTensor:

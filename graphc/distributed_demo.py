@@ -7,6 +7,12 @@ AllGather -> LayerNormPostAllGather) on its hidden/P columns, with the gathered
 stats width left unknown (-1) until run, and checks its columns of the result
 against numpy's float64 LayerNorm of the full tensor, which every rank computes
 from the same seeded input.
+
+A rank that fails tells the others at the AllGather (graphc.comm.agree), so that
+every rank ends with an error: a GraphcError prints one line and exits 2, any
+other exception its traceback and exits 3.  A rank that stops answering makes
+the others raise a CollectiveTimeout after $GRAPHC_COLLECTIVE_TIMEOUT seconds
+(default 60), and the job then aborts at exit.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import argparse
 import copy
 import json
 import sys
+import traceback
 from importlib.resources import files
 from pathlib import Path
 
@@ -88,6 +95,10 @@ def main(args) -> int:
     except GraphcError as e:
         say(f"{tag}: graphc: {type(e).__name__}: {e}", sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - a bug: the other ranks have been told (see CompiledGraph.run)
+        trace = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+        say(f"{tag}: internal error: {type(e).__name__}: {e}\n{trace}", sys.stderr)
+        return 3
 
 
 def _check(args, comm, rank: int, size: int, tag: str) -> int:

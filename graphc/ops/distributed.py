@@ -17,7 +17,7 @@ from ..codegen import ir
 from ..codegen.kernel import worth_parallel
 from ..codegen.fastmath import sum_helper
 from ..codegen.loops import linear, unravel
-from ..comm import agree, allgather_array, default_comm, rank_and_size
+from ..comm import agree, allgather_array, default_comm, group_wide, rank_and_size
 from ..errors import GraphcError, InvalidArguments, InvalidGraphOp, RuntimeFault
 from .common import F
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
@@ -133,8 +133,10 @@ class AllGather(OpSchema):
     def gather(self, op, src, comm, failure=None):
         """src of every member of comm's group (None: a group of one) concatenated
         along axis in rank order.  First every member checks its part and learns
-        whether all can go on: a fault on any member (``failure``, or found here)
-        raises a RuntimeFault on every member instead of leaving them waiting."""
+        whether all can go on: a fault on any member (``failure``: any exception,
+        or one found here) raises a RuntimeFault on every member instead of
+        leaving them waiting; a member that does not answer in time makes the
+        others raise a CollectiveTimeout (see graphc.comm)."""
         if failure is None:
             try:
                 self.check_group(op, src, rank_and_size(comm)[1])
@@ -143,9 +145,10 @@ class AllGather(OpSchema):
         parts = agree(op, comm, failure, None if failure else (src.shape, str(src.dtype)))
         for rank, part in enumerate(parts):
             if part != parts[0]:
-                raise RuntimeFault("the members' src differ in shape or dtype", op=op,
-                                   where=f"port 'src' of rank {rank}", expected=f"rank 0's {parts[0]}", found=part)
-        return allgather_array(comm, src, self.axis(op))
+                raise group_wide(RuntimeFault("the members' src differ in shape or dtype", op=op,
+                                              where=f"port 'src' of rank {rank}", expected=f"rank 0's {parts[0]}",
+                                              found=part))
+        return allgather_array(comm, src, self.axis(op), op)
 
     def reference(self, op, src, comm=None):
         comm = comm if comm is not None else default_comm()

@@ -1,0 +1,158 @@
+"""Any fault on one rank ends every rank with an error in bounded time: an
+exception that is not a GraphcError (in a kernel call, between partitions, a
+MemoryError, a KeyboardInterrupt) is told to the other members at the next
+collective, and a member that stops answering (gone or stuck) is caught by the
+collective timeout ($GRAPHC_COLLECTIVE_TIMEOUT).  On a group of threads and
+under mpiexec (skipped without mpi4py and mpiexec)."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graphc
+import graphc.compiled as compiled
+from graphc import InvalidArguments, RuntimeFault
+from graphc.comm import TIMEOUT_VAR, collective_timeout
+from graphc.distributed_demo import sharded_spec
+from test_allgather import MPIEXEC, ROOT, SPEC, ThreadComm, ThreadGroup, needs_mpi
+
+HERE = Path(__file__).resolve().parent
+
+
+# ------------------------------------------------------- a group of threads
+def _members(size, bad_rank, fault):
+    """The distributed LayerNorm on ``size`` threads; ``fault()`` is raised inside
+    the kernel calls of member ``bad_rank``.  Each member's result or exception."""
+    g = graphc.compile(graphc.load_graph(sharded_spec(SPEC, 3, 8, "f32", -1)))
+    group, results = ThreadGroup(size), [None] * size
+    bad_thread = {}
+    real = compiled.call_kernel
+
+    def call_kernel(kernel, args):
+        if threading.current_thread() is bad_thread.get("t"):
+            raise fault()
+        return real(kernel, args)
+
+    def member(rank):
+        try:
+            results[rank] = g.run({0: np.ones((3, 8), np.float32), 3: np.ones(8, np.float32),
+                                   4: np.zeros(8, np.float32)}, comm=ThreadComm(group, rank))
+        except BaseException as e:  # noqa: BLE001 - the test looks at what each member raised
+            results[rank] = e
+    threads = [threading.Thread(target=member, args=(r,)) for r in range(size)]
+    bad_thread["t"] = None if bad_rank is None else threads[bad_rank]
+    compiled.call_kernel = call_kernel
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        compiled.call_kernel = real
+    assert not any(t.is_alive() for t in threads), "a member is still waiting"
+    return results
+
+
+@pytest.mark.parametrize("fault", [lambda: ZeroDivisionError("boom"), lambda: MemoryError("no memory"),
+                                   KeyboardInterrupt], ids=["bug", "memory", "interrupt"])
+def test_threads_any_exception_fails_every_member(fault):
+    results = _members(3, 1, fault)
+    name = type(fault()).__name__
+    assert type(results[1]).__name__ == name, results[1]  # the failing member keeps its own exception
+    for r in (0, 2):
+        assert isinstance(results[r], RuntimeFault), results[r]
+        assert results[r].op.kind == "AllGather"
+        assert f"rank 1 of 3 failed before the collective: {name}" in str(results[r]), results[r]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf", "soon"])
+def test_a_bad_timeout_is_invalid_arguments(monkeypatch, value):
+    monkeypatch.setenv(TIMEOUT_VAR, value)
+    with pytest.raises(InvalidArguments, match=TIMEOUT_VAR):
+        collective_timeout()
+
+
+def test_timeout_default_and_value(monkeypatch):
+    monkeypatch.delenv(TIMEOUT_VAR, raising=False)
+    assert collective_timeout() == 60.0
+    monkeypatch.setenv(TIMEOUT_VAR, "2.5")
+    assert collective_timeout() == 2.5
+
+
+def test_a_bad_timeout_fails_every_member_together(monkeypatch):
+    monkeypatch.setenv(TIMEOUT_VAR, "never")
+    results = _members(2, None, None)
+    for r in results:
+        assert isinstance(r, RuntimeFault) and "InvalidArguments" in str(r) and TIMEOUT_VAR in str(r), r
+
+
+# ------------------------------------------------------------------- mpiexec
+def launch(n, fault, bad_rank, timeout_var=None, limit=90):
+    """(exit status, output, seconds) of fault_rank.py under mpiexec; the whole
+    process group is killed (and the test fails) past ``limit`` seconds."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]))
+    env.pop(TIMEOUT_VAR, None)
+    if timeout_var is not None:
+        env[TIMEOUT_VAR] = str(timeout_var)
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(HERE / "fault_rank.py"), fault, str(bad_rank)]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"mpiexec -n {n} with fault {fault} did not end in {limit} s: a rank is left waiting\n{out}")
+    return proc.returncode, out, time.monotonic() - t0
+
+
+@needs_mpi
+@pytest.mark.parametrize("fault, error", [("kernel", "ZeroDivisionError: injected fault inside a kernel call"),
+                                          ("between", "RuntimeError: injected fault between partitions"),
+                                          ("memory", "MemoryError: injected fault: no memory")])
+def test_mpiexec_internal_error_on_one_rank_ends_every_rank(fault, error):
+    status, out, seconds = launch(2, fault, 1, limit=60)
+    assert status != 0, out
+    assert seconds < 60, (seconds, out)
+    assert f"rank 0/2: graphc: RuntimeFault: op 1 (AllGather \"all_gather\"): rank 1 of 2 failed before the " \
+           f"collective: {error}" in out, out
+    assert f"rank 1/2: internal error: {error}" in out, out  # with its traceback
+    assert "Traceback" in out and "PASSED" not in out, out
+
+
+@needs_mpi
+def test_mpiexec_interrupt_on_one_rank_ends_every_rank():
+    status, out, seconds = launch(2, "interrupt", 1, limit=60)
+    assert status != 0 and seconds < 60, (status, seconds, out)
+    assert "rank 1 of 2 failed before the collective: KeyboardInterrupt" in out, out
+    assert out.count("KeyboardInterrupt") >= 2, out  # rank 1 ends with its own KeyboardInterrupt
+
+
+@needs_mpi
+def test_mpiexec_rank_that_dies_ends_the_job():
+    """MPICH's launcher ends the job as soon as a rank exits without MPI_Finalize;
+    under launchers that do not, the collective timeout below ends the others."""
+    status, out, seconds = launch(2, "die", 1, timeout_var=5, limit=60)
+    assert status != 0, out
+    assert seconds < 5 + 30, (seconds, out)   # the timeout plus start-up, never the default 60 s
+    assert "PASSED" not in out, out
+
+
+@needs_mpi
+@pytest.mark.parametrize("fault, stage", [("stuck", "the status exchange before the collective"),
+                                          ("stuck_data", "the data exchange")])
+def test_mpiexec_stuck_rank_times_out_and_aborts(fault, stage):
+    status, out, seconds = launch(2, fault, 1, timeout_var=3, limit=60)
+    assert status != 0, out
+    assert seconds < 3 + 30, (seconds, out)
+    assert f"rank 0/2: graphc: CollectiveTimeout: op 1 (AllGather \"all_gather\"): rank 1 of 2 did not answer " \
+           f"{stage} within 3 s (GRAPHC_COLLECTIVE_TIMEOUT)" in out, out
+    assert "aborting the MPI job" in out, out
