@@ -122,8 +122,9 @@ def _wait(op, comm, pending: dict, timeout: float, what: str) -> None:
 
 def _check_usable(op, comm) -> None:
     if id(comm) in _broken:
-        raise group_wide(CollectiveTimeout("a member of the group stopped answering at an earlier collective: "
-                                           "the group can no longer communicate", op=op))
+        raise group_wide(CollectiveTimeout("an earlier collective on this communicator stopped half-way (a member "
+                                           "did not answer, or this one was interrupted): the group can no longer "
+                                           "communicate", op=op))
 
 
 def _exchange(op, comm, obj, timeout: float) -> list:
@@ -149,11 +150,19 @@ def _exchange(op, comm, obj, timeout: float) -> list:
             return sends[r] is None and votes[r] is not None
         pending = {r: (lambda r=r: heard(r)) for r in sends}
         _wait(op, comm, pending, timeout, "the status exchange before the collective")
-    except GraphcError:
-        raise
-    except Exception as e:  # the MPI library reports a failed member or link
-        raise group_wide(RuntimeFault(f"the communicator failed: {type(e).__name__}: {e}", op=op)) from e
+    except BaseException as e:
+        _stopped(op, comm, e)
     return votes
+
+
+def _stopped(op, comm, e: BaseException):
+    """An exchange stopped half-way (a timeout, an MPI error, an interrupt): its
+    messages no longer pair up, so the communicator is not used again.  MPI
+    errors (a failed member or link) become a RuntimeFault; others go on."""
+    _broken.add(id(comm))
+    if isinstance(e, Exception) and not isinstance(e, GraphcError):
+        raise group_wide(RuntimeFault(f"the communicator failed: {type(e).__name__}: {e}", op=op)) from e
+    raise e
 
 
 def agree(op, comm, failure, info) -> list:
@@ -212,10 +221,8 @@ def allgather_array(comm, src: np.ndarray, axis: int, op=None) -> np.ndarray:
                     except Exception:  # noqa: BLE001 - best effort: the job aborts at exit
                         pass
                 raise
-        except GraphcError:
-            raise
-        except Exception as e:
-            raise group_wide(RuntimeFault(f"the communicator failed: {type(e).__name__}: {e}", op=op)) from e
+        except BaseException as e:
+            _stopped(op, comm, e)
     shape = src.shape[:axis] + (size * src.shape[axis],) + src.shape[axis + 1:]
     return np.moveaxis(blocks, 0, axis).reshape(shape)
 
