@@ -373,13 +373,16 @@ def kernel_cache_size() -> int:
 
 
 def _release(fn) -> None:
-    """Let an evicted kernel's module be freed once its callers drop it.  numba's
-    target context keeps every compiled overload's entry point (which refers to
-    the module's globals, hence to every dispatcher in it) until the dispatcher
-    is collected, which that very reference prevents: drop those entries, as
-    numba's dispatcher finalizer does.  The kernel's compiled code stays
-    callable; helpers of its module forget their overloads (compiled again,
-    and so registered again, should the kernel ever compile another signature)."""
+    """Let an evicted kernel's module be freed once its callers drop it.  numba
+    keeps every compiled overload (whose environment refers to the module's
+    globals, hence to every dispatcher in it) reachable from two places until
+    the dispatcher is collected, which those very references prevent: its
+    target context's table of user functions and the dispatcher's own
+    weakref.finalize callback.  Detach the callbacks and drop the table
+    entries, as that callback would.  The kernel's compiled code stays callable
+    for a caller still holding it; helpers of its module forget their overloads
+    (compiled again, and registered again, should the kernel ever compile
+    another signature: that kernel then stays in memory)."""
     from numba.core.compiler_lock import global_compiler_lock
     ns = getattr(getattr(fn, "py_func", None), "__globals__", None)
     if not isinstance(ns, dict):
@@ -477,6 +480,7 @@ class _Worker:
         top = str(Path(__file__).resolve().parents[2])   # the folder graphc is imported from
         env["PYTHONPATH"] = top + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.root = str(root)
+        self.pid = os.getpid()
         self.kernels = 0
         self.proc = subprocess.Popen([sys.executable, "-c", "from graphc.codegen.cache import _serve; _serve()"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -503,9 +507,9 @@ class _Worker:
 def _close_worker() -> None:
     global _worker
     with _worker_lock:
-        if _worker is not None:
+        if _worker is not None and _worker.pid == os.getpid():
             _worker.close()
-            _worker = None
+        _worker = None
 
 
 def _compile_elsewhere(fn, sig: tuple) -> bool:
@@ -523,6 +527,8 @@ def _compile_elsewhere(fn, sig: tuple) -> bool:
     if d is None:
         return False
     with _worker_lock:
+        if _worker is not None and _worker.pid != os.getpid():
+            _worker = None      # a forked child: that worker is its parent's
         try:
             if _worker is not None and (_worker.root != str(d.parent) or _worker.kernels >= WORKER_KERNELS
                                         or _worker.proc.poll() is not None):
@@ -532,10 +538,12 @@ def _compile_elsewhere(fn, sig: tuple) -> bool:
                 _worker = _Worker(d.parent)
                 _at_exit()
             return _worker.compile(source, entry, sig)
-        except Exception:  # noqa: BLE001 - no worker (cannot start, died): compile here from now on
-            if _worker is not None:
+        except BaseException as e:  # noqa: BLE001 - no worker (cannot start, died): compile here from now on
+            if _worker is not None:   # (an answer may be pending: never ask this worker again)
                 _worker.close()
                 _worker = None
+            if not isinstance(e, Exception):
+                raise
             _worker_broken = True
             return False
 
