@@ -346,6 +346,26 @@ def test_no_worker_compiles_here(root, monkeypatch):
     assert cache._worker_broken
 
 
+def test_hung_worker_is_abandoned(root, monkeypatch):
+    """A worker that never answers is killed after GRAPHC_WORKER_TIMEOUT seconds
+    and the kernel compiles here: no hang."""
+    import subprocess
+    import sys
+    monkeypatch.setattr(cache, "COLD_IN_PROCESS", 0)
+    monkeypatch.setattr(cache, "_worker_broken", False)
+    monkeypatch.setenv("GRAPHC_WORKER_TIMEOUT", "1")
+    real = subprocess.Popen
+
+    def sleeper(args, **kw):   # a "worker" that reads its request and never answers
+        return real([sys.executable, "-c", "import sys, time; sys.stdin.buffer.read(8); time.sleep(60)"], **kw)
+    monkeypatch.setattr(subprocess, "Popen", sleeper)
+    try:
+        cg = _check((3, 23), op="Abs")
+        assert not _kernel(cg)._cache_hits and cache._worker_broken
+    finally:
+        cache._close_worker()
+
+
 _RSS = textwrap.dedent("""
     import gc, json, sys
     import numpy as np

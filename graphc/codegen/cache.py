@@ -473,6 +473,15 @@ _worker_broken = False
 _in_worker = False
 
 
+def worker_timeout() -> float:
+    """Seconds to wait for the compile worker's answer (``GRAPHC_WORKER_TIMEOUT``,
+    default 600): past it the worker is killed and kernels compile in process."""
+    try:
+        return max(1.0, float(os.environ.get("GRAPHC_WORKER_TIMEOUT", "600")))
+    except ValueError:
+        return 600.0
+
+
 class _Worker:
     def __init__(self, root: Path):
         import subprocess
@@ -491,6 +500,10 @@ class _Worker:
         self.proc.stdin.write(len(msg).to_bytes(8, "little") + msg)
         self.proc.stdin.flush()
         self.kernels += 1
+        import select
+        ready, _, _ = select.select([self.proc.stdout], [], [], worker_timeout())
+        if not ready:   # a hung worker: the caller closes it and compiles here from now on
+            raise TimeoutError("the kernel compile worker did not answer")
         return self.proc.stdout.readline() == b"ok\n"
 
     def close(self) -> None:
