@@ -1,13 +1,9 @@
 """Compiled AllGather and the distributed LayerNorm (Pre -> AllGather -> Post):
 in one process (a group of one), on a group of threads sharing an mpi4py-like
 communicator, and under mpiexec (skipped without mpi4py and mpiexec)."""
-import importlib.util
 import json
 import os
 import re
-import shutil
-import signal
-import subprocess
 import sys
 import threading
 from importlib.resources import files
@@ -22,8 +18,8 @@ from graphc.builder import single_op_graph
 from graphc.comm import default_comm
 from graphc.distributed_demo import sharded_spec
 from support import NP, assert_close
+from support.mpi import ROOT, needs_mpi, run_mpiexec
 
-ROOT = Path(__file__).resolve().parents[2]
 SPEC = json.loads((files("specs") / "layernorm_distributed.json").read_text())
 
 
@@ -227,25 +223,11 @@ def test_single_process_fault_keeps_its_own_error():
 
 
 # ------------------------------------------------------------------- mpiexec
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-needs_mpi = pytest.mark.skipif(MPIEXEC is None or importlib.util.find_spec("mpi4py") is None,
-                               reason="needs mpi4py and mpiexec (pip install -e '.[mpi]')")
-
-
 def mpiexec(n, *args, timeout=180):
     """(exit status, stdout + stderr) of `mpiexec -n n python -m graphc
-    distributed-layernorm args`; the whole process group is killed on timeout."""
-    env = dict(os.environ, NUMBA_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "graphc", "distributed-layernorm", *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"mpiexec -n {n} did not finish in {timeout} s: a member is left waiting")
-    return proc.returncode, out
+    distributed-layernorm args`."""
+    status, out, _ = run_mpiexec(n, ["-m", "graphc", "distributed-layernorm", *args], timeout)
+    return status, out
 
 
 @needs_mpi

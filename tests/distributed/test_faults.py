@@ -6,11 +6,8 @@ collective timeout ($GRAPHC_COLLECTIVE_TIMEOUT).  On a group of threads and
 under mpiexec (skipped without mpi4py and mpiexec)."""
 import os
 import re
-import signal
-import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +18,8 @@ import graphc.compiled as compiled
 from graphc import InvalidArguments, RuntimeFault
 from graphc.comm import TIMEOUT_VAR, collective_timeout
 from graphc.distributed_demo import sharded_spec
-from test_allgather import MPIEXEC, ROOT, SPEC, ThreadComm, ThreadGroup, needs_mpi
+from support.mpi import ROOT, needs_mpi, run_mpiexec
+from test_allgather import SPEC, ThreadComm, ThreadGroup
 
 HERE = Path(__file__).resolve().parent
 
@@ -95,23 +93,17 @@ def test_a_bad_timeout_fails_every_member_together(monkeypatch):
 
 # ------------------------------------------------------------------- mpiexec
 def launch(n, fault, bad_rank, timeout_var=None, limit=90):
-    """(exit status, output, seconds) of fault_rank.py under mpiexec; the whole
-    process group is killed (and the test fails) past ``limit`` seconds."""
-    env = dict(os.environ, NUMBA_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]))
-    env.pop(TIMEOUT_VAR, None)
+    """(exit status, output, seconds) of fault_rank.py under mpiexec."""
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
     if timeout_var is not None:
         env[TIMEOUT_VAR] = str(timeout_var)
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(HERE / "fault_rank.py"), fault, str(bad_rank)]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    saved = os.environ.pop(TIMEOUT_VAR, None)
     try:
-        out, _ = proc.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"mpiexec -n {n} with fault {fault} did not end in {limit} s: a rank is left waiting\n{out}")
-    return proc.returncode, out, time.monotonic() - t0
+        return run_mpiexec(n, [str(HERE / "fault_rank.py"), fault, str(bad_rank)], limit, env,
+                           what=f"with fault {fault}")
+    finally:
+        if saved is not None:
+            os.environ[TIMEOUT_VAR] = saved
 
 
 @needs_mpi
