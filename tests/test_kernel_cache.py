@@ -63,6 +63,9 @@ def _graphc_warnings(record):
 def root(tmp_path, monkeypatch):
     r = tmp_path / "cache"
     monkeypatch.setenv("GRAPHC_CACHE_DIR", str(r))
+    # cold kernels compile in this process (however many this test process
+    # compiled before), unless a test asks for the worker
+    monkeypatch.setattr(cache, "COLD_IN_PROCESS", 1 << 30)
     cache.clear_memory()   # every kernel of the test comes from this folder
     return r
 
