@@ -515,6 +515,8 @@ class _Worker:
             with contextlib.suppress(Exception):
                 self.proc.kill()
                 self.proc.wait(timeout=5)
+        with contextlib.suppress(Exception):
+            self.proc.stdout.close()
 
 
 def _close_worker() -> None:
