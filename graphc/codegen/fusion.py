@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from . import ir
 from .elementwise import emit_elementwise
-from .kernel import _STORE as _NARROW_FLOATS, ArrayRef, _narrowed, as_stored
+from .kernel import ArrayRef, as_stored, is_narrow_float
 from ..types import LogicalTensor
 from ..ops.common import is_pointwise as is_eltwise
 
@@ -65,7 +65,7 @@ class _Values:
                 own = aligned(ivars, shape, lt.shape)
                 args.append(self.at(t.id, t, [own[d] for d in dims], tuple(t.shape)))
         value = op.schema.source(op, *args)
-        if lt.dtype in _NARROW_FLOATS and _narrowed(value, lt.dtype) is None:
+        if is_narrow_float(lt.dtype):
             # a bf16/f16/f8 tensor holds its values rounded, also when it stays in
             # registers: its consumers (a TypeCast to f32, an f32-output op) see them so
             value = as_stored(value, lt.dtype)
@@ -122,7 +122,7 @@ class EpilogueRef(_Virtual):
     def store_nd(self, ivars, value) -> list:
         ivars = list(ivars)
         stmts = []
-        if self.lt.dtype in _NARROW_FLOATS and _narrowed(value, self.lt.dtype) is None:
+        if is_narrow_float(self.lt.dtype):
             value = as_stored(value, self.lt.dtype)   # what its consumers read, as for any narrow tensor
         if not value.is_leaf:
             # the anchor's value, once: its consumers read the name

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ir
+from .fastmath import use_helpers_called
 from .printer import print_body
 from ..types import DataType, LogicalTensor
 
@@ -317,7 +318,6 @@ class KernelBuilder:
         return {f"{p}{i}" for p, n in self._names.items() for i in range(n)} | {a.name for a in self.args}
 
     def source(self, entry: str = "kernel") -> str:
-        from .fastmath import use_helpers_called
         use_helpers_called(self, ir.calls(self.body))
         opts = "cache=True, nogil=True, error_model='numpy'" + (", parallel=True" if self.parallel else "")
         params = ", ".join(a.name for a in self.args)
@@ -350,11 +350,19 @@ def _int_consts_within(e: ir.Expr, lo: int, hi: int) -> bool:
     return e.op == "select" and all(_int_consts_within(x, lo, hi) for x in e.args[1:])
 
 
+def is_narrow_float(dtype: DataType) -> bool:
+    """bf16, f16 and f8: values computed in float32 round when such a tensor holds them."""
+    return dtype in _STORE
+
+
 def as_stored(value, dtype: DataType) -> ir.Expr:
     """``value`` as a tensor of ``dtype`` holds it, in its compute type (what a
     store then a load would give): fused kernels keep values narrowed by a
-    TypeCast or a Quantize in registers this way."""
+    TypeCast or a Quantize in registers this way.  A value already in that form
+    is returned as it is."""
     value = _value(value)
+    if _narrowed(value, dtype) is not None:
+        return value
     f = _STORE.get(dtype)
     if f:
         if value.dt != "f32":

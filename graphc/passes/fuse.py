@@ -21,4 +21,4 @@ class Fuse(Pass):
         return [f"{m.pattern.name}: ops {[o.id for o in m.ops]} ({' -> '.join(o.kind for o in m.ops)}); "
                 f"{m.plan.describe()}" for m in ctx.matches] + \
                [f"{m.pattern.name}: ops {[o.id for o in m.ops]} not fused: {why}" for m, why in rejected
-                if not any(o.id in taken for o in m.ops[:1])]
+                if not any(o.id in taken for o in m.ops)]   # (not where a shorter match fused instead)

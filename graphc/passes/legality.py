@@ -56,7 +56,7 @@ class Illegal(Exception):
     """Why a set of ops cannot fuse (a reason for the pass log)."""
 
 
-def plan(graph, ops, live=None) -> FusionPlan:
+def plan(graph, ops) -> FusionPlan:
     """The kernel plan of ``ops`` fused, or raise :class:`Illegal`."""
     ids = {o.id for o in ops}
     for o in ops:
