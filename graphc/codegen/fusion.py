@@ -27,15 +27,9 @@ from __future__ import annotations
 from . import ir
 from .elementwise import emit_elementwise
 from .kernel import ArrayRef, as_stored, is_narrow_float
+from .loops import aligned
 from ..types import LogicalTensor
 from ..ops.common import is_pointwise as is_eltwise
-
-
-def aligned(ivars, shape, tshape) -> list:
-    """The index of a tensor of ``tshape`` broadcast (numpy rules) into ``shape``
-    at ``ivars``: trailing dims align, size-1 dims at 0 (None)."""
-    lead = len(shape) - len(tshape)
-    return [None if d == 1 else ivars[lead + k] for k, d in enumerate(tshape)]
 
 
 class _Values:

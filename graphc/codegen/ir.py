@@ -357,7 +357,9 @@ FUNCS = {
     "bits_to_f32": lambda a: "f32", "f32_to_bits": lambda a: "int",
     # graphc.codegen.fastmath helpers
     "exp_neg_f32": lambda a: "f32", "exp_le0_f32": lambda a: "f32", "sigmoid_f32": lambda a: "f32",
-    "fsum": lambda a: "f64", "tanh_f32": lambda a: "f32", "erfc_f32": lambda a: "f32", "gelu_erf_f32": lambda a: "f32",
+    "fsum": lambda a: "f64",
+    # graphc.codegen.blas
+    "gemm_f32": lambda a: "int", "tanh_f32": lambda a: "f32", "erfc_f32": lambda a: "f32", "gelu_erf_f32": lambda a: "f32",
 }
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ir
+from .blas_import import IMPORT as blas_import
 from .fastmath import use_helpers_called
 from .printer import print_body
 from ..types import DataType, LogicalTensor
@@ -318,7 +319,10 @@ class KernelBuilder:
         return {f"{p}{i}" for p, n in self._names.items() for i in range(n)} | {a.name for a in self.args}
 
     def source(self, entry: str = "kernel") -> str:
-        use_helpers_called(self, ir.calls(self.body))
+        called = ir.calls(self.body)
+        use_helpers_called(self, called)
+        if "gemm_f32" in called and blas_import not in self.helpers:
+            self.helpers.insert(0, blas_import)
         opts = "cache=True, nogil=True, error_model='numpy'" + (", parallel=True" if self.parallel else "")
         params = ", ".join(a.name for a in self.args)
         body = print_body(self.body, 1, self._taken()) if self.body else ["    pass"]

@@ -76,3 +76,10 @@ def linear(ivars, strides, base=None) -> ir.Expr:
         t = _ix(v) if s == 1 else _ix(v) * s
         total = t if total is None else total + t
     return total if total is not None else ir.const(0)
+
+
+def aligned(ivars, shape, tshape) -> list:
+    """The index of a tensor of ``tshape`` broadcast (numpy rules) into ``shape``
+    at ``ivars``: trailing dims align, size-1 dims at 0 (None)."""
+    lead = len(shape) - len(tshape)
+    return [None if d == 1 else ivars[lead + k] for k, d in enumerate(tshape)]

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen import ir
+from ..codegen.gemm import Matrix, emit_gemm, fpmath_rounding
+from ..codegen.loops import aligned, linear
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, dims_equal
 
 ACCUMULATION_MODES = ("strict", "relaxed", "any", "f32", "s32", "f16")
@@ -60,3 +63,57 @@ class MatMul(OpSchema):
         b = weights if weights.ndim == 1 or not op.attr("transpose_b") else np.swapaxes(weights, -1, -2)
         dst = np.matmul(a, b)  # float64 in, float64 accumulation
         return (dst if bias is None else dst + bias,)
+
+    def lower(self, op, kb, ins, outs):
+        """BLAS on tiles of dst (graphc.codegen.gemm): f32 operands are read in
+        place, others packed to f32; bias and fused post-ops apply where each
+        element is stored."""
+        lower_matmul(op, kb, dict(zip(op.input_names, ins)), outs[0])
+
+
+def lower_matmul(op, kb, ins, dst):
+    src, w, bias = ins["src"], ins["weights"], ins.get("bias")
+    ta = op.attr("transpose_a") and src.lt.ndim > 1
+    tb = op.attr("transpose_b") and w.lt.ndim > 1
+    nb = len(dst.shape) - (src.lt.ndim > 1) - (w.lt.ndim > 1)
+    batch = tuple(dst.shape[:nb])
+    rounding = fpmath_rounding(op)
+
+    def operand(ref, vector_rows, transpose):
+        shape, strides = ref.shape, ref.strides
+        if len(shape) == 1:
+            # a vector: [1, d] (src) or [d, 1] (weights)
+            rows, cols = (1, shape[0]) if vector_rows else (shape[0], 1)
+            st = (0, strides[0]) if vector_rows else (strides[0], 0)
+            return Matrix(ref, rows, cols, lambda bv, r, c: [c] if vector_rows else [r], False, st,
+                          lambda bv: ir.const(0), rounding)
+        lead = shape[:-2]
+        rows, cols = (shape[-1], shape[-2]) if transpose else (shape[-2], shape[-1])
+        st = (strides[-1], strides[-2]) if transpose else (strides[-2], strides[-1])
+
+        def index(bv, r, c):
+            head = aligned(bv, batch, lead) if bv is not None else [None] * len(lead)
+            return head + ([c, r] if transpose else [r, c])
+
+        def base(bv):
+            return linear(aligned(bv, batch, lead), strides[:-2]) if bv is not None else ir.const(0)
+        return Matrix(ref, rows, cols, index, any(d != 1 for d in lead), st, base, rounding)
+
+    a = operand(src, True, ta)
+    b = operand(w, False, tb)
+    has_i, has_j = src.lt.ndim > 1, w.lt.ndim > 1
+
+    def dst_index(bv, i, j):
+        return list(bv) + [i] * has_i + [j] * has_j
+
+    def store(bv, i, j, v):
+        ivars = dst_index(bv, i, j)
+        if bias is not None:
+            v = v + bias.load_nd(aligned(ivars, dst.shape, bias.shape))
+        return dst.store_nd(ivars, v)
+    out = None
+    if bias is None:
+        rs = dst.strides[nb] if has_i else 0
+        cs = dst.strides[-1] if has_j else 0
+        out = Matrix(dst, a.rows, b.cols, None, True, (rs, cs), lambda bv: linear(bv, dst.strides[:nb]))
+    emit_gemm(kb, batch, a, b, store, out)

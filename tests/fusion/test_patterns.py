@@ -11,6 +11,7 @@ from graphc.fill import make_inputs
 from graphc.passes import run_pipeline
 from graphc.passes.pattern import Pattern, match_all
 from support import assert_outputs, check_compiled
+from support.compiled import compiled_vs_reference
 
 
 def _check_fused(g, n_ops, pattern=None):
@@ -439,21 +440,25 @@ def test_prologue_value_leaving_the_partition_is_not_fused():
     assert sorted(p.kind for p in g.get_partitions()) == ["GELU", "SwiGlu"]
 
 
-def test_compute_op_epilogue_patterns_wait_for_their_kernels():
-    """MatMul's epilogue pattern matches, but legality keeps it apart while this
-    build has no MatMul kernel (the partition then reports itself unsupported)."""
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("post", ["BiasAdd-ReLU", "Add-GELU", "Multiply-Add"])
+def test_matmul_epilogue_is_one_partition(dtype, post):
+    """MatMul -> bias/binary -> eltwise/binary: the catalog's matmul_post_ops,
+    one partition whose kernel applies the post-ops where it stores each tile."""
     from graphc.passes.catalog import catalog
     b = GraphBuilder()
-    a, w, bias = b.tensor("f32", [4, 8]), b.tensor("f32", [8, 6]), b.tensor("f32", [6])
-    y = b.op("MatMul", [a, w], out=[("f32", [4, 6])])[0]
-    y = b.op("BiasAdd", [y, bias])[0]
-    b.op("ReLU", [y])
+    a, w = b.tensor(dtype, [2, 40, 24]), b.tensor(dtype, [24, 36])
+    y = b.op("MatMul", [a, w], out=[(dtype, [2, 40, 36])])[0]
+    kinds = post.split("-")
+    for k in kinds:
+        other = b.tensor(dtype, [36] if k == "BiasAdd" else [40, 36])
+        y = b.op(k, [y, other])[0] if k in ("BiasAdd", "Add", "Multiply") else b.op(k, [y])[0]
     g = b.finalize()
     ms = match_all(g, list(catalog()))
     assert [m.pattern.name for m in ms] == ["matmul_post_ops"]
-    assert [o.kind for o in ms[0].ops] == ["MatMul", "BiasAdd", "ReLU"]
-    parts = g.get_partitions()
-    assert any(p.kind == "MatMul" and not p.is_supported() for p in parts)
+    assert [o.kind for o in ms[0].ops] == ["MatMul"] + kinds
+    cg, _ = compiled_vs_reference(g, what=post)
+    assert len(cg.compiled) == 1 and "gemm_f32(" in cg.source
 
 
 def test_a_path_leaving_and_coming_back_is_not_fused():

@@ -1,0 +1,160 @@
+"""GEMM-based kernels: the loops around BLAS calls, shared by MatMul and the convolutions.
+
+A kernel computes, for every index of a batch shape, ``C = A @ B`` with
+A (M x K) and B (K x N) read from tensors, and hands each element of C to a
+store function (the op's output, with its bias and any fused epilogue).
+
+* An operand that is an f32 kernel argument whose matrix has a unit stride
+  along one of its two dims goes to BLAS as it lies (transposed or not, any
+  leading dimension): no copy.  Any other operand (bf16/f16, a fused
+  prologue, an operand rounded for fpmath_mode, odd strides) is *packed*:
+  loaded through ``load_nd`` into an f32 panel.  An operand the batch does not
+  index is packed once, before the parallel loop.
+* C is cut into tiles (batch x row block x column block) that run in
+  parallel (``prange``), each GEMM single-threaded (see blas.py).  A tile is
+  written by BLAS straight into the output when the output is an f32 argument
+  with unit column stride and nothing is applied on store; otherwise into an
+  f32 scratch tile that a loop then stores element by element.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from . import ir
+from .kernel import ArrayRef, worth_parallel
+from .loops import linear, unravel
+from ..types import DataType
+
+#: elements of C one scratch tile holds at most (4 MB of f32: the epilogue
+#: re-reads it from cache); tiles written by BLAS in place have no bound
+TILE_ELEMS = 1 << 20
+#: fewest rows of a tile: BLAS packs B again for every call, so short tiles pay
+MIN_TILE_ROWS = 64
+
+
+def tiles(nbatch, M, N, in_place, cpus=None) -> tuple:
+    """(rows, cols) of C's tiles: large GEMMs run fastest, so a tile is a whole
+    matrix of the batch, cut into row blocks only as far as it takes to give
+    every core work, and (scratch tiles) to stay within TILE_ELEMS."""
+    cpus = cpus or os.cpu_count() or 1
+    blocks = -(-cpus // nbatch) if nbatch < cpus else 1
+    tm = max(min(M, MIN_TILE_ROWS), -(-M // blocks))
+    tn = N
+    if not in_place:
+        tn = min(N, max(256, TILE_ELEMS // max(1, min(M, MIN_TILE_ROWS))))
+        tm = max(1, min(tm, TILE_ELEMS // tn))
+    return tm, tn
+
+
+@dataclass
+class Matrix:
+    """One GEMM operand or the result, read/written through a tensor.
+
+    ``index(bivars, r, c)`` gives the tensor's multi-index of matrix element
+    (r, c) for batch index ``bivars``; ``strides`` are the element strides of
+    (r, c) in the tensor's buffer and ``base(bivars)`` the offset of (0, 0)
+    (both None when the tensor is not a plain kernel argument or its layout
+    does not allow BLAS to read it in place); ``batched`` says whether the
+    batch index moves the matrix."""
+
+    ref: object
+    rows: int
+    cols: int
+    index: Callable
+    batched: bool = True
+    strides: tuple | None = None
+    base: Callable | None = None
+    #: a function rounding each loaded value (fpmath_mode), or None
+    rounding: Callable | None = None
+
+
+def direct(m: Matrix):
+    """(transposed, leading dim) to hand ``m`` to BLAS in place, or None."""
+    if m.strides is None or m.rounding is not None or type(m.ref) is not ArrayRef or m.ref.dtype is not DataType.f32:
+        return None
+    rs, cs = m.strides
+    if cs == 1 or m.cols == 1:
+        ld = rs if m.rows > 1 else m.cols
+        if ld >= max(1, m.cols):
+            return 0, ld
+    if rs == 1 or m.rows == 1:
+        ld = cs if m.cols > 1 else m.rows
+        if ld >= max(1, m.rows):
+            return 1, ld
+    return None
+
+
+def _pack(kb, m: Matrix, bivars, r0, nr, c0, nc, buf=None):
+    """Load rows [r0, r0+nr) x cols [c0, c0+nc) of ``m`` into a row-major f32 panel."""
+    panel = buf if buf is not None else kb.alloc(nr * nc, "f32", prefix="panel")
+    with kb.for_(nr, "r") as r:
+        row = kb.let(r * nc, "pr")
+        with kb.for_(nc, "c") as c:
+            v = m.ref.load_nd(m.index(bivars, r + r0, c + c0))
+            if m.rounding is not None:
+                v = m.rounding(v)
+            kb.store(panel, row + c, ir.f32(v))
+    return panel
+
+
+def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None = None) -> None:
+    """Emit ``for each batch index: C = A @ B; store(bivars, i, j, C[i, j])``.
+
+    ``store(bivars, i, j, value)`` returns the statements storing one element;
+    ``out`` (a Matrix over the output with strides and base) lets BLAS write
+    C in place when ``store`` would only store the value as it is."""
+    M, K, N = a.rows, a.cols, b.cols
+    nbatch = math.prod(batch_shape)
+    da, db = direct(a), direct(b)
+    dc = direct(out) if out is not None else None
+    if dc is not None and dc[0] == 1:
+        dc = None          # BLAS writes C row-major only
+    tm, tn = tiles(nbatch, M, N, dc is not None)
+    mt, nt = -(-M // tm), -(-N // tn)
+    parallel = nbatch * mt * nt > 1 and worth_parallel(M * N * K * nbatch // 8)
+    shared = {}
+    for name, m, d in (("a", a, da), ("b", b, db)):
+        if d is None and not m.batched:
+            shared[name] = _pack(kb, m, None, 0, m.rows, 0, m.cols)
+    with kb.for_(nbatch * mt * nt, "t", parallel) as t:
+        tb = kb.let(t // (mt * nt), "tb")
+        rest = kb.let(t % (mt * nt), "tr")
+        i0 = kb.let((rest // nt) * tm, "i0")
+        j0 = kb.let((rest % nt) * tn, "j0")
+        m_ = kb.let(ir.call("min", tm, M - i0), "m")
+        n_ = kb.let(ir.call("min", tn, N - j0), "n")
+        bivars = unravel(kb, tb, batch_shape) if batch_shape else []
+
+        def operand(name, mat, d, r0, nr, c0, nc):
+            """(buffer, offset, ld, transposed) of the sub-matrix rows r0.., cols c0.."""
+            if d is not None:
+                ta, ld = d
+                rs, cs = mat.strides
+                off = mat.base(bivars) if mat.batched else mat.base(None)
+                return mat.ref.buf, linear([r0, c0], [rs, cs], off), ld, ta
+            if name in shared:
+                return shared[name], r0 * mat.cols + c0, mat.cols, 0
+            return _pack(kb, mat, bivars, r0, nr, c0, nc), ir.const(0), nc, 0
+        abuf, aoff, lda, ta = operand("a", a, da, i0, m_, 0, K)
+        bbuf, boff, ldb, tb_ = operand("b", b, db, 0, K, j0, n_)
+        if dc is not None:
+            ldc = dc[1]
+            coff = linear([i0, j0], out.strides, out.base(bivars))
+            kb.let(ir.call("gemm_f32", ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0,
+                           out.ref.buf, coff, ldc), "st")
+        else:
+            tile = kb.alloc(tm * tn, "f32", prefix="tile")
+            kb.let(ir.call("gemm_f32", ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0, tile, 0, n_), "st")
+            with kb.for_(m_, "ii") as ii:
+                row = kb.let(ii * n_, "ti")
+                i = kb.let(i0 + ii, "i")
+                with kb.for_(n_, "jj") as jj:
+                    kb.emit(store(bivars, i, j0 + jj, tile[row + jj]))
+
+
+def fpmath_rounding(op):
+    """How an f32 op rounds its GEMM inputs under the graph's fpmath_mode, or None."""
+    return None
