@@ -120,14 +120,32 @@ def _oix_axes(fmt, rank) -> tuple:
     return (first + letters.index("O"), first + letters.index("I"), *spatial)
 
 
+def io_grouped(op) -> bool:
+    """IOX/XOI weights of a grouped transposed convolution: oneDNN puts the groups
+    on I (all groups' input channels) and leaves O one group's output channels,
+    the other way round from OIX/XIO (its corpus' deconv_bwd_d cases)."""
+    return op.attr("weights_format") in ("IOX", "XOI") and op.attr("groups") > 1
+
+
 def split_weights(op, shape):
-    """(O, I, kernel dims) of a weights shape in weights_format."""
+    """(O, I, kernel dims) of a weights shape in weights_format: O all groups'
+    output channels, I one group's input channels, whatever the format."""
     axes = _oix_axes(op.attr("weights_format"), len(shape))
-    return shape[axes[0]], shape[axes[1]], tuple(shape[a] for a in axes[2:])
+    o, i, k = shape[axes[0]], shape[axes[1]], tuple(shape[a] for a in axes[2:])
+    if io_grouped(op):
+        g = op.attr("groups")
+        if i != -1 and i % g:
+            raise bad_shape(op, "the weights' I dim holds every group's input channels: it must be divisible by "
+                            "groups", where="port 'weights'", expected=f"a multiple of {g}", found=list(shape))
+        o, i = (o * g if o != -1 else -1), (i // g if i != -1 else -1)
+    return o, i, k
 
 
 def join_weights(op, o, i, kernel) -> tuple:
     axes = _oix_axes(op.attr("weights_format"), len(kernel) + 2)
+    if io_grouped(op):
+        g = op.attr("groups")
+        o, i = (o // g if o != -1 else -1), (i * g if i != -1 else -1)
     shape = [0] * len(axes)
     for a, d in zip(axes, (o, i, *kernel)):
         shape[a] = d
@@ -135,10 +153,20 @@ def join_weights(op, o, i, kernel) -> tuple:
 
 
 def weights_to_oix(op, w):
-    return np.transpose(w, _oix_axes(op.attr("weights_format"), w.ndim))
+    """Weights as (O, I, *K) with O all groups' outputs and I one group's inputs."""
+    w = np.transpose(w, _oix_axes(op.attr("weights_format"), w.ndim))
+    if io_grouped(op):
+        g = op.attr("groups")
+        a, gi, *k = w.shape
+        w = w.reshape(a, g, gi // g, *k).swapaxes(0, 1).reshape(g * a, gi // g, *k)
+    return w
 
 
 def weights_from_oix(op, w):
+    if io_grouped(op):
+        g = op.attr("groups")
+        ga, i, *k = w.shape
+        w = w.reshape(g, ga // g, i, *k).swapaxes(0, 1).reshape(ga // g, g * i, *k)
     return np.transpose(w, np.argsort(_oix_axes(op.attr("weights_format"), w.ndim)))
 
 
@@ -387,6 +415,14 @@ class _Conv(OpSchema):
         if self.shape_name:
             check_shape_source(op, self.shape_name, nsp + 2)
 
+    def supports_lowering(self, op) -> bool:
+        """Shapes known at compile time (no shape given as an input tensor)."""
+        return all(-1 not in t.shape for t in list(op.inputs) + list(op.outputs)) and all(
+            op.input(name) is None for name in ("dst_shape", "weights_shape"))
+
+    def lower(self, op, kb, ins, outs):
+        lower_conv(self, op, kb, ins, outs)
+
     def transposed_window(self, op, small, kernel):
         """Window of a transposed convolution producing its dst from ``small`` sizes."""
         return window(op, [o * s if o >= 0 else -1 for o, s in zip(small, op.attr("strides"))], kernel,
@@ -576,3 +612,78 @@ class ConvTransposeBackwardWeights(_Conv):
         win = self.transposed_window(op, x.shape[2:], split_weights(op, shape)[2])
         dw = conv_backward_weights(to_ncx(op, diff_dst), x, g, win)
         return (weights_from_oix(op, swap_io(dw, g)),)
+
+
+# ------------------------------------------------------------------ lowering
+def _geometry(op, n, c, oc, big, small, win):
+    from ..codegen.conv import Geometry
+    return Geometry(n, c, oc, op.attr("groups"), tuple(big), tuple(small), win.kernel, win.strides, win.dilations,
+                    win.begin)
+
+
+def _views(op, ins, outs):
+    """Data/Weights views of the op's ports by name, and the fpmath rounding."""
+    from ..codegen.conv import Data, Weights
+    from ..codegen.gemm import fpmath_rounding
+    nxc = op.attr("data_format") == "NXC"
+    swapped = op.kind.startswith("ConvTranspose")
+    named = dict(zip(op.input_names, ins)) | dict(zip(op.output_names, outs))
+    views = {}
+    for name, ref in named.items():
+        if "weights" in name:
+            views[name] = Weights(ref, _oix_axes(op.attr("weights_format"), len(ref.shape)), op.attr("groups"),
+                                  swapped, io_grouped(op))
+        elif "shape" not in name and name != "bias":
+            views[name] = Data(ref, nxc)
+    return views, named.get("bias"), fpmath_rounding(op)
+
+
+def _data_store(view, bias):
+    def store(n, c, sp, value):
+        if bias is not None:
+            value = value + bias.load_nd([c])
+        return view.store(n, c, sp, value)
+    return store
+
+
+def _sizes(op, ref):
+    return split_data(op, ref.shape)
+
+
+def lower_conv(self, op, kb, ins, outs):
+    """Any of the six ops as one of graphc.codegen.conv's three GEMM kernels."""
+    from ..codegen import conv as cg
+    v, bias, rounding = _views(op, ins, outs)
+    kind = op.kind
+    if kind in ("Convolution", "ConvTransposeBackwardData"):
+        x, y = ("src", "dst") if kind == "Convolution" else ("diff_dst", "diff_src")
+        n, c, big = _sizes(op, v[x].ref)
+        _, oc, small = _sizes(op, v[y].ref)
+        kernel = split_weights(op, v["weights"].ref.shape)[2]
+        extra = None if kind == "Convolution" else output_padding(op, len(kernel))
+        win = window(op, big, kernel, extra)
+        cg.emit_forward(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
+                        _data_store(v[y], bias), rounding)
+    elif kind in ("ConvolutionBackwardData", "ConvTranspose"):
+        dy, dx = ("diff_dst", "diff_src") if kind == "ConvolutionBackwardData" else ("src", "dst")
+        n, oc, small = _sizes(op, v[dy].ref)
+        _, c, big = _sizes(op, v[dx].ref)
+        kernel = split_weights(op, v["weights"].ref.shape)[2]
+        if kind == "ConvTranspose":
+            win = self.transposed_window(op, small, kernel)
+        else:
+            win = window(op, big, kernel, output_padding(op, len(kernel)))
+        cg.emit_backward_data(kb, _geometry(op, n, c, oc, big, small, win), v[dy], v["weights"],
+                              _data_store(v[dx], bias), rounding)
+    else:
+        x, dy = ("src", "diff_dst") if kind == "ConvolutionBackwardWeights" else ("diff_dst", "src")
+        n, c, big = _sizes(op, v[x].ref)
+        _, oc, small = _sizes(op, v[dy].ref)
+        kernel = split_weights(op, v["diff_weights"].ref.shape)[2]
+        if kind == "ConvolutionBackwardWeights":
+            win = window(op, big, kernel)
+        else:
+            win = self.transposed_window(op, small, kernel)
+        cg.emit_backward_weights(kb, _geometry(op, n, c, oc, big, small, win), v[x], v[dy],
+                                 v["diff_weights"].store, rounding)
+

@@ -37,19 +37,20 @@ def pool(nsp, **kw):
      (1, 4, 3, 3)),
     ("Convolution", [(1, 2, 9), (4, 2, 3), (4,)], win(1, dilations=(3,), pads_begin=(1,), pads_end=(2,), **NCX_OIX),
      (1, 4, 6)),
-    ("ConvTranspose", [(1, 4, 5, 6), (2, 6, 3, 3)],
+    # grouped IOX/XOI: I holds every group's input channels, O one group's outputs (oneDNN's corpus, torch's order)
+    ("ConvTranspose", [(1, 4, 5, 6), (4, 3, 3, 3)],
      win(2, strides=(2, 2), output_padding=(1,) + (0,) * 11, groups=2, data_format="NCX", weights_format="IOX"),
      (1, 6, 12, 13)),
     ("ConvTranspose", [(1, 5, 6, 4), (3, 3, 4, 8)], win(2, strides=(3, 2), auto_pad="same_lower"), (1, 15, 12, 8)),
-    ("ConvTransposeBackwardData", [(1, 6, 12, 11), (2, 6, 3, 3)],
+    ("ConvTransposeBackwardData", [(1, 6, 12, 11), (4, 3, 3, 3)],
      win(2, strides=(2, 2), groups=2, data_format="NCX", weights_format="IOX"), (1, 4, 5, 5)),
     ("ConvolutionBackwardData", [(1, 8, 3, 3), (8, 4, 3, 3)], win(2, dst_shape=(1, 4, 5, 5), **NCX_OIX),
      (1, 4, 5, 5)),
     ("ConvolutionBackwardWeights", [(1, 4, 5, 5), (1, 8, 3, 3)],
      win(2, weights_shape=(3, 3, 2, 8), groups=2, data_format="NCX"), (3, 3, 2, 8)),
     ("ConvTransposeBackwardWeights", [(1, 4, 5, 5), (1, 6, 12, 11)],
-     win(2, strides=(2, 2), output_padding=(1, 0), groups=2, weights_shape=(3, 3, 6, 2), data_format="NCX",
-         weights_format="XOI"), (3, 3, 6, 2)),
+     win(2, strides=(2, 2), output_padding=(1, 0), groups=2, weights_shape=(3, 3, 3, 4), data_format="NCX",
+         weights_format="XOI"), (3, 3, 3, 4)),
     ("MaxPool", [(1, 3, 7, 8)], pool(2, kernel=(3, 3), strides=(2, 2), rounding_type="ceil", data_format="NCX"),
      (1, 3, 3, 4)),
     ("MaxPool", [(1, 7, 8, 3)], pool(2, kernel=(3, 3), dilations=(2, 3)), (1, 3, 2, 3)),
@@ -167,9 +168,9 @@ def test_conv_backward_data_from_a_shape_input():
     np.testing.assert_array_equal(dx, [[[1, 12, 20]]])
 
 
-def test_conv_transpose_groups_split_the_o_axis():
-    # IOX weights (IC/G=1, OC=2, K=1) with 2 groups: dst channel g reads src channel g only
-    y = run_graph("ConvTranspose", [np.array([[[1.0], [2.0]]]), np.array([[[3.0], [5.0]]])],
+def test_conv_transpose_groups_split_the_i_axis_of_iox():
+    # IOX weights (IC=2, OC/G=1, K=1) with 2 groups: dst channel g reads src channel g only
+    y = run_graph("ConvTranspose", [np.array([[[1.0], [2.0]]]), np.array([[[3.0]], [[5.0]]])],
                   win(1, groups=2, data_format="NCX", weights_format="IOX"))
     np.testing.assert_array_equal(y, [[[3.0], [10.0]]])
 
@@ -241,9 +242,9 @@ def test_convolution_gradients(attrs):
 
 @pytest.mark.parametrize("attrs, x_shape, w_shape", [
     (win(2, strides=(2, 1), dilations=(1, 2), pads_begin=(1, 0), pads_end=(0, 1), output_padding=(1, 0), groups=2,
-         data_format="NCX", weights_format="IOX"), (1, 4, 3, 3), (2, 6, 2, 3)),
+         data_format="NCX", weights_format="IOX"), (1, 4, 3, 3), (4, 3, 2, 3)),
     (win(1, strides=(3,), auto_pad="SAME_UPPER", output_padding=(2,), groups=3, weights_format="XOI"),
-     (2, 3, 3), (4, 6, 1)),
+     (2, 3, 3), (4, 2, 3)),
 ], ids=["ncx_iox", "nxc_xoi_same"])
 def test_conv_transpose_gradients(attrs, x_shape, w_shape):
     x, w = r(*x_shape), r(*w_shape)

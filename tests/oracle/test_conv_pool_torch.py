@@ -113,19 +113,23 @@ DECONV_CASES = [
 
 
 def deconv_weights_in(w, g, fmt):
-    """torch's (IC, OC/G, *K) weights in graphc's format: O = all output channels,
-    I = input channels of one group (the ConvTranspose doc's IOX)."""
+    """torch's (IC, OC/G, *K) weights in graphc's format: IOX is torch's order (I
+    every group's input channels, O one group's outputs, as in oneDNN's corpus);
+    OIX/XIO have O = all output channels and I = input channels of one group."""
     ic, ocg, *k = w.shape
-    iox = w.reshape(g, ic // g, ocg, *k).transpose(1, 0, 2, *range(3, 3 + len(k))).reshape(ic // g, g * ocg, *k)
-    sp = tuple(range(2, iox.ndim))
-    return {"IOX": iox, "OIX": iox.transpose(1, 0, *sp), "XOI": iox.transpose(*sp, 1, 0),
-            "XIO": iox.transpose(*sp, 0, 1)}[fmt]
+    sp = tuple(range(2, w.ndim))
+    if fmt in ("IOX", "XOI"):
+        return w if fmt == "IOX" else w.transpose(*sp, 1, 0)
+    per_group = w.reshape(g, ic // g, ocg, *k).transpose(1, 0, 2, *range(3, 3 + len(k))).reshape(ic // g, g * ocg, *k)
+    return per_group.transpose(1, 0, *sp) if fmt == "OIX" else per_group.transpose(*sp, 0, 1)
 
 
 def deconv_weights_out(w, g, fmt):
     """graphc's weights in ``fmt`` back to torch's (IC, OC/G, *K)."""
     r = w.ndim
-    to_iox = {"IOX": (0, 1), "OIX": (1, 0), "XOI": (r - 1, r - 2), "XIO": (r - 2, r - 1)}[fmt]
+    if fmt in ("IOX", "XOI"):
+        return w if fmt == "IOX" else w.transpose(r - 1, r - 2, *range(r - 2))
+    to_iox = {"OIX": (1, 0), "XIO": (r - 2, r - 1)}[fmt]
     sp = tuple(range(2, r)) if fmt[0] != "X" else tuple(range(r - 2))
     iox = w.transpose(*to_iox, *sp)
     icg, oc, *k = iox.shape

@@ -1,0 +1,108 @@
+"""Compiled convolutions (all six ops) against the reference: layouts (NCX/NXC,
+OIX/XIO/IOX/XOI, strided), groups, strides, dilations, pads, auto_pad,
+output_padding, 1-3 spatial dims, bias, dtypes; weights read in place or packed."""
+import pytest
+
+from graphc.builder import single_op_graph
+from support.compiled import check_compiled
+from support.graphs import one_op, strides
+
+
+def win(nsp, **kw):
+    return {"strides": (1,) * nsp, "dilations": (1,) * nsp, "pads_begin": (0,) * nsp, "pads_end": (0,) * nsp, **kw}
+
+
+def data(n, c, sp, fmt):
+    return [n, *sp, c] if fmt == "NXC" else [n, c, *sp]
+
+
+def weights(o, i, k, fmt):
+    pos = {"O": o, "I": i}
+    return ([*k, pos[fmt[1]], pos[fmt[2]]] if fmt[0] == "X" else [pos[fmt[0]], pos[fmt[1]], *k])
+
+
+GEOMS = [
+    # (N, C, OC, spatial, kernel, extra attrs)
+    (2, 8, 12, (9, 10), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (1, 6, 4, (11, 7), (3, 2), {"strides": (2, 1), "dilations": (2, 1), "pads_begin": (2, 0), "pads_end": (1, 1)}),
+    (2, 8, 8, (6, 6), (1, 1), {}),
+    (1, 12, 6, (7, 8), (3, 3), {"groups": 3, "pads_begin": (1, 0), "pads_end": (0, 1)}),
+    (2, 4, 6, (13,), (3,), {"strides": (2,), "pads_begin": (1,), "pads_end": (1,)}),
+    (1, 4, 4, (4, 5, 6), (2, 3, 2), {"pads_begin": (1, 1, 0), "pads_end": (0, 1, 1), "groups": 2}),
+    (1, 3, 5, (9, 9), (3, 3), {"auto_pad": "SAME_UPPER", "strides": (2, 2)}),
+]
+
+
+def conv_graph(kind, dtype, geom, dfmt, wfmt, bias=False):
+    n, c, oc, sp, k, extra = geom
+    attrs = win(len(sp), data_format=dfmt, weights_format=wfmt, **extra)
+    g = attrs.get("groups", 1)
+    shp = [-1] * (len(sp) + 2)
+    if kind == "Convolution":
+        ins = [(dtype, data(n, c, sp, dfmt)), (dtype, weights(oc, c // g, k, wfmt))] + [(dtype, [oc])] * bias
+        return single_op_graph(kind, ins, [(dtype, shp)], attrs)
+    # the forward convolution's dst shape gives the gradients' shapes
+    fwd = single_op_graph("Convolution", [(dtype, data(n, c, sp, dfmt)), (dtype, weights(oc, c // g, k, wfmt))],
+                          [(dtype, shp)], attrs)
+    dst = list(fwd.ops[0].outputs[0].shape)
+    if kind == "ConvolutionBackwardData":
+        attrs["dst_shape"] = data(n, c, sp, dfmt)
+        return single_op_graph(kind, [(dtype, dst), (dtype, weights(oc, c // g, k, wfmt))], [(dtype, shp)], attrs)
+    attrs["weights_shape"] = weights(oc, c // g, k, wfmt)
+    return single_op_graph(kind, [(dtype, data(n, c, sp, dfmt)), (dtype, dst)], [(dtype, [-1] * len(shp))], attrs)
+
+
+@pytest.mark.parametrize("geom", GEOMS, ids=lambda g: f"{g[3]}k{g[4]}")
+@pytest.mark.parametrize("kind", ["Convolution", "ConvolutionBackwardData", "ConvolutionBackwardWeights"])
+@pytest.mark.parametrize("dfmt,wfmt", [("NCX", "OIX"), ("NXC", "XIO")])
+def test_convolution_ops(kind, geom, dfmt, wfmt):
+    check_compiled(conv_graph(kind, "f32", geom, dfmt, wfmt, bias=True), what=f"{kind} {geom}")
+
+
+@pytest.mark.parametrize("kind", ["Convolution", "ConvolutionBackwardData", "ConvolutionBackwardWeights"])
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_convolution_narrow(kind, dtype):
+    check_compiled(conv_graph(kind, dtype, GEOMS[3], "NXC", "XIO", bias=True), what=f"{kind} {dtype}")
+
+
+TGEOMS = [
+    # (N, IC, OC, src spatial, kernel, extra): transposed convolutions
+    (2, 6, 4, (5, 6), (3, 3), {"strides": (2, 2), "pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (1, 4, 6, (4, 5), (3, 2), {"groups": 2, "output_padding": (1, 0), "strides": (2, 1)}),
+    (1, 4, 4, (3, 3, 4), (2, 2, 2), {"dilations": (2, 1, 1)}),
+    (2, 3, 5, (7,), (3,), {"auto_pad": "SAME_LOWER", "strides": (2,)}),
+]
+
+
+@pytest.mark.parametrize("geom", TGEOMS, ids=lambda g: f"{g[3]}k{g[4]}")
+@pytest.mark.parametrize("kind", ["ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights"])
+@pytest.mark.parametrize("dfmt,wfmt", [("NCX", "OIX"), ("NXC", "XIO"), ("NCX", "IOX"), ("NXC", "XOI")])
+def test_conv_transpose_ops(kind, geom, dfmt, wfmt):
+    n, ic, oc, sp, k, extra = geom
+    attrs = win(len(sp), data_format=dfmt, weights_format=wfmt, **extra)
+    g = attrs.get("groups", 1)
+    w = weights(oc // g, ic, k, wfmt) if wfmt in ("IOX", "XOI") else weights(oc, ic // g, k, wfmt)
+    if wfmt in ("IOX", "XOI"):   # I holds all groups' input channels, O one group's outputs
+        pos = {"O": oc // g, "I": ic}
+        w = [*k, pos[wfmt[1]], pos[wfmt[2]]] if wfmt[0] == "X" else [pos[wfmt[0]], pos[wfmt[1]], *k]
+    shp = [-1] * (len(sp) + 2)
+    fwd = single_op_graph("ConvTranspose", [("f32", data(n, ic, sp, dfmt)), ("f32", w)], [("f32", shp)], attrs)
+    dst = list(fwd.ops[0].outputs[0].shape)
+    if kind == "ConvTranspose":
+        gr = single_op_graph(kind, [("f32", data(n, ic, sp, dfmt)), ("f32", w), ("f32", [oc])], [("f32", shp)], attrs)
+    elif kind == "ConvTransposeBackwardData":
+        gr = single_op_graph(kind, [("f32", dst), ("f32", w)], [("f32", shp)], attrs)
+    else:
+        attrs["weights_shape"] = w
+        gr = single_op_graph(kind, [("f32", data(n, ic, sp, dfmt)), ("f32", dst)], [("f32", [-1] * len(w))], attrs)
+    check_compiled(gr, what=f"{kind} {geom} {dfmt} {wfmt}")
+
+
+@pytest.mark.parametrize("order", [(0, 2, 3, 1), (1, 0, 2, 3)])
+def test_strided_layouts(order):
+    """src and weights in layouts other than their formats' dense ones, with gaps."""
+    x, w = [2, 6, 7, 8], [5, 6, 3, 3]
+    attrs = win(2, data_format="NCX", weights_format="OIX", pads_begin=(1, 1), pads_end=(1, 1))
+    g = one_op("Convolution", [("f32", x, strides(x, order, 2)), ("f32", w, strides(w, order, 1))],
+               [("f32", [2, 5, 7, 8])], attrs)
+    check_compiled(g, what=str(order))
