@@ -126,6 +126,7 @@ class Graph:
             self.tensors[tid] = self.ops[pid].outputs[idx]
         for oid in nx.lexicographical_topological_sort(self.nx):
             op = self.ops[oid]
+            op.fpmath_mode = self.fpmath_mode     # the ops it concerns read it (graphc.numerics.fpmath_down)
             new_inputs = [self._known(op, i, t) for i, t in enumerate(op.inputs)]
             op.rebind_inputs(new_inputs)
             for i, t in enumerate(op.outputs):

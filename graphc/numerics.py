@@ -56,3 +56,35 @@ def round_to(x, dt: DataType) -> np.ndarray:
 def _int_range(dt: DataType):
     return {DataType.s8: (-128, 127), DataType.u8: (0, 255), DataType.s4: (-8, 7), DataType.u4: (0, 15),
             DataType.s32: (-(2 ** 31), 2 ** 31 - 1), DataType.u32: (0, 2 ** 32 - 1)}[dt]
+
+
+# ------------------------------------------------------------------ fpmath_mode
+#: fpmath_mode -> the type whose precision f32 inputs of the ops that allow it
+#: (MatMul and the convolutions: ``OpSchema.fpmath_inputs``) are rounded to.
+#: "any" lets the implementation choose: graphc keeps f32, the fastest path on
+#: CPUs without bf16/f16 matrix units; "strict" never converts.
+FPMATH_DOWN = {"bf16": "bf16", "f16": "f16", "tf32": "tf32"}
+
+
+def fpmath_down(op):
+    """The type op's f32 inputs are rounded to under its graph's fpmath_mode, or None."""
+    if not op.schema.fpmath_inputs:
+        return None
+    if not any(t.dtype is DataType.f32 for n, t in op.named_ports() if n in op.schema.fpmath_inputs):
+        return None
+    return FPMATH_DOWN.get(getattr(op, "fpmath_mode", "strict"))
+
+
+def round_tf32(x: np.ndarray) -> np.ndarray:
+    """f32 values rounded (to nearest even) to tf32's 10 mantissa bits, as float64."""
+    bits = np.asarray(x, np.float64).astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + np.uint64(0xFFF) + ((bits >> np.uint64(13)) & np.uint64(1))) & np.uint64(0xFFFFE000)
+    out = bits.astype(np.uint32).view(np.float32).astype(np.float64)
+    return np.where(np.isnan(x), x, out)
+
+
+def fpmath_round(x: np.ndarray, down: str) -> np.ndarray:
+    """f32 values (held in float64) as fpmath_mode lets an op read them."""
+    if down == "tf32":
+        return round_tf32(x)
+    return widen(round_to(x, DataType(down)), DataType(down))

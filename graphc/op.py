@@ -41,6 +41,7 @@ class Op:
         self.schema: OpSchema | None = None
         self.input_names: list[str] = []
         self.output_names: list[str] = []
+        self.fpmath_mode = "strict"   # the graph's, set when the graph is finalized
 
     # ----------------------------------------------------------------- validation
     def validate(self) -> "Op":

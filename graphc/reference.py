@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import GraphcError, InvalidArguments, RuntimeFault
-from .numerics import round_to, widen
+from .numerics import fpmath_down, fpmath_round, round_to, widen
 from .types import DataType, LogicalTensor
 
 
@@ -65,6 +65,10 @@ def run_op(op, arrays: list, comm=None) -> dict:
     kw = {"comm": comm} if getattr(schema, "needs_comm", False) else {}
     try:
         ins = [widen(a, t.dtype) for a, t in zip(arrays, op.inputs)]
+        down = fpmath_down(op)
+        if down:
+            ins = [fpmath_round(a, down) if n in schema.fpmath_inputs and t.dtype is DataType.f32 else a
+                   for a, t, n in zip(ins, op.inputs, op.input_names)]
         with np.errstate(all="ignore"):
             outs = schema.reference(op, *ins, **kw)
     except GraphcError:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from . import ir
 from .printer import print_body
 
-_BITS = "from graphc.codegen.runtime import bits_to_f32, f32_to_bits"
+BITS_IMPORT = "from graphc.codegen.runtime import bits_to_f32, f32_to_bits"
 
 _EXP_NEG_F32 = """\
 @njit(cache=True, nogil=True, fastmath={'contract'})
@@ -122,7 +122,7 @@ def fsum(buf, n):
 
 #: name -> (the helpers it calls, its text)
 HELPERS = {
-    "bits": ((), _BITS),
+    "bits": ((), BITS_IMPORT),
     "exp_neg_f32": (("bits",), _EXP_NEG_F32),
     "exp_le0_f32": (("exp_neg_f32",), _EXP_LE0_F32),
     "sigmoid_f32": (("exp_neg_f32",), _SIGMOID_F32),

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import ir
-from .kernel import ArrayRef, worth_parallel
+from .kernel import ArrayRef, as_stored, worth_parallel
+from ..numerics import fpmath_down
 from .loops import linear, unravel
 from ..types import DataType
 
@@ -156,5 +157,19 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
 
 
 def fpmath_rounding(op):
-    """How an f32 op rounds its GEMM inputs under the graph's fpmath_mode, or None."""
-    return None
+    """How an f32 op rounds its GEMM inputs under the graph's fpmath_mode (a
+    function of the loaded value), or None (graphc.numerics.fpmath_down)."""
+    down = fpmath_down(op)
+    if down is None:
+        return None
+    if down == "tf32":
+        return _tf32
+    dt = DataType(down)
+    return lambda v: as_stored(v, dt)
+
+
+def _tf32(v):
+    """An f32 value rounded to nearest even at tf32's 10 mantissa bits (NaN kept)."""
+    u = ir.i64(ir.call("f32_to_bits", v))
+    r = ir.call("bits_to_f32", (u + 0xFFF + ((u >> 13) & 1)) & 0xFFFFE000)
+    return ir.select(ir.call("math.isnan", v), v, r)

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import ir
 from .blas_import import IMPORT as blas_import
-from .fastmath import use_helpers_called
+from .fastmath import BITS_IMPORT, use_helpers_called
 from .printer import print_body
 from ..types import DataType, LogicalTensor
 
@@ -28,6 +28,9 @@ from graphc.codegen.runtime import (bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to
                                     sigmoid, softplus, round_half_away, gelu_tanh_grad, mish_grad,
                                     f64_to_f32_odd)
 """
+
+#: imports of the functions HEADER leaves out, added to a kernel that calls them
+EXTRA_IMPORTS = {"gemm_f32": blas_import, "bits_to_f32": BITS_IMPORT, "f32_to_bits": BITS_IMPORT}
 
 #: work (elements) above which an outer loop is worth spreading over threads:
 #: below ~1 MB of f32 the data sits in cache and thread start-up dominates
@@ -321,8 +324,9 @@ class KernelBuilder:
     def source(self, entry: str = "kernel") -> str:
         called = ir.calls(self.body)
         use_helpers_called(self, called)
-        if "gemm_f32" in called and blas_import not in self.helpers:
-            self.helpers.insert(0, blas_import)
+        for line in sorted({EXTRA_IMPORTS[f] for f in called if f in EXTRA_IMPORTS}, reverse=True):
+            if line not in self.helpers:
+                self.helpers.insert(0, line)
         opts = "cache=True, nogil=True, error_model='numpy'" + (", parallel=True" if self.parallel else "")
         params = ", ".join(a.name for a in self.args)
         body = print_body(self.body, 1, self._taken()) if self.body else ["    pass"]

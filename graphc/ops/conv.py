@@ -398,6 +398,7 @@ DECONV_ATTRS = WINDOW_ATTRS + (OUTPUT_PADDING, DECONV_WEIGHTS_FORMAT)
 
 class _Conv(OpSchema):
     family = "conv"
+    fpmath_inputs = ("src", "weights", "diff_dst")
     attrs = WINDOW_ATTRS + (CONV_WEIGHTS_FORMAT,)
     #: the data port defining the spatial rank, and the shape input/attribute if any
     data_port = "src"

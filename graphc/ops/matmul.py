@@ -46,6 +46,7 @@ class MatMul(OpSchema):
     outputs = (Out("dst"),)
     attrs = (Attr("transpose_a", "bool", False), Attr("transpose_b", "bool", False),
              Attr("accumulation_mode", "string", "strict", choices=ACCUMULATION_MODES))
+    fpmath_inputs = ("src", "weights")
     dtypes = DtypeTable(["src|weights|bias", "dst"], [("f32", "f32"), ("bf16", "f32,bf16"), ("f16", "f32,f16")])
 
     def infer(self, op):

@@ -247,6 +247,10 @@ class OpSchema:
     #: a marker with no data semantics (End) or arbitrary (Wildcard).
     executable: ClassVar[bool] = True
 
+    #: input ports whose f32 values the graph's fpmath_mode lets the op round
+    #: to a narrower type (graphc.numerics.FPMATH_DOWN)
+    fpmath_inputs: tuple = ()
+
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         if "kind" in cls.__dict__ and cls.kind:
