@@ -37,8 +37,9 @@ def _int(text, what, minimum=0) -> int:
     return v
 
 
-def _entries(text, what) -> list[tuple[int, str]]:
-    """'ID:REST+ID:REST' -> [(id, rest)]; '' -> []."""
+def _entries(text, what, read_id=None) -> list[tuple[int, str]]:
+    """'ID:REST+ID:REST' -> [(id, rest)]; '' -> [].  ``read_id(text, what)``
+    reads an id (default: the whole text is a non-negative integer)."""
     if not text:
         return []
     out = []
@@ -46,8 +47,18 @@ def _entries(text, what) -> list[tuple[int, str]]:
         tid, sep, rest = item.partition(":")
         if not sep or not rest:
             raise KnobError(f"{what}: expected ID:VALUE, found {item!r}")
-        out.append((_int(tid, f"{what} id"), rest))
+        out.append((read_id(tid, what) if read_id else _int(tid, f"{what} id"), rest))
     return out
+
+
+def _leading_id(text, what) -> int:
+    """An id read as benchdnn reads --in-shapes ids (std::stoll): the leading
+    digits, anything after them ignored, so the harness entry '2*abc:3x64x8*abc'
+    is tensor 2 with shape 3x64x8 and tag abc."""
+    digits = text[:len(text) - len(text.lstrip(string.digits))]
+    if not digits:
+        raise KnobError(f"{what} id: expected an integer, found {text!r}")
+    return int(digits)
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,9 @@ def _dims(text, what) -> tuple[int, ...]:
 
 def parse_in_shapes(text) -> dict[int, InShape]:
     out = {}
-    for tid, spec in _entries(text, "--in-shapes"):
+    for tid, spec in _entries(text, "--in-shapes", _leading_id):
+        if tid in out:
+            raise KnobError(f"--in-shapes: tensor {tid} is given twice")
         shape_txt, star, stride_txt = spec.partition("*")
         shape = _dims(shape_txt, "--in-shapes dim") if shape_txt else None
         strides = tag = None

@@ -147,7 +147,20 @@ def test_knob_values():
                                "--case=x.json")
 
 
+def test_in_shapes_ids_read_as_benchdnn_does():
+    # a harness line of op/harness_f32_all: benchdnn reads an id with std::stoll, so
+    # '2*abc' is tensor 2 (the stray '*abc' ignored) and its entry the shape and tag after ':'
+    c = only_case(parse(["--in-shapes=0:3x64x8*abc+1:3x1x8+2*abc:3x64x8*abc", "--case=x.json"]))
+    assert c.error is None
+    assert c.values["in-shapes"] == {0: InShape((3, 64, 8), tag="abc"), 1: InShape((3, 1, 8)),
+                                     2: InShape((3, 64, 8), tag="abc")}
+    assert c.knobs_repro() == "--in-shapes=0:3x64x8*abc+1:3x1x8+2*abc:3x64x8*abc --case=x.json"
+    tag_only = only_case(parse(["--in-shapes=1:*acb", "--case=x.json"]))
+    assert tag_only.values["in-shapes"] == {1: InShape(None, tag="acb")}
+
+
 @pytest.mark.parametrize("knob", ["--in-shapes=0:2x3*abz", "--in-shapes=0:2x3*ab1", "--in-shapes=x:2x3",
+                                  "--in-shapes=*0:2x3", "--in-shapes=0:2x3+0:4x5",
                                   "--in-shapes=0:2x3*abc", "--in-shapes=0:", "--dt=s8", "--dt=0:f99",
                                   "--op-attrs=0:axis", "--tensor-property=0:heavy", "--mb=-1",
                                   "--expected-n-partitions=one"])
