@@ -32,12 +32,19 @@ def _concrete(lt: LogicalTensor, where: str) -> LogicalTensor:
     return lt
 
 
-def specialize(partition, inputs: list[LogicalTensor]):
-    """Copies of the partition's ops with shapes re-inferred from concrete inputs."""
+def specialize(partition, inputs: list[LogicalTensor], values: dict | None = None):
+    """Copies of the partition's ops with shapes re-inferred from concrete inputs.
+    ``values`` ({tensor id: tuple of ints}) are the values of value inputs (see
+    graphc.lowering.value_inputs): an op copy sees those of its ports in
+    ``op.input_values`` ({port name: tuple}), and its schema checks them."""
+    from .lowering import value_inputs
     known = {t.id: t for t in inputs}
+    given = {} if values is None else {(op.id, name): values[t.id]
+                                       for op, name, t in value_inputs(partition.ops) if t.id in values}
     ops = []
     for op in partition.ops:
         new = copy.copy(op)
+        new.input_values = {name: v for (oid, name), v in given.items() if oid == op.id}
         new.inputs = [known.get(t.id, t) for t in op.inputs]
         new.outputs = [t.with_shape(tuple(-1 if d == -1 else d for d in t.shape)) for t in op.outputs]
         new.rebind_inputs(new.inputs)
@@ -158,7 +165,13 @@ def _check_memory(ops, in_lts, out_lts, known) -> None:
 
 
 class CompiledPartition:
-    """A partition compiled for concrete input and output logical tensors."""
+    """A partition compiled for concrete input and output logical tensors.
+
+    A partition with value inputs (ops whose kernel depends on the values of a
+    small input, such as ReduceX's axes: graphc.lowering.value_inputs) has no
+    kernel of its own: each run reads those values, and runs the partition
+    compiled for them, compiled at the first run with these values (the
+    values checked first) and kept in ``specializations``."""
 
     def __init__(self, partition, inputs, outputs, ops, known, source, kernel, arg_plan, runner=None):
         self.partition = partition
@@ -171,6 +184,31 @@ class CompiledPartition:
         self._plan = arg_plan          # kernel args: ("in", i) / ("out", i) / ("tmp", LogicalTensor)
         self._runner = runner          # a non-kernel executor (collectives)
         self.compile_seconds = 0.0
+        self._value_at = None          # indices of the value inputs (a partition compiled per their values)
+        self._wanted = None            # the output logical tensors asked for at compile
+        self._by_values: dict[tuple, CompiledPartition] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def specializations(self) -> dict:
+        """{((tensor id, values), ...): CompiledPartition} compiled so far for the
+        values of the value inputs (empty for a partition without them)."""
+        return dict(self._by_values)
+
+    def _specialized(self, inputs) -> "CompiledPartition":
+        """The partition compiled for the values of the value inputs in ``inputs``."""
+        given = self._bind(inputs, self.inputs, "input")
+        key = []
+        for i in self._value_at:
+            lt = self.inputs[i]
+            key.append((lt.id, tuple(int(v) for v in check_input_array(lt, given[i]).reshape(-1))))
+        key = tuple(key)
+        with self._lock:
+            cp = self._by_values.get(key)
+            if cp is None:
+                cp = compile_partition(self.partition, self.inputs, self._wanted, dict(key))
+                self._by_values[key] = cp
+        return cp
 
     def query_logical_tensor(self, tid: int) -> LogicalTensor:
         """An input or output logical tensor with every dim and stride resolved."""
@@ -253,6 +291,8 @@ class CompiledPartition:
         ``outputs`` are written in place; returns {output id: array}.  A collective
         runs on ``comm`` (see graphc.comm); bad arguments to it on any member of
         the group raise on every member."""
+        if self._value_at is not None:
+            return self._specialized(inputs).execute(inputs, outputs, comm)
         if self._runner is not None:
             try:
                 ins, outs, user_outs = self._arrays(inputs, outputs)
@@ -291,8 +331,12 @@ class CompiledPartition:
                f"out={[t.id for t in self.outputs]})"
 
 
-def compile_partition(partition, inputs=None, outputs=None) -> CompiledPartition:
-    from .lowering import build_kernel, collective_runner
+def compile_partition(partition, inputs=None, outputs=None, values=None) -> CompiledPartition:
+    """``partition`` compiled for ``inputs`` (and ``outputs``): LogicalTensors.  A
+    partition with value inputs compiles for ``values`` ({tensor id: tuple of
+    ints}) of every one of them; without, into a CompiledPartition that compiles
+    at run for the values given then."""
+    from .lowering import build_kernel, collective_runner, value_inputs
     t0 = time.perf_counter()
     given = {t.id: t for t in (inputs if inputs is not None else partition.inputs)}
     in_lts = []
@@ -308,7 +352,9 @@ def compile_partition(partition, inputs=None, outputs=None) -> CompiledPartition
         kinds = ", ".join(op.kind for op in partition.ops)
         raise Unimplemented(f"this build cannot compile partition {partition.id} ({kinds})",
                             op=partition.ops[0])
-    ops, known = specialize(partition, in_lts)
+    ops, known = specialize(partition, in_lts, values)
+    value_ids = {t.id for _, _, t in value_inputs(ops)}
+    per_values = bool(value_ids) and values is None  # compiled at run, per values of the value inputs
     collective = collective_runner(ops) is not None  # its output dims may be known only at run
     out_lts = []
     wanted = {t.id: t for t in (outputs or [])}
@@ -320,8 +366,13 @@ def compile_partition(partition, inputs=None, outputs=None) -> CompiledPartition
                 raise InvalidArguments(f"output tensor {t.id} shape disagrees with inference",
                                        expected=list(lt.shape), found=list(w.shape))
             lt = w
-        out_lts.append(lt if collective and not lt.is_complete else _concrete(lt, "compile"))
+        out_lts.append(lt if (collective or per_values) and not lt.is_complete else _concrete(lt, "compile"))
     _check_memory(ops, in_lts, out_lts, known)
+    if per_values:
+        cp = CompiledPartition(partition, in_lts, out_lts, ops, known, None, None, [])
+        cp._value_at = [i for i, lt in enumerate(in_lts) if lt.id in value_ids]
+        cp._wanted = outputs
+        return cp
     source, plan, runner = build_kernel(partition, ops, in_lts, out_lts)
     kernel = None
     if source is not None:

@@ -14,8 +14,20 @@ def op_lowerable(op) -> bool:
     return op.schema.supports_lowering(op)
 
 
+def value_inputs(ops) -> list[tuple]:
+    """(op, port name, tensor) for each input whose values the kernel is specialised
+    on: the ports an op schema names in ``value_inputs`` (small s32/s64 tensors
+    such as ReduceX's axes), when the op has them."""
+    return [(op, name, t) for op in ops for name, t in zip(op.input_names, op.inputs)
+            if name in getattr(op.schema, "value_inputs", ())]
+
+
 def can_lower(partition) -> bool:
-    return all(op_lowerable(op) for op in partition.ops)
+    """Every op has a kernel, and every value input comes from outside the
+    partition (its values are read before the kernel is generated)."""
+    ins = {t.id for t in partition.inputs}
+    return all(op_lowerable(op) for op in partition.ops) and \
+        all(t.id in ins for _, _, t in value_inputs(partition.ops))
 
 
 def _builder(in_lts, out_lts):

@@ -7,8 +7,10 @@ docs state.  With ``keep_dims`` the reduced dims stay as 1s, else they go.
 Kernels are the reduction planner's (graphc.codegen.grouped): the kept dims
 are its groups, the reduced dims its rows and lanes; each op gives its
 accumulator kind, the ``term`` it accumulates per element and the ``finish``
-of the result.  The axes-input form is not lowered (the dst shape would depend
-on data).
+of the result.  The axes-input form is lowered per value of the axes: ``axes``
+is a value input (``value_inputs``), so the partition compiles at its first run
+for the axes given, and the specialised op copies carry them in
+``op.input_values`` (graphc.compiled.specialize).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import numpy as np
 
 from ..codegen import ir
 from ..codegen.grouped import Nest, each_element, tensor_vdims
-from ..errors import InvalidGraphOp, RuntimeFault
+from ..errors import InvalidGraphOp, RuntimeFault, Unimplemented
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape
 
 
@@ -35,6 +37,18 @@ def _normalized_axes(op, axes, rank, error=InvalidGraphOp, where="attribute 'axe
     return tuple(sorted(out))
 
 
+def _axes(op, rank):
+    """The op's sorted axes: from the attribute, or from the values of the axes
+    input when the op was specialised on them (checked: a RuntimeFault naming the
+    op); None while those values are unknown."""
+    if op.input("axes") is None:
+        return _normalized_axes(op, op.attr("axes"), rank)
+    values = getattr(op, "input_values", {}).get("axes")
+    if values is None:
+        return None
+    return _normalized_axes(op, values, rank, RuntimeFault, "input 'axes'")
+
+
 class Reduce(OpSchema):
     family = "reduce"
     inputs = (In("src"), In("axes", optional=True, doc="1-D s32 tensor of axes, instead of the attribute"))
@@ -42,6 +56,8 @@ class Reduce(OpSchema):
     attrs = (Attr("axes", "s64[]", (), doc="axes to reduce; empty means the identity"),
              Attr("keep_dims", "bool", False))
     dtypes = DtypeTable(["src|dst", "axes"], [("f32", "s32"), ("bf16", "s32"), ("f16", "s32")])
+    #: input ports whose values the kernel is specialised on (graphc.compiled)
+    value_inputs = ("axes",)
 
     def check(self, op):
         axes_in = op.input("axes")
@@ -54,14 +70,14 @@ class Reduce(OpSchema):
         if axes_in.ndim != 1:
             raise bad_shape(op, "axes must be a 1-D tensor", where="port 'axes'", expected="rank 1",
                             found=list(axes_in.shape))
+        _axes(op, op.inputs[0].ndim)  # values given to specialise on: in range and unique
 
     def infer(self, op):
         src = op.inputs[0].shape
-        axes_in = op.input("axes")
-        if axes_in is None:
-            axes = _normalized_axes(op, op.attr("axes"), len(src))
+        axes = _axes(op, len(src))
+        if axes is not None:
             return [self._reduced_shape(op, src, axes)]
-        n = axes_in.shape[0]
+        n = op.input("axes").shape[0]
         if n == 0:
             return [src]
         # the axes are data: only what holds for any choice of them is known
@@ -98,13 +114,13 @@ class Reduce(OpSchema):
         """The result from the accumulator and the count of reduced elements."""
         return acc
 
-    def supports_lowering(self, op) -> bool:
-        return op.input("axes") is None
-
     def lower(self, op, kb, ins, outs):
         src, dst = ins[0], outs[0]
         rank = len(src.shape)
-        axes = _normalized_axes(op, op.attr("axes"), rank)
+        axes = _axes(op, rank)
+        if axes is None:
+            raise Unimplemented("the axes input's values are needed to lower this op", op=op,
+                                where="input 'axes'")
         if not axes:
             with each_element(kb, src) as iv:
                 kb.emit(dst.store_nd(iv, src.load_nd(iv)))

@@ -7,7 +7,6 @@ import pytest
 
 import graphc
 from graphc.builder import GraphBuilder
-from graphc.errors import Unimplemented
 from graphc.fill import make_inputs
 
 from support import check_compiled, compiled_vs_reference, corpus_files, kernel_params, one_op
@@ -179,13 +178,6 @@ def test_reduce_over_no_elements(kind, expected):
     g = one_op(kind, [("f32", [0, 3])], [("f32", [3])], {"axes": [0]})
     got = check_compiled(g, {0: np.zeros((0, 3), np.float32)})
     np.testing.assert_array_equal(got[1], np.full(3, expected, np.float32))
-
-
-def test_reduce_axes_input_is_not_lowered():
-    g = one_op("ReduceSum", [("f32", [2, 3]), ("s32", [1])], [("f32", [-1])])
-    assert not g.get_partitions()[0].is_supported()
-    with pytest.raises(Unimplemented):
-        graphc.compile(g)
 
 
 @pytest.mark.parametrize("path", corpus_files([k.lower() for k in REDUCE]), ids=lambda p: p.stem)
