@@ -47,9 +47,10 @@ def tap_counts(win, big, small) -> list:
     return counts
 
 
-def channel_is_inner(nxc: bool, shape, strides) -> bool:
-    """Whether a tensor in data format NXC (else NCX) of ``shape`` and ``strides``
-    runs faster along the channels than along the last spatial axis."""
+def prefers_channels(nxc: bool, tensor) -> bool:
+    """Whether ``tensor`` (an ArrayRef in data format NXC, else NCX) runs faster
+    along the channels than along the last spatial axis."""
+    shape, strides = tensor.shape, tensor.strides
     c_axis, w_axis = (-1, -2) if nxc else (1, -1)
     if shape[c_axis] == 1:
         return False
@@ -60,15 +61,27 @@ def channel_is_inner(nxc: bool, shape, strides) -> bool:
 
 class Geometry:
     """The windows of one op: ``n`` batches, ``c`` channels, ``big`` and ``small``
-    spatial sizes (src and dst of a forward pooling), ``win`` (conv.Window) and
-    the inner axis of every loop nest (``channel_inner``)."""
+    spatial sizes (src and dst of a forward pooling) and ``win`` (conv.Window).
 
-    def __init__(self, win, nxc: bool, n: int, c: int, big, small, channel_inner: bool):
+    The loops follow the layouts of the op's tensors (``reads``, and ``written``,
+    the output): the inner axis is the channels when most bytes run faster along
+    them.  When a tensor disagrees, its accesses still reuse cache lines: with
+    the channels inner, a whole row (every channel at every position along the
+    last spatial axis) is accumulated and then stored along the spatial axis if
+    the output prefers it; with the spatial axis inner, consecutive rows are
+    consecutive channels when an input prefers the channels."""
+
+    def __init__(self, win, nxc: bool, n: int, c: int, big, small, reads, written):
         self.win, self.nxc, self.n, self.c = win, nxc, n, c
         self.big, self.small = tuple(big), tuple(small)
-        self.channel_inner = channel_inner
         self.nsp = len(self.big)
-        self._counts = None
+        votes = [(prefers_channels(nxc, t), math.prod(t.shape)) for t in [*reads, written]]
+        self.channel_inner = 2 * sum(w for p, w in votes if p) >= sum(w for _, w in votes) > 0
+        #: channels inner: store a whole row along the spatial axis after computing it
+        self.row_store = self.channel_inner and not prefers_channels(nxc, written)
+        #: spatial axis inner: consecutive rows are consecutive channels
+        self.channel_rows = not self.channel_inner and any(prefers_channels(nxc, t) for t in reads)
+        self._counts = self._inverses = None
 
     def index(self, n, c, sp) -> list:
         """The multi-index of (n, c, spatial) in the tensor's dim order."""
@@ -96,13 +109,28 @@ class Geometry:
             total = t if total is None else total + t
         return total
 
+    def _per_axis(self, kb, values, elem):
+        """Constant arrays of ``values(counts)`` per spatial axis (None where every
+        window lies on the big side) from the tap counts of each output position."""
+        return [None if self._inside(a) else kb.const_array(values(c), elem, prefix="taps")
+                for a, c in enumerate(tap_counts(self.win, self.big, self.small))]
+
     def divisor(self, kb, o) -> ir.Expr:
         """How many taps of the window at output position ``o`` meet the big side."""
         if self._counts is None:
-            self._counts = [None if self._inside(a) else kb.const_array(c, "int", prefix="taps")
-                            for a, c in enumerate(tap_counts(self.win, self.big, self.small))]
+            self._counts = self._per_axis(kb, lambda c: c, "int")
         total = ir.const(math.prod(k for k, c in zip(self.win.kernel, self._counts) if c is None))
         for arr, v in zip(self._counts, o):
+            if arr is not None:
+                total = total * arr[_z(v)]
+        return total
+
+    def reciprocal(self, kb, o, elem) -> ir.Expr:
+        """1 / divisor(o) in ``elem``, a product of per-axis reciprocals (a few roundings)."""
+        if self._inverses is None:
+            self._inverses = self._per_axis(kb, lambda c: 1.0 / np.maximum(c, 1), elem)
+        total = ir.const(1.0 / math.prod(k for k, c in zip(self.win.kernel, self._inverses) if c is None), elem)
+        for arr, v in zip(self._inverses, o):
             if arr is not None:
                 total = total * arr[_z(v)]
         return total
@@ -112,8 +140,8 @@ class Geometry:
         out in loop order: (N, O..., C) with the channels inner, else (N, C, O...)."""
         dims = [self.n, *self.small, self.c] if self.channel_inner else [self.n, self.c, *self.small]
         ivars = [n, *o, c] if self.channel_inner else [n, c, *o]
-        total = ir.const(0)
-        for d, v in zip(dims, ivars):
+        total = ivars[0]
+        for d, v in zip(dims[1:], ivars[1:]):
             total = total * d + v
         return total
 
@@ -207,23 +235,15 @@ class Geometry:
         sizes, pairs = (self.big, self._covering) if gather else (self.small, self._taps)
         work = self.n * self.c * math.prod(sizes) * (self.overlap() if gather else math.prod(self.win.kernel))
         if self.channel_inner:
-            with self._rows(kb, [self.n, *sizes[:-1]], accs, self.c, work) as (idx, rows):
-                n, lead = _z(idx[0]), [_z(v) for v in idx[1:]]
-                with kb.for_(sizes[-1], "p") as pl:
-                    at = lead + [pl]
-                    _init(kb, rows, accs, self.c)
-                    with pairs(kb, at, range(nsp)) as (other, ks):
-                        tap = kb.let(self.tap(ks), "tap")
-                        with kb.for_(self.c, "c") as c:
-                            visit(rows, c, n, c, at, other, tap)
-                    with kb.for_(self.c, "c") as c:
-                        finish(rows, c, n, c, at)
+            self._channel_nest(kb, accs, sizes, pairs, work, visit, finish)
             return
         # along the last spatial axis: its taps outside, output positions inside
         k, s, d, b, _, _ = self._axis(last)
         width = sizes[-1]
-        with self._rows(kb, [self.n, self.c, *sizes[:-1]], accs, width, work) as (idx, rows):
-            n, c, lead = _z(idx[0]), _z(idx[1]), [_z(v) for v in idx[2:]]
+        lead_dims = [self.n, *sizes[:-1], self.c] if self.channel_rows else [self.n, self.c, *sizes[:-1]]
+        with self._rows(kb, lead_dims, accs, width, work) as (idx, rows):
+            idx = [_z(v) for v in idx]
+            n, c, lead = (idx[0], idx[-1], idx[1:-1]) if self.channel_rows else (idx[0], idx[1], idx[2:])
             _init(kb, rows, accs, width)
             with pairs(kb, lead, range(last)) as (other, ks):
                 with kb.for_(k, "k") as kl:
@@ -236,8 +256,29 @@ class Geometry:
             with kb.for_(width, "p") as pl:
                 finish(rows, pl, n, c, lead + [pl])
 
+    def _channel_nest(self, kb, accs, sizes, pairs, work, visit, finish):
+        """:meth:`_nest` with the channels inner: per position along the last spatial
+        axis (of ``sizes``), the windows or taps ``pairs`` gives, then the channels."""
+        nsp, cn, width = self.nsp, self.c, sizes[-1]
+        with self._rows(kb, [self.n, *sizes[:-1]], accs, cn * width if self.row_store else cn, work) as (idx, rows):
+            n, lead = _z(idx[0]), [_z(v) for v in idx[1:]]
+            with kb.for_(width, "p") as pl:
+                at = lead + [pl]
+                base = kb.let(pl * cn, "b") if self.row_store else ir.const(0)
+                _init(kb, rows, accs, cn, base)
+                with pairs(kb, at, range(nsp)) as (other, ks):
+                    tap = kb.let(self.tap(ks), "tap")
+                    with kb.for_(cn, "c") as c:
+                        visit(rows, base + c, n, c, at, other, tap)
+                if not self.row_store:
+                    with kb.for_(cn, "c") as c:
+                        finish(rows, c, n, c, at)
+            if self.row_store:
+                with kb.for_(cn, "c") as c, kb.for_(width, "p") as pl:
+                    finish(rows, pl * cn + c, n, c, lead + [pl])
 
-def _init(kb, rows, accs, length) -> None:
+
+def _init(kb, rows, accs, length, base=None) -> None:
     with kb.for_(length, "v") as v:
         for row, (elem, init) in zip(rows, accs):
-            kb.store(row, v, ir.const(init, elem) if elem in ir.FLOATS else ir.const(int(init)))
+            kb.store(row, v if base is None else base + v, ir.const(init, elem) if elem in ir.FLOATS else ir.const(int(init)))

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ..codegen import ir
-from ..codegen.window import Geometry, channel_is_inner, tap_counts
+from ..codegen.window import Geometry, tap_counts
 from ..errors import RuntimeFault
 from .conv import (AUTO_PAD, DATA_FORMAT, PADS_BEGIN, PADS_END, STRIDES, agree, check_shape_source,
                    check_window_attrs, from_ncx, given_shape, join_data, runtime_shape, shape_attr, shape_input,
@@ -76,13 +76,12 @@ class _Pool(OpSchema):
     def window(self, op, sizes):
         return window(op, sizes, tuple(op.attr("kernel")))
 
-    def geometry(self, op, big, small, inner) -> Geometry:
+    def geometry(self, op, big, small, reads, written) -> Geometry:
         """The kernel's windows: ``big`` the src side (an input or diff_src), ``small``
-        the dst side; loops run along the channels when ``inner`` is faster along them."""
-        nxc = op.attr("data_format") == "NXC"
+        the dst side; loops follow the layouts of the ``reads`` and the ``written``."""
         n, c, sizes = split_data(op, big.shape)
-        return Geometry(self.window(op, sizes), nxc, n, c, sizes, split_data(op, small.shape)[2],
-                        channel_is_inner(nxc, inner.shape, inner.strides))
+        return Geometry(self.window(op, sizes), op.attr("data_format") == "NXC", n, c, sizes,
+                        split_data(op, small.shape)[2], reads, written)
 
     def forward_shape(self, op, src_shape):
         n, c, sp = split_data(op, src_shape)
@@ -133,7 +132,7 @@ class AvgPool(_PoolForward):
         """Window sums (float32, float64 past F32_TERMS taps) divided by the kernel
         size or, with exclude_pad, by the number of taps meeting src."""
         src, dst = ins[0], outs[0]
-        geo = self.geometry(op, src, dst, src)
+        geo = self.geometry(op, src, dst, [src], dst)
         elem = _acc_type(math.prod(geo.win.kernel))
 
         def update(rows, v, n, c, o, i, tap):
@@ -177,7 +176,8 @@ class AvgPoolBackward(_Pool):
         return (from_ncx(op, win.cropped(dxp, sizes)),)
 
     def lower(self, op, kb, ins, outs):
-        """Each diff_src element gathers diff_dst / divisor of the windows covering it.
+        """Each diff_src element gathers diff_dst / divisor (times a reciprocal) of the
+        windows covering it.
         A src_shape input must hold diff_src's shape (else status: the first dim that differs)."""
         dy, dx = ins[0], outs[0]
         if op.input("src_shape") is not None:
@@ -185,12 +185,13 @@ class AvgPoolBackward(_Pool):
             for k, dim in enumerate(dx.shape):
                 with kb.if_(shape.load_nd([ir.const(k)]).ne(dim)):
                     kb.ret(k)
-        geo = self.geometry(op, dx, dy, dx)
+        geo = self.geometry(op, dx, dy, [dy], dx)
         elem = _acc_type(geo.overlap())
 
         def contribute(rows, v, n, c, i, o, tap):
-            div = geo.divisor(kb, o) if op.attr("exclude_pad") else math.prod(geo.win.kernel)
-            kb.store(rows[0], v, rows[0][v] + ir.cast(dy.load_nd(geo.index(n, c, o)), elem) / ir.cast(div, elem))
+            scale = geo.reciprocal(kb, o, elem) if op.attr("exclude_pad") else \
+                ir.const(1.0 / math.prod(geo.win.kernel), elem)
+            kb.store(rows[0], v, rows[0][v] + ir.cast(dy.load_nd(geo.index(n, c, o)), elem) * scale)
 
         def finish(rows, v, n, c, i):
             kb.emit(dx.store_nd(geo.index(n, c, i), rows[0][v]))
@@ -219,12 +220,13 @@ class MaxPool(_PoolForward):
         return (from_ncx(op, functools.reduce(np.maximum, (xp[sl] for sl in win.slices(out)))),)
 
     def lower(self, op, kb, ins, outs):
-        """Window maxima; NaN propagates (np.maximum), a window only in the padding is -inf."""
+        """Window maxima; NaN propagates (as np.maximum), a window only in the padding is -inf."""
         src, dst = ins[0], outs[0]
-        geo = self.geometry(op, src, dst, src)
+        geo = self.geometry(op, src, dst, [src], dst)
 
         def update(rows, v, n, c, o, i, tap):
-            kb.store(rows[0], v, ir.call("np.maximum", rows[0][v], src.load_nd(geo.index(n, c, i))))
+            x, best = kb.let(src.load_nd(geo.index(n, c, i)), "x"), rows[0][v]
+            kb.store(rows[0], v, ir.select((x > best) | x.ne(x), x, best))
 
         def finish(rows, v, n, c, o):
             kb.emit(dst.store_nd(geo.index(n, c, o), rows[0][v]))
@@ -260,7 +262,7 @@ class MaxPoolBackward(_Pool):
         whose first maximum it is."""
         src, dy = ins
         dx = outs[0]
-        geo = self.geometry(op, src, dy, dx)
+        geo = self.geometry(op, src, dy, [src, dy], dx)
         first = kb.alloc(geo.n * geo.c * math.prod(geo.small), "i32", prefix="argmax")
 
         def update(rows, v, n, c, o, i, tap):

@@ -58,6 +58,16 @@ def test_windows_only_in_the_padding():
     assert np.isnan(next(iter(got.values()))[..., :2]).all()
 
 
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_maxpool_nan_propagates(fmt):
+    g = forward("MaxPool", "f32", [1, 5, 6, 3] if fmt == "NXC" else [1, 3, 5, 6], attrs(2, fmt))
+    src = g.input_ports[0]
+    x = make_inputs(g)[src]
+    x.reshape(-1)[::7] = np.nan
+    got = check_compiled(g, {src: x}, what=fmt)
+    assert np.isnan(next(iter(got.values()))).any()
+
+
 def test_parallel_nxc_and_ncx():
     for fmt, shape in (("NCX", [2, 8, 66, 64]), ("NXC", [2, 66, 64, 8])):
         g = forward("AvgPool", "f32", shape, attrs(2, fmt, strides=[1, 1], exclude_pad=True))
