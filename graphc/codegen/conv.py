@@ -301,9 +301,10 @@ def _tile_rows(geo: Geometry, items: int, width: int) -> int:
     return max(1, min(rows, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))
 
 
-def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None):
+def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, out: Data | None = None):
     """dst = conv(x, w): ``store(n, o, spatial ivars, value)`` returns the statements
-    storing one dst element (with bias and fused post-ops)."""
+    storing one dst element (with bias and fused post-ops); ``out``, when the
+    store only stores, is dst itself: BLAS then writes into it when it can."""
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
     one_by_one = geo.taps == 1 and geo.big == geo.small and all(s == 1 for s in geo.strides) and not any(geo.begin)
     wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
@@ -320,13 +321,18 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None):
             abuf, aoff, lda = _im2col(kb, geo, x, n, g, p0, m, rounding), ir.const(0), kd
         else:
             abuf, aoff, lda = a
-        tile = kb.alloc(tm * ocg, "f32", prefix="tile")
-        kb.let(ir.call("gemm_f32", 0, tw, m, ocg, kd, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, tile, 0, ocg), "st")
-        with kb.for_(m, "r") as r:
-            pos = unravel(kb, p0 + r, geo.small)
-            row = kb.let(r * ocg, "tr")
-            with kb.for_(ocg, "oc") as oc:
-                kb.emit(store(n, g * ocg + oc, pos, tile[row + oc]))
+        c = _data_operand(geo, out, ocg, geo.small, n, g, p0) if out is not None else None
+        if c is not None:
+            kb.let(ir.call("gemm_f32", 0, tw, m, ocg, kd, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, *c), "st")
+        else:
+            tile = kb.alloc(tm * ocg, "f32", prefix="tile")
+            kb.let(ir.call("gemm_f32", 0, tw, m, ocg, kd, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, tile, 0, ocg),
+                   "st")
+            with kb.for_(m, "r") as r:
+                pos = unravel(kb, p0 + r, geo.small)
+                row = kb.let(r * ocg, "tr")
+                with kb.for_(ocg, "oc") as oc:
+                    kb.emit(store(n, g * ocg + oc, pos, tile[row + oc]))
 
 
 def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=None):

@@ -664,7 +664,7 @@ def lower_conv(self, op, kb, ins, outs):
         extra = None if kind == "Convolution" else output_padding(op, len(kernel))
         win = window(op, big, kernel, extra)
         cg.emit_forward(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
-                        _data_store(v[y], bias), rounding)
+                        _data_store(v[y], bias), rounding, v[y] if bias is None else None)
     elif kind in ("ConvolutionBackwardData", "ConvTranspose"):
         dy, dx = ("diff_dst", "diff_src") if kind == "ConvolutionBackwardData" else ("src", "dst")
         n, oc, small = _sizes(op, v[dy].ref)

@@ -4,7 +4,7 @@ output_padding, 1-3 spatial dims, bias, dtypes; weights read in place or packed.
 import pytest
 
 from graphc.builder import single_op_graph
-from support.compiled import check_compiled
+from support.compiled import check_compiled, compiled_vs_reference
 from support.graphs import one_op, strides
 
 
@@ -59,6 +59,14 @@ def test_convolution_ops(kind, geom, dfmt, wfmt):
     check_compiled(conv_graph(kind, "f32", geom, dfmt, wfmt, bias=True), what=f"{kind} {geom}")
 
 
+@pytest.mark.parametrize("geom", GEOMS, ids=lambda g: f"{g[3]}k{g[4]}")
+def test_convolution_writes_dst_in_place(geom):
+    """NXC f32 without bias or post-ops: BLAS writes dst itself (no tile)."""
+    g = conv_graph("Convolution", "f32", geom, "NXC", "XIO")
+    cg, _ = compiled_vs_reference(g, what=str(geom))
+    assert "tile" not in cg.source
+
+
 @pytest.mark.parametrize("kind", ["Convolution", "ConvolutionBackwardData", "ConvolutionBackwardWeights"])
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_convolution_narrow(kind, dtype):
@@ -106,3 +114,29 @@ def test_strided_layouts(order):
     g = one_op("Convolution", [("f32", x, strides(x, order, 2)), ("f32", w, strides(w, order, 1))],
                [("f32", [2, 5, 7, 8])], attrs)
     check_compiled(g, what=str(order))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("post", ["BiasAdd-ReLU", "Add-ReLU", "ReLU", "Multiply-Add"])
+def test_conv_epilogue_is_one_partition(dtype, post):
+    """Convolution -> bias / residual add / eltwise: the catalog's conv_post_ops in
+    one kernel, post-ops applied where the GEMM tiles are stored."""
+    from graphc.builder import GraphBuilder
+    from graphc.passes.catalog import catalog
+    from graphc.passes.pattern import match_all
+    b = GraphBuilder()
+    x, w = b.tensor(dtype, [2, 9, 10, 8]), b.tensor(dtype, [3, 3, 8, 12])
+    y = b.op("Convolution", [x, w], out=[(dtype, [-1] * 4)], attrs=win(2, pads_begin=(1, 1), pads_end=(1, 1)))[0]
+    kinds = post.split("-")
+    for k in kinds:
+        if k == "BiasAdd":
+            y = b.op(k, [y, b.tensor(dtype, [12])], attrs={"data_format": "NXC"})[0]
+        elif k in ("Add", "Multiply"):
+            y = b.op(k, [y, b.tensor(dtype, [2, 9, 10, 12] if k == "Add" else [12])])[0]
+        else:
+            y = b.op(k, [y])[0]
+    g = b.finalize()
+    ms = match_all(g, list(catalog()))
+    assert [o.kind for o in ms[0].ops] == ["Convolution"] + kinds
+    cg, _ = compiled_vs_reference(g, what=post)
+    assert len(cg.compiled) == 1 and "gemm_f32(" in cg.source
