@@ -335,6 +335,100 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
                     kb.emit(store(n, g * ocg + oc, pos, tile[row + oc]))
 
 
+#: rows of virtual positions one tile of the shifted-GEMM forward holds at least
+SHIFTED_TILE_ROWS = 384
+
+
+def shifted(geo: Geometry) -> bool:
+    """Unit strides and a window of several taps: the forward convolution runs as
+    one GEMM per tap over a padded copy of src (emit_forward_shifted), no im2col."""
+    return geo.taps > 1 and all(s == 1 for s in geo.strides)
+
+
+def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None):
+    """dst = conv(x, w) at unit strides, without im2col.  Each image (and group)
+    is copied once, f32, channels last, into a zero-padded buffer whose spatial
+    dims are the padded extents ``pd`` (dst size + dilated window - 1).  A dst
+    position o then has the *virtual* row ``q = sum(o[t] * vs[t])`` (``vs`` the
+    padded buffer's row strides), and tap k reads row ``q + off(k)`` of the
+    buffer: for a run of consecutive virtual rows, every tap's operand is a plain
+    (rows x Cg) matrix of the buffer.  The tile of dst is the sum over taps of
+    those matrices times the tap's (Cg x OCg) weights: T GEMMs accumulating
+    (beta 1), then a store loop skipping the virtual rows past dst's inner dims."""
+    G, ocg, cg, T = geo.groups, geo.ocg, geo.cg, geo.taps
+    pd = [o + (k - 1) * d for o, k, d in zip(geo.small, geo.kernel, geo.dilations)]
+    vs = _dense(pd)
+    inner = math.prod(pd[1:])
+    rows = geo.small[0] * inner                     # virtual rows holding every dst position
+    offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, vs)) for tap in _taps(geo.kernel)]
+    span = rows + max(offs)                          # rows a tap may read
+    per = span * cg
+    xp = kb.alloc(geo.n * G * per, "f32", fill=0, prefix="xp")
+    # 1. the padded copies: (image, group, first src dim) in parallel
+    big0 = geo.big[0]
+    par = worth_parallel(geo.n * geo.c * geo.big_size)
+    with kb.for_(geo.n * G * big0, "t", par and geo.n * G * big0 > 1) as t:
+        n = kb.let(t // (G * big0), "n")
+        g = kb.let((t // big0) % G, "g")
+        i0 = kb.let(t % big0, "i")
+        rest = geo.big[1:]
+        with kb.for_(math.prod(rest), "b") as b:
+            pos = [i0] + [v if v is not None else ir.const(0) for v in unravel(kb, b, rest)]
+            vpos = [p + bb for p, bb in zip(pos, geo.begin)]
+            inside = None
+            for v, d in zip(vpos, pd):
+                c = v < d
+                inside = c if inside is None else inside & c
+            base = kb.let((n * G + g) * per + linear(vpos, vs) * cg, "xb")
+            with kb.if_(inside):
+                with kb.for_(cg, "ci") as ci:
+                    kb.store(xp, base + ci, ir.f32(_rounded(x.load(n, g * cg + ci, pos), rounding)))
+    # 2. tiles of virtual rows: whole first-dim rows of dst, T accumulating GEMMs each
+    wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
+    wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
+    cpus = os.cpu_count() or 1
+    rt = max(1, min(geo.small[0], -(-SHIFTED_TILE_ROWS // inner)))
+    while rt > 1 and geo.n * G * -(-geo.small[0] // rt) < 2 * cpus:
+        rt = -(-rt // 2)
+    mt = -(-geo.small[0] // rt)
+    tm = rt * inner
+    items = geo.n * G * mt
+    with kb.for_(items, "t", items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * geo.kd // 8)) as t:
+        n = kb.let(t // (G * mt), "n")
+        g = kb.let((t // mt) % G, "g")
+        q0 = kb.let((t % mt) * tm, "q0")
+        m = kb.let(ir.call("min", tm, rows - q0), "m")
+        tile = kb.alloc(tm * ocg, "f32", prefix="tile")
+        base = kb.let((n * G + g) * per + q0 * cg, "xa")
+        for k, off in enumerate(offs):
+            kb.let(ir.call("gemm_f32", 0, tw, m, ocg, cg, xp, base + off * cg, cg, wbuf,
+                           woff(g) + k * cg * wrow, ldw, 0.0 if k == 0 else 1.0, tile, 0, ocg), "st")
+        with kb.for_(m, "r") as r:
+            q = kb.let(q0 + r, "q")
+            opos = [kb.let(q // inner, "o")] + [kb.let((q // v) % d, "o") for v, d in zip(vs[1:], pd[1:])]
+            valid = None
+            for o, size in zip(opos[1:], geo.small[1:]):
+                c = o < size
+                valid = c if valid is None else valid & c
+            row = kb.let(r * ocg, "tr")
+            with (kb.if_(valid) if valid is not None else _nothing()):
+                with kb.for_(ocg, "oc") as oc:
+                    kb.emit(store(n, g * ocg + oc, opos, tile[row + oc]))
+
+
+@contextmanager
+def _nothing():
+    yield
+
+
+def _taps(kernel):
+    """Every tap of the kernel, C order."""
+    out = [()]
+    for k in kernel:
+        out = [t + (i,) for t in out for i in range(k)]
+    return out
+
+
 def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=None):
     """dx = the gradient of conv(x, w) w.r.t. x given dy (col2im of dY @ W^T);
     images and groups in parallel, each with its f32 accumulator;

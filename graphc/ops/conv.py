@@ -663,8 +663,12 @@ def lower_conv(self, op, kb, ins, outs):
         kernel = split_weights(op, v["weights"].ref.shape)[2]
         extra = None if kind == "Convolution" else output_padding(op, len(kernel))
         win = window(op, big, kernel, extra)
-        cg.emit_forward(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
-                        _data_store(v[y], bias), rounding, v[y] if bias is None else None)
+        geo = _geometry(op, n, c, oc, big, small, win)
+        if cg.shifted(geo):
+            cg.emit_forward_shifted(kb, geo, v[x], v["weights"], _data_store(v[y], bias), rounding)
+        else:
+            cg.emit_forward(kb, geo, v[x], v["weights"], _data_store(v[y], bias), rounding,
+                            v[y] if bias is None else None)
     elif kind in ("ConvolutionBackwardData", "ConvTranspose"):
         dy, dx = ("diff_dst", "diff_src") if kind == "ConvolutionBackwardData" else ("src", "dst")
         n, oc, small = _sizes(op, v[dy].ref)
