@@ -19,7 +19,7 @@ def value_inputs(ops) -> list[tuple]:
     on: the ports an op schema names in ``value_inputs`` (small s32/s64 tensors
     such as ReduceX's axes), when the op has them."""
     return [(op, name, t) for op in ops for name, t in zip(op.input_names, op.inputs)
-            if name in getattr(op.schema, "value_inputs", ())]
+            if name in op.schema.value_inputs]
 
 
 def can_lower(partition) -> bool:

@@ -250,6 +250,9 @@ class OpSchema:
     #: input ports whose f32 values the graph's fpmath_mode lets the op round
     #: to a narrower type (graphc.numerics.FPMATH_DOWN)
     fpmath_inputs: tuple = ()
+    #: input ports whose values (small integer tensors, such as ReduceX's axes)
+    #: the kernel is specialised on: compiled at the first run per distinct values
+    value_inputs: tuple = ()
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -1,4 +1,5 @@
 """graphc bench: running cases, result lines, summary, perf mode; graphc demo."""
+import json
 import re
 
 import numpy as np
@@ -21,12 +22,28 @@ def summary(lines):
     return [ln for ln in lines if ln.startswith("tests:")][0]
 
 
+WILDCARD = {"version": "3.0.0", "engine_kind": "cpu", "fpmath_mode": "strict", "input_ports": [0], "output_ports": [1],
+            "graph": [{"id": 0, "name": "w", "kind": "Wildcard", "attrs": {},
+                       "inputs": [{"id": 0, "dtype": "f32", "shape": [2, 3], "stride": [3, 1],
+                                   "layout_type": "strided", "property_type": "undef"}],
+                       "outputs": [{"id": 1, "dtype": "f32", "shape": [2, 3], "stride": [3, 1],
+                                    "layout_type": "strided", "property_type": "undef"}]}]}
+
+
+def wildcard_case(tmp_path):
+    """A case no build compiles: a Wildcard op (any semantics) has no kernel."""
+    path = tmp_path / "wildcard.json"
+    path.write_text(json.dumps(WILDCARD))
+    return path
+
+
 def test_mixed_batch_counts(corpus, capsys, tmp_path):
     batch = tmp_path / "mixed"
+    wild = wildcard_case(tmp_path)
     batch.write_text(
         "# one of each status\n"
         f"--reset {SMALL} --case=op/f32/abs.json\n"
-        "--reset --case=op/f32/matmul.json            # MatMul is not lowered\n"
+        f"--reset --case={wild}            # Wildcard has no kernel\n"
         f"--reset {SMALL} --op-attrs=0:alpha:abc --case=op/f32/elu.json\n"
         f"--reset {SMALL} --expected-n-partitions=2 --case=op/f32/abs.json\n"
         f"--reset {SMALL} --case=op/f32/clamp.json    # min = max = 0: all zeros\n"
@@ -34,7 +51,7 @@ def test_mixed_batch_counts(corpus, capsys, tmp_path):
     rc, lines = bench(capsys, f"--inputs-dir={corpus.parent}", f"--batch={batch}")
     assert rc == 1
     assert lines[0] == f"0:PASSED __REPRO: --graph {SMALL} --case=op/f32/abs.json"
-    assert re.fullmatch(r"1:UNIMPLEMENTED \(.*MatMul.*\) __REPRO: --graph --case=op/f32/matmul\.json", lines[1])
+    assert re.fullmatch(rf"1:UNIMPLEMENTED \(.*Wildcard.*\) __REPRO: --graph --case={re.escape(str(wild))}", lines[1])
     assert re.fullmatch(r"2:INVALID_ARGUMENTS \(.*alpha.*\) __REPRO: --graph --in-shapes=0:2x3 "
                         r"--op-attrs=0:alpha:abc --case=op/f32/elu\.json", lines[2])
     assert lines[3] == (f"3:FAILED (1 partitions, expected 2) __REPRO: --graph {SMALL} --expected-n-partitions=2 "
@@ -63,15 +80,16 @@ def test_mismatch_fails(corpus, capsys, monkeypatch):
     assert summary(lines).endswith("failed:1 listed:0")
 
 
-def test_perf_mode_format(corpus, capsys):
+def test_perf_mode_format(corpus, capsys, tmp_path):
+    wild = wildcard_case(tmp_path)
     rc, lines = bench(capsys, "--mode=P", "--fix-times-per-prb=3", f"--inputs-dir={corpus.parent}", SMALL,
-                      "--case=op/f32/abs.json", "--reset", "--case=op/f32/matmul.json")
+                      "--case=op/f32/abs.json", "--reset", f"--case={wild}")
     assert rc == 1
     knobs = re.escape(f"{SMALL} --case=op/f32/abs.json")
     assert re.fullmatch(rf"perf,cpu,{knobs},{FLOAT},{FLOAT}", lines[0])
     assert re.fullmatch(rf"compile,{FLOAT},{FLOAT}", lines[1])
     assert lines[2].startswith("1:UNIMPLEMENTED (")
-    assert lines[2].endswith("__REPRO: --mode=P --graph --case=op/f32/matmul.json")
+    assert lines[2].endswith(f"__REPRO: --mode=P --graph --case={wild}")
     assert summary(lines) == ("tests:2 passed:1 skipped:0 mistrusted:0 unimplemented:1 invalid_arguments:0 "
                               "failed:0 listed:0")
     total = [ln for ln in lines if ln.startswith("total perf:")][0]
