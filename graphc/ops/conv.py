@@ -227,8 +227,19 @@ def check_shape_source(op, name, rank):
 
 
 def given_shape(op, name):
-    """The ``name`` attribute when no input of that name overrides it, else None (unknown)."""
-    return None if op.input(name) is not None else op.attr(name)
+    """The ``name`` attribute when no input of that name overrides it; else the
+    input's values when a compiled partition specialises on them (value_inputs),
+    else None (unknown)."""
+    if op.input(name) is None:
+        return op.attr(name)
+    values = getattr(op, "input_values", {}).get(name)
+    if values is None:
+        return None
+    shape = tuple(int(v) for v in values)
+    if len(shape) != op.input(name).shape[0] or min(shape, default=0) <= 0:
+        raise RuntimeFault(f"input '{name}' must hold {op.input(name).shape[0]} positive dims", op=op,
+                           found=list(shape))
+    return shape
 
 
 def runtime_shape(op, name, value, rank, validate):
@@ -416,11 +427,6 @@ class _Conv(OpSchema):
         if self.shape_name:
             check_shape_source(op, self.shape_name, nsp + 2)
 
-    def supports_lowering(self, op) -> bool:
-        """Shapes known at compile time (no shape given as an input tensor)."""
-        return all(-1 not in t.shape for t in list(op.inputs) + list(op.outputs)) and all(
-            op.input(name) is None for name in ("dst_shape", "weights_shape"))
-
     def lower(self, op, kb, ins, outs):
         lower_conv(self, op, kb, ins, outs)
 
@@ -461,6 +467,7 @@ class Convolution(_Conv):
 
 class ConvolutionBackwardData(_Conv):
     kind = "ConvolutionBackwardData"
+    value_inputs = ("dst_shape",)   # a shape input: kernels specialise on its values
     doc = "diff_src of Convolution; dst_shape (input or attribute) is the shape of diff_src"
     inputs = (In("diff_dst"), In("weights"), shape_input("dst_shape"))
     outputs = (Out("diff_src"),)
@@ -510,6 +517,7 @@ def _weights_grad_dims(op, x_shape, dy_shape, shape):
 
 class ConvolutionBackwardWeights(_Conv):
     kind = "ConvolutionBackwardWeights"
+    value_inputs = ("weights_shape",)   # a shape input: kernels specialise on its values
     doc = "diff_weights of Convolution; weights_shape (input or attribute) is its shape"
     inputs = (In("src"), In("diff_dst"), shape_input("weights_shape"))
     outputs = (Out("diff_weights"),)
@@ -588,6 +596,7 @@ class ConvTransposeBackwardData(_Conv):
 
 class ConvTransposeBackwardWeights(_Conv):
     kind = "ConvTransposeBackwardWeights"
+    value_inputs = ("weights_shape",)   # a shape input: kernels specialise on its values
     doc = "diff_weights of ConvTranspose; weights_shape (input or attribute) is its shape"
     inputs = (In("src"), In("diff_dst"), shape_input("weights_shape"))
     outputs = (Out("diff_weights"),)

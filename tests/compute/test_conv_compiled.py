@@ -146,3 +146,28 @@ def test_conv_epilogue_is_one_partition(dtype, post):
     assert [o.kind for o in ms[0].ops] == ["Convolution"] + kinds
     cg, _ = compiled_vs_reference(g, what=post)
     assert len(cg.compiled) == 1 and "gemm_f32(" in cg.source
+
+
+def test_shape_inputs_specialise_the_kernel():
+    """dst_shape given as an input tensor: the partition compiles at its first run
+    for the values given, once per distinct shape (a stride-2 data gradient has
+    two src sizes giving the same diff_dst)."""
+    import numpy as np
+    import graphc
+    from graphc import reference
+    from support.compare import assert_outputs
+    attrs = win(2, strides=(2, 2), pads_begin=(1, 1), pads_end=(1, 1), data_format="NCX", weights_format="OIX")
+    g = single_op_graph("ConvolutionBackwardData", [("f32", [1, 4, 4, 4]), ("f32", [4, 3, 3, 3]), ("s32", [4])],
+                        [("f32", [-1, -1, -1, -1])], attrs)
+    cg = graphc.compile(g)
+    rng = np.random.default_rng(0)
+    dy, w = rng.standard_normal((1, 4, 4, 4), np.float32), rng.standard_normal((4, 3, 3, 3), np.float32)
+    for size in (7, 8, 7):
+        feeds = dict(zip(g.input_ports, [dy, w, np.array([1, 3, size, size], np.int32)]))
+        got, want = cg.run(feeds), reference.run(g, feeds)
+        assert next(iter(got.values())).shape == (1, 3, size, size)
+        assert_outputs(got, want, {t: g.tensors[t].dtype for t in want}, what=str(size))
+    assert len(cg.compiled[0].specializations) == 2
+    bad = dict(zip(g.input_ports, [dy, w, np.array([1, 3, 9, 9], np.int32)]))
+    with pytest.raises(graphc.GraphcError, match="ConvolutionBackwardData"):
+        cg.run(bad)
