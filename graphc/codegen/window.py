@@ -26,6 +26,9 @@ from . import ir
 from .kernel import worth_parallel
 from .loops import unravel
 
+#: the most elements of a row that the channels-inner loops store along the spatial axis at its end
+ROW_STORE_MAX = 1 << 18
+
 
 def _z(v) -> ir.Expr:
     """An index from unravel (None for a size-1 dim: 0)."""
@@ -78,6 +81,7 @@ class Geometry:
         votes = [(prefers_channels(nxc, t), math.prod(t.shape)) for t in [*reads, written]]
         self.channel_inner = 2 * sum(w for p, w in votes if p) >= sum(w for _, w in votes) > 0
         #: channels inner: store a whole row along the spatial axis after computing it
+        #: (rows of up to ROW_STORE_MAX elements)
         self.row_store = self.channel_inner and not prefers_channels(nxc, written)
         #: spatial axis inner: consecutive rows are consecutive channels
         self.channel_rows = not self.channel_inner and any(prefers_channels(nxc, t) for t in reads)
@@ -260,20 +264,21 @@ class Geometry:
         """:meth:`_nest` with the channels inner: per position along the last spatial
         axis (of ``sizes``), the windows or taps ``pairs`` gives, then the channels."""
         nsp, cn, width = self.nsp, self.c, sizes[-1]
-        with self._rows(kb, [self.n, *sizes[:-1]], accs, cn * width if self.row_store else cn, work) as (idx, rows):
+        row_store = self.row_store and cn * width <= ROW_STORE_MAX
+        with self._rows(kb, [self.n, *sizes[:-1]], accs, cn * width if row_store else cn, work) as (idx, rows):
             n, lead = _z(idx[0]), [_z(v) for v in idx[1:]]
             with kb.for_(width, "p") as pl:
                 at = lead + [pl]
-                base = kb.let(pl * cn, "b") if self.row_store else ir.const(0)
+                base = kb.let(pl * cn, "b") if row_store else ir.const(0)
                 _init(kb, rows, accs, cn, base)
                 with pairs(kb, at, range(nsp)) as (other, ks):
                     tap = kb.let(self.tap(ks), "tap")
                     with kb.for_(cn, "c") as c:
                         visit(rows, base + c, n, c, at, other, tap)
-                if not self.row_store:
+                if not row_store:
                     with kb.for_(cn, "c") as c:
                         finish(rows, c, n, c, at)
-            if self.row_store:
+            if row_store:
                 with kb.for_(cn, "c") as c, kb.for_(width, "p") as pl:
                     finish(rows, pl * cn + c, n, c, lead + [pl])
 
