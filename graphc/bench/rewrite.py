@@ -10,6 +10,7 @@ which the driver reports as invalid_arguments.
 from __future__ import annotations
 
 import copy
+import re
 from string import ascii_lowercase
 
 from ..errors import GraphcError, InvalidArguments, InvalidDataType
@@ -145,10 +146,23 @@ def _remove(d, od):
 _BOOLS = {"0": False, "1": True, "false": False, "true": True}
 
 
+def _leading_s64(text: str) -> int:
+    """One s64[] element as benchdnn reads the dims of an --op-attrs value
+    (std::stoll): a sign and digits, anything after them ignored, so the
+    harness's Interpolate entry 'sizes:1.666667x1' is sizes [1, 1]."""
+    m = re.match(r"[+-]?[0-9]+", text)
+    if m is None:
+        raise ValueError(f"not an integer: {text!r}")
+    return int(m.group())
+
+
 def attr_value(typ: str, text: str):
     """A knob's attribute text as a JSON value of schema type ``typ``:
-    s64[] / f32[] / bool[] as '1x2x3', bool as 0/1/true/false; ValueError
-    when the text is not one."""
+    s64[] / f32[] / bool[] as '1x2x3' (s64[] elements read as benchdnn reads
+    them, see _leading_s64), bool as 0/1/true/false; ValueError when the text
+    is not one."""
+    if typ == "s64[]":
+        return [_leading_s64(v) for v in text.split("x")] if text else []
     if typ.endswith("[]"):
         return [attr_value(typ[:-2], v) for v in text.split("x")] if text else []
     if typ == "s64":
