@@ -164,6 +164,18 @@ def _check_memory(ops, in_lts, out_lts, known) -> None:
             check_output_layout(producer[lt.id][0], producer[lt.id][1], lt)
 
 
+#: numpy dtypes of kernel workspaces by IR element type
+WORKSPACE_DTYPES = {"f32": np.float32, "f64": np.float64, "int": np.int64}
+
+
+def aligned_empty(n: int, dtype, align: int = 4096) -> np.ndarray:
+    """An uninitialised 1-D array whose data starts on an ``align``-byte boundary."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(n * itemsize + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + n * itemsize].view(dtype)
+
+
 class CompiledPartition:
     """A partition compiled for concrete input and output logical tensors.
 
@@ -188,6 +200,16 @@ class CompiledPartition:
         self._wanted = None            # the output logical tensors asked for at compile
         self._by_values: dict[tuple, CompiledPartition] = {}
         self._lock = threading.Lock()
+        self._workspaces: dict[int, np.ndarray] = {}   # kernel workspaces (plan "ws"), allocated at first use
+        self._ws_lock = threading.Lock()
+
+    def _workspace(self, k: int, spec) -> np.ndarray:
+        """The buffer of plan entry ``k`` ((elements, elem)), allocated once."""
+        buf = self._workspaces.get(k)
+        if buf is None:
+            n, elem = spec
+            buf = self._workspaces[k] = aligned_empty(max(1, n), WORKSPACE_DTYPES[elem])
+        return buf
 
     @property
     def specializations(self) -> dict:
@@ -302,14 +324,20 @@ class CompiledPartition:
         else:
             ins, outs, user_outs = self._arrays(inputs, outputs)
             args = []
-            for kind, ref in self._plan:
+            for k, (kind, ref) in enumerate(self._plan):
                 if kind == "in":
                     args.append(flat_view(ins[ref], self.inputs[ref]))
                 elif kind == "out":
                     args.append(flat_view(outs[ref], self.outputs[ref]))
+                elif kind == "ws":
+                    args.append(self._workspace(k, ref))
                 else:
                     args.append(flat_view(allocate(ref), ref))
-            status = call_kernel(self.kernel, args)
+            if self._workspaces:   # one run at a time uses them
+                with self._ws_lock:
+                    status = call_kernel(self.kernel, args)
+            else:
+                status = call_kernel(self.kernel, args)
             if status is not None and status >= 0:
                 raise self._fault(status, ins)
         if user_outs is not None:
@@ -379,8 +407,11 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
         kernel = load_kernel(source)
         sig = []
         for kind, ref in plan:
-            lt = in_lts[ref] if kind == "in" else out_lts[ref] if kind == "out" else ref
-            dt = np.dtype(KERNEL_VIEW.get(lt.dtype, lt.dtype.np))
+            if kind == "ws":
+                dt = np.dtype(WORKSPACE_DTYPES[ref[1]])
+            else:
+                lt = in_lts[ref] if kind == "in" else out_lts[ref] if kind == "out" else ref
+                dt = np.dtype(KERNEL_VIEW.get(lt.dtype, lt.dtype.np))
             sig.append(nbtypes.Array(from_dtype(dt), 1, "C"))
         compile_kernel(kernel, tuple(sig))
     cp = CompiledPartition(partition, in_lts, out_lts, ops, known, source, kernel, plan, runner)

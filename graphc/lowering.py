@@ -68,7 +68,7 @@ def build_kernel(partition, ops, in_lts, out_lts):
                     refs[t.id] = kb.arg(t, "t")
                     plan.append(("tmp", t))
         if lower_fused(kb, ops, refs, fusion):
-            return kb.source(), plan, None
+            return kb.source(), plan + workspace_plan(kb), None
     # one op after another, through scratch buffers
     kb, refs, plan = _builder(in_lts, out_lts)
     for op in ops:
@@ -78,4 +78,9 @@ def build_kernel(partition, ops, in_lts, out_lts):
                 plan.append(("tmp", t))
         op.schema.lower(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs])
     kb.ret(-1)
-    return kb.source(), plan, None
+    return kb.source(), plan + workspace_plan(kb), None
+
+
+def workspace_plan(kb) -> list:
+    """Arg plan entries of kb's workspaces (the kernel's last parameters)."""
+    return [("ws", (n, elem)) for _, n, elem in kb.workspaces]

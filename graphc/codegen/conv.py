@@ -346,44 +346,57 @@ def shifted(geo: Geometry) -> bool:
 
 
 def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None):
-    """dst = conv(x, w) at unit strides, without im2col.  Each image (and group)
-    is copied once, f32, channels last, into a zero-padded buffer whose spatial
-    dims are the padded extents ``pd`` (dst size + dilated window - 1).  A dst
-    position o then has the *virtual* row ``q = sum(o[t] * vs[t])`` (``vs`` the
-    padded buffer's row strides), and tap k reads row ``q + off(k)`` of the
-    buffer: for a run of consecutive virtual rows, every tap's operand is a plain
-    (rows x Cg) matrix of the buffer.  The tile of dst is the sum over taps of
-    those matrices times the tap's (Cg x OCg) weights: T GEMMs accumulating
-    (beta 1), then a store loop skipping the virtual rows past dst's inner dims."""
-    G, ocg, cg, T = geo.groups, geo.ocg, geo.cg, geo.taps
+    """dst = conv(x, w) at unit strides, with one GEMM per tap of the outer window
+    dims and no full im2col.  Each image (and group) is copied once into an f32
+    buffer over the padded extents ``pd`` (dst size + dilated window - 1) whose
+    *virtual row* v holds, for the window's last dim, the Cg channels of each of
+    its KW taps (zeros in the padding): a row of KW*Cg values.  A dst position o
+    has the virtual row ``q = sum(o[t] * vs[t])`` (``vs`` the row strides over
+    ``pd``) and an outer tap k (over the other window dims) reads row
+    ``q + off(k)``: for a run of consecutive virtual rows, each outer tap's
+    operand is a plain (rows x KW*Cg) matrix of the buffer.  The dst tile is the
+    sum of those matrices times the tap's (KW*Cg x OCg) weights (accumulating
+    GEMMs, beta 1), then a store loop skips the virtual rows past dst's inner dims."""
+    G, ocg, cg = geo.groups, geo.ocg, geo.cg
+    kw, dw = geo.kernel[-1], geo.dilations[-1]
+    width = kw * cg                                  # one virtual row
     pd = [o + (k - 1) * d for o, k, d in zip(geo.small, geo.kernel, geo.dilations)]
     vs = _dense(pd)
     inner = math.prod(pd[1:])
     rows = geo.small[0] * inner                     # virtual rows holding every dst position
-    offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, vs)) for tap in _taps(geo.kernel)]
+    offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, vs)) for tap in _taps(geo.kernel[:-1])]
     span = rows + max(offs)                          # rows a tap may read
-    per = span * cg
-    xp = kb.alloc(geo.n * G * per, "f32", fill=0, prefix="xp")
-    # 1. the padded copies: (image, group, first src dim) in parallel
-    big0 = geo.big[0]
-    par = worth_parallel(geo.n * geo.c * geo.big_size)
-    with kb.for_(geo.n * G * big0, "t", par and geo.n * G * big0 > 1) as t:
-        n = kb.let(t // (G * big0), "n")
-        g = kb.let((t // big0) % G, "g")
-        i0 = kb.let(t % big0, "i")
-        rest = geo.big[1:]
-        with kb.for_(math.prod(rest), "b") as b:
-            pos = [i0] + [v if v is not None else ir.const(0) for v in unravel(kb, b, rest)]
-            vpos = [p + bb for p, bb in zip(pos, geo.begin)]
+    per = span * width
+    xp = kb.alloc(geo.n * G * per, "f32", prefix="xp")
+    # 1. the expanded copies: (image, group, block of virtual rows) in parallel; every value written
+    chunk = 256
+    nch = -(-span // chunk)
+    par = worth_parallel(geo.n * geo.c * geo.big_size * kw)
+    with kb.for_(geo.n * G * nch, "t", par and geo.n * G * nch > 1) as t:
+        n = kb.let(t // (G * nch), "n")
+        g = kb.let((t // nch) % G, "g")
+        v0 = kb.let((t % nch) * chunk, "v0")
+        with kb.for_(ir.call("min", chunk, span - v0), "v") as v:
+            vv = kb.let(v0 + v, "vv")
+            vpos = [kb.let(vv // vs[0], "p")] + [kb.let((vv // st) % d, "p") for st, d in zip(vs[1:], pd[1:])]
+            pos = [kb.let(p - b, "ip") for p, b in zip(vpos[:-1], geo.begin[:-1])]
             inside = None
-            for v, d in zip(vpos, pd):
-                c = v < d
+            for p, size in zip(pos, geo.big[:-1]):
+                c = (p >= 0) & (p < size)
                 inside = c if inside is None else inside & c
-            base = kb.let((n * G + g) * per + linear(vpos, vs) * cg, "xb")
-            with kb.if_(inside):
-                with kb.for_(cg, "ci") as ci:
-                    kb.store(xp, base + ci, ir.f32(_rounded(x.load(n, g * cg + ci, pos), rounding)))
-    # 2. tiles of virtual rows: whole first-dim rows of dst, T accumulating GEMMs each
+            row = kb.let((n * G + g) * per + vv * width, "xr")
+            with kb.for_(kw, "k") as k:
+                last = kb.let(vpos[-1] + k * dw - geo.begin[-1], "ip")
+                ok = (last >= 0) & (last < geo.big[-1])
+                ok = ok if inside is None else inside & ok
+                at = kb.let(row + k * cg, "xa")
+                with kb.if_(ok) as st:
+                    with kb.for_(cg, "ci") as ci:
+                        kb.store(xp, at + ci, ir.f32(_rounded(x.load(n, g * cg + ci, pos + [last]), rounding)))
+                    with kb.else_(st):
+                        with kb.for_(cg, "ci") as ci:
+                            kb.store(xp, at + ci, ir.const(0.0, "f32"))
+    # 2. tiles of virtual rows: whole first-dim rows of dst, one accumulating GEMM per outer tap
     wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
     wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
     cpus = os.cpu_count() or 1
@@ -399,10 +412,10 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
         q0 = kb.let((t % mt) * tm, "q0")
         m = kb.let(ir.call("min", tm, rows - q0), "m")
         tile = kb.alloc(tm * ocg, "f32", prefix="tile")
-        base = kb.let((n * G + g) * per + q0 * cg, "xa")
+        base = kb.let((n * G + g) * per + q0 * width, "xa")
         for k, off in enumerate(offs):
-            kb.let(ir.call("gemm_f32", 0, tw, m, ocg, cg, xp, base + off * cg, cg, wbuf,
-                           woff(g) + k * cg * wrow, ldw, 0.0 if k == 0 else 1.0, tile, 0, ocg), "st")
+            kb.let(ir.call("gemm_f32", 0, tw, m, ocg, width, xp, base + off * width, width, wbuf,
+                           woff(g) + k * width * wrow, ldw, 0.0 if k == 0 else 1.0, tile, 0, ocg), "st")
         with kb.for_(m, "r") as r:
             q = kb.let(q0 + r, "q")
             opos = [kb.let(q // inner, "o")] + [kb.let((q // v) % d, "o") for v, d in zip(vs[1:], pd[1:])]
@@ -414,6 +427,127 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
             with (kb.if_(valid) if valid is not None else _nothing()):
                 with kb.for_(ocg, "oc") as oc:
                     kb.emit(store(n, g * ocg + oc, opos, tile[row + oc]))
+
+
+def winograd(geo: Geometry) -> bool:
+    """3x3 windows over 2 spatial dims at unit strides and dilations, with enough
+    channels for GEMMs to pay: Winograd F(2x2, 3x3) (emit_forward_winograd)."""
+    return (len(geo.kernel) == 2 and geo.kernel == (3, 3) and geo.strides == (1, 1) and geo.dilations == (1, 1)
+            and geo.cg >= 16 and geo.ocg >= 16 and geo.positions >= 64)
+
+
+#: tiles of one Winograd work item at most (its transformed src and products stay near L2)
+WINOGRAD_TILES = 196
+
+
+def emit_forward_winograd(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None):
+    """dst = conv(x, w) for 3x3 windows at unit strides by Winograd F(2x2, 3x3)
+    (Lavin and Gray, 2016): each 2x2 block of dst comes from a 4x4 patch d of
+    src as ``A^T [(G g G^T) * (B^T d B)] A``, so the 36 multiplies of direct
+    convolution per block and channel pair become 16, done as 16 GEMMs (one per
+    element e of the 4x4 transform): ``M[e] = V[e] (tiles x Cg) @ U[e] (Cg x OCg)``.
+
+    src is first copied (f32, channels last, zero-padded so that every patch is
+    inside) per image and group; the weights are transformed once; then work
+    items of up to WINOGRAD_TILES tiles transform their patches, multiply and
+    transform back, storing each dst element through ``store``.  The transforms
+    only add and halve: F(2x2, 3x3)'s error stays within a few ulps of f32."""
+    G, cg, ocg = geo.groups, geo.cg, geo.ocg
+    oh, ow = geo.small
+    th, tw = -(-oh // 2), -(-ow // 2)
+    hp, wp = 2 * th + 2, 2 * tw + 2
+    per = hp * wp * cg
+    # 1. src padded: rows of (image, group, padded row) in parallel, every value written
+    xp = kb.workspace(geo.n * G * per, "f32", prefix="xp")
+    par = worth_parallel(geo.n * geo.c * geo.big_size)
+    with kb.for_(geo.n * G * hp, "t", par) as t:
+        n = kb.let(t // (G * hp), "n")
+        g = kb.let((t // hp) % G, "g")
+        h = kb.let(t % hp - geo.begin[0], "ih")
+        row_ok = (h >= 0) & (h < geo.big[0])
+        with kb.for_(wp, "j") as j:
+            ww = kb.let(j - geo.begin[1], "iw")
+            at = kb.let(((n * G + g) * hp + t % hp) * (wp * cg) + j * cg, "xa")
+            with kb.if_(row_ok & (ww >= 0) & (ww < geo.big[1])) as st:
+                with kb.for_(cg, "ci") as ci:
+                    kb.store(xp, ir.u64(at + ci), ir.f32(_rounded(x.load(n, g * cg + ci, [h, ww]), rounding)))
+                with kb.else_(st):
+                    with kb.for_(cg, "ci") as ci:
+                        kb.store(xp, ir.u64(at + ci), ir.const(0.0, "f32"))
+    # 2. weights: U[g][e][c][oc] = (G g G^T)[e]
+    u = kb.workspace(G * 16 * cg * ocg, "f32", prefix="wu")
+    half = ir.const(0.5, "f32")
+    with kb.for_(G * cg, "gc", worth_parallel(G * cg * ocg * 16)) as gc:
+        g = kb.let(gc // cg, "g")
+        c = kb.let(gc % cg, "c")
+        with kb.for_(ocg, "oc") as oc:
+            k = [[kb.let(ir.f32(_rounded(w.load(g, oc, c, [ir.const(a), ir.const(b)]), rounding)), "k")
+                  for b in range(3)] for a in range(3)]
+            # t = G k (4 x 3), then u = t G^T (4 x 4)
+            t4 = [k[0], [kb.let((k[0][b] + k[1][b] + k[2][b]) * half, "gt") for b in range(3)],
+                  [kb.let((k[0][b] - k[1][b] + k[2][b]) * half, "gt") for b in range(3)], k[2]]
+            for a in range(4):
+                r = t4[a]
+                vals = [r[0], (r[0] + r[1] + r[2]) * half, (r[0] - r[1] + r[2]) * half, r[2]]
+                for b in range(4):
+                    kb.store(u, ir.u64(((g * 16 + (a * 4 + b)) * cg + c) * ocg + oc), ir.f32(vals[b]))
+    # 3. work items: tiles of one image and group
+    tpi = th * tw
+    cpus = os.cpu_count() or 1
+    nb = min(tpi, WINOGRAD_TILES)
+    while nb > 64 and geo.n * G * -(-tpi // nb) < 2 * cpus:
+        nb = -(-nb // 2)
+    mt = -(-tpi // nb)
+    items = geo.n * G * mt
+    # the 16 planes of V and M, each padded by 16 floats: planes a power of two apart
+    # would map the 16 streams of a transform to the same cache sets
+    pv, pm = nb * cg + 16, nb * ocg + 16
+    v, v_base = kb.thread_workspace(16 * pv, "f32", prefix="wv")
+    prod, prod_base = kb.thread_workspace(16 * pm, "f32", prefix="wm")
+    par = items > 1
+    with kb.for_(items, "t", par) as t:
+        n = kb.let(t // (G * mt), "n")
+        g = kb.let((t // mt) % G, "g")
+        t0 = kb.let((t % mt) * nb, "t0")
+        m = kb.let(ir.call("min", nb, tpi - t0), "m")
+        vb, pb = v_base(kb, par), prod_base(kb, par)
+        with kb.for_(m, "tt") as tt:
+            tile = kb.let(t0 + tt, "tl")
+            base = kb.let(((n * G + g) * hp + (tile // tw) * 2) * (wp * cg) + (tile % tw) * (2 * cg), "xb")
+            with kb.for_(cg, "ci") as ci:
+                d = [[kb.let(xp[ir.u64(base + (a * wp + b) * cg + ci)], "d") for b in range(4)] for a in range(4)]
+                # B^T d B
+                rows = [[kb.let(d[0][b] - d[2][b], "bt") for b in range(4)],
+                        [kb.let(d[1][b] + d[2][b], "bt") for b in range(4)],
+                        [kb.let(d[2][b] - d[1][b], "bt") for b in range(4)],
+                        [kb.let(d[1][b] - d[3][b], "bt") for b in range(4)]]
+                for a in range(4):
+                    r = rows[a]
+                    vals = [r[0] - r[2], r[1] + r[2], r[2] - r[1], r[1] - r[3]]
+                    for b in range(4):
+                        kb.store(v, ir.u64(vb + (a * 4 + b) * pv + tt * cg + ci), vals[b])
+        for e in range(16):
+            kb.let(ir.call("gemm_f32", 0, 0, m, ocg, cg, v, vb + e * pv, cg, u, (g * 16 + e) * (cg * ocg), ocg,
+                           0.0, prod, pb + e * pm, ocg), "st")
+        with kb.for_(m, "tt") as tt:
+            tile = kb.let(t0 + tt, "tl")
+            y0 = kb.let((tile // tw) * 2, "oy")
+            x0 = kb.let((tile % tw) * 2, "ox")
+            with kb.for_(ocg, "oc") as oc:
+                mm = [[kb.let(prod[ir.u64(pb + (a * 4 + b) * pm + tt * ocg + oc)], "m") for b in range(4)] for a in range(4)]
+                # A^T mm A
+                s0 = [kb.let(mm[0][b] + mm[1][b] + mm[2][b], "at") for b in range(4)]
+                s1 = [kb.let(mm[1][b] - mm[2][b] - mm[3][b], "at") for b in range(4)]
+                for a, sr in enumerate((s0, s1)):
+                    for b, val in enumerate((sr[0] + sr[1] + sr[2], sr[1] - sr[2] - sr[3])):
+                        pos = [y0 + a, x0 + b]
+                        conds = ([pos[0] < oh] if a and oh % 2 else []) + ([pos[1] < ow] if b and ow % 2 else [])
+                        if conds:
+                            cond = conds[0] if len(conds) == 1 else conds[0] & conds[1]
+                            with kb.if_(cond):
+                                kb.emit(store(n, g * ocg + oc, pos, val))
+                        else:
+                            kb.emit(store(n, g * ocg + oc, pos, val))
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+from numba.core import config as numba_config
 
 from . import ir
 from .blas_import import IMPORT as blas_import
@@ -30,7 +31,11 @@ from graphc.codegen.runtime import (bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to
 """
 
 #: imports of the functions HEADER leaves out, added to a kernel that calls them
-EXTRA_IMPORTS = {"gemm_f32": blas_import, "bits_to_f32": BITS_IMPORT, "f32_to_bits": BITS_IMPORT}
+EXTRA_IMPORTS = {"gemm_f32": blas_import, "bits_to_f32": BITS_IMPORT, "f32_to_bits": BITS_IMPORT,
+                 "get_thread_id": "from numba import get_thread_id"}
+
+#: threads of numba's pool (get_thread_id is below it): per-thread workspaces hold this many parts
+NUM_THREADS = numba_config.NUMBA_NUM_THREADS
 
 #: work (elements) above which an outer loop is worth spreading over threads:
 #: below ~1 MB of f32 the data sits in cache and thread start-up dominates
@@ -181,6 +186,9 @@ class KernelBuilder:
         self.parallel = False
         self.helpers: list[str] = []
         self._mutable: set[str] = set()   # names assigned more than once
+        #: (name, elements, elem) of the workspaces: buffers the compiled partition
+        #: allocates once and passes after the arguments (see :meth:`workspace`)
+        self.workspaces: list[tuple] = []
 
     def arg(self, lt: LogicalTensor, prefix: str = "a") -> ArrayRef:
         ref = ArrayRef(f"{prefix}{len(self.args)}", lt)
@@ -239,6 +247,26 @@ class KernelBuilder:
         v = ir.array(self.fresh(prefix), elem)
         self.emit(ir.Let(v, value))
         return v
+
+    def workspace(self, nelems: int, elem: str = "f32", prefix: str = "ws") -> ir.Expr:
+        """A scratch buffer of ``nelems`` elements that lives as long as the compiled
+        partition: allocated once and reused by every run (a buffer allocated in
+        the kernel costs its page faults on every run: milliseconds for megabytes).
+        Its contents are undefined at the start of a run."""
+        name = self.fresh(prefix)
+        self.workspaces.append((name, int(nelems), elem))
+        return ir.array(name, elem)
+
+    def thread_workspace(self, nelems: int, elem: str = "f32", prefix: str = "ws"):
+        """A workspace of ``nelems`` elements per thread of numba's pool: returns
+        (buffer, base(kb, parallel)), where ``base``, emitted inside a loop's body,
+        gives the offset of the running thread's part: 0 unless the loop is
+        ``parallel`` (get_thread_id needs the thread pool of a parallel kernel)."""
+        buf = self.workspace(nelems * NUM_THREADS, elem, prefix)
+
+        def base(kb, parallel: bool):
+            return kb.let(ir.call("get_thread_id") * nelems, "wb") if parallel else ir.const(0)
+        return buf, base
 
     def const_array(self, values, elem: str = "f64", prefix: str = "consts") -> ir.Expr:
         """A module-level array of the numbers ``values`` (validated attribute values),
@@ -319,7 +347,8 @@ class KernelBuilder:
         return print_body(self.body, 1, self._taken())
 
     def _taken(self) -> set:
-        return {f"{p}{i}" for p, n in self._names.items() for i in range(n)} | {a.name for a in self.args}
+        return ({f"{p}{i}" for p, n in self._names.items() for i in range(n)} | {a.name for a in self.args}
+                | {w[0] for w in self.workspaces})
 
     def source(self, entry: str = "kernel") -> str:
         called = ir.calls(self.body)
@@ -328,7 +357,7 @@ class KernelBuilder:
             if line not in self.helpers:
                 self.helpers.insert(0, line)
         opts = "cache=True, nogil=True, error_model='numpy'" + (", parallel=True" if self.parallel else "")
-        params = ", ".join(a.name for a in self.args)
+        params = ", ".join([a.name for a in self.args] + [w[0] for w in self.workspaces])
         body = print_body(self.body, 1, self._taken()) if self.body else ["    pass"]
         return (HEADER + "\n" + "".join(h + "\n\n" for h in self.helpers) +
                 f"\n@njit({opts})\ndef {entry}({params}):\n" + "\n".join(body) + "\n")

@@ -673,7 +673,9 @@ def lower_conv(self, op, kb, ins, outs):
         extra = None if kind == "Convolution" else output_padding(op, len(kernel))
         win = window(op, big, kernel, extra)
         geo = _geometry(op, n, c, oc, big, small, win)
-        if cg.shifted(geo):
+        if cg.winograd(geo):
+            cg.emit_forward_winograd(kb, geo, v[x], v["weights"], _data_store(v[y], bias), rounding)
+        elif cg.shifted(geo):
             cg.emit_forward_shifted(kb, geo, v[x], v["weights"], _data_store(v[y], bias), rounding)
         else:
             cg.emit_forward(kb, geo, v[x], v["weights"], _data_store(v[y], bias), rounding,

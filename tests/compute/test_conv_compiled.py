@@ -171,3 +171,29 @@ def test_shape_inputs_specialise_the_kernel():
     bad = dict(zip(g.input_ports, [dy, w, np.array([1, 3, 9, 9], np.int32)]))
     with pytest.raises(graphc.GraphcError, match="ConvolutionBackwardData"):
         cg.run(bad)
+
+
+WINOGRAD = [
+    # 3x3 at unit strides with >= 16 channels per group: Winograd F(2x2, 3x3)
+    (2, 16, 24, (9, 11), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (1, 32, 16, (12, 12), (3, 3), {}),
+    (1, 32, 32, (11, 12), (3, 3), {"groups": 2, "pads_begin": (1, 0), "pads_end": (0, 1)}),
+    (3, 16, 16, (12, 7), (3, 3), {"auto_pad": "SAME_UPPER"}),
+]
+
+
+@pytest.mark.parametrize("geom", WINOGRAD, ids=lambda g: f"{g[3]}c{g[1]}")
+@pytest.mark.parametrize("dtype,dfmt,wfmt", [("f32", "NXC", "XIO"), ("f32", "NCX", "OIX"), ("bf16", "NXC", "XIO")])
+def test_winograd(geom, dtype, dfmt, wfmt):
+    g = conv_graph("Convolution", dtype, geom, dfmt, wfmt, bias=True)
+    cg, _ = compiled_vs_reference(g, what=f"{geom} {dtype} {dfmt}")
+    assert "wu" in cg.source   # the transformed weights: the Winograd kernel ran
+
+
+def test_winograd_transposed_data_gradient():
+    """ConvTransposeBackwardData at unit strides is a forward convolution: Winograd too."""
+    attrs = win(2, pads_begin=(1, 1), pads_end=(1, 1), data_format="NXC", weights_format="XOI")
+    g = single_op_graph("ConvTransposeBackwardData", [("f32", [2, 9, 9, 24]), ("f32", [3, 3, 24, 16])],
+                        [("f32", [-1] * 4)], attrs)
+    cg, _ = compiled_vs_reference(g)
+    assert "wu" in cg.source
