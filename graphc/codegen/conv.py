@@ -204,18 +204,19 @@ def _in_positions(kb, geo: Geometry, out_pos, taps):
     return pos, inside
 
 
-def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding):
-    """A (nrows x T*Cg) f32 panel: row r holds, tap after tap, the Cg src channels
-    of group g that the taps of dst position p0 + r meet (0 in the padding)."""
+def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel):
+    """A (nrows x T*Cg) f32 panel (a Scratch of tm rows): row r holds, tap after
+    tap, the Cg src channels of group g that the taps of dst position p0 + r meet
+    (0 in the padding)."""
     kd, cg = geo.kd, geo.cg
-    panel = kb.alloc(nrows * kd, "f32", prefix="cols")
+    panel = kb.scratch(tm * kd, "f32", parallel, prefix="cols")
     with _window_taps(kb, geo, p0, nrows) as (pos, inside, at):
         with kb.if_(inside) as st:
             with kb.for_(cg, "ci") as ci:
-                kb.store(panel, at + ci, ir.f32(_rounded(x.load(n, g * cg + ci, pos), rounding)))
+                kb.emit(panel.store(at + ci, ir.f32(_rounded(x.load(n, g * cg + ci, pos), rounding))))
             with kb.else_(st):
                 with kb.for_(cg, "ci") as ci:
-                    kb.store(panel, at + ci, ir.const(0.0, "f32"))
+                    kb.emit(panel.store(at + ci, ir.const(0.0, "f32")))
     return panel
 
 
@@ -236,14 +237,14 @@ def _window_taps(kb, geo: Geometry, p0, nrows):
 def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding):
     """All groups' weights as f32 matrices: (G, T*Cg, OCg), or (G, OCg, T*Cg) when ``transposed``."""
     kd, cg, ocg = geo.kd, geo.cg, geo.ocg
-    panel = kb.alloc(geo.groups * kd * ocg, "f32", prefix="wp")
+    panel = kb.workspace(geo.groups * kd * ocg, "f32", prefix="wp")
     with kb.for_(geo.groups, "g") as g:
         with kb.for_(ocg, "oc") as oc:
             with _tap_loops(kb, geo.kernel) as (taps, flat):
                 with kb.for_(cg, "ic") as ic:
                     r = flat * cg + ic
                     at = g * (kd * ocg) + (oc * kd + r if transposed else r * ocg + oc)
-                    kb.store(panel, at, ir.f32(_rounded(w.load(g, oc, ic, taps), rounding)))
+                    kb.store(panel, ir.u64(at), ir.f32(_rounded(w.load(g, oc, ic, taps), rounding)))
     return panel
 
 
@@ -278,19 +279,19 @@ def _data_operand(geo: Geometry, d: Data, channels_per_group, sizes, n, g, p0):
     return d.ref.buf, linear([n, g * channels_per_group, p0], [ns, cs, ps]), ld
 
 
-def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding):
+def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding, parallel):
     """(buffer, offset, ld) of the (m x OCg) matrix of dy for image n, group g from
     position p0: in place when BLAS can read it so, else packed to f32."""
     ocg = geo.ocg
     a = _data_operand(geo, dy, ocg, geo.small, n, g, p0) if rounding is None else None
     if a is not None:
         return a
-    buf = kb.alloc(tm * ocg, "f32", prefix="dyp")
+    buf = kb.scratch(tm * ocg, "f32", parallel, prefix="dyp")
     with kb.for_(m, "r") as r:
         pos = unravel(kb, p0 + r, geo.small)
         with kb.for_(ocg, "oc") as oc:
-            kb.store(buf, r * ocg + oc, ir.f32(_rounded(dy.load(n, g * ocg + oc, pos), rounding)))
-    return buf, ir.const(0), ocg
+            kb.emit(buf.store(r * ocg + oc, ir.f32(_rounded(dy.load(n, g * ocg + oc, pos), rounding))))
+    return buf.buf, buf.at(0), ocg
 
 
 def _tile_rows(geo: Geometry, items: int, width: int) -> int:
@@ -311,23 +312,25 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
     tm = _tile_rows(geo, geo.n * G, kd)
     mt = -(-P // tm)
     items = geo.n * G * mt
-    with kb.for_(items, "t", items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 8)) as t:
+    par = items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 8)
+    with kb.for_(items, "t", par) as t:
         n = kb.let(t // (G * mt), "n")
         g = kb.let((t // mt) % G, "g")
         p0 = kb.let((t % mt) * tm, "p0")
         m = kb.let(ir.call("min", tm, P - p0), "m")
         a = _data_operand(geo, x, cg, geo.big, n, g, p0) if one_by_one and rounding is None else None
         if a is None:
-            abuf, aoff, lda = _im2col(kb, geo, x, n, g, p0, m, rounding), ir.const(0), kd
+            cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, par)
+            abuf, aoff, lda = cols.buf, cols.at(0), kd
         else:
             abuf, aoff, lda = a
         c = _data_operand(geo, out, ocg, geo.small, n, g, p0) if out is not None else None
         if c is not None:
             kb.let(ir.call("gemm_f32", 0, tw, m, ocg, kd, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, *c), "st")
         else:
-            tile = kb.alloc(tm * ocg, "f32", prefix="tile")
-            kb.let(ir.call("gemm_f32", 0, tw, m, ocg, kd, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, tile, 0, ocg),
-                   "st")
+            tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
+            kb.let(ir.call("gemm_f32", 0, tw, m, ocg, kd, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, tile.buf,
+                           tile.at(0), ocg), "st")
             with kb.for_(m, "r") as r:
                 pos = unravel(kb, p0 + r, geo.small)
                 row = kb.let(r * ocg, "tr")
@@ -367,7 +370,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, vs)) for tap in _taps(geo.kernel[:-1])]
     span = rows + max(offs)                          # rows a tap may read
     per = span * width
-    xp = kb.alloc(geo.n * G * per, "f32", prefix="xp")
+    xp = kb.workspace(geo.n * G * per, "f32", prefix="xp")
     # 1. the expanded copies: (image, group, block of virtual rows) in parallel; every value written
     chunk = 256
     nch = -(-span // chunk)
@@ -392,10 +395,11 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
                 at = kb.let(row + k * cg, "xa")
                 with kb.if_(ok) as st:
                     with kb.for_(cg, "ci") as ci:
-                        kb.store(xp, at + ci, ir.f32(_rounded(x.load(n, g * cg + ci, pos + [last]), rounding)))
+                        kb.store(xp, ir.u64(at + ci),
+                                 ir.f32(_rounded(x.load(n, g * cg + ci, pos + [last]), rounding)))
                     with kb.else_(st):
                         with kb.for_(cg, "ci") as ci:
-                            kb.store(xp, at + ci, ir.const(0.0, "f32"))
+                            kb.store(xp, ir.u64(at + ci), ir.const(0.0, "f32"))
     # 2. tiles of virtual rows: whole first-dim rows of dst, one accumulating GEMM per outer tap
     wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
     wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
@@ -406,16 +410,17 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     mt = -(-geo.small[0] // rt)
     tm = rt * inner
     items = geo.n * G * mt
-    with kb.for_(items, "t", items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * geo.kd // 8)) as t:
+    par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * geo.kd // 8)
+    with kb.for_(items, "t", par) as t:
         n = kb.let(t // (G * mt), "n")
         g = kb.let((t // mt) % G, "g")
         q0 = kb.let((t % mt) * tm, "q0")
         m = kb.let(ir.call("min", tm, rows - q0), "m")
-        tile = kb.alloc(tm * ocg, "f32", prefix="tile")
+        tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
         base = kb.let((n * G + g) * per + q0 * width, "xa")
         for k, off in enumerate(offs):
             kb.let(ir.call("gemm_f32", 0, tw, m, ocg, width, xp, base + off * width, width, wbuf,
-                           woff(g) + k * width * wrow, ldw, 0.0 if k == 0 else 1.0, tile, 0, ocg), "st")
+                           woff(g) + k * width * wrow, ldw, 0.0 if k == 0 else 1.0, tile.buf, tile.at(0), ocg), "st")
         with kb.for_(m, "r") as r:
             q = kb.let(q0 + r, "q")
             opos = [kb.let(q // inner, "o")] + [kb.let((q // v) % d, "o") for v, d in zip(vs[1:], pd[1:])]
@@ -573,17 +578,18 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     mt = -(-P // tm)
     items = geo.n * G
     big = geo.big_size
-    with kb.for_(items, "t", items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 8)) as t:
+    par = items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 8)
+    with kb.for_(items, "t", par) as t:
         n = kb.let(t // G, "n")
         g = kb.let(t % G, "g")
         acc = kb.alloc(big * cg, "f32", fill=0, prefix="acc")
-        cols = kb.alloc(tm * kd, "f32", prefix="cols")
+        cols = kb.scratch(tm * kd, "f32", par, prefix="cols")
         with kb.for_(mt, "pt") as pt:
             p0 = kb.let(pt * tm, "p0")
             m = kb.let(ir.call("min", tm, P - p0), "m")
-            abuf, aoff, lda = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding)
-            kb.let(ir.call("gemm_f32", 0, tw, m, kd, ocg, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, cols, 0, kd),
-                   "st")
+            abuf, aoff, lda = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding, par)
+            kb.let(ir.call("gemm_f32", 0, tw, m, kd, ocg, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, cols.buf,
+                           cols.at(0), kd), "st")
             with _window_taps(kb, geo, p0, m) as (pos, inside, at):
                 base = kb.let(linear(pos, _dense(geo.big)) * cg, "ab")
                 with kb.if_(inside):
@@ -622,9 +628,9 @@ def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=
             g = kb.let((t // mt) % G, "g")
             p0 = kb.let((t % mt) * tm, "p0")
             m = kb.let(ir.call("min", tm, P - p0), "m")
-            cols = _im2col(kb, geo, x, n, g, p0, m, rounding)
-            bbuf, boff, ldb = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding)
-            kb.let(ir.call("gemm_f32", 1, 0, kd, ocg, m, cols, 0, kd, bbuf, boff, ldb, 1.0, part,
+            cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, chunks > 1)
+            bbuf, boff, ldb = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding, chunks > 1)
+            kb.let(ir.call("gemm_f32", 1, 0, kd, ocg, m, cols.buf, cols.at(0), kd, bbuf, boff, ldb, 1.0, part,
                            ch * size + g * (kd * ocg), ocg), "st")
     with kb.for_(G * ocg, "go", worth_parallel(size * chunks)) as go:
         g = kb.let(go // ocg, "g")

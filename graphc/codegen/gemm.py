@@ -88,16 +88,17 @@ def direct(m: Matrix):
     return None
 
 
-def _pack(kb, m: Matrix, bivars, r0, nr, c0, nc, buf=None):
-    """Load rows [r0, r0+nr) x cols [c0, c0+nc) of ``m`` into a row-major f32 panel."""
-    panel = buf if buf is not None else kb.alloc(nr * nc, "f32", prefix="panel")
+def _pack(kb, m: Matrix, bivars, r0, nr, c0, nc, size, parallel):
+    """Load rows [r0, r0+nr) x cols [c0, c0+nc) of ``m`` into a row-major f32 panel
+    (a scratch of ``size`` elements); returns the Scratch."""
+    panel = kb.scratch(size, "f32", parallel, prefix="panel")
     with kb.for_(nr, "r") as r:
         row = kb.let(r * nc, "pr")
         with kb.for_(nc, "c") as c:
             v = m.ref.load_nd(m.index(bivars, r + r0, c + c0))
             if m.rounding is not None:
                 v = m.rounding(v)
-            kb.store(panel, row + c, ir.f32(v))
+            kb.emit(panel.store(row + c, ir.f32(v)))
     return panel
 
 
@@ -119,7 +120,7 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     shared = {}
     for name, m, d in (("a", a, da), ("b", b, db)):
         if d is None and not m.batched:
-            shared[name] = _pack(kb, m, None, 0, m.rows, 0, m.cols)
+            shared[name] = _pack(kb, m, None, 0, m.rows, 0, m.cols, m.rows * m.cols, False)
     with kb.for_(nbatch * mt * nt, "t", parallel) as t:
         tb = kb.let(t // (mt * nt), "tb")
         rest = kb.let(t % (mt * nt), "tr")
@@ -129,7 +130,7 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
         n_ = kb.let(ir.call("min", tn, N - j0), "n")
         bivars = unravel(kb, tb, batch_shape) if batch_shape else []
 
-        def operand(name, mat, d, r0, nr, c0, nc):
+        def operand(name, mat, d, r0, nr, c0, nc, size):
             """(buffer, offset, ld, transposed) of the sub-matrix rows r0.., cols c0.."""
             if d is not None:
                 ta, ld = d
@@ -137,18 +138,20 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
                 off = mat.base(bivars) if mat.batched else mat.base(None)
                 return mat.ref.buf, linear([r0, c0], [rs, cs], off), ld, ta
             if name in shared:
-                return shared[name], r0 * mat.cols + c0, mat.cols, 0
-            return _pack(kb, mat, bivars, r0, nr, c0, nc), ir.const(0), nc, 0
-        abuf, aoff, lda, ta = operand("a", a, da, i0, m_, 0, K)
-        bbuf, boff, ldb, tb_ = operand("b", b, db, 0, K, j0, n_)
+                return shared[name].buf, r0 * mat.cols + c0, mat.cols, 0
+            panel = _pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel)
+            return panel.buf, panel.at(0), nc, 0
+        abuf, aoff, lda, ta = operand("a", a, da, i0, m_, 0, K, tm * K)
+        bbuf, boff, ldb, tb_ = operand("b", b, db, 0, K, j0, n_, K * tn)
         if dc is not None:
             ldc = dc[1]
             coff = linear([i0, j0], out.strides, out.base(bivars))
             kb.let(ir.call("gemm_f32", ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0,
                            out.ref.buf, coff, ldc), "st")
         else:
-            tile = kb.alloc(tm * tn, "f32", prefix="tile")
-            kb.let(ir.call("gemm_f32", ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0, tile, 0, n_), "st")
+            tile = kb.scratch(tm * tn, "f32", parallel, prefix="tile")
+            kb.let(ir.call("gemm_f32", ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0, tile.buf, tile.at(0),
+                           n_), "st")
             with kb.for_(m_, "ii") as ii:
                 row = kb.let(ii * n_, "ti")
                 i = kb.let(i0 + ii, "i")

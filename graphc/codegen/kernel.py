@@ -175,6 +175,24 @@ class ArrayRef:
         return ir.Store(self.buf, ir.u64(_ix(idx)), _value(value))
 
 
+@dataclass
+class Scratch:
+    """A part of a workspace: ``buf`` from offset ``base`` (an expression)."""
+
+    buf: ir.Expr
+    base: ir.Expr
+
+    def at(self, i) -> ir.Expr:
+        """The workspace offset of element ``i`` of this part."""
+        return self.base + i if not (self.base.op == "const" and self.base.args[0] == 0) else _ix(i)
+
+    def __getitem__(self, i) -> ir.Expr:
+        return ir.load(self.buf, ir.u64(self.at(i)))
+
+    def store(self, i, value) -> ir.Store:
+        return ir.Store(self.buf, ir.u64(self.at(i)), _value(value))
+
+
 class KernelBuilder:
     """Accumulates one kernel function's arguments and body as IR statements."""
 
@@ -267,6 +285,16 @@ class KernelBuilder:
         def base(kb, parallel: bool):
             return kb.let(ir.call("get_thread_id") * nelems, "wb") if parallel else ir.const(0)
         return buf, base
+
+    def scratch(self, nelems, elem: str = "f32", parallel: bool = False, prefix: str = "ws") -> "Scratch":
+        """A workspace for a loop body: one part per thread when the loop is
+        ``parallel`` (the running thread's part), else one buffer.  ``nelems``
+        must be a number (workspaces have a size fixed at compile time).  Call it
+        inside the loop's body."""
+        if parallel:
+            buf, base = self.thread_workspace(int(nelems), elem, prefix)
+            return Scratch(buf, base(self, True))
+        return Scratch(self.workspace(int(nelems), elem, prefix), ir.const(0))
 
     def const_array(self, values, elem: str = "f64", prefix: str = "consts") -> ir.Expr:
         """A module-level array of the numbers ``values`` (validated attribute values),
