@@ -72,7 +72,8 @@ def dst_spatial(op, src_shape, sizes=None) -> list[int]:
                                where="port 'sizes'", expected=n, found=sizes.tolist())
         return [int(s) for s in sizes]
     if op.input("sizes") is not None:
-        return [-1] * n
+        values = getattr(op, "input_values", {}).get("sizes")   # a kernel specialised on them (value_inputs)
+        return [-1] * n if values is None else dst_spatial(op, src_shape, np.asarray(values))
     for name in ("sizes", "scales"):
         values = op.attr(name)
         if values is None:
@@ -198,6 +199,7 @@ class Interpolate(OpSchema):
     outputs = (Out("dst"),)
     attrs = ATTRS
     dtypes = DtypeTable(["src|dst", "sizes"], [("f32", "s32"), ("bf16", "s32"), ("f16", "s32")])
+    value_inputs = ("sizes",)   # the dst shape: kernels specialise on the sizes given at run time
 
     def check(self, op):
         check_src(op, op.inputs[0].shape)
@@ -209,10 +211,6 @@ class Interpolate(OpSchema):
     def reference(self, op, src, sizes=None):
         axes = spatial_axes(op, src.ndim)
         return (resize(op, src, [src.shape[i] for i in axes], dst_spatial(op, src.shape, sizes)),)
-
-    def supports_lowering(self, op) -> bool:
-        # with the sizes input the dst shape is only known at run time
-        return op.input("sizes") is None
 
     def lower(self, op, kb, ins, outs):
         """A gather: each dst element sums, over one tap per spatial axis, the

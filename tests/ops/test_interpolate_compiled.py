@@ -6,14 +6,15 @@ fusion, and the corpus' forms oneDNN runs (a diff_dst that is not
 floor(src * scale), sizes given as fractions in --op-attrs)."""
 import json
 
+import numpy as np
 import pytest
 
 import graphc
+from graphc import reference
 from graphc.bench.knobs import parse
 from graphc.bench.rewrite import build_graph
 from graphc.builder import GraphBuilder
-from graphc.errors import Unimplemented
-from support import check_compiled, one_op, strides
+from support import assert_outputs, check_compiled, one_op, strides
 
 
 def attrs(mode, fmt, ctm="half_pixel", **kw):
@@ -92,12 +93,19 @@ def test_backward_with_a_sizes_input_compiles():
     check_compiled(g, what="sizes input")
 
 
-def test_forward_with_a_sizes_input_is_unimplemented():
+def test_forward_with_a_sizes_input_specialises_on_them():
+    """sizes given as an input tensor: the kernel compiles at the first run for the
+    sizes given, once per distinct sizes (value_inputs), and matches the reference."""
     g = one_op("Interpolate", [("f32", [2, 3, 5]), ("s32", [1])], [("f32", [2, 3, -1])], attrs("linear", "NCX"))
-    op = g.ops[0]
-    assert not op.schema.supports_lowering(op)
-    with pytest.raises(Unimplemented, match="Interpolate"):
-        graphc.compile(g, "fusion").run({t.id: None for t in op.inputs})
+    cg = graphc.compile(g)
+    x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32)
+    for size in (8, 3, 8):
+        feeds = dict(zip(g.input_ports, [x, np.array([size], np.int32)]))
+        got, want = cg.run(feeds), reference.run(g, feeds)
+        (tid,) = want
+        assert got[tid].shape == (2, 3, size)
+        assert_outputs(got, want, {tid: g.tensors[tid].dtype}, what=str(size))
+    assert len(cg.compiled[0].specializations) == 2
 
 
 @pytest.mark.parametrize("fmt", ["NCX", "NXC"])
