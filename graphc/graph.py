@@ -30,6 +30,7 @@ class Graph:
                                    found=repr(fpmath_mode))
         self.engine_kind = engine_kind
         self.fpmath_mode = fpmath_mode
+        self.ignored_output_ports: list[int] = []   # declared output_ports the graph has no tensor for
         self.fpmath_mode_apply_to_int = bool(fpmath_mode_apply_to_int)
         self.ops: dict[int, Op] = {}
         self.nx = nx.DiGraph()
@@ -52,6 +53,7 @@ class Graph:
         if op.id in self.ops:
             raise InvalidGraph("duplicate op id", op=op, expected="a unique id",
                                found=f"{op.id}, already used by {self.ops[op.id]!r}")
+        self._resolve_unknown_ranks(op)
         op.validate()
         for i, t in enumerate(op.outputs):
             check_output_layout(op, i, t)
@@ -81,11 +83,30 @@ class Graph:
                 self.nx.add_edge(self.producer[t.id][0], op.id, tensor=t.id)
         return op
 
+    def _resolve_unknown_ranks(self, op: Op) -> None:
+        """Inputs of unknown rank (ndims -1) take the tensor their producer,
+        added before, resolved; a graph input must come with its rank (its
+        dims may still be -1)."""
+        for i, t in enumerate(op.inputs):
+            if not t.unknown_rank:
+                continue
+            known = self.tensors.get(t.id)
+            if known is None or known.unknown_rank:
+                raise InvalidShape("an input of unknown rank must be the output of an op added before", op=op,
+                                   where=f"input {i} (tensor {t.id})",
+                                   expected="a rank (dims may be -1) or an earlier producer", found="ndims -1")
+            if known.dtype != t.dtype:
+                raise InvalidGraph("tensor appears with different data types", op=op,
+                                   where=f"input {i} (tensor {t.id})", expected=str(known.dtype), found=str(t.dtype))
+            op.inputs[i] = known
+
     @staticmethod
     def _note_tensor(known: dict, op, where, t: LogicalTensor):
         old = known.get(t.id)
-        if old is None:
+        if old is None or (old.unknown_rank and old.dtype == t.dtype):
             known[t.id] = t
+            return
+        if t.unknown_rank and old.dtype == t.dtype:
             return
         if old.dtype != t.dtype:
             raise InvalidGraph("tensor appears with different data types", op=op, where=f"{where} (tensor {t.id})",
@@ -135,9 +156,13 @@ class Graph:
         for tid in self._declared_inputs or []:
             if tid not in self.consumers:
                 raise InvalidGraph("declared input port is not consumed by any op", where=f"input_ports ({tid})")
-        for tid in self._declared_outputs or []:
-            if tid not in self.tensors:
-                raise InvalidGraph("declared output port is not a tensor of the graph", where=f"output_ports ({tid})")
+        if self._declared_outputs is not None:
+            # as benchdnn: a declared output the graph does not have is left out
+            # (the ports are kept in ``ignored_output_ports``); none left: every
+            # tensor no op consumes is an output
+            self.ignored_output_ports = [tid for tid in self._declared_outputs if tid not in self.tensors]
+            kept = [tid for tid in self._declared_outputs if tid in self.tensors]
+            self._declared_outputs = kept or None
         self.finalized = True
         return self
 
@@ -205,6 +230,14 @@ class Graph:
             return self.tensors[tid]
         except KeyError:
             raise InvalidArguments("no such tensor in the graph", found=tid) from None
+
+    # oneDNN's accessor names
+    def get_engine_kind(self) -> str:
+        return self.engine_kind
+
+    def get_fpmath_mode(self) -> tuple[str, bool]:
+        """(fpmath mode, whether it applies to integral types), as oneDNN's graph::get_fpmath_mode."""
+        return self.fpmath_mode, self.fpmath_mode_apply_to_int
 
     def get_partitions(self, policy: str = "fusion"):
         from .partition import partition_graph

@@ -39,6 +39,26 @@ class Partition:
         from .lowering import can_lower
         return can_lower(self)
 
+    # oneDNN's accessor names
+    def get_id(self) -> int:
+        return self.id
+
+    def get_engine_kind(self) -> str:
+        return self.graph.engine_kind
+
+    def get_ops(self) -> list[int]:
+        """The ids of the partition's ops (oneDNN's get_ops)."""
+        return [op.id for op in self.ops]
+
+    def get_ops_num(self) -> int:
+        return len(self.ops)
+
+    def get_input_ports(self) -> list[LogicalTensor]:
+        return list(self.inputs)
+
+    def get_output_ports(self) -> list[LogicalTensor]:
+        return list(self.outputs)
+
     def compile(self, inputs=None, outputs=None):
         """Compile for concrete input (and optionally output) logical tensors."""
         from .compiled import compile_partition

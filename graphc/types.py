@@ -17,6 +17,7 @@ class DataType(str, enum.Enum):
     bf16 = "bf16"
     f64 = "f64"
     s32 = "s32"
+    s64 = "s64"
     u32 = "u32"
     s8 = "s8"
     u8 = "u8"
@@ -79,6 +80,7 @@ _NP = {
     DataType.bf16: np.dtype(ml_dtypes.bfloat16),
     DataType.f64: np.dtype(np.float64),
     DataType.s32: np.dtype(np.int32),
+    DataType.s64: np.dtype(np.int64),
     DataType.u32: np.dtype(np.uint32),
     DataType.s8: np.dtype(np.int8),
     DataType.u8: np.dtype(np.uint8),
@@ -90,7 +92,7 @@ _NP = {
     DataType.c64: np.dtype(np.complex64),
 }
 _FLOATS = {DataType.f32, DataType.f16, DataType.bf16, DataType.f64, DataType.f8_e4m3, DataType.f8_e5m2}
-_INTS = {DataType.s32, DataType.u32, DataType.s8, DataType.u8, DataType.s4, DataType.u4}
+_INTS = {DataType.s32, DataType.s64, DataType.u32, DataType.s8, DataType.u8, DataType.s4, DataType.u4}
 
 
 ATTR_JSON_TYPES = ("f32", "s64", "string", "bool", "s64[]", "f32[]", "bool[]")
@@ -138,6 +140,8 @@ def dense_strides(shape) -> tuple[int, ...]:
 
 
 INT64_MAX = 2 ** 63 - 1
+#: ``LogicalTensor.ndims`` of a tensor whose rank is unknown (DNNL_GRAPH_UNKNOWN_NDIMS)
+UNKNOWN_NDIMS = -1
 
 
 def _as_int_tuple(value, what) -> tuple[int, ...]:
@@ -158,7 +162,14 @@ class LogicalTensor:
     """A typed tensor description: id, data type, shape, strides, layout, property.
 
     A dim of -1 is unknown until compile time.  ``strides`` default to dense
-    row-major when the layout is strided; ``ndims == -1`` is an unknown rank.
+    row-major when the layout is strided.  ``shape=None`` (or -1) is an
+    unknown rank (oneDNN's DNNL_GRAPH_UNKNOWN_NDIMS): ``ndims == -1``; an op
+    output of unknown rank takes the rank and dims its op infers, and an op
+    input of unknown rank takes them from its producer in the graph.
+
+    The oneDNN accessors are there by their names: ``get_id``,
+    ``get_data_type``, ``get_dims``, ``get_strides``, ``get_layout_type``,
+    ``get_property_type``, ``get_mem_size``, ``is_equal``.
     """
 
     id: int
@@ -167,13 +178,21 @@ class LogicalTensor:
     strides: tuple[int, ...] | None = None
     layout_type: LayoutType = LayoutType.strided
     property_type: PropertyType = PropertyType.undef
+    unknown_rank: bool = False
 
-    def __init__(self, id, dtype, shape, strides=None, layout_type=LayoutType.strided,
+    def __init__(self, id, dtype, shape=None, strides=None, layout_type=LayoutType.strided,
                  property_type=PropertyType.undef):
         if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or not 0 <= id <= INT64_MAX:
             raise InvalidArguments("logical tensor id must be a non-negative integer that fits in int64",
                                    expected=f"0 to {INT64_MAX}", found=repr(id))
         dtype = DataType.parse(dtype)
+        unknown_rank = shape is None or (isinstance(shape, (int, np.integer)) and not isinstance(shape, bool)
+                                         and shape == UNKNOWN_NDIMS)
+        if unknown_rank:
+            if strides not in (None, (), []):
+                raise InvalidShape(f"logical tensor {id}: a tensor of unknown rank has no strides",
+                                   found=repr(strides))
+            shape, strides = (), None
         shape = _as_int_tuple(shape, "shape")
         if any(d < -1 for d in shape):
             raise InvalidShape(f"logical tensor {id}: dims must be >= 0 or -1 (unknown)", found=list(shape))
@@ -195,18 +214,26 @@ class LogicalTensor:
         object.__setattr__(self, "strides", strides)
         object.__setattr__(self, "layout_type", layout_type)
         object.__setattr__(self, "property_type", property_type)
+        object.__setattr__(self, "unknown_rank", unknown_rank)
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
 
     @property
+    def ndims(self) -> int:
+        """The rank, or -1 (UNKNOWN_NDIMS) when unknown."""
+        return UNKNOWN_NDIMS if self.unknown_rank else len(self.shape)
+
+    @property
     def is_complete(self) -> bool:
-        """Every dim known."""
-        return all(d >= 0 for d in self.shape)
+        """Every dim known (and the rank)."""
+        return not self.unknown_rank and all(d >= 0 for d in self.shape)
 
     @property
     def nelems(self) -> int:
+        if self.unknown_rank:
+            return -1
         n = 1
         for d in self.shape:
             if d < 0:
@@ -227,7 +254,52 @@ class LogicalTensor:
                              LayoutType.strided if self.layout_type == LayoutType.any else self.layout_type,
                              self.property_type)
 
+    # ------------------------------------------------- oneDNN's accessor names
+    def get_id(self) -> int:
+        return self.id
+
+    def get_data_type(self) -> DataType:
+        return self.dtype
+
+    def get_dims(self) -> list[int]:
+        """The dims (-1 where unknown); a tensor of unknown rank has none to give."""
+        if self.unknown_rank:
+            raise InvalidArguments(f"logical tensor {self.id} has an unknown rank: it has no dims yet",
+                                   expected="a tensor of known rank", found="ndims -1")
+        return list(self.shape)
+
+    def get_strides(self) -> list[int]:
+        """The strides in elements; a tensor with layout any or unknown rank has none."""
+        if self.strides is None:
+            raise InvalidArguments(f"logical tensor {self.id} has no strides", expected="a strided layout",
+                                   found=f"layout {self.layout_type}" + (", unknown rank" if self.unknown_rank else ""))
+        return list(self.strides)
+
+    def get_layout_type(self) -> LayoutType:
+        return self.layout_type
+
+    def get_property_type(self) -> PropertyType:
+        return self.property_type
+
+    def get_mem_size(self) -> int:
+        """Bytes a buffer for this tensor takes, from its first element to its
+        last (its strides; dense for layout any), in graphc's storage types (s4
+        and u4 take a byte per element).  Every dim must be known."""
+        if not self.is_complete:
+            raise InvalidArguments(f"logical tensor {self.id}: the memory size needs every dim",
+                                   expected="known dims", found="unknown rank" if self.unknown_rank
+                                   else list(self.shape))
+        strides = self.strides if self.strides is not None and all(s >= 0 for s in self.strides) \
+            else dense_strides(self.shape)
+        return span(self.shape, strides) * self.dtype.itemsize
+
+    def is_equal(self, other) -> bool:
+        """The same id, data type, rank, dims, strides, layout and property (oneDNN's is_equal)."""
+        return isinstance(other, LogicalTensor) and self == other
+
     def __repr__(self) -> str:
+        if self.unknown_rank:
+            return f"LogicalTensor({self.id}, {self.dtype}, unknown rank, {self.layout_type}, {self.property_type})"
         s = "x".join(str(d) for d in self.shape) if self.shape else "scalar"
         extra = "" if self.is_dense else f" strides={list(self.strides) if self.strides else None}"
         return f"LogicalTensor({self.id}, {self.dtype}, {s}{extra}, {self.layout_type}, {self.property_type})"
