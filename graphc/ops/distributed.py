@@ -18,7 +18,7 @@ from ..codegen.kernel import worth_parallel
 from ..codegen.fastmath import sum_helper
 from ..codegen.loops import linear, unravel
 from ..comm import agree, allgather_array, default_comm, group_wide, rank_and_size
-from ..errors import GraphcError, InvalidArguments, InvalidGraphOp, RuntimeFault
+from ..errors import GraphcError, InvalidArguments, InvalidDataType, InvalidGraphOp, RuntimeFault
 from .common import F
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
                      same_dtype)
@@ -56,8 +56,9 @@ class LayerNormPreAllGather(OpSchema):
     family = "norm_distributed"
     doc = "Per-row local statistics for a distributed LayerNorm: stats [..., 2] = (mean, M2)."
     inputs = (In("src", doc="[..., W], this rank's slice of each row"),)
-    outputs = (Out("stats", doc="[..., 2]: the local mean and sum of squared deviations from it"),)
-    dtypes = DtypeTable(["src", "stats"], [(F, "f32")])
+    outputs = (Out("stats", doc="[..., 2]: the local mean and sum of squared deviations from it; "
+                                "f32, or src's type (ttnn's bf16 stats)"),)
+    dtypes = DtypeTable(["src", "stats"], [(F, "f32"), ("bf16", "bf16"), ("f16", "f16")])
 
     def check(self, op):
         _check_rows(op)
@@ -188,13 +189,21 @@ class LayerNormPostAllGather(OpSchema):
     inputs = (In("src", doc="[..., W], this rank's slice of each row"),
               In("stats", doc="[..., 2P]: (mean_p, M2_p) of the P slices, in rank order"),
               In("gamma", optional=True, doc="[W]"), In("beta", optional=True, doc="[W]"))
-    outputs = (Out("dst"),)
-    attrs = (Attr("epsilon", "f32", 1e-12, check=non_negative, check_doc="non-negative"),)
-    dtypes = DtypeTable(["src|dst", "stats", "gamma|beta"],
-                        [("f32", "f32", "f32"), ("bf16", "f32", "f32,bf16"), ("f16", "f32", "f32,f16")])
+    outputs = (Out("dst", doc="src's type, or the dtype attribute's"),)
+    attrs = (Attr("epsilon", "f32", 1e-12, check=non_negative, check_doc="non-negative"),
+             Attr("dtype", "string", None, choices=tuple(F.split(",")),
+                  doc="the data type of dst (ttnn's dtype keyword); default: src's"))
+    dtypes = DtypeTable(["src", "stats", "gamma|beta", "dst"],
+                        [("f32", "f32,bf16,f16", "f32", F), ("bf16", "f32,bf16", "f32,bf16", F),
+                         ("f16", "f32,f16", "f32,f16", F)])
 
     def check(self, op):
         _check_rows(op)
+        src, dst = op.input("src"), op.output("dst")
+        want = op.attr("dtype") or src.dtype.value
+        if dst is not None and dst.dtype.value != want:
+            raise InvalidDataType("dst must have the dtype attribute's type, or src's without it", op=op,
+                                  where="port 'dst'", expected=want, found=str(dst.dtype))
         x, stats, gamma = op.input("src"), op.input("stats"), op.input("gamma")
         if gamma is not None and op.input("beta") is None:
             raise InvalidGraphOp("gamma and beta must be given both or neither", op=op, where="port 'beta'",

@@ -33,14 +33,22 @@ class AddBackward(OpSchema):
     inputs = (In("diff_dst"), In("src_0"), In("src_1", optional=True, doc="absent when the operand was a scalar"))
     outputs = (Out("diff_src_0", optional=True), Out("diff_src_1", optional=True))
     attrs = (AUTO_BROADCAST,
-             Attr("are_required_outputs", "bool[]", (True, True), check=lambda v: len(v) == 2 and any(v),
-                  check_doc="two booleans (diff_src_0, diff_src_1), at least one true"))
+             Attr("are_required_outputs", "bool[]", None, check=lambda v: len(v) == 2 and any(v),
+                  check_doc="two booleans (diff_src_0, diff_src_1), at least one true",
+                  doc="default: a gradient for each operand given ([true, true], or [true, false] "
+                      "without src_1: a scalar operand has no gradient tensor)"))
     dtypes = same_dtype("diff_dst|src_0|src_1|diff_src_0|diff_src_1", F + ",c64")
+
+    def required_outputs(self, op) -> tuple[bool, bool]:
+        """are_required_outputs as given, else one gradient per operand present."""
+        spec = self.attr_spec("are_required_outputs")
+        if spec.name not in op.raw_attrs:
+            return (True, len(op.inputs) >= 3)
+        return tuple(spec.coerce(op.raw_attrs[spec.name], op))
 
     def output_names(self, op, n):
         # called before and after attribute coercion: coerce the raw value here
-        spec = self.attr_spec("are_required_outputs")
-        required = spec.coerce(op.raw_attrs.get(spec.name, spec.default), op)
+        required = self.required_outputs(op)
         names = [name for name, r in zip(_DIFF_SRCS, required) if r]
         if required[1] and len(op.inputs) < 3:
             raise InvalidGraphOp("diff_src_1 is required but src_1 is absent (a scalar operand has no gradient)",
@@ -81,7 +89,7 @@ class EmbeddingBackward(OpSchema):
     attrs = (Attr("dtype", "string", None, choices=tuple(F.split(",")), doc="dtype of diff_weight"),
              Attr("padding_idx", "s64", None, check=non_negative, check_doc="in [0, num_embeddings)",
                   doc="the row that gets no gradient"))
-    dtypes = DtypeTable(["indices", "weight|diff_dst", "diff_weight"], [("s32,u32", F, F)])
+    dtypes = DtypeTable(["indices", "weight|diff_dst", "diff_weight"], [("s32,u32,s64", F, F)])
 
     def input_range(self, op, index):
         if op.input_names[index] == "indices":

@@ -46,7 +46,8 @@ def test_add_bw_required_outputs_value(flags):
         single_op_graph("AddBackward", [("f32", [2, 3])] * 3, [("f32", [2, 3])], {"are_required_outputs": flags})
 
 
-@pytest.mark.parametrize("attrs, n_out", [({}, 2), ({}, 1), ({"are_required_outputs": [False, True]}, 1)])
+@pytest.mark.parametrize("attrs, n_out", [({"are_required_outputs": [True, True]}, 2),
+                                           ({"are_required_outputs": [False, True]}, 1)])
 def test_add_bw_diff_src_1_needs_src_1(attrs, n_out):
     with pytest.raises(InvalidGraphOp, match="src_1 is absent"):
         single_op_graph("AddBackward", [("f32", [2, 3])] * 2, [("f32", [2, 3])] * n_out, attrs)
@@ -232,7 +233,7 @@ def test_post_all_gather_gamma_shape(gamma):
 
 
 @pytest.mark.parametrize("kw", [
-    {"stats": ("bf16", [2, 4])},
+    {"src": ("bf16", [2, 8]), "stats": ("f16", [2, 4])},
     {"src": ("bf16", [2, 8]), "extra": [("f16", [8]), ("f16", [8])]},
     {"src": ("f32", [2, 8]), "out": ("bf16", [2, 8])},
 ])
