@@ -103,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_cmd_dot)
     s = sub.add_parser("demo", help="compile, run and check the bundled specs")
     s.set_defaults(fn=_cmd_demo)
+    # (main hands `graphc bench ...` to the driver before parsing: this entry is for --help)
+    sub.add_parser("bench", add_help=False,
+                   help="benchdnn-compatible graph driver: [knobs] --case=FILE.json | --batch=FILE "
+                        "(graphc bench --help)")
     s = sub.add_parser("distributed-layernorm",
                        help="LayerNorm with the hidden dim split over MPI ranks (run under mpiexec), checked")
     distributed_arguments(s)

@@ -223,7 +223,47 @@ class Run:
         return 1 if self.counts[FAILED] + self.counts[UNIMPLEMENTED] + self.counts[INVALID] else 0
 
 
+HELP = """usage: graphc bench [global options] [knobs] --case=FILE.json | --batch=FILE ...
+
+benchdnn-compatible graph driver: each --case builds a graph from oneDNN Graph
+JSON, compiles it, runs it on generated inputs and compares every output with
+graphc's numpy reference (mode C), times it (mode P) or lists it (mode L).
+Options are read in order, as benchdnn reads them: knobs apply to the --case
+and --batch options after them; comma-separated knob values run every
+combination.
+
+global options:
+  --mode=C|P|L                 correctness (default), performance, listing
+  --fix-times-per-prb=N        performance: run each case N times
+  --max-ms-per-prb=MS          performance: time budget per case (10..60000, default 3000)
+  --inputs-dir=DIR             where --case and --batch files are looked for too
+  --engine=cpu                 the only engine
+  -vN, --verbose=N             verbosity
+  --graph                      benchdnn's driver selector (accepted, ignored)
+  -h, --help                   this help
+
+knobs (reset to their defaults by --reset):
+  --mb=N                       new minibatch (dim 0 of the inputs); 0 keeps the file's
+  --in-shapes=ID:SHAPE[*TAG][+ID:SHAPE...]   new input shapes (e.g. 0:2x3x4*acdb)
+  --op-attrs=OPID:NAME:VALUE[*NAME:VALUE][+...]   new op attributes
+  --op-kind=OPID:KIND[+...]    new op kinds (for ops of one family)
+  --dt=DT or --dt=ID:DT[+...]  new data types (f32, bf16, f16, ...)
+  --tensor-property=ID:PROPERTY[+...]   new property types (variable, constant)
+  --expected-n-partitions=N    the partition count to check (default 1; 0: any)
+
+cases:
+  --case=FILE.json             one graph
+  --batch=FILE                 a file of options and cases ('#' starts a comment)
+
+exit status: 0 all passed, 1 a case failed, was unimplemented or had invalid
+arguments, 2 the command line cannot be parsed.
+"""
+
+
 def main(argv) -> int:
+    if any(tok in ("-h", "--help") for tok in argv):
+        print(HELP, end="")
+        return 0
     try:
         parsed = parse(argv)
     except (KnobError, OSError, UnicodeDecodeError) as e:
