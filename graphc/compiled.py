@@ -8,8 +8,12 @@ one-shot form.
 from __future__ import annotations
 
 import copy
+import os
+import sys
 import threading
 import time
+import warnings
+import weakref
 
 import numba
 import numpy as np
@@ -176,6 +180,110 @@ def aligned_empty(n: int, dtype, align: int = 4096) -> np.ndarray:
     return raw[start:start + n * itemsize].view(dtype)
 
 
+# ------------------------------------------------------- constant tensor cache
+#: capacity meaning "no limit" (MB), as oneDNN's default when the cache is on
+UNLIMITED_CAPACITY_MB = sys.maxsize >> 20
+
+
+def _capacity_from_env() -> dict[str, int]:
+    """ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY='cpu:1024[;gpu:2048]' (MB), read once."""
+    out = {"cpu": 0}
+    text = os.environ.get("ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY", "")
+    for item in text.split(";"):
+        kind, sep, size = item.strip().partition(":")
+        if sep and kind.strip() == "cpu" and size.strip().isdigit():
+            out["cpu"] = int(size)
+    return out
+
+
+class ConstantTensorCache:
+    """The process-wide constant tensor cache (oneDNN's): the outputs of a
+    partition computed from constant-property tensors only are kept by its
+    compiled partition after its first execution and reused by later ones, as
+    long as the cache is on and its capacity (MB, per engine kind) holds them.
+    Off by default, as in oneDNN; ``ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY``
+    ('cpu:SIZE_MB') turns it on at import.  When full, new tensors are not
+    cached (nothing cached is evicted); a compiled partition that goes away
+    gives its bytes back."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._capacity = _capacity_from_env()
+        self._flag = self._capacity["cpu"] > 0
+        self.used_bytes = 0
+
+    def enabled(self) -> bool:
+        return self._flag and self._capacity["cpu"] > 0
+
+    def set_flag(self, flag) -> None:
+        if isinstance(flag, bool) or not isinstance(flag, (int, np.integer)) or flag not in (0, 1):
+            raise InvalidArguments("the constant tensor cache flag must be 0 (off) or 1 (on)", found=repr(flag))
+        with self._lock:
+            self._flag = bool(flag)
+            if flag and self._capacity["cpu"] == 0:
+                self._capacity["cpu"] = UNLIMITED_CAPACITY_MB
+
+    def flag(self) -> int:
+        return int(self.enabled())
+
+    def set_capacity(self, engine_kind, size) -> None:
+        _check_engine_kind(engine_kind)
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+            raise InvalidArguments("the constant tensor cache capacity is a number of megabytes",
+                                   expected="an integer >= 0", found=repr(size))
+        with self._lock:
+            self._capacity[engine_kind] = int(size)
+            self._flag = size > 0
+
+    def capacity(self, engine_kind) -> int:
+        _check_engine_kind(engine_kind)
+        return self._capacity[engine_kind]
+
+    def reserve(self, nbytes: int) -> bool:
+        """Count ``nbytes`` as cached if the cache is on and they fit."""
+        with self._lock:
+            if not self.enabled() or self.used_bytes + nbytes > (self._capacity["cpu"] << 20):
+                return False
+            self.used_bytes += nbytes
+            return True
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.used_bytes -= nbytes
+
+
+def _check_engine_kind(kind) -> None:
+    from .graph import ENGINE_KINDS
+    if kind not in ENGINE_KINDS:
+        raise InvalidArguments("unsupported engine kind", expected=" or ".join(ENGINE_KINDS), found=repr(kind))
+
+
+CONSTANT_CACHE = ConstantTensorCache()
+
+
+def set_constant_tensor_cache(flag: int) -> None:
+    """Turn the constant tensor cache on (1) or off (0), as dnnl::graph::set_constant_tensor_cache."""
+    CONSTANT_CACHE.set_flag(flag)
+
+
+def get_constant_tensor_cache() -> int:
+    """1 when the constant tensor cache is on, else 0."""
+    return CONSTANT_CACHE.flag()
+
+
+def set_constant_tensor_cache_capacity(engine_kind: str, size: int) -> None:
+    """The cache's capacity for ``engine_kind`` ('cpu') in megabytes; 0 turns it off."""
+    CONSTANT_CACHE.set_capacity(engine_kind, size)
+
+
+def get_constant_tensor_cache_capacity(engine_kind: str) -> int:
+    return CONSTANT_CACHE.capacity(engine_kind)
+
+
+class FallbackWarning(UserWarning):
+    """Partitions graphc cannot compile run in the numpy reference (opt-in)."""
+
+
 class CompiledPartition:
     """A partition compiled for concrete input and output logical tensors.
 
@@ -200,8 +308,43 @@ class CompiledPartition:
         self._wanted = None            # the output logical tensors asked for at compile
         self._by_values: dict[tuple, CompiledPartition] = {}
         self._lock = threading.Lock()
+        self._constant_outputs = None  # the outputs kept in the constant tensor cache
+        self._inplace = self._inplace_pairs()
         self._workspaces: dict[int, np.ndarray] = {}   # kernel workspaces (plan "ws"), allocated at first use
         self._ws_lock = threading.Lock()
+
+    # ----------------------------------------------------------------- in place
+    def _inplace_pairs(self) -> list[tuple[int, int]]:
+        """(input index, output index) pairs whose buffers may be one: a kernel of
+        pointwise ops only (each element of its one output computed from the
+        same element of each input, loaded before the store) whose output has
+        the input's shape, data type and strides."""
+        from .ops.common import is_pointwise
+        if self.kernel is None or self._runner is not None or len(self.outputs) != 1 \
+                or not all(is_pointwise(op) for op in self.ops):
+            return []
+        out = self.outputs[0]
+        return [(i, 0) for i, lt in enumerate(self.inputs)
+                if lt.dtype == out.dtype and lt.shape == out.shape and lt.strides == out.strides
+                and not self._overlapping_inputs()[i]]
+
+    def get_inplace_ports(self) -> list[tuple[int, int]]:
+        """[(input tensor id, output tensor id)]: pairs that may share one buffer.
+        Pass the input's array as that output (``execute(ins, outputs=[x])``) and
+        the kernel writes its result over the input, as oneDNN's
+        compiled_partition::get_inplace_ports."""
+        return [(self.inputs[i].id, self.outputs[o].id) for i, o in self._inplace]
+
+    def _may_write_over(self, u: np.ndarray, o: int, ins) -> bool:
+        """Output ``o``'s buffer ``u`` shares memory only with inputs it is an
+        in-place pair of, as the very same view (same start, strides, type)."""
+        for j, a in enumerate(ins):
+            if not np.may_share_memory(u, a):
+                continue
+            if (j, o) not in self._inplace or a.dtype != u.dtype or a.strides != u.strides \
+                    or a.__array_interface__["data"][0] != u.__array_interface__["data"][0]:
+                return False
+        return True
 
     def _workspace(self, k: int, spec) -> np.ndarray:
         """The buffer of plan entry ``k`` ((elements, elem)), allocated once."""
@@ -285,7 +428,7 @@ class CompiledPartition:
             if not lt.is_complete:
                 outs.append(u)
             elif not faulting and layout_matches(u, lt) and u.flags.aligned \
-                    and not any(np.may_share_memory(u, a) for a in ins):
+                    and self._may_write_over(u, len(outs), ins):
                 outs.append(u)
             else:
                 outs.append(allocate(lt))
@@ -315,6 +458,38 @@ class CompiledPartition:
         the group raise on every member."""
         if self._value_at is not None:
             return self._specialized(inputs).execute(inputs, outputs, comm)
+        cached = self._constant_outputs
+        if cached is not None:
+            ids = [lt.id for lt in self.outputs]
+            if outputs is None:
+                return dict(zip(ids, cached))
+            user = [check_input_array(lt, u, "output")
+                    for lt, u in zip(self.outputs, self._bind(outputs, self.outputs, "output"))]
+            for u, c in zip(user, cached):
+                u[...] = c
+            return dict(zip(ids, user))
+        result = self._execute(inputs, outputs, comm)
+        if self.partition.constant:
+            self._keep_constant(result)
+        return result
+
+    def _keep_constant(self, result: dict) -> None:
+        """Keep the outputs of a constant partition in the constant tensor cache
+        (read-only copies) if it is on and has room."""
+        arrays = [result[lt.id] for lt in self.outputs]
+        nbytes = sum(a.nbytes for a in arrays)
+        with self._lock:
+            if self._constant_outputs is not None or not CONSTANT_CACHE.reserve(nbytes):
+                return
+            kept = []
+            for a in arrays:
+                c = np.array(a, copy=True)
+                c.setflags(write=False)
+                kept.append(c)
+            self._constant_outputs = kept
+        weakref.finalize(self, CONSTANT_CACHE.release, nbytes)
+
+    def _execute(self, inputs, outputs, comm) -> dict:
         if self._runner is not None:
             try:
                 ins, outs, user_outs = self._arrays(inputs, outputs)
@@ -424,25 +599,35 @@ class CompiledGraph:
     input dims known only at run (after a collective whose output dim is the
     group's) compiles at its first run, once per set of input shapes."""
 
-    def __init__(self, graph, policy: str = "fusion"):
+    def __init__(self, graph, policy: str = "fusion", fallback: str | None = None):
         from .lowering import collective_runner
+        if fallback not in (None, "reference"):
+            raise InvalidArguments("unknown fallback", expected="None or 'reference'", found=repr(fallback))
         graph.finalize()
         self.graph = graph
         self.partitions = graph.get_partitions(policy)
         bad = [p for p in self.partitions if not p.is_supported()]
-        if bad:
+        if bad and fallback is None:
             kinds = sorted({op.kind for p in bad for op in p.ops})
-            raise Unimplemented("this build cannot compile: " + ", ".join(kinds), op=bad[0].ops[0])
-        self.compiled = [p.compile(p.inputs, p.outputs) if all(t.is_complete for t in p.inputs) else None
+            raise Unimplemented("this build cannot compile: " + ", ".join(kinds) +
+                                " (graphc.compile(graph, fallback='reference') runs such partitions in the "
+                                "numpy reference)", op=bad[0].ops[0])
+        #: the partitions run by the reference (fallback="reference")
+        self.fallback_partitions = bad
+        if bad:
+            listed = "; ".join(f"partition {p.id} ({p.kind}: ops {[op.id for op in p.ops]})" for p in bad)
+            warnings.warn(f"graphc cannot compile {len(bad)} of {len(self.partitions)} partitions; they run in "
+                          f"the numpy reference: {listed}", FallbackWarning, stacklevel=3)
+        self.compiled = [ReferencePartition(p) if p in bad else
+                         p.compile(p.inputs, p.outputs) if all(t.is_complete for t in p.inputs) else None
                          for p in self.partitions]
         self._at_run: dict[tuple, CompiledPartition] = {}   # (partition id, input shapes) -> compiled
         self._collectives = [collective_runner(p.ops) for p in self.partitions]
-        self._constant_cache: dict[int, dict] = {}   # partition id -> outputs (constant tensor cache)
         self._input_ports, self._output_ports = graph.input_ports, graph.output_ports  # (a topological sort each)
 
     @property
     def source(self) -> str:
-        return "\n".join(cp.source or "" for cp in self.compiled if cp is not None)
+        return "\n".join(getattr(cp, "source", None) or "" for cp in self.compiled if cp is not None)
 
     def _compiled_for(self, i: int, values: dict) -> CompiledPartition:
         """Partition i, compiled for the shapes of its input values if not yet known."""
@@ -477,13 +662,8 @@ class CompiledGraph:
             if failure is None:
                 sent = exchanges()
                 try:
-                    if p.id in self._constant_cache:
-                        values.update(self._constant_cache[p.id])
-                        continue
-                    outs = self._compiled_for(i, values).execute({t.id: values[t.id] for t in p.inputs}, comm=comm)
-                    if p.constant:
-                        self._constant_cache[p.id] = outs
-                    values.update(outs)
+                    values.update(self._compiled_for(i, values).execute({t.id: values[t.id] for t in p.inputs},
+                                                                         comm=comm))
                     continue
                 except BaseException as e:  # noqa: BLE001 - whatever it is, the other members must learn of it
                     if getattr(e, "group_wide", False):
@@ -495,7 +675,32 @@ class CompiledGraph:
                 _tell(collective, comm, failure)
         if failure is not None:
             raise failure
-        return {tid: values[tid] for tid in self._output_ports}
+        # (arrays kept in the constant tensor cache are read-only: the caller gets copies)
+        return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy() for tid in self._output_ports}
+
+
+class ReferencePartition:
+    """A partition graphc cannot compile, run op by op in the numpy reference
+    (``graphc.compile(graph, fallback="reference")``, which warns)."""
+
+    source = None
+
+    def __init__(self, partition):
+        self.partition = partition
+        self.inputs = list(partition.inputs)
+        self.outputs = list(partition.outputs)
+
+    def execute(self, inputs: dict, outputs=None, comm=None) -> dict:
+        from .reference import run_op
+        values = {lt.id: check_input_array(lt, inputs[lt.id]) for lt in self.inputs}
+        for op in self.partition.ops:
+            if op.kind != "End":
+                values.update(run_op(op, [values[t.id] for t in op.inputs], comm=comm))
+        return {lt.id: values[lt.id] for lt in self.outputs}
+
+    def __repr__(self):
+        return f"ReferencePartition({self.partition.kind}, in={[t.id for t in self.inputs]}, " \
+               f"out={[t.id for t in self.outputs]})"
 
 
 def _tell(collective, comm, failure: BaseException):
@@ -519,9 +724,13 @@ def _resolved(lt: LogicalTensor, value) -> LogicalTensor:
                          "strided", lt.property_type)
 
 
-def compile(graph, policy: str = "fusion") -> CompiledGraph:  # noqa: A001 - the public name
-    return CompiledGraph(graph, policy)
+def compile(graph, policy: str = "fusion", fallback: str | None = None) -> CompiledGraph:  # noqa: A001
+    """Every partition of ``graph`` compiled.  A partition graphc cannot compile
+    raises Unimplemented, unless ``fallback="reference"``: then such partitions
+    run in the numpy reference, and a FallbackWarning lists them."""
+    return CompiledGraph(graph, policy, fallback)
 
 
-def run(graph, inputs: dict, comm=None, policy: str = "fusion") -> dict:
-    return CompiledGraph(graph, policy).run(inputs, comm=comm)
+def run(graph, inputs: dict, comm=None, policy: str = "fusion", fallback: str | None = None) -> dict:
+    """``compile(graph, policy, fallback).run(inputs, comm)``."""
+    return CompiledGraph(graph, policy, fallback).run(inputs, comm=comm)

@@ -12,7 +12,9 @@ import numpy as np
 from .types import DataType
 
 _INT_LIMITS = {DataType.s8: (-128, 127), DataType.u8: (0, 255), DataType.s4: (-8, 7), DataType.u4: (0, 15),
-               DataType.s32: (-1000, 1000), DataType.u32: (0, 1000)}
+               DataType.s32: (-1000, 1000), DataType.u32: (0, 1000), DataType.s64: (-1000, 1000)}
+#: ranges by port name where the op's schema gives none (a probability is in [0, 1])
+_PORT_RANGES = {"probability": (0.0, 1.0)}
 
 
 def _default_range(dt: DataType):
@@ -55,6 +57,8 @@ def make_inputs(graph, seed: int = 0, shapes: dict | None = None) -> dict:
         for oid, idx in graph.consumers.get(tid, []):
             op = graph.ops[oid]
             r = op.schema.input_range(op, idx)
+            if r is None and lt.dtype.is_float and idx < len(op.input_names):
+                r = _PORT_RANGES.get(op.input_names[idx])
             if r is not None:
                 lo, hi = r[0], r[1]
                 integer = len(r) > 2 and r[2] == "int"
