@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import os
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from . import ir
@@ -169,27 +169,16 @@ class Weights:
         return ic_s, oc_s, g_s
 
 
+@contextmanager
 def _tap_loops(kb, kernel):
     """Nested loops over the kernel taps; yields (tap indices, flat tap index)."""
-    class _Nest:
-        def __init__(self):
-            self.stack = []
-
-        def __enter__(self):
-            taps = []
-            flat = None
-            for k in kernel:
-                cm = kb.for_(k, "k")
-                v = cm.__enter__()
-                self.stack.append(cm)
-                taps.append(v)
-                flat = v if flat is None else flat * k + v
-            return taps, (flat if flat is not None else ir.const(0))
-
-        def __exit__(self, *exc):
-            for cm in reversed(self.stack):
-                cm.__exit__(*exc)
-    return _Nest()
+    with ExitStack() as stack:
+        taps, flat = [], None
+        for k in kernel:
+            v = stack.enter_context(kb.for_(k, "k"))
+            taps.append(v)
+            flat = v if flat is None else flat * k + v
+        yield taps, (flat if flat is not None else ir.const(0))
 
 
 def _in_positions(kb, geo: Geometry, out_pos, taps):
