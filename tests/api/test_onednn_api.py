@@ -155,6 +155,25 @@ def test_inplace_ports_honoured(dt, monkeypatch):
     assert_outputs({3: x}, {3: separate}, exact=True)
 
 
+def test_inplace_parallel_kernel_reading_the_input_twice():
+    """x * gelu(x + b) over threads (prange), written over x: every element's
+    loads come before its store."""
+    shape = (512, 1031)
+    g = _graph(Op(0, "Add", [LogicalTensor(0, "f32", shape), LogicalTensor(1, "f32", shape[-1:])],
+                  [LogicalTensor(2, "f32", shape)]),
+               Op(1, "GELU", [LogicalTensor(2, "f32", shape)], [LogicalTensor(3, "f32", shape)]),
+               Op(2, "Multiply", [LogicalTensor(3, "f32", shape), LogicalTensor(0, "f32", shape)],
+                  [LogicalTensor(4, "f32", shape)]))
+    (p,) = g.get_partitions()
+    cp = p.compile()
+    assert "prange(" in cp.source and cp.get_inplace_ports() == [(0, 4)]
+    ins = make_inputs(g, seed=2)
+    separate = cp.execute({0: ins[0].copy(), 1: ins[1]})[4]
+    x = ins[0].copy()
+    cp.execute({0: x, 1: ins[1]}, outputs={4: x})
+    assert_outputs({4: x}, {4: separate}, exact=True)
+
+
 def test_inplace_strided_view():
     """In place through a strided view: the pair holds for the layout the
     partition was compiled for, and only the view's elements change."""
