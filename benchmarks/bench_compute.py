@@ -65,6 +65,40 @@ def conv(n, c, oc, hw, k, pad, dt, fmt):
     return build, torch_fn, 2 * n * oc * c * int(np.prod(out)) * int(np.prod(k))
 
 
+def conv_grad(kind, n, c, oc, hw, k, pad, dt):
+    """ConvolutionBackwardData / ConvolutionBackwardWeights of an NXC convolution."""
+    out = [h + 2 * pad - kk + 1 for h, kk in zip(hw, k)]
+    attrs = dict(strides=(1, 1), dilations=(1, 1), pads_begin=(pad, pad), pads_end=(pad, pad), data_format="NXC",
+                 weights_format="XIO")
+
+    def build(b):
+        dy = b.tensor(dt, [n, *out, oc])
+        if kind == "data":
+            w = b.tensor(dt, [*k, c, oc])
+            b.op("ConvolutionBackwardData", [dy, w], out=[(dt, [n, *hw, c])], attrs=dict(attrs, dst_shape=[n, *hw, c]))
+        else:
+            x = b.tensor(dt, [n, *hw, c])
+            b.op("ConvolutionBackwardWeights", [x, dy], out=[(dt, [*k, c, oc])],
+                 attrs=dict(attrs, weights_shape=[*k, c, oc]))
+
+    def torch_fn(torch, arrays):
+        """aten's convolution_backward (what autograd calls), channels-last tensors."""
+        cl = torch.channels_last
+        if kind == "data":
+            dy, w = arrays
+            x = torch.zeros((n, *hw, c)).permute(0, 3, 1, 2)
+            w = w.permute(3, 2, 0, 1).contiguous(memory_format=cl)
+        else:
+            x, dy = arrays
+            x = x.permute(0, 3, 1, 2)
+            w = torch.zeros((oc, c, *k)).contiguous(memory_format=cl)
+        dy = dy.permute(0, 3, 1, 2)
+        mask = [kind == "data", kind != "data", False]
+        return lambda: torch.ops.aten.convolution_backward(dy, x, w, None, [1, 1], [pad, pad], [1, 1], False,
+                                                           [0, 0], 1, mask)
+    return build, torch_fn, 2 * n * oc * c * int(np.prod(out)) * int(np.prod(k))
+
+
 CASES = {
     "MatMul 1024x1024x1024 f32": matmul(1024, 1024, 1024, "f32"),
     "MatMul 1024x1024x1024 bf16": matmul(1024, 1024, 1024, "bf16"),
@@ -74,6 +108,8 @@ CASES = {
     "Conv 3x3 N2 C64 K64 56x56 pad1 NXC f32": conv(2, 64, 64, (56, 56), (3, 3), 1, "f32", "NXC"),
     "Conv 3x3 N2 C64 K64 56x56 pad1 NXC bf16": conv(2, 64, 64, (56, 56), (3, 3), 1, "bf16", "NXC"),
     "Conv 1x1 N2 C256 K64 56x56 NXC f32": conv(2, 256, 64, (56, 56), (1, 1), 0, "f32", "NXC"),
+    "ConvBwdData 3x3 N2 C64 K64 56x56 NXC f32": conv_grad("data", 2, 64, 64, (56, 56), (3, 3), 1, "f32"),
+    "ConvBwdWeights 3x3 N2 C64 K64 56x56 NXC f32": conv_grad("weights", 2, 64, 64, (56, 56), (3, 3), 1, "f32"),
 }
 
 
