@@ -14,6 +14,10 @@ substituted into their consumers as IR expressions.
   stores every partition output computed from it at the same index.  Other
   elementwise ops (on partition inputs only, such as a residual branch) are
   computed wherever their value is needed.
+* Indexed ops (per-channel Quantize/Dequantize: the value at a multi-index is
+  an expression of the input there and of the index) are computed like
+  elementwise ones wherever a multi-index is known (an anchor's ``load_nd`` /
+  ``store_nd``), never in a flat elementwise loop; legality decides where.
 
 * Several anchors (staged): each lowers itself in turn, anchor outputs read
   inside going through scratch buffers, pointwise values computed where read.
@@ -29,25 +33,35 @@ from .elementwise import emit_elementwise
 from .kernel import ArrayRef, as_stored, is_narrow_float
 from .loops import aligned
 from ..types import LogicalTensor
-from ..ops.common import is_pointwise as is_eltwise
+from ..ops.common import is_indexed, is_pointwise as is_eltwise
 
 
 class _Values:
     """Expressions of the partition's tensors at an index of a frame shape."""
 
-    def __init__(self, ops, refs):
+    def __init__(self, ops, refs, kb=None, anchors=()):
         self.producer = {t.id: o for o in ops for t in o.outputs}
         self.refs = refs
+        self.kb = kb                 # for the constants of indexed ops
+        self.anchors = set(anchors)  # op ids the plan lowers as anchors
         self.bound: dict = {}        # tensor id -> expression valid at the current store index
+
+    def computed(self, op) -> bool:
+        """Is ``op``'s value computed where it is read: pointwise, or indexed
+        (per-channel quantization) and not one of the plan's anchors?"""
+        return op.id not in self.anchors and (is_eltwise(op) or is_indexed(op))
 
     def at(self, tid, lt, ivars, shape) -> ir.Expr:
         if tid in self.bound:
             return self.bound[tid]
         op = self.producer.get(tid)
-        if op is None or not is_eltwise(op):
+        if op is None or not self.computed(op):
             if tid not in self.refs or isinstance(self.refs[tid], _Virtual):
                 raise NotFusable()
             return self.refs[tid].load_nd(aligned(ivars, shape, lt.shape))
+        indexed = not is_eltwise(op)
+        if indexed and (len(ivars) != len(shape) or len(shape) < len(lt.shape)):
+            raise NotFusable()       # read where no multi-index is known (a flat elementwise loop)
         args = []
         for port, t in enumerate(op.inputs):
             dims = op.schema.input_dims(op, port)
@@ -58,7 +72,10 @@ class _Values:
             else:              # the input runs along some of this op's dims: its own frame
                 own = aligned(ivars, shape, lt.shape)
                 args.append(self.at(t.id, t, [own[d] for d in dims], tuple(t.shape)))
-        value = op.schema.source(op, *args)
+        if indexed:
+            value = op.schema.source_at(op, self.kb, aligned(ivars, shape, lt.shape), *args)
+        else:
+            value = op.schema.source(op, *args)
         if is_narrow_float(lt.dtype):
             # a bf16/f16/f8 tensor holds its values rounded, also when it stays in
             # registers: its consumers (a TypeCast to f32, an f32-output op) see them so
@@ -140,7 +157,7 @@ def lower_fused(kb, ops, refs, plan) -> bool:
     (partition inputs and outputs, and scratch buffers of a staged plan).
     False when an anchor's lowering reads or writes a fused tensor other than
     through load_nd / store_nd (the caller then lowers op by op)."""
-    values = _Values(ops, refs)
+    values = _Values(ops, refs, kb, plan.anchors)
     try:
         if plan.shape == "eltwise":
             outs = [t for o in ops for t in o.outputs if t.id in refs]
@@ -174,7 +191,9 @@ def _emit_pointwise(kb, refs, values, outs) -> None:
             return
         seen[tid] = view
         op = values.producer.get(tid)
-        if op is None or not is_eltwise(op):
+        if op is not None and values.computed(op) and not is_eltwise(op):
+            raise NotFusable()       # an indexed op needs the multi-index a flat loop lacks
+        if op is None or not values.computed(op):
             ins.append(refs[tid] if view is None else _view(refs[tid], *view))
             return
         if view is not None:
@@ -238,7 +257,7 @@ def _lower_staged(kb, ops, refs, values) -> bool:
     computed where they are read."""
     produced = {t.id for o in ops for t in o.outputs}
     for op in ops:
-        if is_eltwise(op):
+        if values.computed(op):
             stored = [t for t in op.outputs if t.id in refs]
             if stored:
                 _emit_pointwise(kb, refs, values, stored)

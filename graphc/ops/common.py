@@ -55,6 +55,18 @@ class Elementwise(OpSchema):
     def lower(self, op, kb, ins, outs):
         emit_elementwise(kb, outs, ins, lambda kb_, vals: [self.source(op, *vals)])
 
+    def indexed(self, op) -> bool:
+        """Whether an op that is not pointwise still computes each output element
+        from its input element and the element's multi-index alone
+        (``source_at``): per-channel Quantize/Dequantize, whose scale is picked
+        by the channel index."""
+        return False
+
+    def source_at(self, op, kb, ivars, *values: ir.Expr) -> ir.Expr:
+        """The output value at multi-index ``ivars`` (one index expression or
+        None per output dim) from the input values there; ``kb`` for constants."""
+        raise NotImplementedError
+
 
 def is_pointwise(op) -> bool:
     """Whether ``op`` computes each output element from the matching input elements
@@ -65,6 +77,14 @@ def is_pointwise(op) -> bool:
         return False
     own = getattr(op.schema, "pointwise", None)
     return own is None or bool(own(op))
+
+
+def is_indexed(op) -> bool:
+    """Whether ``op`` is elementwise given the output index: not pointwise, but a
+    fused kernel that knows the index it loads or stores at may compute it in
+    registers (``op.schema.source_at``).  Legality decides where it may."""
+    return (isinstance(op.schema, Elementwise) and op.schema.supports_lowering(op)
+            and not is_pointwise(op) and op.schema.indexed(op))
 
 
 class Unary(Elementwise):
@@ -153,5 +173,5 @@ def unbroadcast(g: np.ndarray, shape) -> np.ndarray:
     return g.reshape(shape)
 
 
-__all__ = ["is_pointwise", "Elementwise", "Unary", "UnaryBackward", "Binary", "AUTO_BROADCAST", "binary_shape", "unbroadcast",
+__all__ = ["is_pointwise", "is_indexed", "Elementwise", "Unary", "UnaryBackward", "Binary", "AUTO_BROADCAST", "binary_shape", "unbroadcast",
            "same_shape_as", "merged_shape", "same_dtype", "F"]

@@ -166,6 +166,16 @@ def emit_quant(kb, op, expr, dst: ArrayRef, src: ArrayRef, scales, zps=None) -> 
     emit_elementwise(kb, [blocked(dst, groups)], ins, compute)
 
 
+def _pick(kb, values, index) -> ir.Expr:
+    """values[index] in float64: a literal when all values are equal, else a load
+    from a constant array (``index`` None: the dim has size 1, index 0)."""
+    if len(set(values)) == 1:
+        return ir.const(float(values[0]), "f64")
+    arr = kb.const_array([float(v) for v in values], "f64")
+    table = _View(arr.args[0], LogicalTensor(0, DataType.f64, (len(values),)))
+    return table.load(ir.const(0) if index is None else index)
+
+
 def quantize_expr(x, s, z) -> ir.Expr:
     # adding a zero zp like the reference maps -0.0 to +0.0 (visible in f8)
     return x / s + (0.0 if z is None else z)
@@ -217,6 +227,19 @@ class _StaticQuant(Elementwise):
         zps = op.attr("zps")
         z = None if zps is None or (self.quantized == "src" and zps[0] == 0) else float(zps[0])
         v = self.formula(_f64(x), ir.const(float(op.attr("scales")[0]), "f64"), None if z is None else ir.const(z, "f64"))
+        return as_stored(v, op.outputs[0].dtype)
+
+    def indexed(self, op) -> bool:
+        """Per channel, dst at a multi-index is an expression of src there and of
+        the channel index (``source_at``)."""
+        return op.attr("qtype") == "per_channel"
+
+    def source_at(self, op, kb, ivars, x):
+        """``expr`` with the scale and zero point of the channel ``ivars`` names."""
+        channel = ivars[norm_axis(op, op.attr("axis"), len(op.inputs[0].shape))]
+        zps = op.attr("zps")
+        z = None if zps is None or not any(zps) else _pick(kb, zps, channel)
+        v = self.formula(_f64(x), _pick(kb, op.attr("scales"), channel), z)
         return as_stored(v, op.outputs[0].dtype)
 
     def lower(self, op, kb, ins, outs):

@@ -28,12 +28,22 @@ several passes), the anchor's other outputs do not feed its epilogue, written
 epilogue values have the anchor's output shape, and fusing moves no more bytes
 than not fusing (a prologue re-read by an anchor making several passes over
 its input may cost more than its intermediate tensor: then it stays apart).
+
+Indexed ops (per-channel Quantize/Dequantize, ``ops.common.is_indexed``) are
+not pointwise, but are computed in registers like pointwise ops where the
+kernel knows the multi-index (see ``_indexed_in_registers``); elsewhere they
+are anchors.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ops.common import is_pointwise
+from ..ops.common import is_indexed, is_pointwise
+
+#: anchors whose lowering loads every input through ``load_nd`` at its full
+#: multi-index (the GEMM packing loops of MatMul and the convolutions): an
+#: indexed op (per-channel Dequantize) feeding one is computed while packing
+INDEXED_LOADS = frozenset({"MatMul", "Convolution", "ConvTranspose"})
 
 
 @dataclass
@@ -71,7 +81,9 @@ def plan(graph, ops) -> FusionPlan:
     leaving = {tid for tid in produced
                if tid in outs or not graph.consumers.get(tid)
                or any(c not in ids for c, _ in graph.consumers.get(tid, []))}
-    anchors = [o for o in ops if not is_pointwise(o)]
+    core = [o for o in ops if not is_pointwise(o) and not is_indexed(o)]
+    kept = _indexed_in_registers(graph, ops, core, leaving)
+    anchors = [o for o in ops if not is_pointwise(o) and o.id not in kept]
     roles = {tid: ("written" if tid in leaving else "register") for tid in produced}
     if not anchors:
         frame = {tuple(graph.tensors[t].shape) for t in leaving}
@@ -85,6 +97,49 @@ def plan(graph, ops) -> FusionPlan:
             if roles[t.id] == "register":
                 roles[t.id] = "scratch"
     return FusionPlan("staged", [a.id for a in anchors], roles)
+
+
+def _indexed_in_registers(graph, ops, core, leaving) -> set:
+    """Ids of the indexed ops (per-channel Quantize/Dequantize, see
+    ops.common.is_indexed) computed in registers where their value is read,
+    which needs a multi-index: every anchor their value reaches through
+    computed ops must load it at its full index (INDEXED_LOADS: the GEMM
+    packing loop indexes every dim, so any channel axis is one it indexes);
+    with one anchor, its epilogue stores at the anchor's index; with several
+    (staged), nothing their value reaches may be written, as pointwise values
+    a staged kernel stores go through a flat loop.  The others are anchors
+    (and when one is, a plan of one anchor becomes staged: judged again so)."""
+    if not core:
+        return set()
+    indexed = [o for o in ops if is_indexed(o)]
+    kept = _kept_indexed(graph, ops, indexed, core, leaving, len(core) > 1)
+    if len(core) == 1 and len(kept) < len(indexed):
+        kept = _kept_indexed(graph, ops, indexed, core, leaving, True)
+    return kept
+
+
+def _kept_indexed(graph, ops, indexed, core, leaving, staged: bool) -> set:
+    ids = {o.id for o in ops}
+    computed = {o.id for o in ops if is_pointwise(o) or is_indexed(o)}
+    kept = set()
+    for o in indexed:
+        ok, frontier, seen = True, [t.id for t in o.outputs], set()
+        while frontier and ok:
+            tid = frontier.pop()
+            if tid in seen:
+                continue
+            seen.add(tid)
+            ok = not (staged and tid in leaving)
+            for c, _ in graph.consumers.get(tid, []):
+                if c not in ids:
+                    continue
+                if c in computed:
+                    frontier.extend(t.id for t in graph.ops[c].outputs)
+                elif graph.ops[c].kind not in INDEXED_LOADS:
+                    ok = False
+        if ok:
+            kept.add(o.id)
+    return kept
 
 
 def _anchor_plan(graph, ops, anchor, roles, produced) -> FusionPlan:
