@@ -321,8 +321,15 @@ def test_constant_cache_controls_checked(cache_state, monkeypatch):
 
 
 # ------------------------------------------------------------------ fallback
+@pytest.fixture
+def no_interpolate_kernel(monkeypatch):
+    """A build whose Interpolate has no kernel (every op of this one has one)."""
+    from graphc.ops.schema import get_schema
+    monkeypatch.setattr(type(get_schema("Interpolate")), "supports_lowering", lambda self, op: False)
+
+
 def _interpolate_with_sizes():
-    """ReLU -> Interpolate with a sizes input (no kernel in this build) -> Abs."""
+    """ReLU -> Interpolate with a sizes input (no kernel: see no_interpolate_kernel) -> Abs."""
     return _graph(
         Op(0, "ReLU", [LogicalTensor(0, "f32", [1, 2, 4, 4])], [LogicalTensor(1, "f32", [1, 2, 4, 4])]),
         Op(1, "Interpolate", [LogicalTensor(1, "f32", [1, 2, 4, 4]), LogicalTensor(2, "s32", [2])],
@@ -330,7 +337,7 @@ def _interpolate_with_sizes():
         Op(2, "Abs", [LogicalTensor(3, "f32", [1, 2, -1, -1])], [LogicalTensor(4, "f32", [1, 2, -1, -1])]))
 
 
-def test_unsupported_partition_refused_by_default():
+def test_unsupported_partition_refused_by_default(no_interpolate_kernel):
     g = _interpolate_with_sizes()
     assert [p.is_supported() for p in g.get_partitions()] == [True, False, True]
     with pytest.raises(Unimplemented, match="fallback='reference'"):
@@ -339,7 +346,7 @@ def test_unsupported_partition_refused_by_default():
         graphc.compile(g, fallback="numpy")
 
 
-def test_reference_fallback_warns_and_runs():
+def test_reference_fallback_warns_and_runs(no_interpolate_kernel):
     g = _interpolate_with_sizes()
     with pytest.warns(FallbackWarning, match=r"1 of 3 partitions.*partition 1 \(Interpolate: ops \[1\]\)"):
         cg = graphc.compile(g, fallback="reference")
