@@ -1,0 +1,156 @@
+"""Gated MLP and int8 MatMul: graphc's one-partition kernels against torch.
+
+* Gated MLP (gated_mlp.md: (x @ W_up) * swish(x @ W_gate) @ W_down), one graphc
+  partition (a staged kernel), against torch eager and torch.compile.
+* int8 MatMul (u8 src with a zero point, s8 weights with per-channel scales
+  and zero points, ReLU, Quantize to u8: one graphc partition, the
+  dequantization computed while the GEMM packs its operands, accumulation in
+  f32; oneDNN accumulates in s32) against graphc's f32 MatMul of the same shape,
+  and torch's f32 matmul and int8 ``torch._int_mm`` (s8 x s8 -> s32, nothing
+  else) where this torch has it.
+
+Each (case, contender) runs in its own subprocess (see bench_compute.py);
+ratios > 1 mean graphc is faster.
+
+    python benchmarks/bench_mlp_int8.py [--case TEXT] [--repeat N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_compute import THREADS, _graph, inputs, timeit  # noqa: E402
+
+
+def gated_mlp(m, h, f, dt):
+    def build(b):
+        x, w1, w2, w3 = b.tensor(dt, [m, h]), b.tensor(dt, [h, f]), b.tensor(dt, [h, f]), b.tensor(dt, [f, h])
+        up = b.op("MatMul", [x, w1], out=[("f32", [m, f])])[0]
+        gate = b.op("MatMul", [x, w2], out=[("f32", [m, f])])[0]
+        y = b.op("Multiply", [up, b.op("Multiply", [gate, b.op("Sigmoid", [gate])[0]])[0]])[0]
+        if dt != "f32":
+            y = b.op("TypeCast", [y], out=[(dt, [m, f])])[0]
+        b.op("MatMul", [y, w3], out=[(dt, [m, h])])
+
+    def torch_fn(torch, arrays):
+        def mlp(x, w1, w2, w3):
+            return ((x @ w1) * torch.nn.functional.silu(x @ w2)) @ w3
+        return mlp
+    return build, torch_fn, 3 * 2 * m * h * f
+
+
+def int8_matmul(m, k, n):
+    def build(b):
+        x, w = b.tensor("u8", [m, k]), b.tensor("s8", [k, n])
+        dx = b.op("Dequantize", [x], out=[("f32", [m, k])],
+                  attrs={"qtype": "per_tensor", "scales": [0.02], "zps": [128]})[0]
+        dw = b.op("Dequantize", [w], out=[("f32", [k, n])],
+                  attrs={"qtype": "per_channel", "axis": 1, "scales": [0.01 + 1e-5 * j for j in range(n)],
+                         "zps": [j % 3 - 1 for j in range(n)]})[0]
+        y = b.op("ReLU", [b.op("MatMul", [dx, dw], out=[("f32", [m, n])])[0]])[0]
+        b.op("Quantize", [y], out=[("u8", [m, n])], attrs={"qtype": "per_tensor", "scales": [0.5], "zps": [0]})
+
+    def torch_fn(torch, arrays):
+        x, w = (a.to(torch.int8) for a in arrays)
+        return lambda x_, w_: torch._int_mm(x, w)
+    return build, torch_fn, 2 * m * k * n
+
+
+def f32_matmul(m, k, n):
+    def build(b):
+        b.op("MatMul", [b.tensor("f32", [m, k]), b.tensor("f32", [k, n])], out=[("f32", [m, n])])
+
+    def torch_fn(torch, arrays):
+        return lambda x, w: x @ w
+    return build, torch_fn, 2 * m * k * n
+
+
+MLP = (256, 1024, 2816)
+MM = (512, 1024, 1024)
+CASES = {
+    f"gated MLP {'x'.join(map(str, MLP))} f32": gated_mlp(*MLP, "f32"),
+    f"gated MLP {'x'.join(map(str, MLP))} bf16": gated_mlp(*MLP, "bf16"),
+    f"int8 MatMul {'x'.join(map(str, MM))} +ReLU+Quantize": int8_matmul(*MM),
+    f"f32 MatMul {'x'.join(map(str, MM))}": f32_matmul(*MM),
+}
+
+
+def child(case, who, repeat):
+    build, torch_fn, _ = CASES[case]
+    g = _graph(build)
+    feeds = inputs(g)
+    if who == "graphc":
+        import graphc
+        cg = graphc.compile(g)
+        assert len(cg.compiled) == 1, "one partition"
+        return timeit(lambda: cg.run(feeds), repeat)
+    import torch
+    torch.set_num_threads(THREADS)
+    arrays = []
+    for tid in g.input_ports:
+        t = torch.from_numpy(np.ascontiguousarray(feeds[tid]).astype(np.float32))
+        arrays.append(t.to(torch.bfloat16) if g.tensors[tid].dtype.name == "bf16" else t)
+    fn = torch_fn(torch, arrays)
+    if who == "torch.compile":
+        fn = torch.compile(fn)
+    with torch.no_grad():
+        try:
+            return timeit(lambda: fn(*arrays), repeat)
+        except Exception as e:   # e.g. no torch._int_mm on this build / CPU
+            return f"n/a ({type(e).__name__})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", default="")
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child[0], args.child[1], args.repeat)))
+        return
+
+    def run(case, who):
+        p = subprocess.run([sys.executable, __file__, "--child", case, who, "--repeat", str(args.repeat)],
+                           capture_output=True, text=True)
+        if p.returncode:
+            return f"failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}"
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    def ms(t):
+        return f"{t * 1e3:8.2f}" if isinstance(t, float) else f"{'n/a':>8}"
+
+    def ratio(a, b):
+        return f"{a / b:8.2f}" if isinstance(a, float) and isinstance(b, float) else f"{'n/a':>8}"
+    print(f"machine: {THREADS} cores, load average {os.getloadavg()[0]:.2f}; best of {args.repeat} runs, ms")
+    head = (f"{'case':<42} {'graphc':>8} {'torch':>8} {'compile':>8} {'torch/gc':>8} {'comp/gc':>8} "
+            f"{'GFLOP/s':>8}")
+    print(head)
+    print("-" * len(head))
+    times = {}
+    for case, (_, _, flops) in CASES.items():
+        if args.case not in case:
+            continue
+        t_gc, t_torch = run(case, "graphc"), run(case, "torch")
+        t_comp = run(case, "torch.compile") if case.startswith("gated") else None
+        times[case] = t_gc
+        gf = f"{flops / t_gc / 1e9:8.0f}" if isinstance(t_gc, float) else f"{'n/a':>8}"
+        print(f"{case:<42} {ms(t_gc)} {ms(t_torch)} {ms(t_comp)} {ratio(t_torch, t_gc)} {ratio(t_comp, t_gc)} {gf}",
+              flush=True)
+        for t in (t_gc, t_torch, t_comp):
+            if isinstance(t, str):
+                print(f"    {t}")
+    i8 = [t for c, t in times.items() if c.startswith("int8")]
+    f32 = [t for c, t in times.items() if c.startswith("f32")]
+    if i8 and f32:
+        print(f"graphc int8 MatMul (+ReLU+Quantize) vs graphc f32 MatMul: f32/int8 = {ratio(f32[0], i8[0]).strip()}")
+
+
+if __name__ == "__main__":
+    main()
