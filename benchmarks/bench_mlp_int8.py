@@ -106,22 +106,25 @@ def child(case, who, repeat):
             return f"n/a ({type(e).__name__})"
 
 
+def spawn(case, who, repeat):
+    """One contender in its own process: its best time in seconds, or why it did not run."""
+    p = subprocess.run([sys.executable, __file__, "--child", case, who, "--repeat", str(repeat)],
+                       capture_output=True, text=True)
+    lines = p.stdout.strip().splitlines() if p.returncode == 0 else []
+    return json.loads(lines[-1]) if lines else f"failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", default="")
-    ap.add_argument("--repeat", type=int, default=10)
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    for flag, kw in (("--case", {"default": ""}), ("--repeat", {"type": int, "default": 10}),
+                     ("--child", {"nargs": 2, "help": argparse.SUPPRESS})):
+        ap.add_argument(flag, **kw)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.repeat)))
-        return
+        return print(json.dumps(child(*args.child, args.repeat)))
 
     def run(case, who):
-        p = subprocess.run([sys.executable, __file__, "--child", case, who, "--repeat", str(args.repeat)],
-                           capture_output=True, text=True)
-        if p.returncode:
-            return f"failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}"
-        return json.loads(p.stdout.strip().splitlines()[-1])
+        return spawn(case, who, args.repeat)
 
     def ms(t):
         return f"{t * 1e3:8.2f}" if isinstance(t, float) else f"{'n/a':>8}"
