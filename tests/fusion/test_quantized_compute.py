@@ -189,3 +189,34 @@ def test_legality_staged_plan_writes_no_indexed_value():
     assert plan(g, g.topo_ops()).anchors == [1, 2]
     g.set_ports(outputs=[dw.id, 5])
     assert plan(g, g.topo_ops()).anchors == [0, 1, 2]
+
+
+def test_dequantize_typecast_into_bf16_matmul():
+    """Q2F as Dequantize -> TypeCast to bf16 on both inputs, a bf16 MatMul, TypeCast
+    back to f32 and a per-channel Quantize: one anchor kernel."""
+    b = GraphBuilder()
+    M, K, N = 8, 32, 16
+    x, w = b.tensor("u8", [M, K]), b.tensor("s8", [K, N])
+    xs = b.op("TypeCast", [_dq(b, x, [M, K], SRC_Q)], out=[("bf16", [M, K])])[0]
+    ws = b.op("TypeCast", [_dq(b, w, [K, N], _per_channel(N, 1))], out=[("bf16", [K, N])])[0]
+    y = b.op("MatMul", [xs, ws], out=[("bf16", [M, N])])[0]
+    y = b.op("TypeCast", [y], out=[("f32", [M, N])])[0]
+    b.op("Quantize", [y], out=[("s8", [M, N])], attrs=_per_channel(N, 1, scales=[0.05 * (i + 1) for i in range(N)]))
+    g = b.finalize()
+    _one_partition(g)
+    check_compiled(g, seed=8)
+
+
+def test_int8_conv_transpose_per_channel_weights():
+    b = GraphBuilder()
+    x, w = b.tensor("u8", [1, 8, 4, 4]), b.tensor("s8", [6, 8, 3, 3])
+    dx = _dq(b, x, [1, 8, 4, 4], SRC_Q)
+    dw = _dq(b, w, [6, 8, 3, 3], _per_channel(6, 0))
+    y = b.op("ConvTranspose", [dx, dw], out=[("f32", [1, 6, 6, 6])],
+             attrs={"strides": [1, 1], "pads_begin": [0, 0], "pads_end": [0, 0], "dilations": [1, 1],
+                    "data_format": "NCX", "weights_format": "OIX"})[0]
+    b.op("Quantize", [b.op("ReLU", [y])[0]], out=[("u8", [1, 6, 6, 6])],
+         attrs={"qtype": "per_tensor", "scales": [0.125], "zps": [1]})
+    g = b.finalize()
+    _one_partition(g)
+    check_compiled(g, seed=9)
