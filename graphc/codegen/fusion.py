@@ -157,6 +157,12 @@ def lower_fused(kb, ops, refs, plan) -> bool:
     (partition inputs and outputs, and scratch buffers of a staged plan).
     False when an anchor's lowering reads or writes a fused tensor other than
     through load_nd / store_nd (the caller then lowers op by op)."""
+    if plan.shape == "attention":
+        from .attention import lower_attention
+        try:
+            return lower_attention(kb, ops, refs, plan)
+        except NotFusable:
+            return False
     values = _Values(ops, refs, kb, plan.anchors)
     try:
         if plan.shape == "eltwise":

@@ -345,6 +345,72 @@ BUILDERS += [quantized_compute, gated_mlp, binary_matmul_binary]
 # ==== end of issue 14's quantized compute and gated MLP block ==============================
 
 
+# ==== scaled dot-product attention forward (issue 14: SDPA, MHA/MQA/GQA) ===================
+SDPA_REORDERS = ["StaticReshape", "StaticTranspose"]
+
+
+def viewed(p, label=""):
+    """An outside tensor through [StaticReshape] -> [StaticTranspose] -> [StaticReshape]
+    (the kernel reads them as views of its buffer: legality checks they are)."""
+    x = p.op("StaticReshape", p.input(label), optional=True)
+    x = p.op("StaticTranspose", x, optional=True)
+    return p.op("StaticReshape", x, optional=True)
+
+
+def sdpa_scale(x):
+    """Multiply (either order) or Divide (scores / factor) keeping the scores' shape."""
+    keeps = keeps_shape(x)
+    return lambda o, m: keeps(o, m) and (o.kind == "Multiply" or o.inputs[0].id == m.tensor(x).id)
+
+
+def gen_index_axis(last):
+    """GenIndex over the rows (-2) or the columns (-1) of the scores."""
+    return lambda o, m: o.attr("axis") % max(1, len(o.outputs[0].shape)) == len(o.outputs[0].shape) - 2 + last
+
+
+def causal_mask(q, x):
+    """The implicit causal mask: Select(GreaterEqual(row [+ s_kv] [- s_q], col), x, -inf);
+    top-left without the Add and Subtract, bottom-right with them."""
+    row = q.op("GenIndex", x, pred=gen_index_axis(0), label="row")
+    col = q.op("GenIndex", x, pred=gen_index_axis(1), label="col")
+    r = q.op("Add", row, None, either_order=True, optional=True)
+    r = q.op("Subtract", r, None, optional=True)
+    return q.op("Select", q.op("GreaterEqual", r, col), x, None, label="causal")
+
+
+def add_mask(q, x):
+    return q.op("Add", x, viewed(q, "mask"), either_order=True, pred=keeps_shape(x), label="mask")
+
+
+def select_mask(q, x):
+    return q.op("Select", viewed(q, "mask"), x, None, pred=keeps_shape(x), label="mask")
+
+
+def last_axis(o, m) -> bool:
+    return o.attr("axis") % max(1, o.inputs[0].ndim) == o.inputs[0].ndim - 1
+
+
+def sdpa():
+    """sdpa.md / gqa.md (inference): [reorders] -> MatMul Q@K^T -> [scale] -> [mask: causal
+    (GenIndex/GreaterEqual/Select), Add or Select] -> SoftMax (last axis) -> MatMul @V ->
+    [reorders/TypeCasts]; GQA/MQA as StaticReshapes around the MatMuls.  One
+    flash-style kernel (legality's attention plan, graphc/codegen/attention.py)."""
+    p = Pattern("sdpa", 11, "[reorder] -> MatMul QK -> [Multiply/Divide] -> [causal/Add/Select mask] -> "
+                            "SoftMax -> MatMul V -> [reorder/TypeCast]", anchor="qk")
+    qk = p.op("MatMul", viewed(p, "query"), viewed(p, "key"), label="qk")
+    s = p.optional_block(lambda q, x: q.op(["Multiply", "Divide"], x, viewed(q, "scale"), either_order=True,
+                                           pred=sdpa_scale(x), label="scale"), qk, label="scale")
+    s = p.optional_block(lambda q, x: q.alt(x, causal_mask, add_mask, select_mask), s, label="mask")
+    sm = p.op("SoftMax", s, pred=last_axis, label="softmax")
+    o = p.op("MatMul", sm, viewed(p, "value"), label="pv")
+    p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["TypeCast"], x), o, 0, 4, label="output reorders")
+    return p
+
+
+BUILDERS += [sdpa]
+# ==== end of the scaled dot-product attention block ========================================
+
+
 @lru_cache(maxsize=1)
 def catalog() -> tuple[Pattern, ...]:
     return tuple(b() for b in BUILDERS)

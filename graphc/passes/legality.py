@@ -1,7 +1,7 @@
 """Fusion legality: the one place that decides whether a set of ops may become
 one fused partition, and what its kernel does with each tensor.
 
-A fused partition lowers to one kernel of one of three shapes:
+A fused partition lowers to one kernel of one of four shapes:
 
 * ``eltwise``: pointwise ops only (``Elementwise``: unary, binary, typecasts,
   ...), one loop over the frame (the shape every written tensor shares); each
@@ -16,6 +16,9 @@ A fused partition lowers to one kernel of one of three shapes:
 * ``staged``: several anchors, one after another in one kernel; anchor outputs
   that stay inside go through scratch buffers, pointwise values are computed
   where they are read.
+* ``attention``: scaled dot-product attention (MatMul -> scale/mask ops ->
+  SoftMax -> MatMul, reorders around), one flash-style kernel that keeps the
+  scores in a tile (graphc/codegen/attention.py); see :func:`_attention_plan`.
 
 Tensor roles (:class:`FusionPlan.roles`): ``register`` (computed and consumed
 inside the kernel, never stored), ``written`` (leaves the partition: a graph
@@ -48,7 +51,7 @@ INDEXED_LOADS = frozenset({"MatMul", "Convolution", "ConvTranspose"})
 
 @dataclass
 class FusionPlan:
-    shape: str                                   # "eltwise", "anchor" or "staged"
+    shape: str                                   # "eltwise", "anchor", "staged" or "attention"
     anchors: list = field(default_factory=list)  # op ids of the non-pointwise ops, in order
     roles: dict = field(default_factory=dict)    # tensor id -> "register" | "written" | "scratch"
     prologue: set = field(default_factory=set)   # op ids (anchor shape)
@@ -81,6 +84,8 @@ def plan(graph, ops) -> FusionPlan:
     leaving = {tid for tid in produced
                if tid in outs or not graph.consumers.get(tid)
                or any(c not in ids for c, _ in graph.consumers.get(tid, []))}
+    if _is_attention(ops):
+        return _attention_plan(graph, ops, produced, leaving)
     core = [o for o in ops if not is_pointwise(o) and not is_indexed(o)]
     kept = _indexed_in_registers(graph, ops, core, leaving)
     anchors = [o for o in ops if not is_pointwise(o) and o.id not in kept]
@@ -140,6 +145,97 @@ def _kept_indexed(graph, ops, indexed, core, leaving, staged: bool) -> set:
         if ok:
             kept.add(o.id)
     return kept
+
+
+# ==== attention (issue 14: SDPA forward, MHA/MQA/GQA) ====================================
+ATTENTION_REORDERS = ("StaticReshape", "StaticTranspose")
+
+
+def _is_attention(ops) -> bool:
+    return sum(o.kind == "SoftMax" for o in ops) == 1 and sum(o.kind == "MatMul" for o in ops) == 2
+
+
+def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
+    """The ``attention`` plan (graphc/codegen/attention.py: one flash-style kernel):
+    MatMul (Q@K^T) -> pointwise ops and GenIndex (scale, masks) -> SoftMax over the
+    last axis -> MatMul (@V) -> reorders and TypeCasts; reorders (StaticReshape,
+    StaticTranspose) of partition inputs are read as views of their buffers.
+    anchors: [first MatMul, SoftMax, second MatMul]; prologue: the input
+    reorders; epilogue: the chain after the second MatMul (its last tensor the
+    only one written)."""
+    from ..codegen.attention import view_strides
+    from ..numerics import fpmath_down
+    sm = next(o for o in ops if o.kind == "SoftMax")
+    mms = [o for o in ops if o.kind == "MatMul"]
+    mm2 = next((o for o in mms if o.inputs[0].id == sm.outputs[0].id), None)
+    if mm2 is None:
+        raise Illegal("the SoftMax's dst is not the second MatMul's src")
+    mm1 = next(o for o in mms if o is not mm2)
+    for mm in mms:
+        if len(mm.inputs) > 2 or any(t.ndim < 2 for t in mm.inputs):
+            raise Illegal(f"attention MatMul {mm.id} has a bias or a 1-D operand")
+        if fpmath_down(mm) is not None:
+            raise Illegal(f"attention MatMul {mm.id} rounds its inputs (fpmath_mode)")
+    if mm2.attr("transpose_a"):
+        raise Illegal("the probabilities are transposed into the second MatMul")
+    score = mm1.outputs[0]
+    sshape = tuple(score.shape)
+    if any(d < 0 for d in sshape) or len(sm.outputs) > 1 or sm.schema.axis(sm) != len(sshape) - 1:
+        raise Illegal("the SoftMax is not over the last axis of known scores, or exports stats")
+    if tuple(mm2.outputs[0].shape[:-2]) != sshape[:-2]:
+        raise Illegal("V's batch dims broadcast the output beyond the scores'")
+    chain = _downstream_ops(ops, {score.id}) - {sm.id, mm2.id}
+    after = _downstream_ops(ops, {mm2.outputs[0].id}) - {mm2.id}
+    reorders = set()
+    for o in ops:
+        if o.id in (mm1.id, sm.id, mm2.id) or o.id in after:
+            continue
+        if o.kind in ATTENTION_REORDERS and all(t.id not in produced or produced[t.id].id in reorders
+                                                for t in o.inputs):
+            reorders.add(o.id)
+        elif o.id in chain or o.kind == "GenIndex":
+            if not (is_pointwise(o) or o.kind == "GenIndex") or any(tuple(t.shape) != sshape for t in o.outputs):
+                raise Illegal(f"op {o.id} ({o.kind}) between the MatMul and the SoftMax is not a pointwise "
+                              "op of the scores' shape")
+        else:
+            raise Illegal(f"op {o.id} ({o.kind}) has no place in an attention kernel")
+    views = {}
+    for o in ops:
+        if o.id in reorders:
+            src = o.inputs[0]
+            shape, strides = views.get(src.id, (tuple(src.shape), tuple(src.strides)))
+            st = view_strides(o, shape, strides)
+            if st is None:
+                raise Illegal(f"{o.kind} {o.id} of an attention input is no view of its buffer")
+            views[o.outputs[0].id] = (tuple(o.outputs[0].shape), st)
+    epi = [o for o in ops if o.id in after]
+    for prev, o in zip([mm2] + epi, epi):
+        if o.kind not in ATTENTION_REORDERS + ("TypeCast",) or o.inputs[0].id != prev.outputs[0].id:
+            raise Illegal(f"op {o.id} ({o.kind}) after the second MatMul is not a reorder or TypeCast chain")
+    final = (epi[-1] if epi else mm2).outputs[0]
+    shape, strides = tuple(final.shape), tuple(final.strides)
+    for o in reversed(epi):
+        if o.kind in ATTENTION_REORDERS:
+            strides = view_strides(o, shape, strides, forward=False)
+            if strides is None:
+                raise Illegal(f"{o.kind} {o.id} of the attention output is no view of its buffer")
+            shape = tuple(o.inputs[0].shape)
+    roles = {}
+    for tid in produced:
+        roles[tid] = "written" if tid == final.id else "register"
+        if tid in leaving and tid != final.id:
+            raise Illegal(f"tensor {tid} inside the attention leaves the partition")
+    return FusionPlan("attention", [mm1.id, sm.id, mm2.id], roles, reorders, {o.id for o in epi})
+
+
+def _downstream_ops(ops, tids) -> set:
+    seen, out = set(tids), set()
+    for o in ops:
+        if any(t.id in seen for t in o.inputs):
+            out.add(o.id)
+            seen.update(t.id for t in o.outputs)
+    return out
+# ==== end of the attention block ============================================================
 
 
 def _anchor_plan(graph, ops, anchor, roles, produced) -> FusionPlan:

@@ -1,0 +1,127 @@
+"""Scaled dot-product attention: graphc's one-partition flash-style kernel
+against torch eager attention (matmul, softmax, matmul: the S x S scores in
+memory) and torch's fused scaled_dot_product_attention.
+
+Each (case, contender) runs in its own subprocess, one after the other (numba's
+and torch's thread pools starve each other in one process).  FLOPs count the
+two GEMMs (2 per multiply-add); eager/graphc > 1 means graphc is faster.
+
+    python benchmarks/bench_sdpa.py [--case TEXT] [--repeat N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_compute import THREADS, timeit  # noqa: E402
+
+CONTENDERS = ("graphc", "eager", "fused")
+
+
+def sdpa(n, h, s, d, dt="f32", mask=None):
+    """(build, torch eager, torch fused, flops) of MHA [n, h, s, d] with a scale
+    by Multiply and an optional mask ("causal": the implicit top-left one)."""
+    ids = {}
+
+    def build(b):
+        q, k, v = (b.tensor(dt, [n, h, s, d]) for _ in range(3))
+        f = b.tensor("f32", [1])
+        ids.update(qkv=[q.id, k.id, v.id], scale=f.id)
+        x = b.op("MatMul", [q, k], out=[("f32", [n, h, s, s])], attrs={"transpose_b": True})[0]
+        x = b.op("Multiply", [x, f])[0]
+        if mask == "causal":
+            row = b.op("GenIndex", [x], out=[("s32", [n, h, s, s])], attrs={"axis": -2})[0]
+            col = b.op("GenIndex", [x], out=[("s32", [n, h, s, s])], attrs={"axis": -1})[0]
+            cond = b.op("GreaterEqual", [row, col], out=[("boolean", [n, h, s, s])])[0]
+            fill = b.tensor("f32", [1])
+            ids["fill"] = fill.id
+            x = b.op("Select", [cond, x, fill], out=[("f32", [n, h, s, s])])[0]
+        p = b.op("SoftMax", [x], out=[(dt, [n, h, s, s])], attrs={"axis": -1})[0]
+        b.op("MatMul", [p, v], out=[(dt, [n, h, s, d])])
+
+    def feeds(g):
+        from graphc.fill import make_inputs
+        ins = make_inputs(g, 0)
+        ins[ids["scale"]] = np.array([1 / math.sqrt(d)], np.float32)
+        if mask == "causal":
+            ins[ids["fill"]] = np.array([-np.inf], np.float32)
+        return ins, ids["qkv"]
+
+    def eager(torch, q, k, v):
+        causal = torch.ones(s, s, dtype=torch.bool).tril() if mask == "causal" else None
+
+        def run():
+            x = torch.matmul(q, k.transpose(-1, -2)) * (1 / math.sqrt(d))
+            if causal is not None:
+                x = x.masked_fill(~causal, -math.inf)
+            return torch.matmul(torch.softmax(x, -1), v)
+        return run
+
+    def fused(torch, q, k, v):
+        return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=mask == "causal")
+    return build, feeds, eager, fused, 2 * 2 * n * h * s * s * d
+
+
+CASES = {
+    "SDPA 2x16x512x64 f32": sdpa(2, 16, 512, 64),
+    "SDPA 2x16x512x64 f32 causal": sdpa(2, 16, 512, 64, mask="causal"),
+    "SDPA 2x16x512x64 bf16": sdpa(2, 16, 512, 64, "bf16"),
+}
+
+
+def child(case, who, repeat):
+    from graphc.builder import GraphBuilder
+    build, feeds, eager, fused, _ = CASES[case]
+    b = GraphBuilder()
+    build(b)
+    g = b.finalize()
+    ins, qkv = feeds(g)
+    if who == "graphc":
+        import graphc
+        cg = graphc.compile(g)
+        assert len(cg.compiled) == 1, "one partition"
+        return timeit(lambda: cg.run(ins), repeat)
+    import torch
+    torch.set_num_threads(THREADS)
+    dt = torch.bfloat16 if g.tensors[qkv[0]].dtype.name == "bf16" else torch.float32
+    q, k, v = (torch.from_numpy(np.ascontiguousarray(ins[t]).astype(np.float32)).to(dt) for t in qkv)
+    with torch.no_grad():
+        return timeit((eager if who == "eager" else fused)(torch, q, k, v), repeat)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", default="", help="run the cases whose name contains this text")
+    ap.add_argument("--repeat", type=int, default=10, help="timed runs per contender (the best counts)")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return print(json.dumps(child(*args.child, args.repeat)))
+    print(f"machine: {THREADS} cores, load average {os.getloadavg()[0]:.2f}; best of {args.repeat} runs, ms")
+    head = (f"{'case':<30} {'graphc':>8} {'eager':>8} {'fused':>8} {'eager/gc':>9} {'fused/gc':>9} "
+            f"{'GFLOP/s':>8}")
+    print(head + "\n" + "-" * len(head))
+    for case, (*_, flops) in CASES.items():
+        if args.case not in case:
+            continue
+        t = {}
+        for who in CONTENDERS:   # each in its own process, one after the other
+            p = subprocess.run([sys.executable, __file__, "--child", case, who, "--repeat", str(args.repeat)],
+                               capture_output=True, text=True)
+            if p.returncode:
+                raise SystemExit(f"{case} / {who} failed:\n{p.stderr}")
+            t[who] = json.loads(p.stdout.strip().splitlines()[-1])
+        print(f"{case:<30} {t['graphc'] * 1e3:8.2f} {t['eager'] * 1e3:8.2f} {t['fused'] * 1e3:8.2f} "
+              f"{t['eager'] / t['graphc']:9.2f} {t['fused'] / t['graphc']:9.2f} {flops / t['graphc'] / 1e9:8.0f}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,317 @@
+"""Scaled dot-product attention as one flash-style kernel (the ``attention``
+plan of passes/legality.py: MatMul Q@K^T -> scale/mask ops -> SoftMax -> MatMul @V).
+
+The kernel runs ``prange`` over (batch x heads) x blocks of BM query rows.  For
+each block it walks the keys in blocks of BN:
+
+* S = Q_blk @ K_blk^T into a BM x BN f32 tile (``gemm_f32``; an f32 operand
+  with a unit stride is read in place, any other packed to f32 through
+  ``load_nd``, bf16/f16 widened there);
+* the ops between the first MatMul and the SoftMax (scale, explicit mask,
+  implicit causal mask from GenIndex/GreaterEqual/Select, ...) are computed on
+  the tile as the expressions fusion builds (graphc/codegen/fusion.py's
+  ``_Values``), at each element's (batch, row, column) index;
+* online softmax: per row a running max and sum; the accumulator's row is
+  rescaled by exp(old max - new max) when the max grows, the tile turned into
+  exp(s - max) (``attn_exp_row``: vectorised f32 exp and a reassociating sum);
+* O_blk += P @ V_blk (``gemm_f32`` with beta 1).
+
+At the end O / sum is stored through the output's ``store_nd`` (views of the
+output buffer for a StaticReshape/StaticTranspose after the second MatMul,
+with its TypeCasts applied on the way).  No S x S matrix exists beyond a tile.
+
+When the SoftMax's dst is bf16/f16 (its probabilities rounded before @V, as the
+reference rounds them), a first sweep over the keys finds each row's max and
+sum and a second computes the rounded probabilities and accumulates P @ V.
+
+Reshapes and transposes of the kernel's inputs (Q, K, V, mask, scale) are views
+(:func:`view_strides`): the same buffer read with other strides.
+"""
+from __future__ import annotations
+
+import math
+
+from . import ir
+from .fastmath import use_helper
+from .fusion import _Values
+from .gemm import Matrix, _pack, direct
+from .kernel import ArrayRef, as_stored, is_narrow_float, worth_parallel
+from .loops import aligned, linear, unravel
+from ..types import LogicalTensor
+
+#: query rows per block (the rows of a tile: one task of the parallel loop)
+BM = 64
+#: keys per block (the columns of the score tile)
+BN = 256
+
+REORDERS = ("StaticReshape", "StaticTranspose")
+
+_EXP_ROW = """\
+@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc', 'contract'})
+def attn_exp_row(s, off, n, m):
+    # s[off:off+n] = exp(s - m) for s <= m (NaN stays NaN); returns their float32 sum
+    acc = np.float32(0.0)
+    for j in range(n):
+        p = exp_le0_f32(s[np.uint64(off + j)] - m)
+        s[np.uint64(off + j)] = p
+        acc += p
+    return acc"""
+
+
+# -- views --------------------------------------------------------------------------------
+def reshape_strides(shape, strides, new_shape):
+    """Strides viewing the elements of (``shape``, ``strides``) in row-major order
+    as ``new_shape`` without a copy (numpy's no-copy reshape), or None."""
+    old = [(d, s) for d, s in zip(shape, strides) if d != 1]
+    new = list(new_shape)
+    if math.prod(shape) != math.prod(new):
+        return None
+    if math.prod(new) == 0:
+        return tuple(0 for _ in new)
+    out = [0] * len(new)
+    oi = ni = 0
+    while ni < len(new) and oi < len(old):
+        np_, op_ = new[ni], old[oi][0]
+        nj, oj = ni + 1, oi + 1
+        while np_ != op_:
+            if np_ < op_:
+                np_ *= new[nj]
+                nj += 1
+            else:
+                op_ *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new[k]
+        ni, oi = nj, oj
+    return tuple(out)
+
+
+def transpose_order(op) -> tuple:
+    return op.schema.order(op)
+
+
+def view_strides(op, shape, strides, forward=True):
+    """The strides of a reorder ``op``'s dst viewing its src laid out as
+    (``shape``, ``strides``) (``forward``), or of its src viewing its dst so laid
+    out (not ``forward``: the output side); None when no view exists."""
+    src, dst = tuple(op.inputs[0].shape), tuple(op.outputs[0].shape)
+    if op.kind == "StaticReshape":
+        return reshape_strides(shape, strides, dst if forward else src)
+    order = transpose_order(op)
+    if forward:
+        return tuple(strides[k] for k in order)
+    back = [0] * len(order)
+    for i, k in enumerate(order):
+        back[k] = strides[i]
+    return tuple(back)
+
+
+def _view(ref, lt, strides) -> ArrayRef:
+    """``ref``'s buffer seen as tensor ``lt`` (its shape) with ``strides``."""
+    return ArrayRef(ref.name, LogicalTensor(lt.id, ref.dtype, tuple(lt.shape), tuple(strides)))
+
+
+class _IndexRef:
+    """GenIndex's dst, read at a multi-index: the index along its axis."""
+
+    def __init__(self, lt, axis):
+        self.lt, self.axis = lt, axis
+
+    dtype = property(lambda self: self.lt.dtype)
+    shape = property(lambda self: self.lt.shape)
+
+    def load_nd(self, ivars):
+        v = ivars[self.axis]
+        return v if v is not None else ir.const(0)
+
+
+# -- the kernel ------------------------------------------------------------------------------
+def _matrix(ref, transpose, batch) -> Matrix:
+    """The matrix (rows x cols of the MatMul's view) of a >= 2-D operand, its batch
+    dims broadcast into ``batch``."""
+    shape, strides = ref.shape, ref.strides
+    lead = tuple(shape[:-2])
+    rows, cols = (shape[-1], shape[-2]) if transpose else (shape[-2], shape[-1])
+    st = (strides[-1], strides[-2]) if transpose else (strides[-2], strides[-1])
+
+    def index(bv, r, c):
+        return aligned(bv, batch, lead) + ([c, r] if transpose else [r, c])
+
+    def base(bv):
+        return linear(aligned(bv, batch, lead), strides[:-2])
+    return Matrix(ref, rows, cols, index, any(d != 1 for d in lead), st, base)
+
+
+def _block(kb, mat, bivars, r0, nr, c0, nc, size, parallel):
+    """(buffer, offset, leading dim, transposed) of rows r0.. x cols c0.. of ``mat``:
+    in place when BLAS can read it, else packed into a row-major f32 panel."""
+    d = direct(mat)
+    if d is not None:
+        ta, ld = d
+        rs, cs = mat.strides
+        return mat.ref.buf, linear([r0, c0], [rs, cs], mat.base(bivars)), ld, ta
+    panel = _pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel)
+    return panel.buf, panel.at(0), nc, 0
+
+
+def lower_attention(kb, ops, refs, plan) -> bool:
+    """Emit the attention partition ``ops`` (plan.shape "attention") into ``kb``."""
+    byid = {o.id: o for o in ops}
+    mm1, sm, mm2 = (byid[i] for i in plan.anchors)
+    local = dict(refs)
+    for o in ops:   # ops are in topological order: reorders of inputs become views
+        if o.id in plan.prologue:
+            src = local[o.inputs[0].id]
+            local[o.outputs[0].id] = _view(src, o.outputs[0], view_strides(o, src.shape, src.strides))
+        elif o.kind == "GenIndex":
+            t = o.outputs[0]
+            local[t.id] = _IndexRef(t, o.attr("axis") % len(t.shape))
+    values = _Values(ops, local)
+
+    score = mm1.outputs[0]
+    sshape = tuple(score.shape)
+    batch = sshape[:-2]
+    sq, skv = sshape[-2], sshape[-1]
+    q = _matrix(local[mm1.inputs[0].id], mm1.attr("transpose_a"), batch)
+    k = _matrix(local[mm1.inputs[1].id], mm1.attr("transpose_b"), batch)
+    v = _matrix(local[mm2.inputs[1].id], mm2.attr("transpose_b"), batch)
+    d, dv = q.cols, v.cols
+    p_dt = sm.outputs[0].dtype
+    two_pass = is_narrow_float(p_dt)
+    inf_as_zero = sm.attr("mode") == "inf_as_zero"
+    store = _output_store(ops, local, plan, mm2)
+
+    bm, bn = min(BM, sq), min(BN, skv)
+    mt, kt = -(-sq // bm), -(-skv // bn)
+    nbatch = math.prod(batch)
+    parallel = nbatch * mt > 1 and worth_parallel(nbatch * sq * skv * (d + dv) // 8)
+    use_helper(kb, "exp_le0_f32")
+    if _EXP_ROW not in kb.helpers:
+        kb.helpers.append(_EXP_ROW)
+    ninf = ir.const(-math.inf, "f32")
+
+    with kb.for_(nbatch * mt, "t", parallel) as t:
+        tb = kb.let(t // mt, "tb")
+        i0 = kb.let((t % mt) * bm, "i0")
+        m_ = kb.let(ir.call("min", bm, sq - i0), "m")
+        bivars = unravel(kb, tb, batch) if batch else []
+        qbuf, qoff, ldq, tq = _block(kb, q, bivars, i0, m_, 0, d, bm * d, parallel)
+        stile = kb.scratch(bm * bn, "f32", parallel, prefix="stile")
+        acc = kb.scratch(bm * dv, "f32", parallel, prefix="oacc")
+        rmax = kb.scratch(bm, "f32", parallel, prefix="rmax")
+        rsum = kb.scratch(bm, "f32", parallel, prefix="rsum")
+        with kb.for_(m_, "r") as r:
+            kb.emit(rmax.store(r, ninf))
+            kb.emit(rsum.store(r, ir.const(0.0, "f32")))
+            with kb.for_(dv, "c") as c:
+                kb.emit(acc.store(r * dv + c, ir.const(0.0, "f32")))
+
+        def scores(kv):
+            """The tile's scores: S = Q K^T, then the ops up to the SoftMax; returns
+            (j0, n) of the key block."""
+            j0 = kb.let(kv * bn, "j0")
+            n_ = kb.let(ir.call("min", bn, skv - j0), "n")
+            kbuf, koff, ldk, tk = _block(kb, k, bivars, 0, d, j0, n_, d * bn, parallel)
+            kb.let(ir.call("gemm_f32", tq, tk, m_, n_, d, qbuf, qoff, ldq, kbuf, koff, ldk, 0.0,
+                           stile.buf, stile.at(0), bn), "st")
+            with kb.for_(m_, "r") as r:
+                row = kb.let(r * bn, "sr")
+                i = kb.let(i0 + r, "i")
+                with kb.for_(n_, "jj") as jj:
+                    raw = stile[row + jj]
+                    values.bound = {score.id: as_stored(raw, score.dtype) if is_narrow_float(score.dtype) else raw}
+                    try:
+                        s = values.at(sm.inputs[0].id, sm.inputs[0], list(bivars) + [i, j0 + jj], sshape)
+                    finally:
+                        values.bound = {}
+                    kb.emit(stile.store(row + jj, ir.f32(s)))
+            return j0, n_
+
+        def update_stats(r, n_, rescale):
+            """Row r's running max and sum over the tile's row (left holding exp(s - max))."""
+            row = kb.let(r * bn, "sr")
+            mx = kb.var(ninf, "mx")
+            with kb.for_(n_, "jj") as jj:
+                s = stile[row + jj]
+                kb.assign(mx, ir.select(s > mx, s, mx))
+            old = kb.let(rmax[r], "mo")
+            new = kb.let(ir.select(mx > old, mx, old), "mn")
+            # a row masked so far (max -inf) counts from 0: its exps are 0, not NaN
+            safe = kb.let(ir.select(new.eq(-math.inf), ir.const(0.0, "f32"), new), "ms")
+            alpha = kb.let(ir.call("exp_le0_f32", old - safe), "al")
+            part = kb.let(ir.call("attn_exp_row", stile.buf, stile.at(row), n_, safe, dt="f32"), "ps")
+            kb.emit(rmax.store(r, new))
+            kb.emit(rsum.store(r, rsum[r] * alpha + part))
+            if rescale:
+                with kb.if_(alpha < 1.0):
+                    with kb.for_(dv, "c") as c:
+                        kb.emit(acc.store(r * dv + c, acc[r * dv + c] * alpha))
+
+        def pv(j0, n_):
+            vbuf, voff, ldv, tv = _block(kb, v, bivars, j0, n_, 0, dv, bn * dv, parallel)
+            kb.let(ir.call("gemm_f32", 0, tv, m_, dv, n_, stile.buf, stile.at(0), bn, vbuf, voff, ldv, 1.0,
+                           acc.buf, acc.at(0), dv), "st")
+
+        if not two_pass:
+            with kb.for_(kt, "kv") as kv:
+                j0, n_ = scores(kv)
+                with kb.for_(m_, "r") as r:
+                    update_stats(r, n_, True)
+                pv(j0, n_)
+        else:
+            with kb.for_(kt, "kv") as kv:
+                _, n_ = scores(kv)
+                with kb.for_(m_, "r") as r:
+                    update_stats(r, n_, False)
+            with kb.for_(kt, "kv") as kv:
+                j0, n_ = scores(kv)
+                with kb.for_(m_, "r") as r:
+                    row = kb.let(r * bn, "sr")
+                    mr = kb.let(rmax[r], "mr")
+                    safe = kb.let(ir.select(mr.eq(-math.inf), ir.const(0.0, "f32"), mr), "ms")
+                    inv = kb.let(_inverse(rsum[r], inf_as_zero), "iv")
+                    with kb.for_(n_, "jj") as jj:
+                        p = ir.call("exp_le0_f32", stile[row + jj] - safe) * inv
+                        kb.emit(stile.store(row + jj, as_stored(p, p_dt)))
+                pv(j0, n_)
+        with kb.for_(m_, "r") as r:
+            i = kb.let(i0 + r, "i")
+            inv = kb.let(_inverse(rsum[r], inf_as_zero), "iv") if not two_pass else None
+            with kb.for_(dv, "c") as c:
+                o = acc[r * dv + c]
+                kb.emit(store(list(bivars) + [i, c], o * inv if inv is not None else o))
+    kb.ret(-1)
+    return True
+
+
+def _inverse(s, inf_as_zero):
+    return ir.select(s.eq(0.0), ir.const(0.0, "f32"), 1.0 / s) if inf_as_zero else 1.0 / s
+
+
+def _output_store(ops, local, plan, mm2):
+    """store(ivars, value) at the second MatMul's index, through the reorders and
+    TypeCasts after it (plan.epilogue) into the partition's output."""
+    chain = [o for o in ops if o.id in plan.epilogue]
+    final = chain[-1].outputs[0] if chain else mm2.outputs[0]
+    ref = local[final.id]
+    shape, strides = tuple(final.shape), tuple(ref.strides)
+    for o in reversed(chain):
+        if o.kind in REORDERS:
+            strides = view_strides(o, shape, strides, forward=False)
+            shape = tuple(o.inputs[0].shape)
+    out = _view(ref, mm2.outputs[0], strides)
+    casts = [mm2.outputs[0]] + [o.outputs[0] for o in chain if o.kind not in REORDERS]
+
+    def store(ivars, value):
+        for t in casts:
+            if is_narrow_float(t.dtype):
+                value = as_stored(value, t.dtype)
+        return out.store_nd(ivars, value)
+    return store
+
+
+__all__ = ["lower_attention", "reshape_strides", "view_strides", "REORDERS", "BM", "BN"]

@@ -1,0 +1,108 @@
+"""Scaled dot-product attention (sdpa.md, gqa.md): every SDPA graph is one
+partition whose kernel is the flash-style attention kernel (scores in a tile,
+never S x S), equal to graphc's reference within the compiled tolerances."""
+import numpy as np
+import pytest
+
+from graphc.codegen.attention import BM, BN
+from graphc.codegen.kernel import NUM_THREADS
+from support import check_compiled
+from support.sdpa import sdpa_graph, sdpa_inputs
+
+
+def check_sdpa(g, ids, seed=0, fill=float("-inf")):
+    """One partition, planned as attention, whose kernel keeps no S x S buffer;
+    its outputs against the reference (check_compiled)."""
+    parts = g.get_partitions("fusion")
+    assert len(parts) == 1, [(p.kind, [o.id for o in p.ops]) for p in parts]
+    (part,) = parts
+    assert part.pattern == "sdpa" and part.plan.shape == "attention"
+    assert len(part.ops) == len(g.ops)
+    cp = part.compile()
+    assert "attn_exp_row" in cp.source and "gemm_f32" in cp.source
+    kinds = [k for k, _ in cp._plan]
+    assert "tmp" not in kinds                       # no intermediate tensor in memory
+    ws = [n for k, (n, _) in ((k, r) for k, r in cp._plan if k == "ws")]
+    assert max(ws) <= NUM_THREADS * BM * BN         # workspaces: tiles, whatever the sequence length
+    return check_compiled(g, sdpa_inputs(g, ids, seed, fill))
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("mask", [None, "add", "select", "causal_tl", "causal_br"])
+def test_mha_masks(dt, mask):
+    g, ids = sdpa_graph(dt, mask=mask)
+    check_sdpa(g, ids)
+
+
+@pytest.mark.parametrize("scale", ["mul_swapped", "div", None])
+def test_mha_scale_forms(scale):
+    g, ids = sdpa_graph("f32", scale=scale, sq=40, skv=40)
+    check_sdpa(g, ids)
+
+
+def test_long_sequence_keeps_scores_in_tiles():
+    """Scores of one head (600 x 600) are larger than all of the kernel's workspaces."""
+    g, ids = sdpa_graph("f32", n=1, hq=2, sq=600, skv=600, d=32, mask="causal_tl")
+    check_sdpa(g, ids)
+    assert 600 * 600 > NUM_THREADS * BM * BN
+
+
+def test_reshape_transpose_in_and_out():
+    g, ids = sdpa_graph("f32", layout="bshd", hq=3, mask="add")
+    kinds = sorted(o.kind for o in g.ops.values())
+    assert kinds.count("StaticReshape") == 4 and kinds.count("StaticTranspose") == 4
+    check_sdpa(g, ids)
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_gqa_4d_through_reshapes(dt):
+    g, ids = sdpa_graph(dt, hq=4, hkv=2, gqa=True, mask="add")
+    check_sdpa(g, ids)
+
+
+def test_gqa_bshd_layout():
+    g, ids = sdpa_graph("f32", hq=4, hkv=2, gqa=True, layout="bshd", mask="causal_br", sq=40, skv=72)
+    check_sdpa(g, ids)
+
+
+def test_mqa_broadcast_kv():
+    g, ids = sdpa_graph("f32", hq=3, hkv=1, mask="causal_tl")
+    check_sdpa(g, ids)
+
+
+def test_output_typecast():
+    g, ids = sdpa_graph("f32", out_cast="bf16", sq=40, skv=40)
+    check_sdpa(g, ids)
+
+
+def test_fully_masked_rows_are_nan_as_in_the_reference():
+    """Row 0 masked everywhere (NaN, as the reference's softmax of -inf); row 1 masked
+    over the whole first key block (its running sum starts from 0 later, no NaN)."""
+    g, ids = sdpa_graph("f32", n=1, hq=1, mask="select")
+    ins = sdpa_inputs(g, ids)
+    m = np.ones((1, 1, 70, 300), bool)
+    m[0, 0, 0] = False
+    m[0, 0, 1, :280] = False
+    ins[ids["mask"]] = m
+    out = check_compiled(g, ins)[ids["out"]]
+    assert np.isnan(out[0, 0, 0]).all() and np.isfinite(out[0, 0, 1:]).all()
+
+
+def test_finite_fill_value():
+    """A mask fill that is not -inf is an ordinary value (the kernel does not assume -inf)."""
+    g, ids = sdpa_graph("f32", mask="causal_tl", sq=40, skv=40)
+    check_sdpa(g, ids, fill=-3.0)
+
+
+def test_softmax_stats_exported_is_not_attention():
+    """A SoftMax whose stats leave (training forward) is not this kernel's: the
+    graph still runs, in other partitions."""
+    from graphc.builder import GraphBuilder
+    b = GraphBuilder()
+    q, k, v = (b.tensor("f32", [1, 2, 8, 4]) for _ in range(3))
+    s = b.op("MatMul", [q, k], out=[("f32", [1, 2, 8, 8])], attrs={"transpose_b": True})[0]
+    p, _ = b.op("SoftMax", [s], out=[("f32", [1, 2, 8, 8]), ("f32", [1, 2, 8, 1])], attrs={"axis": -1})
+    b.op("MatMul", [p, v], out=[("f32", [1, 2, 8, 4])])
+    g = b.finalize()
+    assert all(p.plan is None or p.plan.shape != "attention" for p in g.get_partitions("fusion"))
+    check_compiled(g)
