@@ -20,6 +20,10 @@ At the end O / sum is stored through the output's ``store_nd`` (views of the
 output buffer for a StaticReshape/StaticTranspose after the second MatMul,
 with its TypeCasts applied on the way).  No S x S matrix exists beyond a tile.
 
+Under an implicit causal mask (GenIndex rows [+ a] [- b] >= GenIndex columns,
+Select with a per-tensor fill) whose fill is -inf at run time, a query block
+visits only the key blocks up to its last row's diagonal.
+
 When the SoftMax's dst is bf16/f16 (its probabilities rounded before @V, as the
 reference rounds them), a first sweep over the keys finds each row's max and
 sum and a second computes the rounded probabilities and accumulates P @ V.
@@ -42,7 +46,7 @@ from ..types import LogicalTensor
 #: query rows per block (the rows of a tile: one task of the parallel loop)
 BM = 64
 #: keys per block (the columns of the score tile)
-BN = 256
+BN = 128
 
 REORDERS = ("StaticReshape", "StaticTranspose")
 
@@ -210,9 +214,10 @@ def lower_attention(kb, ops, refs, plan) -> bool:
             with kb.for_(dv, "c") as c:
                 kb.emit(acc.store(r * dv + c, ir.const(0.0, "f32")))
 
-        def scores(kv):
-            """The tile's scores: S = Q K^T, then the ops up to the SoftMax; returns
-            (j0, n) of the key block."""
+        def scores(kv, per_row=None):
+            """The tile's scores: S = Q K^T, then the ops up to the SoftMax, and
+            ``per_row(r, n, mx)`` after each row with its max ``mx``; returns (j0, n)
+            of the key block."""
             j0 = kb.let(kv * bn, "j0")
             n_ = kb.let(ir.call("min", bn, skv - j0), "n")
             kbuf, koff, ldk, tk = _block(kb, k, bivars, 0, d, j0, n_, d * bn, parallel)
@@ -221,23 +226,26 @@ def lower_attention(kb, ops, refs, plan) -> bool:
             with kb.for_(m_, "r") as r:
                 row = kb.let(r * bn, "sr")
                 i = kb.let(i0 + r, "i")
+                mx = kb.var(ninf, "mx") if per_row else None
                 with kb.for_(n_, "jj") as jj:
                     raw = stile[row + jj]
                     values.bound = {score.id: as_stored(raw, score.dtype) if is_narrow_float(score.dtype) else raw}
                     try:
-                        s = values.at(sm.inputs[0].id, sm.inputs[0], list(bivars) + [i, j0 + jj], sshape)
+                        s = kb.let(ir.f32(values.at(sm.inputs[0].id, sm.inputs[0], list(bivars) + [i, j0 + jj],
+                                                    sshape)), "sv")
                     finally:
                         values.bound = {}
-                    kb.emit(stile.store(row + jj, ir.f32(s)))
+                    kb.emit(stile.store(row + jj, s))
+                    if per_row:
+                        kb.assign(mx, ir.select(s > mx, s, mx))
+                if per_row:
+                    per_row(r, n_, mx)
             return j0, n_
 
-        def update_stats(r, n_, rescale):
-            """Row r's running max and sum over the tile's row (left holding exp(s - max))."""
+        def update_stats(r, n_, mx, rescale):
+            """Row r's running max and sum from the tile's row of max ``mx`` (left
+            holding exp(s - max))."""
             row = kb.let(r * bn, "sr")
-            mx = kb.var(ninf, "mx")
-            with kb.for_(n_, "jj") as jj:
-                s = stile[row + jj]
-                kb.assign(mx, ir.select(s > mx, s, mx))
             old = kb.let(rmax[r], "mo")
             new = kb.let(ir.select(mx > old, mx, old), "mn")
             # a row masked so far (max -inf) counts from 0: its exps are 0, not NaN
@@ -256,18 +264,15 @@ def lower_attention(kb, ops, refs, plan) -> bool:
             kb.let(ir.call("gemm_f32", 0, tv, m_, dv, n_, stile.buf, stile.at(0), bn, vbuf, voff, ldv, 1.0,
                            acc.buf, acc.at(0), dv), "st")
 
+        kt_run = _causal_blocks(kb, ops, local, values, sm, bivars, i0 + m_ - 1, bn, kt, skv)
         if not two_pass:
-            with kb.for_(kt, "kv") as kv:
-                j0, n_ = scores(kv)
-                with kb.for_(m_, "r") as r:
-                    update_stats(r, n_, True)
+            with kb.for_(kt_run, "kv") as kv:
+                j0, n_ = scores(kv, lambda r, n_, mx: update_stats(r, n_, mx, True))
                 pv(j0, n_)
         else:
-            with kb.for_(kt, "kv") as kv:
-                _, n_ = scores(kv)
-                with kb.for_(m_, "r") as r:
-                    update_stats(r, n_, False)
-            with kb.for_(kt, "kv") as kv:
+            with kb.for_(kt_run, "kv") as kv:
+                scores(kv, lambda r, n_, mx: update_stats(r, n_, mx, False))
+            with kb.for_(kt_run, "kv") as kv:
                 j0, n_ = scores(kv)
                 with kb.for_(m_, "r") as r:
                     row = kb.let(r * bn, "sr")
@@ -286,6 +291,43 @@ def lower_attention(kb, ops, refs, plan) -> bool:
                 kb.emit(store(list(bivars) + [i, c], o * inv if inv is not None else o))
     kb.ret(-1)
     return True
+
+
+def _causal_blocks(kb, ops, local, values, sm, bivars, last_row, bn, kt, skv):
+    """The key blocks the query block must visit: all ``kt``, or, under an implicit
+    causal mask (the SoftMax's src a Select(GreaterEqual(row [+ a] [- b], col), x,
+    fill) with a per-tensor fill that is -inf at run time), those left of the
+    last row's diagonal (the keys past it have probability 0 in every row)."""
+    producer = {t.id: o for o in ops for t in o.outputs}
+    sel = producer.get(sm.inputs[0].id)
+    if sel is None or sel.kind != "Select" or sel.inputs[2].id in producer or \
+            any(d != 1 for d in sel.inputs[2].shape):
+        return kt
+    ge = producer.get(sel.inputs[0].id)
+    if ge is None or ge.kind != "GreaterEqual" or not _gen_index(producer.get(ge.inputs[1].id), 1):
+        return kt
+    o = producer.get(ge.inputs[0].id)
+    while o is not None and o.kind in ("Add", "Subtract"):   # row + a - b: increasing in the row
+        prods = [producer.get(t.id) for t in o.inputs]
+        if o.kind == "Subtract" and prods[1] is not None or o.kind == "Add" and all(p is not None for p in prods):
+            return kt
+        if any(d != 1 for t, p in zip(o.inputs, prods) if p is None for d in t.shape):
+            return kt
+        o = next(p for p in prods if p is not None) if any(prods) else None
+    if not _gen_index(o, 0):
+        return kt
+    shape = tuple(ge.inputs[0].shape)
+    diag = kb.let(values.at(ge.inputs[0].id, ge.inputs[0], list(bivars) + [last_row, ir.const(0)], shape), "dg")
+    fill = local[sel.inputs[2].id].load_nd([None] * len(sel.inputs[2].shape))
+    # keys j <= diag are kept in some row of the block; blocks past them are skipped
+    upto = kb.let(ir.call("min", skv, ir.call("max", 0, diag + 1)), "kj")
+    return kb.let(ir.select(fill.eq(-math.inf), (upto + (bn - 1)) // bn, ir.const(kt)), "kt")
+
+
+def _gen_index(op, last) -> bool:
+    """``op`` is a GenIndex over the rows (last=0) or the columns (last=1) of its dst."""
+    return op is not None and op.kind == "GenIndex" and \
+        op.attr("axis") % len(op.outputs[0].shape) == len(op.outputs[0].shape) - 2 + last
 
 
 def _inverse(s, inf_as_zero):
