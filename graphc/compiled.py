@@ -346,6 +346,14 @@ class CompiledPartition:
                 return False
         return True
 
+    def _scratch_tensor(self, k: int, lt: LogicalTensor) -> np.ndarray:
+        """The flat kernel view of intermediate tensor ``lt`` (plan entry ``k``),
+        allocated once: allocating it per run paid its page faults every run."""
+        buf = self._workspaces.get(k)
+        if buf is None:
+            buf = self._workspaces[k] = flat_view(allocate(lt), lt)
+        return buf
+
     def _workspace(self, k: int, spec) -> np.ndarray:
         """The buffer of plan entry ``k`` ((elements, elem)), allocated once."""
         buf = self._workspaces.get(k)
@@ -506,8 +514,8 @@ class CompiledPartition:
                     args.append(flat_view(outs[ref], self.outputs[ref]))
                 elif kind == "ws":
                     args.append(self._workspace(k, ref))
-                else:
-                    args.append(flat_view(allocate(ref), ref))
+                else:   # an intermediate tensor: a workspace too (its contents never outlive a run)
+                    args.append(self._scratch_tensor(k, ref))
             if self._workspaces:   # one run at a time uses them
                 with self._ws_lock:
                     status = call_kernel(self.kernel, args)

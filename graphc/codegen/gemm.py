@@ -34,18 +34,24 @@ from ..types import DataType
 TILE_ELEMS = 1 << 20
 #: fewest rows of a tile: BLAS packs B again for every call, so short tiles pay
 MIN_TILE_ROWS = 64
+#: fewest columns of a column-block tile
+MIN_TILE_COLS = 256
 
 
 def tiles(nbatch, M, N, in_place, cpus=None) -> tuple:
     """(rows, cols) of C's tiles: large GEMMs run fastest, so a tile is a whole
-    matrix of the batch, cut into row blocks only as far as it takes to give
-    every core work, and (scratch tiles) to stay within TILE_ELEMS."""
+    matrix of the batch, cut only as far as it takes to give every core work, and
+    (scratch tiles) to stay within TILE_ELEMS.  A matrix wider than tall is cut
+    into column blocks: each core then streams its own part of B (the big operand
+    then) instead of all of it."""
     cpus = cpus or os.cpu_count() or 1
     blocks = -(-cpus // nbatch) if nbatch < cpus else 1
-    tm = max(min(M, MIN_TILE_ROWS), -(-M // blocks))
-    tn = N
+    if blocks > 1 and N > M and N >= 2 * MIN_TILE_COLS:
+        tm, tn = M, max(MIN_TILE_COLS, -(-N // blocks))
+    else:
+        tm, tn = max(min(M, MIN_TILE_ROWS), -(-M // blocks)), N
     if not in_place:
-        tn = min(N, max(256, TILE_ELEMS // max(1, min(M, MIN_TILE_ROWS))))
+        tn = min(tn, max(256, TILE_ELEMS // max(1, min(tm, MIN_TILE_ROWS))))
         tm = max(1, min(tm, TILE_ELEMS // tn))
     return tm, tn
 
@@ -88,11 +94,13 @@ def direct(m: Matrix):
     return None
 
 
-def _pack(kb, m: Matrix, bivars, r0, nr, c0, nc, size, parallel):
+def _pack(kb, m: Matrix, bivars, r0, nr, c0, nc, size, parallel, rows_parallel=False):
     """Load rows [r0, r0+nr) x cols [c0, c0+nc) of ``m`` into a row-major f32 panel
-    (a scratch of ``size`` elements); returns the Scratch."""
+    (a scratch of ``size`` elements, per thread inside a ``parallel`` loop);
+    returns the Scratch.  ``rows_parallel``: the rows loop itself is parallel (a
+    panel packed once, outside the tile loop, computing a fused prologue)."""
     panel = kb.scratch(size, "f32", parallel, prefix="panel")
-    with kb.for_(nr, "r") as r:
+    with kb.for_(nr, "r", rows_parallel) as r:
         row = kb.let(r * nc, "pr")
         with kb.for_(nc, "c") as c:
             v = m.ref.load_nd(m.index(bivars, r + r0, c + c0))
@@ -120,7 +128,8 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     shared = {}
     for name, m, d in (("a", a, da), ("b", b, db)):
         if d is None and not m.batched:
-            shared[name] = _pack(kb, m, None, 0, m.rows, 0, m.cols, m.rows * m.cols, False)
+            shared[name] = _pack(kb, m, None, 0, m.rows, 0, m.cols, m.rows * m.cols, False,
+                                 m.rows > 1 and worth_parallel(m.rows * m.cols))
     with kb.for_(nbatch * mt * nt, "t", parallel) as t:
         tb = kb.let(t // (mt * nt), "tb")
         rest = kb.let(t % (mt * nt), "tr")
