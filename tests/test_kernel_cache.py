@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numba.core import config as numba_config
 
 import graphc
 from graphc import Graph, LogicalTensor, Op
@@ -66,6 +67,10 @@ def root(tmp_path, monkeypatch):
     # cold kernels compile in this process (however many this test process
     # compiled before), unless a test asks for the worker
     monkeypatch.setattr(cache, "COLD_IN_PROCESS", 1 << 30)
+    # numba's files next to the kernels (where these tests look for them), even
+    # when the user's NUMBA_CACHE_DIR sends them elsewhere
+    monkeypatch.setattr(numba_config, "CACHE_DIR", "")
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)   # and in the compile worker
     cache.clear_memory()   # every kernel of the test comes from this folder
     return r
 
@@ -251,8 +256,16 @@ _RUN = textwrap.dedent("""
 """)
 
 
-def _fresh_process(root: Path) -> dict:
+def _child_env(root: Path) -> dict:
+    """A fresh process's environment with its kernel cache in ``root`` (numba's
+    files next to the kernels, where graphc checks them: no NUMBA_CACHE_DIR)."""
     env = dict(os.environ, GRAPHC_CACHE_DIR=str(root), PYTHONPATH=str(ROOT))
+    env.pop("NUMBA_CACHE_DIR", None)
+    return env
+
+
+def _fresh_process(root: Path) -> dict:
+    env = _child_env(root)
     r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", _RUN], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -400,7 +413,7 @@ _RSS = textwrap.dedent("""
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmRSS from /proc")
 def test_memory_stays_bounded_over_300_graphs(root):
-    env = dict(os.environ, GRAPHC_CACHE_DIR=str(root), PYTHONPATH=str(ROOT))
+    env = _child_env(root)
     env.pop("GRAPHC_KERNEL_CACHE_SIZE", None)
     r = subprocess.run([sys.executable, "-c", _RSS], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
