@@ -10,7 +10,7 @@ each block it walks the keys in blocks of BN:
 * the ops between the first MatMul and the SoftMax (scale, explicit mask,
   implicit causal mask from GenIndex/GreaterEqual/Select, ...) are computed on
   the tile as the expressions fusion builds (graphc/codegen/fusion.py's
-  ``_Values``), at each element's (batch, row, column) index;
+  ``Values``), at each element's (batch, row, column) index;
 * online softmax: per row a running max and sum; the accumulator's row is
   rescaled by exp(old max - new max) when the max grows, the tile turned into
   exp(s - max) (``attn_exp_row``: vectorised f32 exp and a reassociating sum);
@@ -37,8 +37,8 @@ import math
 
 from . import ir
 from .fastmath import use_helper
-from .fusion import _Values
-from .gemm import Matrix, _pack, direct
+from .fusion import Values
+from .gemm import Matrix, pack, direct
 from .kernel import ArrayRef, as_stored, is_narrow_float, worth_parallel
 from .loops import aligned, linear, unravel
 from ..types import LogicalTensor
@@ -158,7 +158,7 @@ def _block(kb, mat, bivars, r0, nr, c0, nc, size, parallel):
         ta, ld = d
         rs, cs = mat.strides
         return mat.ref.buf, linear([r0, c0], [rs, cs], mat.base(bivars)), ld, ta
-    panel = _pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel)
+    panel = pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel)
     return panel.buf, panel.at(0), nc, 0
 
 
@@ -174,7 +174,7 @@ def lower_attention(kb, ops, refs, plan) -> bool:
         elif o.kind == "GenIndex":
             t = o.outputs[0]
             local[t.id] = _IndexRef(t, o.attr("axis") % len(t.shape))
-    values = _Values(ops, local)
+    values = Values(ops, local)
 
     score = mm1.outputs[0]
     sshape = tuple(score.shape)

@@ -36,7 +36,7 @@ from ..types import LogicalTensor
 from ..ops.common import is_indexed, is_pointwise as is_eltwise
 
 
-class _Values:
+class Values:
     """Expressions of the partition's tensors at an index of a frame shape."""
 
     def __init__(self, ops, refs, kb=None, anchors=()):
@@ -114,7 +114,7 @@ class _Virtual:
 class PrologueRef(_Virtual):
     """An anchor input computed from the partition's elementwise producers."""
 
-    def __init__(self, lt, values: _Values):
+    def __init__(self, lt, values: Values):
         super().__init__(lt)
         self.values = values
 
@@ -126,7 +126,7 @@ class EpilogueRef(_Virtual):
     """The anchor's output 0: ``store_nd`` stores every partition output computed
     from it at that index (and the value itself when it leaves the partition)."""
 
-    def __init__(self, lt, values: _Values, stored: list, kb):
+    def __init__(self, lt, values: Values, stored: list, kb):
         super().__init__(lt)
         self.values, self.stored, self.kb = values, stored, kb
 
@@ -163,7 +163,7 @@ def lower_fused(kb, ops, refs, plan) -> bool:
             return lower_attention(kb, ops, refs, plan)
         except NotFusable:
             return False
-    values = _Values(ops, refs, kb, plan.anchors)
+    values = Values(ops, refs, kb, plan.anchors)
     try:
         if plan.shape == "eltwise":
             outs = [t for o in ops for t in o.outputs if t.id in refs]

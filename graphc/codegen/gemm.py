@@ -94,7 +94,7 @@ def direct(m: Matrix):
     return None
 
 
-def _pack(kb, m: Matrix, bivars, r0, nr, c0, nc, size, parallel, rows_parallel=False):
+def pack(kb, m: Matrix, bivars, r0, nr, c0, nc, size, parallel, rows_parallel=False):
     """Load rows [r0, r0+nr) x cols [c0, c0+nc) of ``m`` into a row-major f32 panel
     (a scratch of ``size`` elements, per thread inside a ``parallel`` loop);
     returns the Scratch.  ``rows_parallel``: the rows loop itself is parallel (a
@@ -128,7 +128,7 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     shared = {}
     for name, m, d in (("a", a, da), ("b", b, db)):
         if d is None and not m.batched:
-            shared[name] = _pack(kb, m, None, 0, m.rows, 0, m.cols, m.rows * m.cols, False,
+            shared[name] = pack(kb, m, None, 0, m.rows, 0, m.cols, m.rows * m.cols, False,
                                  m.rows > 1 and worth_parallel(m.rows * m.cols))
     with kb.for_(nbatch * mt * nt, "t", parallel) as t:
         tb = kb.let(t // (mt * nt), "tb")
@@ -148,7 +148,7 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
                 return mat.ref.buf, linear([r0, c0], [rs, cs], off), ld, ta
             if name in shared:
                 return shared[name].buf, r0 * mat.cols + c0, mat.cols, 0
-            panel = _pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel)
+            panel = pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel)
             return panel.buf, panel.at(0), nc, 0
         abuf, aoff, lda, ta = operand("a", a, da, i0, m_, 0, K, tm * K)
         bbuf, boff, ldb, tb_ = operand("b", b, db, 0, K, j0, n_, K * tn)
