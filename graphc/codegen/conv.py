@@ -557,6 +557,32 @@ def _taps(kernel):
     return out
 
 
+def as_forward(geo: Geometry) -> Geometry | None:
+    """At unit strides, the data gradient of ``geo``'s convolution as a forward
+    convolution (of dy, OC -> C channels, over dy's spatial dims, with the
+    window flipped and pads_begin (K - 1) * d - b), else None."""
+    if any(s != 1 for s in geo.strides):
+        return None
+    begin = tuple((k - 1) * d - b for k, d, b in zip(geo.kernel, geo.dilations, geo.begin))
+    return Geometry(geo.n, geo.oc, geo.c, geo.groups, geo.small, geo.big, geo.kernel, geo.strides, geo.dilations,
+                    begin)
+
+
+class FlippedWeights:
+    """The weights of :func:`as_forward`'s convolution, W'[g][c, oc, taps] =
+    W[g][oc, c, K - 1 - taps], over a :class:`Weights` view (always packed)."""
+
+    def __init__(self, w: Weights, geo: Geometry):
+        self.w, self.kernel = w, geo.kernel
+        self.ref = w.ref
+
+    def load(self, g, oc, ic, taps):
+        return self.w.load(g, ic, oc, [k - 1 - t for k, t in zip(self.kernel, taps)])
+
+    def matrix_strides(self, geo):
+        return None
+
+
 def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=None):
     """dx = the gradient of conv(x, w) w.r.t. x given dy (col2im of dY @ W^T);
     images and groups in parallel, each with its f32 accumulator;

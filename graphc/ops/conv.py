@@ -689,8 +689,16 @@ def lower_conv(self, op, kb, ins, outs):
             win = self.transposed_window(op, small, kernel)
         else:
             win = window(op, big, kernel, output_padding(op, len(kernel)))
-        cg.emit_backward_data(kb, _geometry(op, n, c, oc, big, small, win), v[dy], v["weights"],
-                              _data_store(v[dx], bias), rounding)
+        geo = _geometry(op, n, c, oc, big, small, win)
+        fwd = cg.as_forward(geo)
+        if fwd is not None and (cg.winograd(fwd) or cg.shifted(fwd)):
+            # at unit strides the data gradient is the forward convolution of dy with
+            # the flipped, transposed weights: the forward roads without col2im
+            w = cg.FlippedWeights(v["weights"], geo)
+            emit = cg.emit_forward_winograd if cg.winograd(fwd) else cg.emit_forward_shifted
+            emit(kb, fwd, v[dy], w, _data_store(v[dx], bias), rounding)
+        else:
+            cg.emit_backward_data(kb, geo, v[dy], v["weights"], _data_store(v[dx], bias), rounding)
     else:
         x, dy = ("src", "diff_dst") if kind == "ConvolutionBackwardWeights" else ("diff_dst", "src")
         n, c, big = _sizes(op, v[x].ref)

@@ -197,3 +197,21 @@ def test_winograd_transposed_data_gradient():
                         [("f32", [-1] * 4)], attrs)
     cg, _ = compiled_vs_reference(g)
     assert "wu" in cg.source
+
+
+@pytest.mark.parametrize("kind", ["ConvolutionBackwardData", "ConvTranspose"])
+@pytest.mark.parametrize("geom", WINOGRAD + GEOMS[:1] + GEOMS[5:6], ids=lambda g: f"{g[3]}c{g[1]}")
+def test_unit_stride_data_gradient_runs_forward(kind, geom):
+    """At unit strides the data gradient (and ConvTranspose) is a forward
+    convolution with flipped weights: Winograd or the shifted GEMMs, no col2im."""
+    n, c, oc, sp, k, extra = geom
+    attrs = win(len(sp), data_format="NXC", weights_format="XIO", **extra)
+    g = attrs.get("groups", 1)
+    if kind == "ConvolutionBackwardData":
+        gr = conv_graph(kind, "f32", geom, "NXC", "XIO")
+    else:
+        attrs["weights_format"] = "XIO"
+        gr = single_op_graph(kind, [("f32", data(n, c, sp, "NXC")), ("f32", weights(oc, c // g, k, "XIO")),
+                                    ("f32", [oc])], [("f32", [-1] * (len(sp) + 2))], attrs)
+    cg, _ = compiled_vs_reference(gr, what=f"{kind} {geom}")
+    assert "acc" not in cg.source and ("wu" in cg.source or "xp" in cg.source)
