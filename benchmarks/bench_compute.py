@@ -129,6 +129,24 @@ def inputs(g):
     return make_inputs(g, 0)
 
 
+def graphc_time(g, feeds, repeat):
+    """The best time of ``CompiledGraph.run`` on a graph that must be one partition."""
+    import graphc
+    cg = graphc.compile(g)
+    assert len(cg.compiled) == 1, "one partition"
+    return timeit(lambda: cg.run(feeds), repeat)
+
+
+def torch_arrays(torch, g, feeds):
+    """The graph's inputs as torch tensors (bf16 ones as torch.bfloat16), with torch's threads set."""
+    torch.set_num_threads(THREADS)
+    arrays = []
+    for tid in g.input_ports:
+        t = torch.from_numpy(np.ascontiguousarray(feeds[tid]).astype(np.float32))
+        arrays.append(t.to(torch.bfloat16) if g.tensors[tid].dtype.name == "bf16" else t)
+    return arrays
+
+
 def child(case, who, repeat):
     if who == "peak":
         return peak(repeat)
@@ -136,17 +154,9 @@ def child(case, who, repeat):
     g = _graph(build)
     feeds = inputs(g)
     if who == "graphc":
-        import graphc
-        cg = graphc.compile(g)
-        assert len(cg.compiled) == 1, "one partition"
-        return timeit(lambda: cg.run(feeds), repeat)
+        return graphc_time(g, feeds, repeat)
     import torch
-    torch.set_num_threads(THREADS)
-    arrays = []
-    for tid in g.input_ports:
-        a = feeds[tid]
-        t = torch.from_numpy(np.ascontiguousarray(a).astype(np.float32))
-        arrays.append(t.to(torch.bfloat16) if g.tensors[tid].dtype.name == "bf16" else t)
+    arrays = torch_arrays(torch, g, feeds)
     with torch.no_grad():
         return timeit(torch_fn(torch, arrays), repeat)
 

@@ -22,10 +22,9 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_compute import THREADS, _graph, inputs, timeit  # noqa: E402
+from bench_compute import THREADS, _graph, graphc_time, inputs, timeit, torch_arrays  # noqa: E402
 
 
 def gated_mlp(m, h, f, dt):
@@ -86,16 +85,9 @@ def child(case, who, repeat):
     g = _graph(build)
     feeds = inputs(g)
     if who == "graphc":
-        import graphc
-        cg = graphc.compile(g)
-        assert len(cg.compiled) == 1, "one partition"
-        return timeit(lambda: cg.run(feeds), repeat)
+        return graphc_time(g, feeds, repeat)
     import torch
-    torch.set_num_threads(THREADS)
-    arrays = []
-    for tid in g.input_ports:
-        t = torch.from_numpy(np.ascontiguousarray(feeds[tid]).astype(np.float32))
-        arrays.append(t.to(torch.bfloat16) if g.tensors[tid].dtype.name == "bf16" else t)
+    arrays = torch_arrays(torch, g, feeds)
     fn = torch_fn(torch, arrays)
     if who == "torch.compile":
         fn = torch.compile(fn)
