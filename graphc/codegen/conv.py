@@ -20,13 +20,12 @@ one matrix dim, the other dims flattening to one stride) are not copied.
 from __future__ import annotations
 
 import math
-import os
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from . import ir
 from .gemm import Matrix, direct
-from .kernel import ArrayRef, worth_parallel
+from .kernel import NUM_THREADS, ArrayRef, worth_parallel
 from .loops import linear, unravel
 from ..types import DataType
 
@@ -284,10 +283,9 @@ def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding, parallel
 
 
 def _tile_rows(geo: Geometry, items: int, width: int) -> int:
-    cpus = os.cpu_count() or 1
     rows = geo.positions
-    if items < cpus:
-        rows = -(-rows // -(-cpus // items))
+    if items < NUM_THREADS:
+        rows = -(-rows // -(-NUM_THREADS // items))
     return max(1, min(rows, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))
 
 
@@ -392,9 +390,8 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     # 2. tiles of virtual rows: whole first-dim rows of dst, one accumulating GEMM per outer tap
     wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
     wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
-    cpus = os.cpu_count() or 1
     rt = max(1, min(geo.small[0], -(-SHIFTED_TILE_ROWS // inner)))
-    while rt > 1 and geo.n * G * -(-geo.small[0] // rt) < 2 * cpus:
+    while rt > 1 and geo.n * G * -(-geo.small[0] // rt) < 2 * NUM_THREADS:
         rt = -(-rt // 2)
     mt = -(-geo.small[0] // rt)
     tm = rt * inner
@@ -487,9 +484,8 @@ def emit_forward_winograd(kb, geo: Geometry, x: Data, w: Weights, store, roundin
                     kb.store(u, ir.u64(((g * 16 + (a * 4 + b)) * cg + c) * ocg + oc), ir.f32(vals[b]))
     # 3. work items: tiles of one image and group
     tpi = th * tw
-    cpus = os.cpu_count() or 1
     nb = min(tpi, WINOGRAD_TILES)
-    while nb > 64 and geo.n * G * -(-tpi // nb) < 2 * cpus:
+    while nb > 64 and geo.n * G * -(-tpi // nb) < 2 * NUM_THREADS:
         nb = -(-nb // 2)
     mt = -(-tpi // nb)
     items = geo.n * G * mt
@@ -633,7 +629,7 @@ def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))
     mt = -(-P // tm)
     items = geo.n * G * mt
-    chunks = max(1, min(items, os.cpu_count() or 1)) if worth_parallel(geo.n * P * geo.oc * kd // 8) else 1
+    chunks = max(1, min(items, NUM_THREADS)) if worth_parallel(geo.n * P * geo.oc * kd // 8) else 1
     size = G * kd * ocg
     part = kb.alloc(chunks * size, "f32", fill=0, prefix="part")
     with kb.for_(chunks, "ch", chunks > 1) as ch:

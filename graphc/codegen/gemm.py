@@ -19,12 +19,11 @@ store function (the op's output, with its bias and any fused epilogue).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Callable
 
 from . import ir
-from .kernel import ArrayRef, as_stored, worth_parallel
+from .kernel import NUM_THREADS, ArrayRef, as_stored, worth_parallel
 from ..numerics import fpmath_down
 from .loops import linear, unravel
 from ..types import DataType
@@ -44,7 +43,7 @@ def tiles(nbatch, M, N, in_place, cpus=None) -> tuple:
     (scratch tiles) to stay within TILE_ELEMS.  A matrix wider than tall is cut
     into column blocks: each core then streams its own part of B (the big operand
     then) instead of all of it."""
-    cpus = cpus or os.cpu_count() or 1
+    cpus = cpus or NUM_THREADS
     blocks = -(-cpus // nbatch) if nbatch < cpus else 1
     if blocks > 1 and N > M and N >= 2 * MIN_TILE_COLS:
         tm, tn = M, max(MIN_TILE_COLS, -(-N // blocks))
