@@ -27,7 +27,7 @@ from . import ir
 from .gemm import Matrix, direct
 from .kernel import NUM_THREADS, ArrayRef, worth_parallel
 from .loops import linear, unravel
-from ..types import DataType
+from ..types import DataType, dense_strides
 
 #: rows of one im2col panel at most: a panel of (rows x T*Cg) f32 stays near L2's size
 PANEL_ELEMS = 1 << 17
@@ -351,7 +351,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     kw, dw = geo.kernel[-1], geo.dilations[-1]
     width = kw * cg                                  # one virtual row
     pd = [o + (k - 1) * d for o, k, d in zip(geo.small, geo.kernel, geo.dilations)]
-    vs = _dense(pd)
+    vs = dense_strides(pd)
     inner = math.prod(pd[1:])
     rows = geo.small[0] * inner                     # virtual rows holding every dst position
     offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, vs)) for tap in _taps(geo.kernel[:-1])]
@@ -602,7 +602,7 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
             kb.let(ir.call("gemm_f32", 0, tw, m, kd, ocg, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, cols.buf,
                            cols.at(0), kd), "st")
             with _window_taps(kb, geo, p0, m) as (pos, inside, at):
-                base = kb.let(linear(pos, _dense(geo.big)) * cg, "ab")
+                base = kb.let(linear(pos, dense_strides(geo.big)) * cg, "ab")
                 with kb.if_(inside):
                     with kb.for_(cg, "ci") as ci:
                         kb.store(acc, base + ci, acc[base + ci] + cols[at + ci])
@@ -611,14 +611,6 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
             row = kb.let(b * cg, "ar")
             with kb.for_(cg, "ci") as ci:
                 kb.emit(store(n, g * cg + ci, pos, acc[row + ci]))
-
-
-def _dense(sizes) -> list:
-    out, step = [], 1
-    for s in reversed(sizes):
-        out.append(step)
-        step *= s
-    return out[::-1]
 
 
 def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=None):
