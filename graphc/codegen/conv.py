@@ -23,6 +23,8 @@ import math
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import ir
 from .gemm import Matrix, direct
 from .kernel import NUM_THREADS, ArrayRef, worth_parallel
@@ -354,7 +356,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     vs = dense_strides(pd)
     inner = math.prod(pd[1:])
     rows = geo.small[0] * inner                     # virtual rows holding every dst position
-    offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, vs)) for tap in _taps(geo.kernel[:-1])]
+    offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, vs)) for tap in np.ndindex(*geo.kernel[:-1])]
     span = rows + max(offs)                          # rows a tap may read
     per = span * width
     xp = kb.workspace(geo.n * G * per, "f32", prefix="xp")
@@ -543,14 +545,6 @@ def emit_forward_winograd(kb, geo: Geometry, x: Data, w: Weights, store, roundin
 @contextmanager
 def _nothing():
     yield
-
-
-def _taps(kernel):
-    """Every tap of the kernel, C order."""
-    out = [()]
-    for k in kernel:
-        out = [t + (i,) for t in out for i in range(k)]
-    return out
 
 
 def as_forward(geo: Geometry) -> Geometry | None:
