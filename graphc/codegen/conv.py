@@ -284,6 +284,15 @@ def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding, parallel
     return buf.buf, buf.at(0), ocg
 
 
+def _item(kb, t, geo: Geometry, blocks: int, size: int, total: int):
+    """Work item ``t`` of (image, group, block of ``size`` of ``total`` rows):
+    (n, g, the block's first row, its rows)."""
+    n = kb.let(t // (geo.groups * blocks), "n")
+    g = kb.let((t // blocks) % geo.groups, "g")
+    start = kb.let((t % blocks) * size, "p0")
+    return n, g, start, kb.let(ir.call("min", size, total - start), "m")
+
+
 def _tile_rows(geo: Geometry, items: int, width: int) -> int:
     rows = geo.positions
     if items < NUM_THREADS:
@@ -303,10 +312,7 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
     items = geo.n * G * mt
     par = items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 8)
     with kb.for_(items, "t", par) as t:
-        n = kb.let(t // (G * mt), "n")
-        g = kb.let((t // mt) % G, "g")
-        p0 = kb.let((t % mt) * tm, "p0")
-        m = kb.let(ir.call("min", tm, P - p0), "m")
+        n, g, p0, m = _item(kb, t, geo, mt, tm, P)
         a = _data_operand(geo, x, cg, geo.big, n, g, p0) if one_by_one and rounding is None else None
         if a is None:
             cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, par)
@@ -400,10 +406,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     items = geo.n * G * mt
     par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * geo.kd // 8)
     with kb.for_(items, "t", par) as t:
-        n = kb.let(t // (G * mt), "n")
-        g = kb.let((t // mt) % G, "g")
-        q0 = kb.let((t % mt) * tm, "q0")
-        m = kb.let(ir.call("min", tm, rows - q0), "m")
+        n, g, q0, m = _item(kb, t, geo, mt, tm, rows)
         tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
         base = kb.let((n * G + g) * per + q0 * width, "xa")
         for k, off in enumerate(offs):
@@ -498,10 +501,7 @@ def emit_forward_winograd(kb, geo: Geometry, x: Data, w: Weights, store, roundin
     prod, prod_base = kb.thread_workspace(16 * pm, "f32", prefix="wm")
     par = items > 1
     with kb.for_(items, "t", par) as t:
-        n = kb.let(t // (G * mt), "n")
-        g = kb.let((t // mt) % G, "g")
-        t0 = kb.let((t % mt) * nb, "t0")
-        m = kb.let(ir.call("min", nb, tpi - t0), "m")
+        n, g, t0, m = _item(kb, t, geo, mt, nb, tpi)
         vb, pb = v_base(kb, par), prod_base(kb, par)
         with kb.for_(m, "tt") as tt:
             tile = kb.let(t0 + tt, "tl")
@@ -621,10 +621,7 @@ def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=
     with kb.for_(chunks, "ch", chunks > 1) as ch:
         with kb.for_((items - ch + (chunks - 1)) // chunks, "k") as k:
             t = kb.let(ch + k * chunks, "t")
-            n = kb.let(t // (G * mt), "n")
-            g = kb.let((t // mt) % G, "g")
-            p0 = kb.let((t % mt) * tm, "p0")
-            m = kb.let(ir.call("min", tm, P - p0), "m")
+            n, g, p0, m = _item(kb, t, geo, mt, tm, P)
             cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, chunks > 1)
             bbuf, boff, ldb = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding, chunks > 1)
             kb.let(ir.call("gemm_f32", 1, 0, kd, ocg, m, cols.buf, cols.at(0), kd, bbuf, boff, ldb, 1.0, part,
