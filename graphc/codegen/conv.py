@@ -573,10 +573,27 @@ class FlippedWeights:
         return None
 
 
+def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: Data | None = None):
+    """dst = conv(x, w) by the fastest road for its geometry: Winograd, the
+    shifted GEMMs (other unit-stride windows), or im2col (``out``: see emit_forward)."""
+    if winograd(geo):
+        emit_forward_winograd(kb, geo, x, w, store, rounding)
+    elif shifted(geo):
+        emit_forward_shifted(kb, geo, x, w, store, rounding)
+    else:
+        emit_forward(kb, geo, x, w, store, rounding, out)
+
+
 def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=None):
-    """dx = the gradient of conv(x, w) w.r.t. x given dy (col2im of dY @ W^T);
-    images and groups in parallel, each with its f32 accumulator;
-    ``store(n, c, spatial ivars, value)`` stores one element of dx."""
+    """dx = the gradient of conv(x, w) w.r.t. x given dy; ``store(n, c, spatial
+    ivars, value)`` stores one element of dx.  At unit strides it is the forward
+    convolution of dy with the flipped, transposed weights (as_forward), run by
+    the forward roads when one other than im2col applies; otherwise col2im of
+    dY @ W^T, images and groups in parallel, each with its f32 accumulator."""
+    fwd = as_forward(geo)
+    if fwd is not None and (winograd(fwd) or shifted(fwd)):
+        emit_convolution(kb, fwd, dy, FlippedWeights(w, geo), store, rounding)
+        return
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
     wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, True, rounding)
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))

@@ -661,7 +661,8 @@ def _sizes(op, ref):
 
 
 def lower_conv(self, op, kb, ins, outs):
-    """Any of the six ops as one of graphc.codegen.conv's three GEMM kernels."""
+    """Any of the six ops as a forward convolution, its data gradient or its weight
+    gradient (graphc.codegen.conv picks the kernel)."""
     from ..codegen import conv as cg
     v, bias, rounding = _views(op, ins, outs)
     kind = op.kind
@@ -672,14 +673,8 @@ def lower_conv(self, op, kb, ins, outs):
         kernel = split_weights(op, v["weights"].ref.shape)[2]
         extra = None if kind == "Convolution" else output_padding(op, len(kernel))
         win = window(op, big, kernel, extra)
-        geo = _geometry(op, n, c, oc, big, small, win)
-        if cg.winograd(geo):
-            cg.emit_forward_winograd(kb, geo, v[x], v["weights"], _data_store(v[y], bias), rounding)
-        elif cg.shifted(geo):
-            cg.emit_forward_shifted(kb, geo, v[x], v["weights"], _data_store(v[y], bias), rounding)
-        else:
-            cg.emit_forward(kb, geo, v[x], v["weights"], _data_store(v[y], bias), rounding,
-                            v[y] if bias is None else None)
+        cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
+                            _data_store(v[y], bias), rounding, v[y] if bias is None else None)
     elif kind in ("ConvolutionBackwardData", "ConvTranspose"):
         dy, dx = ("diff_dst", "diff_src") if kind == "ConvolutionBackwardData" else ("src", "dst")
         n, oc, small = _sizes(op, v[dy].ref)
@@ -689,16 +684,8 @@ def lower_conv(self, op, kb, ins, outs):
             win = self.transposed_window(op, small, kernel)
         else:
             win = window(op, big, kernel, output_padding(op, len(kernel)))
-        geo = _geometry(op, n, c, oc, big, small, win)
-        fwd = cg.as_forward(geo)
-        if fwd is not None and (cg.winograd(fwd) or cg.shifted(fwd)):
-            # at unit strides the data gradient is the forward convolution of dy with
-            # the flipped, transposed weights: the forward roads without col2im
-            w = cg.FlippedWeights(v["weights"], geo)
-            emit = cg.emit_forward_winograd if cg.winograd(fwd) else cg.emit_forward_shifted
-            emit(kb, fwd, v[dy], w, _data_store(v[dx], bias), rounding)
-        else:
-            cg.emit_backward_data(kb, geo, v[dy], v["weights"], _data_store(v[dx], bias), rounding)
+        cg.emit_backward_data(kb, _geometry(op, n, c, oc, big, small, win), v[dy], v["weights"],
+                              _data_store(v[dx], bias), rounding)
     else:
         x, dy = ("src", "diff_dst") if kind == "ConvolutionBackwardWeights" else ("diff_dst", "src")
         n, c, big = _sizes(op, v[x].ref)
