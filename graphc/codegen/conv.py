@@ -1,13 +1,19 @@
-"""Convolution kernels as GEMMs (im2col per tile), forward and both gradients.
+"""Convolution kernels as GEMMs, forward and both gradients.
 
 Every convolution op reduces, as in graphc/ops/conv.py's reference, to one of
 three computations on logical NCX data and (OC, C/G, *K) weights:
 
-* ``forward``: per image and group, ``Y[P, OCg] = Cols[P, T*Cg] @ W[T*Cg, OCg]``
-  where Cols holds, for each output position, the src values its window taps
-  meet (im2col, zeros in the padding), packed a tile of positions at a time;
-* ``backward_data``: ``Cols = dY[P, OCg] @ W^T``, scattered back onto the
-  positions the taps met (col2im) in an f32 accumulator per image and group;
+* ``forward`` (emit_convolution picks the road): Winograd F(2x2, 3x3) for 3x3
+  windows at unit strides (emit_forward_winograd); one accumulating GEMM per
+  outer tap over a padded copy of src for other unit-stride windows
+  (emit_forward_shifted); else, per image and group,
+  ``Y[P, OCg] = Cols[P, T*Cg] @ W[T*Cg, OCg]`` where Cols holds, for each output
+  position, the src values its window taps meet (im2col, zeros in the
+  padding), packed a tile of positions at a time (emit_forward);
+* ``backward_data``: at unit strides the forward convolution of dY with the
+  flipped, transposed weights; else ``Cols = dY[P, OCg] @ W^T``, scattered back
+  onto the positions the taps met (col2im) in an f32 accumulator per image and
+  group;
 * ``backward_weights``: ``dW[T*Cg, OCg] += Cols^T @ dY`` over every image and
   tile, in per-thread f32 partial sums added up at the end.
 
