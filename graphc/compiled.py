@@ -25,6 +25,7 @@ from .codegen.cache import compile_kernel, load_kernel
 from .codegen.kernel import KERNEL_VIEW
 from .reference import check_input_array
 from .types import LogicalTensor, check_extent, dense_strides, overlaps, span as _span
+from .views import as_view
 
 
 def _concrete(lt: LogicalTensor, where: str) -> LogicalTensor:
@@ -293,7 +294,9 @@ class CompiledPartition:
     compiled for them, compiled at the first run with these values (the
     values checked first) and kept in ``specializations``."""
 
-    def __init__(self, partition, inputs, outputs, ops, known, source, kernel, arg_plan, runner=None):
+    def __init__(self, partition, inputs, outputs, ops, known, source, kernel, arg_plan, runner=None,
+                 view_at=None):
+        self._view_at = view_at        # a partition of views (graphc.views): the input its output views
         self.partition = partition
         self.inputs = inputs
         self.outputs = outputs
@@ -313,6 +316,14 @@ class CompiledPartition:
         self._workspaces: dict[int, np.ndarray] = {}   # kernel workspaces (plan "ws"), allocated at first use
         self._ws_lock = threading.Lock()
 
+    @property
+    def is_view(self) -> bool:
+        """The partition moves no data: its output is a view of one of its inputs
+        (a chain of StaticReshape / StaticTranspose / Reorder into the same layout
+        whose strides allow it; see graphc.views).  ``execute`` without outputs
+        returns a numpy view sharing the input's memory."""
+        return self._view_at is not None
+
     # ----------------------------------------------------------------- in place
     def _inplace_pairs(self) -> list[tuple[int, int]]:
         """(input index, output index) pairs whose buffers may be one: a kernel of
@@ -320,6 +331,8 @@ class CompiledPartition:
         same element of each input, loaded before the store) whose output has
         the input's shape, data type and strides."""
         from .ops.common import is_pointwise
+        if self.is_view:   # the output may be the input's buffer itself, seen through the view
+            return [(self._view_at, 0)]
         if self.kernel is None or self._runner is not None or len(self.outputs) != 1 \
                 or not all(is_pointwise(op) for op in self.ops):
             return []
@@ -335,13 +348,34 @@ class CompiledPartition:
         compiled_partition::get_inplace_ports."""
         return [(self.inputs[i].id, self.outputs[o].id) for i, o in self._inplace]
 
+    def _check_aliasing(self, user_outs, ins) -> None:
+        """A caller-given output may share memory with an input only as an in-place
+        pair (get_inplace_ports) and as the very view the kernel writes (same start,
+        strides and type): anything else would read what the run overwrites."""
+        for o, u in enumerate(user_outs):
+            if u is None or self._may_write_over(u, o, ins):
+                continue
+            lt = self.outputs[o]
+            j = next(j for j, a in enumerate(ins) if _shares(u, a))
+            allowed = [i for i, k in self._inplace if k == o]
+            producer = next((op for op in self.ops for t in op.outputs if t.id == lt.id), None)
+            raise InvalidArguments(
+                f"output tensor {lt.id} shares memory with input tensor {self.inputs[j].id}",
+                op=producer, where=f"tensor {lt.id}",
+                expected=(f"a separate buffer, or input {self.inputs[allowed[0]].id}'s own buffer seen as the "
+                          f"output (strides {list(lt.strides)}: an in-place port)" if allowed else
+                          "a buffer apart from every input (this partition has no in-place port for it)"),
+                found="an array overlapping the input")
+
     def _may_write_over(self, u: np.ndarray, o: int, ins) -> bool:
         """Output ``o``'s buffer ``u`` shares memory only with inputs it is an
-        in-place pair of, as the very same view (same start, strides, type)."""
+        in-place pair of, as the very view the output is of that input's buffer
+        (same start and type; the output's strides)."""
+        lt = self.outputs[o]
         for j, a in enumerate(ins):
-            if not np.may_share_memory(u, a):
+            if not np.may_share_memory(u, a) or not _shares(u, a):
                 continue
-            if (j, o) not in self._inplace or a.dtype != u.dtype or a.strides != u.strides \
+            if (j, o) not in self._inplace or a.dtype != u.dtype or not layout_matches(u, lt) \
                     or a.__array_interface__["data"][0] != u.__array_interface__["data"][0]:
                 return False
         return True
@@ -406,14 +440,15 @@ class CompiledPartition:
             raise InvalidArguments(f"wrong number of {what}s", expected=len(lts), found=len(given))
         return given
 
-    def _arrays(self, inputs, outputs):
+    def _arrays(self, inputs, outputs, fresh=True):
         """(checked inputs, arrays to write, caller-given outputs or None); an output
-        with dims unknown until run (a collective's) is None unless given."""
+        with dims unknown until run (a collective's) is None unless given, and
+        so are all without ``fresh``."""
         overlapping = self._overlapping_inputs()
         ins = [into_layout(check_input_array(lt, a), lt, ov)
                for lt, a, ov in zip(self.inputs, self._bind(inputs, self.inputs, "input"), overlapping)]
         if outputs is None:
-            return ins, [allocate(lt) if lt.is_complete else None for lt in self.outputs], None
+            return ins, [allocate(lt) if fresh and lt.is_complete else None for lt in self.outputs], None
         user_outs = [check_input_array(lt, a, "output") for lt, a in
                      zip(self.outputs, self._bind(outputs, self.outputs, "output"))]
         for i, (u, lt) in enumerate(zip(user_outs, self.outputs)):
@@ -426,17 +461,18 @@ class CompiledPartition:
                     raise InvalidArguments(f"output tensors {self.outputs[j].id} and {lt.id} share memory",
                                            where=f"tensor {lt.id}", expected="a separate buffer for each output",
                                            found="arrays over the same memory")
+        self._check_aliasing(user_outs, ins)
+        if not fresh:
+            return ins, None, user_outs
         # Write the caller's buffer directly only when the kernel can: same layout,
-        # aligned, no input read through it (StaticTranspose into its own input,
-        # any partial overlap), and no kernel fault that could stop half-way;
-        # else compute into a temporary and copy after a successful run.
+        # aligned, and no kernel fault that could stop half-way; else compute into
+        # a temporary and copy after a successful run.
         faulting = self._may_fault()
         outs = []
         for u, lt in zip(user_outs, self.outputs):
             if not lt.is_complete:
                 outs.append(u)
-            elif not faulting and layout_matches(u, lt) and u.flags.aligned \
-                    and self._may_write_over(u, len(outs), ins):
+            elif not faulting and layout_matches(u, lt) and u.flags.aligned:
                 outs.append(u)
             else:
                 outs.append(allocate(lt))
@@ -497,7 +533,24 @@ class CompiledPartition:
             self._constant_outputs = kept
         weakref.finalize(self, CONSTANT_CACHE.release, nbytes)
 
+    def _execute_view(self, inputs, outputs) -> dict:
+        """A partition of views: its output is the input's buffer seen through
+        the view's strides; a caller-given output gets a copy (none when it is
+        that very view: the in-place port)."""
+        out = self.outputs[0]
+        ins, _, user_outs = self._arrays(inputs, outputs, fresh=False)
+        a = ins[self._view_at]
+        v = as_view(a, out.shape, out.strides)
+        if user_outs is None:
+            return {out.id: v}
+        u = user_outs[0]
+        if not np.may_share_memory(u, a):   # (else it is the view itself: checked in _arrays)
+            u[...] = v
+        return {out.id: u}
+
     def _execute(self, inputs, outputs, comm) -> dict:
+        if self._view_at is not None:
+            return self._execute_view(inputs, outputs)
         if self._runner is not None:
             try:
                 ins, outs, user_outs = self._arrays(inputs, outputs)
@@ -576,9 +629,15 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
             if w.shape != lt.shape:
                 raise InvalidArguments(f"output tensor {t.id} shape disagrees with inference",
                                        expected=list(lt.shape), found=list(w.shape))
-            lt = w
+            lt = w if w.strides is not None else lt   # layout any: graphc's choice (dense unless a view)
         out_lts.append(lt if (collective or per_values) and not lt.is_complete else _concrete(lt, "compile"))
     _check_memory(ops, in_lts, out_lts, known)
+    view = None if per_values or collective else _view_of(ops, in_lts, out_lts, partition.outputs, wanted)
+    if view is not None:
+        i, lt = view
+        cp = CompiledPartition(partition, in_lts, [lt], ops, known, None, None, [], view_at=i)
+        cp.compile_seconds = time.perf_counter() - t0
+        return cp
     if per_values:
         cp = CompiledPartition(partition, in_lts, out_lts, ops, known, None, None, [])
         cp._value_at = [i for i, lt in enumerate(in_lts) if lt.id in value_ids]
@@ -600,6 +659,30 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
     cp = CompiledPartition(partition, in_lts, out_lts, ops, known, source, kernel, plan, runner)
     cp.compile_seconds = time.perf_counter() - t0
     return cp
+
+
+def _view_of(ops, in_lts, out_lts, asked_outs, wanted):
+    """(input index, output LogicalTensor) when the partition is a chain of views
+    (graphc.views) from one input to its one output, whose strides the output
+    takes: an output with layout ``any`` takes the view's strides; one with
+    strides of its own must have the view's.  Else None (a kernel copies)."""
+    from .views import chain_strides, may_be_view, same_layout
+    if len(out_lts) != 1 or not ops or not all(may_be_view(op) for op in ops):
+        return None
+    for prev, op in zip(ops, ops[1:]):
+        if op.inputs[0].id != prev.outputs[0].id:
+            return None
+    src = next((i for i, lt in enumerate(in_lts) if lt.id == ops[0].inputs[0].id), None)
+    out = out_lts[0]
+    if src is None or ops[-1].outputs[0].id != out.id:
+        return None
+    strides = chain_strides(ops, in_lts[src].strides)
+    if strides is None:
+        return None
+    asked = wanted.get(out.id) or next(t for t in asked_outs if t.id == out.id)
+    if asked.strides is not None and not same_layout(out.shape, out.strides, strides):
+        return None
+    return src, LogicalTensor(out.id, out.dtype, out.shape, strides, "strided", out.property_type)
 
 
 class CompiledGraph:

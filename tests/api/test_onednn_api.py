@@ -191,31 +191,37 @@ def test_inplace_strided_view():
 
 
 def test_no_inplace_ports_where_the_kernel_rereads():
-    """A softmax reads its row again after writing: no pairs; an output given
-    over its input still gets the right values (through a temporary)."""
+    """A softmax reads its row again after writing: no pairs, and an output given
+    over its input is refused (the input left as it was)."""
     g = _graph(Op(0, "SoftMax", [LogicalTensor(0, "f32", [4, 16])], [LogicalTensor(1, "f32", [4, 16])],
                   {"axis": -1}))
     (p,) = g.get_partitions()
     cp = p.compile()
     assert cp.get_inplace_ports() == []
     x = make_inputs(g)[0]
-    want = reference_run(g, {0: x.copy()})
-    cp.execute({0: x}, outputs={1: x})
-    assert_outputs({1: x}, want, {1: DataType.f32})
+    before = x.copy()
+    with pytest.raises(InvalidArguments, match=r"op 0 \(SoftMax\).*output tensor 1 shares memory with input "
+                                               r"tensor 0.*no in-place port"):
+        cp.execute({0: x}, outputs={1: x})
+    assert np.array_equal(x, before)
 
 
-def test_output_over_a_non_pair_input_is_not_written_directly():
+def test_output_over_a_non_pair_input_is_refused():
     """Two full-shape inputs of a binary op: each is a pair; an output over one
-    of them partly (a shifted view) is not, and still computes right."""
+    of them partly (a shifted view) is not, and is refused: writing it would
+    overwrite inputs before they are read."""
     g = _graph(Op(0, "Multiply", [LogicalTensor(0, "f32", [10]), LogicalTensor(1, "f32", [10])],
                   [LogicalTensor(2, "f32", [10])]))
     cp = g.get_partitions()[0].compile()
     assert cp.get_inplace_ports() == [(0, 2), (1, 2)]
     buf = np.arange(1, 12, dtype=np.float32)
     a, b = buf[:10], np.full(10, 2, np.float32)
-    want = a * b
-    cp.execute({0: a, 1: b}, outputs={2: buf[1:]})
-    assert np.array_equal(buf[1:], want)
+    before = buf.copy()
+    with pytest.raises(InvalidArguments, match="output tensor 2 shares memory with input tensor 0.*in-place port"):
+        cp.execute({0: a, 1: b}, outputs={2: buf[1:]})
+    assert np.array_equal(buf, before)
+    cp.execute({0: a, 1: b}, outputs={2: a})   # the pair itself: written in place
+    assert np.array_equal(a, before[:10] * 2)
 
 
 # ------------------------------------------------------------------ fpmath
