@@ -7,7 +7,12 @@ of partitions, compiles it, runs it on generated inputs and compares every
 output with graphc's reference; one line per case
 (``0:PASSED __REPRO: --graph --case=...``) and benchdnn's summary follow.
 Performance mode (P) prints ``perf,cpu,<knobs>,<min ms>,<avg ms>`` and
-``compile,<cold ms>,<cached ms>`` per case and ``total perf: ...`` at the end;
+``compile,<cold ms>,<cached ms>`` per case, then, before the summary, one line
+``cost,cpu,<knobs>,<bytes>,<GFLOP>,<GB/s>,<%triad>,<%peak>`` per timed case
+(graphc.bench.cost: the bytes one run moves and the FLOPs it computes; GB/s
+over the fastest run; its share of a numba triad moving the same bytes, timed
+in the same process before and after the case; its share of the FMA peak) and
+``total perf: ...`` at the end;
 listing mode (L) only lists the cases.  The exit status is 1 when a case
 failed, was unimplemented or had invalid arguments (benchdnn treats all three
 as failures), 2 when the command line cannot be parsed.
@@ -25,6 +30,7 @@ from .. import compiled, reference
 from ..errors import GraphcError, Unimplemented
 from ..fill import make_inputs
 from ..tolerances import compare
+from . import cost
 from .knobs import Case, KnobError, parse
 from .progress import Progress
 from .resolve import resolve
@@ -120,11 +126,19 @@ class Timing:
     avg_ms: float
     cold_ms: float
     cached_ms: float
+    cost: cost.Cost | None = None
+
+
+#: triad runs before and after a case's timed runs (the fastest of them all counts)
+TRIAD_RUNS = 5
 
 
 def measure(graph, expected_partitions: int, fix_times: int, max_ms: float, seed: int = 0):
     """(Outcome, Timing or None): executions repeated ``fix_times`` times, or
-    until ``max_ms`` have passed when fix_times is 0, after one warm-up run."""
+    until ``max_ms`` have passed when fix_times is 0, after one warm-up run.
+    Timing.cost holds the bytes and FLOPs of a run against a triad moving the
+    same bytes, timed before and after the case, and the FMA peak (measured at
+    the first case with FLOPs)."""
     out = Outcome()
     try:
         cg = _compile(graph, expected_partitions, out)
@@ -135,15 +149,27 @@ def measure(graph, expected_partitions: int, fix_times: int, max_ms: float, seed
         cached = (time.perf_counter() - t0) * 1e3
         inputs = make_inputs(graph, seed)
         cg.run(inputs)
+        nbytes, nflops = cost.bytes_moved(cg), cost.flops(cg)
+        triad = cost.Triad(nbytes)
+        bandwidth = triad.bandwidth(TRIAD_RUNS)
         times = []
         while not times or (len(times) < fix_times if fix_times else sum(times) < max_ms):
             t0 = time.perf_counter()
             cg.run(inputs)
             times.append((time.perf_counter() - t0) * 1e3)
+        bandwidth = max(bandwidth, triad.bandwidth(TRIAD_RUNS))
     except Exception as e:  # noqa: BLE001 - as in check()
         out.status, out.reason = FAILED, _why(e)
         return out, None
-    return out, Timing(min(times), sum(times) / len(times), out.compile_ms, cached)
+    best = min(times)
+    work = cost.Cost(nbytes, nflops, best / 1e3, bandwidth, cost.fma_peak() if nflops else NAN)
+    return out, Timing(best, sum(times) / len(times), out.compile_ms, cached, work)
+
+
+def cost_columns(c: cost.Cost) -> str:
+    """'<bytes>,<GFLOP>,<GB/s>,<%triad>,<%peak>' of a timed case."""
+    return (f"{c.nbytes},{c.flops / 1e9:.6g},{c.gbs:.4g},{100 * c.triad_fraction:.1f},"
+            f"{100 * c.peak_fraction:.1f}")
 
 
 # ------------------------------------------------------------------ the run
@@ -153,6 +179,7 @@ class Run:
         self.cases = parsed.cases
         self.counts = dict.fromkeys((PASSED, MISTRUSTED, UNIMPLEMENTED, INVALID, FAILED, LISTED), 0)
         self.total_min = self.total_avg = 0.0
+        self.costs: list[str] = []   # performance mode: one cost line per timed case
         self._docs: dict = {}
 
     def repro(self, case: Case) -> str:
@@ -199,6 +226,7 @@ class Run:
                 self.total_avg += t.avg_ms
                 emit(f"perf,cpu,{case.knobs_repro()},{t.min_ms:g},{t.avg_ms:g}")
                 emit(f"compile,{t.cold_ms:g},{t.cached_ms:g}")
+                self.costs.append(f"cost,cpu,{case.knobs_repro()},{cost_columns(t.cost)}")
                 return
         else:
             out = check(graph, expected)
@@ -215,6 +243,7 @@ class Run:
                  f"unimplemented:{c[UNIMPLEMENTED]} invalid_arguments:{c[INVALID]} failed:{c[FAILED]} "
                  f"listed:{c[LISTED]}"]
         if self.g.mode == "P":
+            lines = self.costs + lines
             lines.append(f"total perf: min(ms):{self.total_min:g} avg(ms):{self.total_avg:g}")
         return lines
 
@@ -233,7 +262,10 @@ and --batch options after them; comma-separated knob values run every
 combination.
 
 global options:
-  --mode=C|P|L                 correctness (default), performance, listing
+  --mode=C|P|L                 correctness (default), performance, listing; performance
+                               ends with a line per case: cost,cpu,<knobs>,<bytes>,<GFLOP>,
+                               <GB/s>,<%triad>,<%peak> (% of a numba triad moving the same
+                               bytes, % of the sgemm FMA peak)
   --fix-times-per-prb=N        performance: run each case N times
   --max-ms-per-prb=MS          performance: time budget per case (10..60000, default 3000)
   --inputs-dir=DIR             where --case and --batch files are looked for too

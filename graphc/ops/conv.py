@@ -430,6 +430,20 @@ class _Conv(OpSchema):
     def lower(self, op, kb, ins, outs):
         lower_conv(self, op, kb, ins, outs)
 
+    def flops(self, op):
+        """2 * N * OC * C/groups * out-spatial * kernel-spatial of the convolution
+        the op is, transposes or differentiates: two per multiply-add, every
+        weight meeting every output position of the convolution's smaller data
+        tensor (its dst; diff_dst of its gradients; src or diff_src of the
+        transposed ones)."""
+        small = {"Convolution": "dst", "ConvolutionBackwardData": "diff_dst",
+                 "ConvolutionBackwardWeights": "diff_dst", "ConvTranspose": "src",
+                 "ConvTransposeBackwardData": "diff_src", "ConvTransposeBackwardWeights": "src"}[op.kind]
+        data = dict(op.named_ports())
+        n, _, spatial = split_data(op, data[small].shape)
+        weights = data["diff_weights" if "diff_weights" in data else "weights"].shape
+        return 2 * n * math.prod(spatial) * math.prod(weights)
+
     def transposed_window(self, op, small, kernel):
         """Window of a transposed convolution producing its dst from ``small`` sizes."""
         return window(op, [o * s if o >= 0 else -1 for o, s in zip(small, op.attr("strides"))], kernel,

@@ -7,6 +7,8 @@ to them and the added dim is dropped from dst again (numpy matmul semantics).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..codegen import ir
@@ -64,6 +66,12 @@ class MatMul(OpSchema):
         b = weights if weights.ndim == 1 or not op.attr("transpose_b") else np.swapaxes(weights, -1, -2)
         dst = np.matmul(a, b)  # float64 in, float64 accumulation
         return (dst if bias is None else dst + bias,)
+
+    def flops(self, op):
+        """2 * M * N * K * batch: two per multiply-add for every dst element."""
+        src = op.inputs[0].shape
+        k = src[-2] if op.attr("transpose_a") and len(src) > 1 else src[-1]
+        return 2 * math.prod(op.outputs[0].shape) * k
 
     def lower(self, op, kb, ins, outs):
         """BLAS on tiles of dst (graphc.codegen.gemm): f32 operands are read in

@@ -330,6 +330,13 @@ class OpSchema:
     def supports_lowering(self, op) -> bool:
         return type(self).lower is not OpSchema.lower
 
+    def flops(self, op) -> int:
+        """Floating-point operations of one run of ``op`` (shapes known), 2 per
+        multiply-add, for the cost model of ``graphc bench --mode=P``
+        (graphc.bench.cost).  0 unless the op is compute bound: data movement
+        and pointwise or normalising ops are measured by the bytes they move."""
+        return 0
+
     def check_dtypes(self, op) -> None:
         if self.dtypes is None:
             return

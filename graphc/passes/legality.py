@@ -51,11 +51,13 @@ INDEXED_LOADS = frozenset({"MatMul", "Convolution", "ConvTranspose"})
 
 @dataclass
 class FusionPlan:
-    shape: str                                   # "eltwise", "anchor", "staged" or "attention"
+    shape: str                                   # "eltwise", "anchor", "staged", "attention" or "views"
     anchors: list = field(default_factory=list)  # op ids of the non-pointwise ops, in order
-    roles: dict = field(default_factory=dict)    # tensor id -> "register" | "written" | "scratch"
+    roles: dict = field(default_factory=dict)    # tensor id -> "register" | "written" | "scratch" | "view"
     prologue: set = field(default_factory=set)   # op ids (anchor shape)
     epilogue: set = field(default_factory=set)   # op ids (anchor shape)
+    views_in: list = field(default_factory=list)   # view ops read as strides of an input (in order)
+    views_out: list = field(default_factory=list)  # view ops a value is stored through (in order)
 
     def describe(self) -> str:
         kept = sorted(t for t, r in self.roles.items() if r == "register")
@@ -86,6 +88,9 @@ def plan(graph, ops) -> FusionPlan:
                or any(c not in ids for c, _ in graph.consumers.get(tid, []))}
     if _is_attention(ops):
         return _attention_plan(graph, ops, produced, leaving)
+    views_in, views_out = _folded_views(graph, ops, produced, leaving)
+    if views_in or views_out:
+        return _with_views(graph, ops, views_in, views_out)
     core = [o for o in ops if not is_pointwise(o) and not is_indexed(o)]
     kept = _indexed_in_registers(graph, ops, core, leaving)
     anchors = [o for o in ops if not is_pointwise(o) and o.id not in kept]
@@ -236,6 +241,59 @@ def _downstream_ops(ops, tids) -> set:
             seen.update(t.id for t in o.outputs)
     return out
 # ==== end of the attention block ============================================================
+
+
+# ==== views folded into a fused kernel (issue 19) ==========================================
+def _folded_views(graph, ops, produced, leaving) -> tuple[list, list]:
+    """The view ops (graphc.views) a kernel folds away: those reading a partition
+    input (or such a view of one), whose dst the kernel reads through strides of
+    the input's buffer (``views_in``); and those whose dst leaves the partition
+    (or goes on through such views) taking a value computed inside that nothing
+    else reads, which the kernel stores through the inverse strides of the
+    output's buffer (``views_out``).  Whether the strides allow it is known at
+    compile (graphc/lowering.py): a view that cannot be one there is a copy."""
+    from ..views import may_be_view
+    ids = {o.id for o in ops}
+    views_in, seen = [], set()
+    for o in ops:
+        src = o.inputs[0].id if o.inputs else None
+        if may_be_view(o) and (src not in produced or src in seen) and o.outputs[0].id not in leaving:
+            views_in.append(o)
+            seen.add(o.outputs[0].id)
+    views_out, through = [], set(leaving)
+    for o in reversed(ops):
+        if o in views_in or not may_be_view(o) or o.outputs[0].id not in through:
+            continue
+        src = o.inputs[0].id
+        readers = graph.consumers.get(src, [])
+        if src in produced and src not in graph.output_ports and [c for c, _ in readers] == [o.id]:
+            views_out.insert(0, o)
+            through.add(src)
+    if views_in and len(views_in) + len(views_out) == len(ops) or not ids:
+        return views_in, views_out
+    return views_in, views_out
+
+
+def _with_views(graph, ops, views_in, views_out) -> FusionPlan:
+    """The plan of the ops left once the views fold away, which carries the views:
+    a partition of views only is a ``views`` plan (its output a view of its
+    input: graphc/compiled.py)."""
+    folded = {o.id for o in views_in + views_out}
+    rest = [o for o in ops if o.id not in folded]
+    if not rest:
+        if views_out or any(b.inputs[0].id != a.outputs[0].id for a, b in zip(views_in, views_in[1:])):
+            raise Illegal("views that are not one chain from one input")
+        return FusionPlan("views", [], {o.outputs[0].id: "view" for o in views_in[:-1]} |
+                          {views_in[-1].outputs[0].id: "written"}, views_in=views_in)
+    p = plan(graph, rest)
+    for o in views_in:
+        p.roles[o.outputs[0].id] = "view"
+    for o in views_out:
+        p.roles[o.outputs[0].id] = "written" if o is views_out[-1] or o.outputs[0].id in graph.output_ports \
+            else "view"
+    p.views_in, p.views_out = views_in, views_out
+    return p
+# ==== end of the views block =================================================================
 
 
 def _anchor_plan(graph, ops, anchor, roles, produced) -> FusionPlan:
