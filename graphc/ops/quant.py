@@ -23,7 +23,7 @@ import numpy as np
 
 from ..codegen import ir
 from ..codegen.elementwise import emit_elementwise
-from ..codegen.kernel import ArrayRef, as_stored
+from ..codegen.kernel import ArrayRef, as_stored, offset_expr
 from ..errors import InvalidGraphOp, RuntimeFault
 from ..types import DataType, LogicalTensor
 from .common import Elementwise
@@ -102,8 +102,9 @@ class _View(ArrayRef):
 
 
 def _f64(x: ir.Expr) -> ir.Expr:
-    """A float value as float64 (quantization computes in f64); integers stay int64."""
-    return ir.f64(x) if x.dt in ir.FLOATS else x
+    """A value as float64 (quantization computes in f64, as the reference): integers
+    too, since numba computes u8 - u8 in uint64 (a src below its zero point wraps)."""
+    return x if x.dt == "f64" else ir.f64(x)
 
 
 def view(ref: ArrayRef, shape, strides) -> _View:
@@ -275,13 +276,20 @@ class Dequantize(_StaticQuant):
         return ((src - zps) * scales,)
 
 
-class _DynamicQuant(OpSchema):
-    """DynamicQuantize / DynamicDequantize: scales and zero points as inputs."""
+class _DynamicQuant(Elementwise):
+    """DynamicQuantize / DynamicDequantize: scales and zero points as inputs.
+
+    Not pointwise (the scale is picked by the element's index), but indexed:
+    a fused kernel that knows the multi-index (the GEMM packing loop of a
+    MatMul whose weights this dequantizes) computes it in registers
+    (``source_at``); alone it lowers to one elementwise pass (``emit_quant``)."""
 
     family = "quant"
     inputs = (In("src"), In("scales"), In("zps", optional=True, doc="zero points; zero when omitted"))
     outputs = (Out("dst"),)
     attrs = (QTYPE, AXIS)
+    #: quantize_expr or dequantize_expr
+    formula = staticmethod(quantize_expr)
 
     def check(self, op):
         check_params(op, op.inputs[0].shape, [(f"port '{n}'", t.shape) for n, t in op.named_ports()
@@ -292,6 +300,67 @@ class _DynamicQuant(OpSchema):
 
     def params(self, op, src, scales, zps=None):
         return expand(op, scales, src.shape), (0.0 if zps is None else expand(op, zps, src.shape))
+
+    def lower(self, op, kb, ins, outs):
+        emit_quant(kb, op, self.formula, outs[0], *ins)
+
+    # -- computed in a fused kernel's registers where the multi-index is known
+    def expr(self, op, *values):
+        from ..codegen.fusion import NotFusable
+        raise NotFusable()   # never pointwise: see source_at
+
+    def pointwise(self, op) -> bool:
+        return False
+
+    def indexed(self, op) -> bool:
+        return True
+
+    def input_dims(self, op, port: int):
+        """src runs along dst; per tensor the one scale / zp is read at index 0,
+        per channel along ``axis``; per group along every dim (``source_at``
+        then moves the read to the group of the index)."""
+        if port == 0:
+            return None
+        qtype = op.attr("qtype")
+        if qtype == "per_tensor":
+            return ()
+        rank = len(op.inputs[0].shape)
+        if qtype == "per_channel":
+            return (norm_axis(op, op.attr("axis"), rank),)
+        return tuple(range(rank))
+
+    def source_at(self, op, kb, ivars, x, s, z=None):
+        """``formula`` at multi-index ``ivars`` with the scale and zp read there
+        (per group: at ``ivars // group_shape``), computed in float64 as the reference."""
+        if op.attr("qtype") == "per_group":
+            groups = op.attr("group_shape")
+            s = _regroup(s, op.inputs[1], ivars, groups)
+            z = None if z is None else _regroup(z, op.inputs[2], ivars, groups)
+        return as_stored(self.formula(_f64(x), _f64(s), None if z is None else _f64(z)), op.outputs[0].dtype)
+
+
+def _regroup(value: ir.Expr, lt: LogicalTensor, ivars, groups) -> ir.Expr:
+    """``value``, the load of a scales / zps element at the dst index ``ivars``
+    (widened by its dtype's conversion), moved to the element of the group that
+    index is in.  Raises NotFusable unless ``value`` reads one kernel argument
+    once (a partition input: the catalog's patterns take scales from outside)."""
+    from ..codegen.fusion import NotFusable
+    loads = [e for e in ir.walk(value) if e.op == "load"]
+    if len(loads) != 1:
+        raise NotFusable()
+    idx = [None if v is None else (v if g == 1 else v // g) for v, g in zip(ivars, groups)]
+    moved = ir.load(loads[0].args[0], ir.u64(offset_expr(idx, lt.shape, lt.strides)))
+
+    def rebuild(e):
+        if e is loads[0] or e == loads[0]:
+            return moved
+        if not e.children:
+            return e
+        args = tuple(rebuild(a) if isinstance(a, ir.Expr) else
+                     tuple(rebuild(x) if isinstance(x, ir.Expr) else x for x in a) if isinstance(a, tuple) else a
+                     for a in e.args)
+        return ir.Expr(e.op, args, e.dt)
+    return rebuild(value)
 
 
 class DynamicQuantize(_DynamicQuant):
@@ -304,9 +373,6 @@ class DynamicQuantize(_DynamicQuant):
         s, z = self.params(op, src, scales, zps)
         return (src / s + z,)
 
-    def lower(self, op, kb, ins, outs):
-        emit_quant(kb, op, quantize_expr, outs[0], *ins)
-
 
 class DynamicDequantize(_DynamicQuant):
     kind = "DynamicDequantize"
@@ -318,10 +384,8 @@ class DynamicDequantize(_DynamicQuant):
     dtypes = DtypeTable(["src", "dst|scales", "zps"],
                         [("s8", "f16,bf16,f32", "s8,u8,s32"), ("u8", "f16,bf16,f32", "s8,u8,s32"),
                          ("s4", "f16,bf16,f32", "s4,u4,s32"), ("u4", "f16,bf16,f32", "s4,u4,s32")])
+    formula = staticmethod(dequantize_expr)
 
     def reference(self, op, src, scales, zps=None):
         s, z = self.params(op, src, scales, zps)
         return ((src - z) * s,)
-
-    def lower(self, op, kb, ins, outs):
-        emit_quant(kb, op, dequantize_expr, outs[0], *ins)
