@@ -162,21 +162,10 @@ def child(case, who, repeat):
 
 
 def peak(repeat):
-    """The fastest sgemm rate: one 2048^3 single-threaded GEMM per core, in parallel."""
-    from numba import njit, prange
-    from graphc.codegen.blas import gemm_f32, single_threaded_blas
-    single_threaded_blas()
-    n = 2048
-
-    @njit(parallel=True)
-    def run(a, b, c, parts):
-        for p in prange(parts):
-            gemm_f32(0, 0, n, n, n, a, p * n * n, n, b, p * n * n, n, 0.0, c, p * n * n, n)
-    parts = THREADS
-    a = np.random.default_rng(0).standard_normal(parts * n * n).astype(np.float32)
-    b, c = a.copy(), np.empty_like(a)
-    t = timeit(lambda: run(a, b, c, parts), max(3, repeat // 3))
-    return t / (parts * 2 * n ** 3)     # seconds per FLOP
+    """Seconds per FLOP at the fastest sgemm rate (graphc.bench.cost.fma_peak: one
+    2048^3 single-threaded GEMM per thread, in parallel)."""
+    from graphc.bench.cost import fma_peak
+    return 1 / fma_peak(2048, max(3, repeat // 3))
 
 
 def main():
