@@ -10,9 +10,9 @@ graphc/codegen/fusion.py.  Patterns whose anchor has no kernel in this build
 their kernels exist, and then their post-ops fuse through the same epilogue
 hook as every other anchor.
 
-Reshape/transpose chains are not fused: as copies one after another in one
-kernel they move the same bytes as apart (measured 0.97x); they wait for
-index-remapping views that fold a reshape or a transpose into the loads.
+Reshapes and transposes are views (graphc/views.py): a chain of them is one
+partition whose output views its input, and around a MatMul or an elementwise
+chain they fold into the kernel's strides (the views block at the end).
 """
 from __future__ import annotations
 
@@ -409,6 +409,56 @@ def sdpa():
 
 BUILDERS += [sdpa]
 # ==== end of the scaled dot-product attention block ========================================
+
+
+# ==== views folded into fused kernels (issue 19) ===========================================
+VIEWS = ["StaticReshape", "StaticTranspose"]
+
+
+def has_view(m) -> bool:
+    return any(o.kind in VIEWS for o in m.ops)
+
+
+def output_views(p, x):
+    """Up to four reshapes/transposes after the value: stored through the inverse
+    strides of the output (legality folds them when nothing else reads)."""
+    return p.repeat(lambda q, y: q.op(VIEWS, y), x, 0, 4, label="output views")
+
+
+def matmul_views():
+    """A transformer's head split and merge around a MatMul: reshape/transpose views
+    of its inputs -> MatMul -> [BiasAdd] -> post-ops -> reshape/transpose views.
+    No data moves for the views: the GEMM reads and writes through strides."""
+    p = Pattern("matmul_views", 8.5, "[reshape/transpose] -> MatMul -> [BiasAdd] -> post-ops -> "
+                                     "[reshape/transpose]", anchor="mm")
+    mm = p.op("MatMul", viewed(p, "src"), viewed(p, "weights"), label="mm")
+    output_views(p, post_ops(p, p.op("BiasAdd", mm, optional=True)))
+    p.check = has_view
+    return p
+
+
+def eltwise_views():
+    """Reshape/transpose views of an input -> unary/binary chain -> reshape/transpose
+    views: one loop, the views folded into its indexing."""
+    p = Pattern("eltwise_views", 5.5, "[reshape/transpose] -> unary/binary chain -> [reshape/transpose]",
+                anchor="first")
+    first = p.op(ELTWISE + ["TypeCast"], viewed(p, "src"), label="first")
+    chain = p.repeat(lambda q, x: q.op(ELTWISE + ["TypeCast"], x, None, either_order=True, pred=keeps_shape(x)),
+                     first, 0, MAX_POST_OPS)
+    output_views(p, chain)
+    p.check = has_view
+    return p
+
+
+def view_chain():
+    """Reshapes and transposes one after another: one view when the strides allow."""
+    p = Pattern("view_chain", 4, "reshape/transpose -> reshape/transpose ...")
+    p.repeat(lambda q, x: q.op(VIEWS, x), p.op(VIEWS, p.input()), 1, 8)
+    return p
+
+
+BUILDERS += [matmul_views, eltwise_views, view_chain]
+# ==== end of the views block =================================================================
 
 
 @lru_cache(maxsize=1)

@@ -88,6 +88,9 @@ def plan(graph, ops) -> FusionPlan:
                or any(c not in ids for c, _ in graph.consumers.get(tid, []))}
     if _is_attention(ops):
         return _attention_plan(graph, ops, produced, leaving)
+    if _view_chain(ops, leaving):
+        return FusionPlan("views", [], {o.outputs[0].id: "view" for o in ops[:-1]} | {ops[-1].outputs[0].id: "written"},
+                          views_in=list(ops))
     views_in, views_out = _folded_views(graph, ops, produced, leaving)
     if views_in or views_out:
         return _with_views(graph, ops, views_in, views_out)
@@ -253,7 +256,6 @@ def _folded_views(graph, ops, produced, leaving) -> tuple[list, list]:
     output's buffer (``views_out``).  Whether the strides allow it is known at
     compile (graphc/lowering.py): a view that cannot be one there is a copy."""
     from ..views import may_be_view
-    ids = {o.id for o in ops}
     views_in, seen = [], set()
     for o in ops:
         src = o.inputs[0].id if o.inputs else None
@@ -266,26 +268,26 @@ def _folded_views(graph, ops, produced, leaving) -> tuple[list, list]:
             continue
         src = o.inputs[0].id
         readers = graph.consumers.get(src, [])
-        if src in produced and src not in graph.output_ports and [c for c, _ in readers] == [o.id]:
+        if src in produced and src not in seen and src not in graph.output_ports \
+                and [c for c, _ in readers] == [o.id]:
             views_out.insert(0, o)
             through.add(src)
-    if views_in and len(views_in) + len(views_out) == len(ops) or not ids:
-        return views_in, views_out
     return views_in, views_out
 
 
+def _view_chain(ops, leaving) -> bool:
+    """The ops are views one after another, only the last one's dst leaving: at
+    compile, the partition's output is a view of its input when the strides
+    allow (graphc/compiled.py), else the views are copies one after another."""
+    from ..views import may_be_view
+    return all(may_be_view(o) for o in ops) and all(b.inputs[0].id == a.outputs[0].id for a, b in zip(ops, ops[1:])) \
+        and all(o.outputs[0].id not in leaving for o in ops[:-1])
+
+
 def _with_views(graph, ops, views_in, views_out) -> FusionPlan:
-    """The plan of the ops left once the views fold away, which carries the views:
-    a partition of views only is a ``views`` plan (its output a view of its
-    input: graphc/compiled.py)."""
+    """The plan of the ops left once the views fold away, which carries the views."""
     folded = {o.id for o in views_in + views_out}
-    rest = [o for o in ops if o.id not in folded]
-    if not rest:
-        if views_out or any(b.inputs[0].id != a.outputs[0].id for a, b in zip(views_in, views_in[1:])):
-            raise Illegal("views that are not one chain from one input")
-        return FusionPlan("views", [], {o.outputs[0].id: "view" for o in views_in[:-1]} |
-                          {views_in[-1].outputs[0].id: "written"}, views_in=views_in)
-    p = plan(graph, rest)
+    p = plan(graph, [o for o in ops if o.id not in folded])
     for o in views_in:
         p.roles[o.outputs[0].id] = "view"
     for o in views_out:
