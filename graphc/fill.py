@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .types import DataType
+from .types import DataType, f4_e3m0_encode
 
 _INT_LIMITS = {DataType.s8: (-128, 127), DataType.u8: (0, 255), DataType.s4: (-8, 7), DataType.u4: (0, 15),
-               DataType.s32: (-1000, 1000), DataType.u32: (0, 1000), DataType.s64: (-1000, 1000)}
+               DataType.s32: (-1000, 1000), DataType.u32: (0, 1000), DataType.s64: (-1000, 1000),
+               DataType.u64: (0, 1000)}
+#: e8m0 (scales: powers of two) gets exponents in this range where none is asked for
+_E8M0_EXPONENTS = (-4, 4)
 #: ranges by port name where the op's schema gives none (a probability is in [0, 1])
 _PORT_RANGES = {"probability": (0.0, 1.0)}
 
@@ -36,11 +39,19 @@ def fill_tensor(lt, rng: np.random.Generator, lo=None, hi=None, integer=False) -
     if dt is DataType.c64:
         v = rng.uniform(lo, hi, size=shape) + 1j * rng.uniform(lo, hi, size=shape)
         return v.astype(np.complex64)
+    if dt is DataType.e8m0:   # positive powers of two only (no sign, no zero)
+        e_lo, e_hi = _E8M0_EXPONENTS
+        if lo > 0:
+            e_lo, e_hi = int(np.ceil(np.log2(lo))), int(np.floor(np.log2(hi)))
+            e_hi = max(e_lo, e_hi)
+        return np.ldexp(1.0, rng.integers(e_lo, e_hi + 1, size=shape)).astype(dt.np)
     # multiples of 1/64: exactly representable in bf16/f16/f8 for this range, so
     # every backend sees the same input values
     v = np.round(rng.uniform(lo, hi, size=shape) * 64) / 64
     if lo > 0:
         v = np.maximum(v, lo)
+    if dt is DataType.f4_e3m0:   # stored as codes (graphc.types.f4_e3m0_encode)
+        return f4_e3m0_encode(v)
     return v.astype(dt.np)
 
 

@@ -19,12 +19,16 @@ class DataType(str, enum.Enum):
     s32 = "s32"
     s64 = "s64"
     u32 = "u32"
+    u64 = "u64"
     s8 = "s8"
     u8 = "u8"
     s4 = "s4"
     u4 = "u4"
     f8_e4m3 = "f8_e4m3"
     f8_e5m2 = "f8_e5m2"
+    e8m0 = "e8m0"
+    f4_e2m1 = "f4_e2m1"
+    f4_e3m0 = "f4_e3m0"
     boolean = "boolean"
     c64 = "c64"
 
@@ -49,7 +53,8 @@ class DataType(str, enum.Enum):
     @property
     def is_low_precision(self) -> bool:
         """Stored narrower than f32 and computed in f32."""
-        return self in (DataType.bf16, DataType.f16, DataType.f8_e4m3, DataType.f8_e5m2)
+        return self in (DataType.bf16, DataType.f16, DataType.f8_e4m3, DataType.f8_e5m2, DataType.e8m0,
+                        DataType.f4_e2m1, DataType.f4_e3m0)
 
     @property
     def itemsize(self) -> int:
@@ -90,9 +95,47 @@ _NP = {
     DataType.f8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
     DataType.boolean: np.dtype(np.bool_),
     DataType.c64: np.dtype(np.complex64),
+    DataType.u64: np.dtype(np.uint64),
+    DataType.e8m0: np.dtype(ml_dtypes.float8_e8m0fnu),
+    DataType.f4_e2m1: np.dtype(ml_dtypes.float4_e2m1fn),
+    # after u8: from_numpy(uint8) is u8 (f4_e3m0 arrays hold codes, see f4_e3m0_decode)
+    DataType.f4_e3m0: np.dtype(np.uint8),
 }
-_FLOATS = {DataType.f32, DataType.f16, DataType.bf16, DataType.f64, DataType.f8_e4m3, DataType.f8_e5m2}
-_INTS = {DataType.s32, DataType.s64, DataType.u32, DataType.s8, DataType.u8, DataType.s4, DataType.u4}
+_FLOATS = {DataType.f32, DataType.f16, DataType.bf16, DataType.f64, DataType.f8_e4m3, DataType.f8_e5m2,
+           DataType.e8m0, DataType.f4_e2m1, DataType.f4_e3m0}
+_INTS = {DataType.s32, DataType.s64, DataType.u32, DataType.u64, DataType.s8, DataType.u8, DataType.s4,
+         DataType.u4}
+
+
+# -- f4_e3m0: oneDNN's 4-bit float with no mantissa, which ml_dtypes lacks --------------
+# An f4_e3m0 array is stored as numpy uint8 codes, one per byte in the low nibble
+# (as ml_dtypes keeps float4_e2m1fn): bit 3 the sign, bits 0-2 the exponent e with
+# bias 3.  e = 0 is zero; e = 1..7 is 2^(e-3): the values are +-{0, 0.25, 0.5, 1,
+# 2, 4, 8, 16}.  No infinity or NaN: conversion saturates to +-16 (infinities
+# too) and maps NaN to +0.  Rounding is to nearest, ties to the even code (the
+# even exponent: 1.5 -> 2, 3 -> 2, 6 -> 8; between 0 and 0.25 the tie 0.125 goes to 0).
+F4_E3M0_VALUES = np.array([0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0], np.float64)
+
+
+def f4_e3m0_decode(codes) -> np.ndarray:
+    """The float64 values of f4_e3m0 codes (an integer or float array of codes 0..15;
+    bits above the low nibble are ignored)."""
+    c = np.asarray(codes).astype(np.int64) & 15
+    mag = F4_E3M0_VALUES[c & 7]
+    return np.where(c & 8, -mag, mag)
+
+
+def f4_e3m0_encode(x) -> np.ndarray:
+    """Round values to f4_e3m0 codes (numpy uint8): nearest, ties to even code,
+    saturating at +-16, NaN to +0."""
+    x = np.asarray(x, np.float64)
+    sign = np.signbit(x) & ~np.isnan(x)
+    a = np.nan_to_num(np.abs(x), nan=0.0, posinf=np.inf)
+    e = np.zeros(a.shape, np.int64)
+    for k in range(1, 8):   # k wins from the midpoint with k - 1 (a tie goes to the even code)
+        mid = (F4_E3M0_VALUES[k - 1] + F4_E3M0_VALUES[k]) / 2
+        e = np.where((a > mid) | ((a == mid) & (k % 2 == 0)), k, e)
+    return (e | np.where(sign, 8, 0)).astype(np.uint8)
 
 
 ATTR_JSON_TYPES = ("f32", "s64", "string", "bool", "s64[]", "f32[]", "bool[]")

@@ -17,6 +17,7 @@ from . import ir
 from .blas_import import IMPORT as blas_import
 from .fastmath import BITS_IMPORT, use_helpers_called
 from .printer import print_body
+from . import smallfloat
 from ..types import DataType, LogicalTensor
 
 HEADER = """\
@@ -32,7 +33,8 @@ from graphc.codegen.runtime import (bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to
 
 #: imports of the functions HEADER leaves out, added to a kernel that calls them
 EXTRA_IMPORTS = {"gemm_f32": blas_import, "bits_to_f32": BITS_IMPORT, "f32_to_bits": BITS_IMPORT,
-                 "get_thread_id": "from numba import get_thread_id"}
+                 "get_thread_id": "from numba import get_thread_id",
+                 **{f: smallfloat.IMPORT for f in smallfloat.FUNCS}}
 
 #: threads of numba's pool (get_thread_id is below it): per-thread workspaces hold this many parts
 NUM_THREADS = numba_config.NUMBA_NUM_THREADS
@@ -42,14 +44,20 @@ NUM_THREADS = numba_config.NUMBA_NUM_THREADS
 PARALLEL_THRESHOLD = 1 << 18
 
 _LOAD = {DataType.bf16: "bf16_to_f32", DataType.f16: "f16_to_f32",
-         DataType.f8_e4m3: "f8e4m3_to_f32", DataType.f8_e5m2: "f8e5m2_to_f32"}
+         DataType.f8_e4m3: "f8e4m3_to_f32", DataType.f8_e5m2: "f8e5m2_to_f32",
+         DataType.e8m0: "e8m0_to_f32", DataType.f4_e2m1: "f4e2m1_to_f32", DataType.f4_e3m0: "f4e3m0_to_f32"}
 _STORE = {DataType.bf16: "f32_to_bf16", DataType.f16: "f32_to_f16",
-          DataType.f8_e4m3: "f32_to_f8e4m3", DataType.f8_e5m2: "f32_to_f8e5m2"}
+          DataType.f8_e4m3: "f32_to_f8e4m3", DataType.f8_e5m2: "f32_to_f8e5m2",
+          DataType.e8m0: "f32_to_e8m0", DataType.f4_e2m1: "f32_to_f4e2m1", DataType.f4_e3m0: "f32_to_f4e3m0"}
 _INT_RANGE = {DataType.s8: (-128, 127), DataType.u8: (0, 255), DataType.s4: (-8, 7), DataType.u4: (0, 15),
               DataType.s32: (-(2 ** 31), 2 ** 31 - 1), DataType.u32: (0, 2 ** 32 - 1)}
-#: the numpy dtype a kernel sees for each graphc dtype (bit views for narrow floats)
+#: the numpy dtype a kernel sees for each graphc dtype (bit views for narrow floats;
+#: e8m0 and the f4 codes one per byte, graphc.codegen.smallfloat converts them)
 KERNEL_VIEW = {DataType.bf16: np.uint16, DataType.f16: np.uint16, DataType.f8_e4m3: np.uint8,
-               DataType.f8_e5m2: np.uint8, DataType.s4: np.int8, DataType.u4: np.uint8}
+               DataType.f8_e5m2: np.uint8, DataType.s4: np.int8, DataType.u4: np.uint8,
+               DataType.e8m0: np.uint8, DataType.f4_e2m1: np.uint8, DataType.f4_e3m0: np.uint8}
+# the kernel IR may call the small-float helpers (their result types)
+ir.FUNCS.update({f: (lambda dt: lambda a: dt)(dt) for f, dt in smallfloat.FUNCS.items()})
 
 
 def num(v) -> str:

@@ -25,7 +25,7 @@ from ..codegen import ir
 from ..codegen.elementwise import emit_elementwise
 from ..codegen.kernel import ArrayRef, as_stored, offset_expr
 from ..errors import InvalidGraphOp, RuntimeFault
-from ..types import DataType, LogicalTensor
+from ..types import DataType, LogicalTensor, PropertyType, f4_e3m0_decode
 from .common import Elementwise
 from .schema import Attr, DtypeTable, In, OpSchema, Out, all_positive, bad_shape, dims_equal, norm_axis
 
@@ -292,8 +292,19 @@ class _DynamicQuant(Elementwise):
     formula = staticmethod(quantize_expr)
 
     def check(self, op):
-        check_params(op, op.inputs[0].shape, [(f"port '{n}'", t.shape) for n, t in op.named_ports()
-                                              if n in ("scales", "zps")])
+        params = [(n, t) for n, t in op.named_ports() if n in ("scales", "zps")]
+        for n, t in params:
+            if t.property_type is PropertyType.host_scalar and t.nelems not in (-1, 1):
+                raise bad_shape(op, "a host_scalar tensor holds one value", where=f"port '{n}'",
+                                expected="one element (shape [] or [1])", found=list(t.shape))
+        zps = op.input("zps")
+        if zps is not None and self.quantized_src and op.inputs[0].dtype.is_float:
+            raise InvalidGraphOp("zero points are not supported for a float src", op=op, where="port 'zps'",
+                                 expected="no zps input", found=f"zps of {zps.dtype}")
+        check_params(op, op.inputs[0].shape, [(f"port '{n}'", t.shape) for n, t in params])
+
+    #: DynamicDequantize: src is the quantized tensor (its float formats take no zero points)
+    quantized_src = False
 
     def infer(self, op):
         return [op.inputs[0].shape]
@@ -376,16 +387,22 @@ class DynamicQuantize(_DynamicQuant):
 
 class DynamicDequantize(_DynamicQuant):
     kind = "DynamicDequantize"
-    doc = "dst = (src - zps) * scales from s8/u8/s4/u4, per tensor, channel or group"
+    doc = "dst = (src - zps) * scales from s8/u8/s4/u4 (or f4_e2m1/f4_e3m0, e8m0 scales), per tensor, channel or group"
     attrs = (Attr("qtype", "string", "per_tensor", choices=("per_tensor", "per_channel", "per_group")), AXIS,
              Attr("group_shape", "s64[]", None, check=all_positive, check_doc="positive group sizes",
                   doc="per_group: the group size of each src dim (1 where not grouped)"))
-    # the doc expects scales and dst to have the same dtype: one column
-    dtypes = DtypeTable(["src", "dst|scales", "zps"],
-                        [("s8", "f16,bf16,f32", "s8,u8,s32"), ("u8", "f16,bf16,f32", "s8,u8,s32"),
-                         ("s4", "f16,bf16,f32", "s4,u4,s32"), ("u4", "f16,bf16,f32", "s4,u4,s32")])
+    # the doc's table (scales and dst of one dtype), and beyond it oneDNN's MX
+    # formats: f4_e2m1 / f4_e3m0 src with e8m0 scales (or scales of dst's dtype), no zps
+    dtypes = DtypeTable(["src", "dst", "scales", "zps"],
+                        [(src, d, d, zps) for src, zps in (("s8", "s8,u8,s32"), ("u8", "s8,u8,s32"),
+                                                           ("s4", "s4,u4,s32"), ("u4", "s4,u4,s32"))
+                         for d in ("f16", "bf16", "f32")] +
+                        [("f4_e2m1,f4_e3m0", d, f"{d},e8m0", "s32") for d in ("f16", "bf16", "f32")])
     formula = staticmethod(dequantize_expr)
+    quantized_src = True
 
     def reference(self, op, src, scales, zps=None):
+        if op.inputs[0].dtype is DataType.f4_e3m0:
+            src = f4_e3m0_decode(src)   # widened codes (numpy has no f4_e3m0 type)
         s, z = self.params(op, src, scales, zps)
         return ((src - z) * s,)
