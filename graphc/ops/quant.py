@@ -13,7 +13,14 @@ integer stores round half to even and saturate, narrow float stores round to
 odd in f32 first (as graphc.numerics does) and then to nearest even.  Per-tensor
 Quantize and Dequantize are elementwise, so fused kernels substitute their
 expression (per-channel ones need the channel index, which an elementwise
-expression does not see: they lower alone).
+expression does not see: they lower alone).  Per-channel static ops and the
+dynamic ops are *indexed*: a fused kernel that knows the multi-index (the GEMM
+packing loop) computes them in registers, reading a per-group scale at the
+index divided by the group shape (the weight-only-quantized MatMul).
+
+Beyond the doc's table, DynamicDequantize takes oneDNN's MX element formats
+(f4_e2m1, f4_e3m0 src, no zero points) with e8m0 scales; a scale or zero point
+may be a host_scalar tensor (one value).
 """
 from __future__ import annotations
 
