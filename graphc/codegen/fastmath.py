@@ -1,18 +1,30 @@
 """Helper functions generated kernels can call, emitted into the kernel's own
 module (their text is part of the source the cache keys; graphc.codegen.runtime
 is imported, not inlined, so adding to it would change every kernel's cache
-key).  Each helper's fastmath flags are its own: LLVM keeps them per
-instruction once it inlines the helper into the kernel, whose other math stays
-strict.
+key).  The helpers marked inlined below are inlined by numba into the caller
+before LLVM sees them (LLVM's inliner leaves them as calls, and a call keeps
+the loop scalar); being inlined in numba's IR, they take the caller's fastmath
+flags (none: their own 'contract' is kept only where they run uninlined).
+Float32 literals are np.float32 throughout, so that float32 math never widens
+to float64.
 
-- exp_neg_f32 / exp_le0_f32: float32 exp for x <= 0 from Cephes' expf
-  polynomial, vectorizable (a call to libm's exp is not); relative error < 3e-7.
-  'contract' turns the polynomial into FMAs.
-- sigmoid_f32: from exp_neg_f32.
-- tanh_f32, erfc_f32, gelu_erf_f32: float32 tanh, erfc and erf-GELU as
-  branch-free polynomials around exp_neg_f32, vectorizable (libm's tanh and
-  erf are not): on 4M f32 elements about 3x faster than math.tanh / math.erf.
+Accuracy, measured against float64 numpy/libm over [-20, 20] densely and the
+tails (tests/codegen/test_fastmath.py; float32 subnormal results flush to 0):
+
+- exp_neg_f32 / exp_le0_f32 (inlined): float32 exp for x <= 0 from Cephes'
+  expf polynomial, vectorizable (a call to libm's exp is not); max relative
+  error 8.3e-8 on [-87, 0]; 0 below -87 and for -inf; exp_le0_f32 keeps NaN.
+- sigmoid_f32 (inlined): from exp_neg_f32; max relative error 1.8e-7.
+- tanh_f32, erfc_f32, gelu_erf_f32 (inlined): float32 tanh, erfc and
+  erf-GELU as branch-free polynomials around exp_neg_f32, vectorizable
+  (libm's tanh and erf are not).  Max relative error: tanh 1.4e-7; erfc 4.1e-6
+  (at z = 8.9, from float32 z^2; 1.2e-7 in exact arithmetic); gelu_erf 1.5e-5
+  (at x = -12.5, in the tail where the result is below 1e-33).  NaN stays NaN.
   Kernels call them for float32 math; float64 math keeps libm.
+- key_f32 / key_max_f32 / f32_of_key (inlined): a float32 as an int32 ordered
+  as the floats are (-0 below +0, NaN with the sign bit clear above +inf), its
+  running max, and back (exact): an integer max reduction vectorizes, a float
+  one with NaN semantics does not (a 1024-float row's max about 7x faster).
 - fsum, and the per-kernel sums of sum_helper: float64 sums with 'reassoc',
   so LLVM vectorizes them into partial sums (a strict running sum, or several
   unrolled by hand, stays scalar).
@@ -24,8 +36,12 @@ from .printer import print_body
 
 BITS_IMPORT = "from graphc.codegen.runtime import bits_to_f32, f32_to_bits"
 
-_EXP_NEG_F32 = """\
-@njit(cache=True, nogil=True, fastmath={'contract'})
+#: helpers inlined into their callers before LLVM sees them (LLVM's own inliner
+#: leaves these larger bodies as calls, and a call keeps the loop scalar);
+#: error_model 'numpy' drops the division-by-zero checks that would too
+_INLINED = "@njit(cache=True, nogil=True, fastmath={'contract'}, error_model='numpy', inline='always')"
+
+_EXP_NEG_F32 = _INLINED + """
 def exp_neg_f32(x):
     # exp(x) for x <= 0; 0 below -87 (and for NaN).  x = n ln2 + r, n rounded to
     # nearest by the 1.5 * 2^23 shift, which also leaves n in t's low bits for 2^n
@@ -43,25 +59,18 @@ def exp_neg_f32(x):
     y = p * bits_to_f32((f32_to_bits(t) + np.uint32(127 - 0x4B400000)) << np.uint32(23))
     return y if x > np.float32(-87.0) else np.float32(0.0)"""
 
-_EXP_LE0_F32 = """\
-@njit(cache=True, nogil=True)
+_EXP_LE0_F32 = _INLINED + """
 def exp_le0_f32(x):
     # exp(x) for x <= 0 (x - max in softmax), NaN staying NaN
     x = np.float32(x)
     return exp_neg_f32(x) if x == x else x"""
 
-_SIGMOID_F32 = """\
-@njit(cache=True, nogil=True, fastmath={'contract'})
+_SIGMOID_F32 = _INLINED + """
 def sigmoid_f32(x):
     x = np.float32(x)  # the 1.5 * 2^23 shift rounds in float32 only
     e = exp_neg_f32(-abs(x))
     r = (np.float32(1.0) if x >= np.float32(0.0) else e) / (np.float32(1.0) + e)
     return r if x == x else x"""
-
-#: helpers inlined into their callers before LLVM sees them (LLVM's own inliner
-#: leaves these larger bodies as calls, and a call keeps the loop scalar);
-#: error_model 'numpy' drops the division-by-zero checks that would too
-_INLINED = "@njit(cache=True, nogil=True, fastmath={'contract'}, error_model='numpy', inline='always')"
 
 _TANH_F32 = _INLINED + """
 def tanh_f32(x):
@@ -110,6 +119,25 @@ def gelu_erf_f32(x):
     x = np.float32(x)
     return np.float32(0.5) * x * erfc_f32(x * np.float32(-0.7071067811865476))"""
 
+_KEY_F32 = _INLINED + """
+def key_f32(x):
+    # an int32 ordered as the float32 x is (-0 below +0; a NaN with the sign
+    # bit clear above +inf, with it set below -inf): integer maxima vectorize
+    # (a float max with NaN semantics does not)
+    b = np.int32(f32_to_bits(x))
+    return b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))"""
+
+_KEY_MAX_F32 = _INLINED + """
+def key_max_f32(m, x):
+    # the larger of key m and x's key
+    k = key_f32(np.float32(x))
+    return k if k > m else m"""
+
+_F32_OF_KEY = _INLINED + """
+def f32_of_key(k):
+    # the float32 whose key_f32 is k
+    return bits_to_f32(np.uint32(k ^ ((k >> np.int32(31)) & np.int32(0x7FFFFFFF))))"""
+
 #: the decorator of the reassociating sum helpers
 _REASSOC = "@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc'})"
 
@@ -127,6 +155,9 @@ HELPERS = {
     "exp_le0_f32": (("exp_neg_f32",), _EXP_LE0_F32),
     "sigmoid_f32": (("exp_neg_f32",), _SIGMOID_F32),
     "fsum": ((), _FSUM),
+    "key_f32": (("bits",), _KEY_F32),
+    "key_max_f32": (("key_f32",), _KEY_MAX_F32),
+    "f32_of_key": (("bits",), _F32_OF_KEY),
     "tanh_f32": (("exp_neg_f32",), _TANH_F32),
     "erfc_f32": (("exp_neg_f32",), _ERFC_F32),
     "gelu_erf_f32": (("erfc_f32",), _GELU_ERF_F32),

@@ -24,7 +24,10 @@ accumulate in f32 lane arrays (which vectorize) folded into f64 every
 sweeping at most FOLD_ROWS rows per chunk needs no fold).  A sum over
 the lane alone (no rows: LayerNorm or SoftMax along the last dim) stores its
 terms in a float64 buffer, which the ``fsum`` helper adds up vectorized.
-Products run in f64; maxima and minima in the lanes' f32.
+Products run in f64; maxima and minima in the lanes' f32.  A direct maximum
+(reduced lane, no rows) runs on int32 keys ordered as the floats are
+(fastmath.key_f32): LLVM vectorizes an integer max reduction, not a float one
+with NaN semantics (about 7x faster over a 1024-float row).
 
 :func:`sum_to` plans the other shape of reduction: one pass over a tensor
 summing it into several outputs, each keeping its own dims (AddBackward).
@@ -142,7 +145,9 @@ class Acc:
         direct_dt = "f64" if kind in ("sum", "prod") else "f32"
         self.lanes = ir.array(fresh("va"), self.lane_dt)   # [L]: partial per lane
         self.total = ir.array(fresh("vt"), "f64")          # sums: [L] folded per lane
-        self.local = ir.var(fresh("t"), direct_dt)         # scalar partial (reduced lane, no rows)
+        #: a direct f32 maximum runs on int32 keys (key_max_f32), which vectorize
+        self.keyed = kind == "max"
+        self.local = ir.var(fresh("t"), "int" if self.keyed else direct_dt)  # scalar partial (reduced lane, no rows)
         self.part = ir.array(fresh("vp"), "f64")           # rows mode: each chunk's result
         self.result = ir.array(fresh("vr"), "f64")         # rows mode, kept lane: the lanes' results
         self.terms = ir.array(fresh("vb"), "f64")          # direct sum: the terms, summed by fsum
@@ -162,6 +167,20 @@ class Acc:
         """A direct sum: its terms go to a buffer that fsum adds up after the pass."""
         return self.direct and self.kind == "sum"
 
+    @property
+    def local_value(self) -> ir.Expr:
+        """The scalar partial as a value (a keyed maximum: its float)."""
+        return ir.call("f32_of_key", self.local, dt="f32") if self.keyed else self.local
+
+    def init_local(self) -> None:
+        """Start the scalar partial at the identity."""
+        if self.keyed:
+            for h in ("key_max_f32", "f32_of_key"):
+                use_helper(self.nest.kb, h)
+            self.nest.kb.assign(self.local, ir.call("key_f32", ir.const(-math.inf, "f32"), dt="int"))
+        else:
+            self.nest.kb.assign(self.local, self.identity(self.local.dt))
+
     def _term(self, expr):
         return ir.f64(expr) if self.kind == "prod" else expr
 
@@ -170,6 +189,8 @@ class Acc:
         kb, lv = self.nest.kb, self.nest.lv
         if self.buffered:
             kb.store(self.terms, lv, expr)
+        elif self.direct and self.keyed:
+            kb.assign(self.local, ir.call("key_max_f32", self.local, ir.f32(expr), dt="int"))
         elif self.direct:
             kb.assign(self.local, combine(self.kind, self.local, self._term(expr)))
         else:
@@ -445,7 +466,7 @@ class Nest:
             yield from self._rows(accs, *self._chunk(self.R))
             for a in accs:
                 if a.direct:
-                    kb.emit(ir.Store(a.part, self.chv, a.local))
+                    kb.emit(ir.Store(a.part, self.chv, a.local_value))
                     continue
                 with self._lanes():
                     kb.emit(ir.Store(a.part, (self.chv, self.lv), a.lane_result()))
@@ -471,7 +492,7 @@ class Nest:
         kb = self.kb
         for a in accs:
             if a.direct and not a.buffered:
-                kb.assign(a.local, a.identity(a.local.dt))
+                a.init_local()
         lanes = [a for a in accs if not a.direct]
         if lanes:
             with self._lanes():
@@ -532,7 +553,7 @@ class Nest:
         kb = self.kb
         for a in accs:
             if a.direct:
-                kb.assign(a.scalar, a.local)
+                kb.assign(a.scalar, a.local_value)
             elif not self.lane_kept:
                 kb.assign(a.scalar, a.identity(a.scalar.dt))
                 with self._lanes():

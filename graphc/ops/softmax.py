@@ -50,6 +50,15 @@ def max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero=False):
         se.add(ir.call("exp_le0_f32", src.load_nd(iv) - m.ref))
 
 
+def exp_again(nest, src, iv, se, m) -> ir.Expr:
+    """exp(src - max) in a later pass: read back from the sum's buffer of terms
+    when it has one (a sum along the lane alone; the row is in cache, and the
+    exp is not computed twice), else computed again."""
+    if se.buffered:
+        return ir.f32(se.terms[nest.lv])
+    return ir.call("exp_le0_f32", src.load_nd(iv) - m.ref)
+
+
 class SoftMax(_AlongAxis):
     kind = "SoftMax"
     doc = ("dst = exp(src - max) / sum(exp(src - max)) along axis; stats = max + log(sum(exp(src - max))), "
@@ -96,7 +105,7 @@ class SoftMax(_AlongAxis):
                     stats_iv[axis] = None
                     kb.emit(outs[1].store_nd(stats_iv, m.ref + ir.call("np.log", s)))
             with nest.pass_() as iv:
-                kb.emit(outs[0].store_nd(iv, ir.call("exp_le0_f32", src.load_nd(iv) - m.ref) * rs.ref))
+                kb.emit(outs[0].store_nd(iv, exp_again(nest, src, iv, se, m) * rs.ref))
 
 
 class SoftMaxBackward(_AlongAxis):
