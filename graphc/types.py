@@ -289,10 +289,13 @@ class LogicalTensor:
         return self.strides is not None and _dense_equal(self.shape, self.strides)
 
     def with_shape(self, shape, strides=None) -> "LogicalTensor":
-        """The same tensor with a (more) resolved shape; dense strides unless given."""
+        """The same tensor with a (more) resolved shape; dense strides unless given
+        (none for layout any: graphc chooses them at compile)."""
         if strides is None and self.strides is not None and len(self.strides) == len(shape) and all(s >= 0 for s in self.strides) \
                 and not _dense_equal(self.shape, self.strides):
             strides = self.strides  # keep user-given non-dense strides
+        if self.layout_type == LayoutType.any and strides is None:
+            return LogicalTensor(self.id, self.dtype, shape, None, LayoutType.any, self.property_type)
         return LogicalTensor(self.id, self.dtype, shape, strides,
                              LayoutType.strided if self.layout_type == LayoutType.any else self.layout_type,
                              self.property_type)

@@ -433,14 +433,14 @@ class _Conv(OpSchema):
     def flops(self, op):
         """2 * N * OC * C/groups * out-spatial * kernel-spatial of the convolution
         the op is, transposes or differentiates: two per multiply-add, every
-        weight meeting every output position of the convolution's smaller data
-        tensor (its dst; diff_dst of its gradients; src or diff_src of the
-        transposed ones)."""
-        small = {"Convolution": "dst", "ConvolutionBackwardData": "diff_dst",
-                 "ConvolutionBackwardWeights": "diff_dst", "ConvTranspose": "src",
-                 "ConvTransposeBackwardData": "diff_src", "ConvTransposeBackwardWeights": "src"}[op.kind]
+        weight meeting every output position of that convolution (its dst;
+        diff_dst for its gradients; for the transposed ones, whose convolution
+        maps their dst to their src, src, or diff_src), padding included."""
+        conv_out = {"Convolution": "dst", "ConvolutionBackwardData": "diff_dst",
+                    "ConvolutionBackwardWeights": "diff_dst", "ConvTranspose": "src",
+                    "ConvTransposeBackwardData": "diff_src", "ConvTransposeBackwardWeights": "src"}[op.kind]
         data = dict(op.named_ports())
-        n, _, spatial = split_data(op, data[small].shape)
+        n, _, spatial = split_data(op, data[conv_out].shape)
         weights = data["diff_weights" if "diff_weights" in data else "weights"].shape
         return 2 * n * math.prod(spatial) * math.prod(weights)
 
