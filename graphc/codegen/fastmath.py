@@ -15,12 +15,18 @@ tails (tests/codegen/test_fastmath.py; float32 subnormal results flush to 0):
   expf polynomial, vectorizable (a call to libm's exp is not); max relative
   error 8.3e-8 on [-87, 0]; 0 below -87 and for -inf; exp_le0_f32 keeps NaN.
 - sigmoid_f32 (inlined): from exp_neg_f32; max relative error 1.8e-7.
-- tanh_f32, erfc_f32, gelu_erf_f32 (inlined): float32 tanh, erfc and
-  erf-GELU as branch-free polynomials around exp_neg_f32, vectorizable
-  (libm's tanh and erf are not).  Max relative error: tanh 1.4e-7; erfc 4.1e-6
-  (at z = 8.9, from float32 z^2; 1.2e-7 in exact arithmetic); gelu_erf 1.5e-5
-  (at x = -12.5, in the tail where the result is below 1e-33).  NaN stays NaN.
-  Kernels call them for float32 math; float64 math keeps libm.
+- tanh_f32, erfc_f32 (inlined): float32 tanh and erfc as branch-free
+  polynomials around exp_neg_f32, vectorizable (libm's tanh and erf are not).
+  Max relative error: tanh 1.4e-7; erfc 4.1e-6 (at z = 8.9, from float32 z^2;
+  1.2e-7 in exact arithmetic).  NaN stays NaN.
+- erf_f32, gelu_erf_f32 (inlined): erf as Eigen's rational x P(x^2) / Q(x^2)
+  on [-4, 4], no exp and no branch; max absolute error 4.2e-7.  gelu_erf_f32
+  = x (1 + erf_f32(x / sqrt 2)) / 2: absolute error below 2.1e-7 (1 + |x|), so
+  within graphc's tolerances of the output's scale; relative error below 2e-5
+  for x >= -1, growing in the negative tail where 1 + erf cancels (|GELU| <
+  4e-3 below x = -3; GELU(-inf) is NaN, -inf * 0, as the reference).  Twice as
+  fast as through erfc_f32 (1.04 vs 1.94 ms over 2M floats on one core).
+  Kernels call these for float32 math; float64 math keeps libm.
 - key_f32 / key_max_f32 / f32_of_key (inlined): a float32 as an int32 ordered
   as the floats are (-0 below +0, NaN with the sign bit clear above +inf), its
   running max, and back (exact): an integer max reduction vectorizes, a float
@@ -112,12 +118,35 @@ def erfc_f32(x):
     r = r if x >= np.float32(0.0) else np.float32(2.0) - r
     return r if x == x else x"""
 
+_ERF_F32 = _INLINED + """
+def erf_f32(x):
+    # Eigen's / XLA's float32 rational erf: x P(x^2) / Q(x^2) on [-4, 4] (erf
+    # is +-1 in float32 beyond); no exp, no branch.  NaN stays NaN
+    x = np.float32(x)
+    c = min(max(x, np.float32(-4.0)), np.float32(4.0))
+    z = c * c
+    p = np.float32(-2.72614225801306e-10)
+    p = p * z + np.float32(2.77068142495902e-08)
+    p = p * z + np.float32(-2.10102402082508e-06)
+    p = p * z + np.float32(-5.69250639462346e-05)
+    p = p * z + np.float32(-7.34990630326855e-04)
+    p = p * z + np.float32(-2.95459980854025e-03)
+    p = p * z + np.float32(-1.60960333262415e-02)
+    q = np.float32(-1.45660718464996e-05)
+    q = q * z + np.float32(-2.13374055278905e-04)
+    q = q * z + np.float32(-1.68282697438203e-03)
+    q = q * z + np.float32(-7.37332916720468e-03)
+    q = q * z + np.float32(-1.42647390514189e-02)
+    r = c * p / q
+    return r if x == x else x"""
+
 _GELU_ERF_F32 = _INLINED + """
 def gelu_erf_f32(x):
-    # x Phi(x) = x erfc(-x / sqrt 2) / 2: accurate in the negative tail, where
-    # x (1 + erf(x / sqrt 2)) / 2 cancels
+    # x (1 + erf(x / sqrt 2)) / 2 with erf_f32: about twice as fast as through
+    # erfc_f32 (no exp, no division by 1 + z / 2); absolute error, not relative,
+    # in the negative tail, where 1 + erf cancels
     x = np.float32(x)
-    return np.float32(0.5) * x * erfc_f32(x * np.float32(-0.7071067811865476))"""
+    return np.float32(0.5) * x * (np.float32(1.0) + erf_f32(x * np.float32(0.7071067811865476)))"""
 
 _KEY_F32 = _INLINED + """
 def key_f32(x):
@@ -160,7 +189,8 @@ HELPERS = {
     "f32_of_key": (("bits",), _F32_OF_KEY),
     "tanh_f32": (("exp_neg_f32",), _TANH_F32),
     "erfc_f32": (("exp_neg_f32",), _ERFC_F32),
-    "gelu_erf_f32": (("erfc_f32",), _GELU_ERF_F32),
+    "erf_f32": ((), _ERF_F32),
+    "gelu_erf_f32": (("erf_f32",), _GELU_ERF_F32),
 }
 
 
