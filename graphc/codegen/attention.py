@@ -41,6 +41,7 @@ from .fusion import Values
 from .gemm import Matrix, pack, direct
 from .kernel import ArrayRef, as_stored, is_narrow_float, worth_parallel
 from .loops import aligned, linear, unravel
+from ..ops.misc import dropout_keep, dropout_params, philox_words
 from ..types import LogicalTensor
 
 #: query rows per block (the rows of a tile: one task of the parallel loop)
@@ -164,8 +165,11 @@ def _block(kb, mat, bivars, r0, nr, c0, nc, size, parallel):
 
 def lower_attention(kb, ops, refs, plan) -> bool:
     """Emit the attention partition ``ops`` (plan.shape "attention") into ``kb``."""
+    if not any(o.kind == "SoftMax" for o in ops):
+        return lower_attention_backward(kb, ops, refs, plan)
     byid = {o.id: o for o in ops}
     mm1, sm, mm2 = (byid[i] for i in plan.anchors)
+    drop = next((o for o in ops if o.kind == "Dropout"), None)
     local = dict(refs)
     for o in ops:   # ops are in topological order: reorders of inputs become views
         if o.id in plan.prologue:
@@ -197,6 +201,7 @@ def lower_attention(kb, ops, refs, plan) -> bool:
     if _EXP_ROW not in kb.helpers:
         kb.helpers.append(_EXP_ROW)
     ninf = ir.const(-math.inf, "f32")
+    dparams = dropout_params(kb, *(local[t.id] for t in drop.inputs[1:])) if drop else None
 
     with kb.for_(nbatch * mt, "t", parallel) as t:
         tb = kb.let(t // mt, "tb")
@@ -208,17 +213,24 @@ def lower_attention(kb, ops, refs, plan) -> bool:
         acc = kb.scratch(bm * dv, "f32", parallel, prefix="oacc")
         rmax = kb.scratch(bm, "f32", parallel, prefix="rmax")
         rsum = kb.scratch(bm, "f32", parallel, prefix="rsum")
+        words = kb.scratch(4 * (bn // 4 + 2), "int", parallel, prefix="rw") if drop else None   # 32-bit words
+
+        def kept(i, j0, n_):
+            return _kept(kb, words, dparams, (tb * sq + i) * skv + j0, n_)
         with kb.for_(m_, "r") as r:
             kb.emit(rmax.store(r, ninf))
             kb.emit(rsum.store(r, ir.const(0.0, "f32")))
             with kb.for_(dv, "c") as c:
                 kb.emit(acc.store(r * dv + c, ir.const(0.0, "f32")))
 
+        j0_ = [None]   # the key block scores() is at
+
         def scores(kv, per_row=None):
             """The tile's scores: S = Q K^T, then the ops up to the SoftMax, and
             ``per_row(r, n, mx)`` after each row with its max ``mx``; returns (j0, n)
             of the key block."""
             j0 = kb.let(kv * bn, "j0")
+            j0_[0] = j0
             n_ = kb.let(ir.call("min", bn, skv - j0), "n")
             kbuf, koff, ldk, tk = _block(kb, k, bivars, 0, d, j0, n_, d * bn, parallel)
             kb.let(ir.call("gemm_f32", tq, tk, m_, n_, d, qbuf, qoff, ldq, kbuf, koff, ldk, 0.0,
@@ -254,6 +266,11 @@ def lower_attention(kb, ops, refs, plan) -> bool:
             part = kb.let(ir.call("attn_exp_row", stile.buf, stile.at(row), n_, safe, dt="f32"), "ps")
             kb.emit(rmax.store(r, new))
             kb.emit(rsum.store(r, rsum[r] * alpha + part))
+            if drop and rescale:   # the row's sum counts every key; @V sees the kept ones scaled
+                keep = kept(kb.let(i0 + r, "i"), j0_[0], n_)
+                with kb.for_(n_, "jj") as jj:
+                    kb.emit(stile.store(row + jj, ir.select(keep(jj), stile[row + jj] * ir.f32(dparams[1]),
+                                                            ir.const(0.0, "f32"))))
             if rescale:
                 with kb.if_(alpha < 1.0):
                     with kb.for_(dv, "c") as c:
@@ -279,16 +296,190 @@ def lower_attention(kb, ops, refs, plan) -> bool:
                     mr = kb.let(rmax[r], "mr")
                     safe = kb.let(ir.select(mr.eq(-math.inf), ir.const(0.0, "f32"), mr), "ms")
                     inv = kb.let(_inverse(rsum[r], inf_as_zero), "iv")
+                    keep = kept(kb.let(i0 + r, "i"), j0, n_) if drop else None
                     with kb.for_(n_, "jj") as jj:
-                        p = ir.call("exp_le0_f32", stile[row + jj] - safe) * inv
-                        kb.emit(stile.store(row + jj, as_stored(p, p_dt)))
+                        p = as_stored(ir.call("exp_le0_f32", stile[row + jj] - safe) * inv, p_dt)
+                        if drop:
+                            p = ir.select(keep(jj), p * dparams[1], 0.0)
+                            if is_narrow_float(drop.outputs[0].dtype):
+                                p = as_stored(p, drop.outputs[0].dtype)
+                        kb.emit(stile.store(row + jj, ir.f32(p)))
                 pv(j0, n_)
+        stats = local[sm.outputs[1].id] if len(sm.outputs) > 1 else None
         with kb.for_(m_, "r") as r:
             i = kb.let(i0 + r, "i")
+            if stats is not None:   # max + log(sum): NaN for a row all -inf (as the reference), -inf if inf_as_zero
+                mr = kb.let(rmax[r], "mr")
+                lse = ir.select(mr.eq(-math.inf), ir.const(-math.inf if inf_as_zero else math.nan, "f32"),
+                                mr + ir.call("np.log", rsum[r]))
+                kb.emit(stats.store_nd(list(bivars) + [i, None], lse))
             inv = kb.let(_inverse(rsum[r], inf_as_zero), "iv") if not two_pass else None
             with kb.for_(dv, "c") as c:
                 o = acc[r * dv + c]
                 kb.emit(store(list(bivars) + [i, c], o * inv if inv is not None else o))
+    kb.ret(-1)
+    return True
+
+
+def _kept(kb, words, dparams, e0, n_):
+    """keep(jj): whether a Dropout of params ``dparams`` keeps element e0 + jj of its
+    src (row-major), for jj < n_: the Philox words of those elements go to the
+    scratch ``words`` first (the Dropout op's own scheme, graphc/ops/misc.py)."""
+    e0 = kb.let(e0, "e0")
+    first = kb.let(e0 // 4, "fb")
+    philox_words(kb, words.store, first, (e0 + n_ + 3) // 4 - first, dparams[2], dparams[3])
+    skip = kb.let(e0 - first * 4, "sk")
+    return lambda jj: dropout_keep(words[skip + jj], dparams[0])
+
+
+#: query rows and keys per block of the backward kernel
+BQ, BK = 64, 64
+
+
+def lower_attention_backward(kb, ops, refs, plan) -> bool:
+    """sdpa.md's training backward (the attention plan of legality's
+    ``_attention_backward_plan``) as one flash-style kernel:
+
+    * a first parallel loop: D = ReduceSum(O * dO) per query row (a scratch of
+      batch x S_q values);
+    * per tile (BQ query rows x BK keys), S = Q K^T and dP = dO V^T by
+      ``gemm_f32``, then the pointwise ops (scale, mask, Subtract stats, Exp,
+      Dropouts with the forward's Philox numbers, dS = P * (dP - D), its scale
+      and TypeCasts) on each element: the tile holds the dV MatMul's src and
+      dP's the dQ / dK MatMuls' src (dM, when it leaves, stored from there);
+    * sweep 1, parallel over batch x key blocks: dV += P^T dO and dK += dS^T Q
+      accumulate in the task's own tiles (no two tasks write one key row);
+    * sweep 2, parallel over batch x query blocks: dQ += dS K (the tile
+      recomputed: S and dP again rather than atomics or an S x S buffer)."""
+    byid = {o.id: o for o in ops}
+    qk, dpm, dvm, dqm, dkm, rsum = (byid[i] for i in plan.anchors)
+    local = dict(refs)
+    values = Values(ops, local)
+    score = qk.outputs[0]
+    sshape = tuple(score.shape)
+    batch = sshape[:-2]
+    sq, skv = sshape[-2], sshape[-1]
+    nbatch = math.prod(batch)
+    q = _matrix(local[qk.inputs[0].id], qk.attr("transpose_a"), batch)
+    k = _matrix(local[qk.inputs[1].id], qk.attr("transpose_b"), batch)
+    do = _matrix(local[dpm.inputs[0].id], dpm.attr("transpose_a"), batch)
+    v = _matrix(local[dpm.inputs[1].id], dpm.attr("transpose_b"), batch)
+    do_b = _matrix(local[dvm.inputs[1].id], dvm.attr("transpose_b"), batch)
+    q_b = _matrix(local[dkm.inputs[1].id], dkm.attr("transpose_b"), batch)
+    k_b = _matrix(local[dqm.inputs[1].id], dqm.attr("transpose_b"), batch)
+    d, dvd = q.cols, do.cols
+    grads = {dqm.outputs[0].id, dkm.outputs[0].id, dvm.outputs[0].id}
+    extra = [t for o in ops for t in o.outputs if plan.roles.get(t.id) == "written" and t.id not in grads]
+    drops = [o for o in ops if o.kind == "Dropout"]
+    dparams = {}
+    for o in drops:
+        key = tuple(t.id for t in o.inputs[1:])
+        if key not in dparams:
+            dparams[key] = dropout_params(kb, *(local[t] for t in key))
+    red, r_out = rsum.inputs[0], rsum.outputs[0]
+    bq, bk = min(BQ, sq), min(BK, skv)
+    nqb, nkb = -(-sq // bq), -(-skv // bk)
+    parallel = worth_parallel(nbatch * sq * skv * (2 * d + 2 * dvd) // 8)
+    dsum = kb.scratch(nbatch * sq, "f32", False, prefix="dsum")
+    with kb.for_(nbatch * sq, "t", parallel and nbatch * sq > 1) as t:
+        bivars = unravel(kb, kb.let(t // sq, "tb"), batch) if batch else []
+        i = kb.let(t % sq, "i")
+        acc = kb.var(ir.const(0.0, "f32"), "ac")
+        with kb.for_(red.shape[-1], "c") as c:
+            kb.assign(acc, acc + ir.f32(values.at(red.id, red, list(bivars) + [i, c], tuple(red.shape))))
+        kb.emit(dsum.store(t, as_stored(acc, r_out.dtype) if is_narrow_float(r_out.dtype) else acc))
+
+    def tile(bivars, tb, i0, m_, j0, n_, stile, ptile, words, first_sweep):
+        """S and dP of the tile, then per element the dV MatMul's src into ``stile``
+        (first sweep) and the dQ/dK MatMuls' src into ``ptile``."""
+        for mat_a, mat_b, out, ld in ((q, k, stile, d), (do, v, ptile, dvd)):
+            abuf, aoff, lda, ta = _block(kb, mat_a, bivars, i0, m_, 0, ld, bq * ld, parallel)
+            bbuf, boff, ldb, tb_ = _block(kb, mat_b, bivars, 0, ld, j0, n_, ld * bk, parallel)
+            kb.let(ir.call("gemm_f32", ta, tb_, m_, n_, ld, abuf, aoff, lda, bbuf, boff, ldb, 0.0,
+                           out.buf, out.at(0), bk), "st")
+        with kb.for_(m_, "r") as r:
+            row = kb.let(r * bk, "sr")
+            i = kb.let(i0 + r, "i")
+            keeps = {key: _kept(kb, words[key], prm, (tb * sq + i) * skv + j0, n_) for key, prm in dparams.items()}
+            dval = kb.let(dsum[tb * sq + i], "dd")
+            with kb.for_(n_, "jj") as jj:
+                ivars = list(bivars) + [i, j0 + jj]
+                s_, dp_ = stile[row + jj], ptile[row + jj]
+                values.bound = {score.id: as_stored(s_, score.dtype) if is_narrow_float(score.dtype) else s_,
+                                dpm.outputs[0].id: dp_, r_out.id: dval}
+                try:
+                    for o in drops:
+                        key = tuple(t.id for t in o.inputs[1:])
+                        x = values.at(o.inputs[0].id, o.inputs[0], ivars, sshape)
+                        y = ir.select(keeps[key](jj), x * dparams[key][1], 0.0)
+                        values.bound[o.outputs[0].id] = \
+                            as_stored(y, o.outputs[0].dtype) if is_narrow_float(o.outputs[0].dtype) else y
+                    pv = kb.let(ir.f32(values.at(dvm.inputs[0].id, dvm.inputs[0], ivars, sshape)), "pv") \
+                        if first_sweep else None
+                    dsv = kb.let(ir.f32(values.at(dqm.inputs[0].id, dqm.inputs[0], ivars, sshape)), "dsv")
+                    if first_sweep:
+                        for t in extra:
+                            kb.emit(local[t.id].store_nd(ivars, values.at(t.id, t, ivars, sshape)))
+                finally:
+                    values.bound = {}
+                if first_sweep:
+                    kb.emit(stile.store(row + jj, pv))
+                kb.emit(ptile.store(row + jj, dsv))
+
+    def scratches():
+        stile = kb.scratch(bq * bk, "f32", parallel, prefix="stile")
+        ptile = kb.scratch(bq * bk, "f32", parallel, prefix="ptile")
+        words = {key: kb.scratch(4 * (bk // 4 + 2), "int", parallel, prefix="rw") for key in dparams}
+        return stile, ptile, words
+
+    def task(t, nblk, blk, size):
+        """(batch index, its ivars, first row/key, count) of task ``t`` over blocks of ``blk``."""
+        tb = kb.let(t // nblk, "tb")
+        start = kb.let((t % nblk) * blk, "b0")
+        return tb, (unravel(kb, tb, batch) if batch else []), start, kb.let(ir.call("min", blk, size - start), "nb")
+
+    def accumulators(*sizes):
+        accs = [kb.scratch(n, "f32", parallel, prefix="gacc") for n in sizes]
+        for acc, n in zip(accs, sizes):
+            with kb.for_(n, "z") as z:
+                kb.emit(acc.store(z, ir.const(0.0, "f32")))
+        return accs
+
+    # sweep 1: dK and dV of a key block
+    with kb.for_(nbatch * nkb, "t", parallel and nbatch * nkb > 1) as t:
+        tb, bivars, j0, n_ = task(t, nkb, bk, skv)
+        stile, ptile, words = scratches()
+        dk_acc, dv_acc = accumulators(bk * d, bk * dvd)
+        with kb.for_(nqb, "qb") as qb:
+            i0 = kb.let(qb * bq, "i0")
+            m_ = kb.let(ir.call("min", bq, sq - i0), "m")
+            tile(bivars, tb, i0, m_, j0, n_, stile, ptile, words, True)
+            for acc, mat, w in ((dv_acc, do_b, dvd), (dk_acc, q_b, d)):
+                src = stile if acc is dv_acc else ptile
+                bbuf, boff, ldb, tb_ = _block(kb, mat, bivars, i0, m_, 0, w, bq * w, parallel)
+                kb.let(ir.call("gemm_f32", 1, tb_, n_, w, m_, src.buf, src.at(0), bk, bbuf, boff, ldb, 1.0,
+                               acc.buf, acc.at(0), w), "st")
+        for acc, mm, w in ((dv_acc, dvm, dvd), (dk_acc, dkm, d)):
+            out = local[mm.outputs[0].id]
+            with kb.for_(n_, "jj") as jj:
+                with kb.for_(w, "c") as c:
+                    kb.emit(out.store_nd(list(bivars) + [j0 + jj, c], acc[jj * w + c]))
+    # sweep 2: dQ of a query block
+    with kb.for_(nbatch * nqb, "t", parallel and nbatch * nqb > 1) as t:
+        tb, bivars, i0, m_ = task(t, nqb, bq, sq)
+        stile, ptile, words = scratches()
+        (dq_acc,) = accumulators(bq * d)
+        with kb.for_(nkb, "kv") as kv:
+            j0 = kb.let(kv * bk, "j0")
+            n_ = kb.let(ir.call("min", bk, skv - j0), "n")
+            tile(bivars, tb, i0, m_, j0, n_, stile, ptile, words, False)
+            kbuf, koff, ldk, tk = _block(kb, k_b, bivars, j0, n_, 0, d, bk * d, parallel)
+            kb.let(ir.call("gemm_f32", 0, tk, m_, d, n_, ptile.buf, ptile.at(0), bk, kbuf, koff, ldk, 1.0,
+                           dq_acc.buf, dq_acc.at(0), d), "st")
+        out = local[dqm.outputs[0].id]
+        with kb.for_(m_, "r") as r:
+            with kb.for_(d, "c") as c:
+                kb.emit(out.store_nd(list(bivars) + [i0 + r, c], dq_acc[r * d + c]))
     kb.ret(-1)
     return True
 

@@ -99,6 +99,39 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
 MIN_PIECES = 64
 
 
+def dropout_params(kb, seed, offset, prob) -> tuple:
+    """(p, scale, key, ctr) of a Dropout in a kernel, from its seed, offset and
+    probability refs (one element each); the kernel returns 0 (kernel_fault) when
+    p is outside [0, 1].  Also makes the Philox helper available."""
+    p = kb.let(ir.f64(prob.load(0)), "p")
+    with kb.if_(~((p >= 0.0) & (p <= 1.0))):
+        kb.ret(0)
+    scale = kb.let(ir.select(p < 1.0, 1.0 / (1.0 - p), 0.0), "scale")
+    key = kb.let(ir.u64(seed.load(0)), "key")
+    ctr = kb.let(ir.u64(offset.load(0)), "ctr")
+    if PHILOX_KERNEL_SOURCE not in kb.helpers:
+        kb.helpers.append(PHILOX_KERNEL_SOURCE)
+    return p, scale, key, ctr
+
+
+def philox_words(kb, store, first, count, key, ctr) -> None:
+    """``store(i, word)`` (a statement) for the 4 * ``count`` random words of the
+    Philox blocks first.., as :func:`dropout_uniform` numbers them: element e's
+    word is word e % 4 of block e // 4."""
+    low, bits = _u64(0xFFFFFFFF), _u64(32)
+    with kb.for_(count, "k") as k:
+        blk = ir.u64(first + k)
+        w = kb.let(ir.call("philox4x32_10", blk & low, blk >> bits, ctr & low, ctr >> bits, key & low,
+                           key >> bits, dt="arr:u64"), "pw")   # (four words: indexed like an array)
+        for j in range(4):
+            kb.emit(store(k * 4 + j, w[j]))
+
+
+def dropout_keep(word, p) -> ir.Expr:
+    """Whether the element of random ``word`` is kept at probability ``p`` (f64)."""
+    return ir.f64(word) * 2.0 ** -32 > p
+
+
 class Dropout(OpSchema):
     """mask = U(seed, offset) > probability; dst = mask * src / (1 - probability).
 
@@ -150,15 +183,7 @@ class Dropout(OpSchema):
         (Philox is scalar work), then one loop over the row keeps or drops each
         element, a loop that vectorizes with whatever a fused prologue computes."""
         src, seed, offset, prob = ins
-        p = kb.let(ir.f64(prob.load(0)), "p")
-        with kb.if_(~((p >= 0.0) & (p <= 1.0))):
-            kb.ret(0)
-        scale = kb.let(ir.select(p < 1.0, 1.0 / (1.0 - p), 0.0), "scale")
-        key = kb.let(ir.u64(seed.load(0)), "key")
-        ctr = kb.let(ir.u64(offset.load(0)), "ctr")
-        if PHILOX_KERNEL_SOURCE not in kb.helpers:
-            kb.helpers.append(PHILOX_KERNEL_SOURCE)
-        low, bits = _u64(0xFFFFFFFF), _u64(32)
+        p, scale, key, ctr = dropout_params(kb, seed, offset, prob)
         n = src.lt.nelems
         if n == 0:
             return
@@ -177,16 +202,12 @@ class Dropout(OpSchema):
             start = kb.let(r * width + lo, "e")
             first = kb.let(start // 4, "b")
             words = kb.alloc(4 * ((piece + 3) // 4 + 1), "u64", prefix="w")
-            with kb.for_((start + (hi - lo) + 3) // 4 - first, "k") as k:
-                blk = ir.u64(first + k)
-                w = kb.let(ir.call("philox4x32_10", blk & low, blk >> bits, ctr & low, ctr >> bits, key & low,
-                                   key >> bits, dt="arr:u64"), "pw")   # (four words: indexed like an array)
-                for j in range(4):
-                    kb.store(words, k * 4 + j, w[j])
+            philox_words(kb, lambda i, w: ir.Store(words, i, w), first, (start + (hi - lo) + 3) // 4 - first,
+                         key, ctr)
             skip = kb.let(start - first * 4 - lo, "o")
             with kb.for_(hi, "j", start=lo) as j:
                 ivars = (lead + [j]) if src.shape else []
-                keep = ir.f64(words[ir.u64(skip + j)]) * 2.0 ** -32 > p
+                keep = dropout_keep(words[ir.u64(skip + j)], p)
                 kb.emit(outs[0].store_nd(ivars, ir.select(keep, src.load_nd(ivars) * scale, 0.0)))
                 if len(outs) > 1:
                     kb.emit(outs[1].store_nd(ivars, ir.select(keep, 1, 0)))

@@ -155,29 +155,111 @@ def _kept_indexed(graph, ops, indexed, core, leaving, staged: bool) -> set:
     return kept
 
 
-# ==== attention (issue 14: SDPA forward, MHA/MQA/GQA) ====================================
+# ==== attention (issue 14: SDPA forward and training, MHA/MQA/GQA) =======================
 ATTENTION_REORDERS = ("StaticReshape", "StaticTranspose")
 
 
 def _is_attention(ops) -> bool:
-    return sum(o.kind == "SoftMax" for o in ops) == 1 and sum(o.kind == "MatMul" for o in ops) == 2
+    return sum(o.kind == "SoftMax" for o in ops) == 1 and sum(o.kind == "MatMul" for o in ops) == 2 or \
+        _is_attention_backward(ops)
+
+
+def _is_attention_backward(ops) -> bool:
+    kinds = [o.kind for o in ops]
+    return kinds.count("MatMul") == 5 and kinds.count("Exp") == 1 and kinds.count("ReduceSum") == 1 and \
+        "SoftMax" not in kinds
+
+
+def _attention_backward_plan(graph, ops, produced, leaving) -> FusionPlan:
+    """The ``attention`` plan of sdpa.md's backward graph (one flash-style backward
+    kernel, graphc/codegen/attention.py): S = Q@K^T -> pointwise ops (scale, mask,
+    Subtract stats, Exp = P) ...; dV = f(P)^T @ dO, dP = dO @ V^T, dS from P, dP and
+    ReduceSum(O * dO) (pointwise ops and Dropouts of the scores' shape), dQ = g(dS) @ K,
+    dK = g(dS)^T @ Q.  anchors: [QK, dP, dV, dQ, dK MatMuls, ReduceSum]; written: the
+    three gradients and pointwise values of the scores' shape that leave (dM)."""
+    from ..numerics import fpmath_down
+    mms = [o for o in ops if o.kind == "MatMul"]
+    rsum = next(o for o in ops if o.kind == "ReduceSum")
+    exp = next(o for o in ops if o.kind == "Exp")
+    for mm in mms:
+        if len(mm.inputs) > 2 or any(t.ndim < 2 for t in mm.inputs) or fpmath_down(mm) is not None:
+            raise Illegal(f"attention MatMul {mm.id} has a bias, a 1-D operand or rounds its inputs")
+    outside = [m for m in mms if all(t.id not in produced for t in m.inputs)]
+    qk = next((m for m in outside if exp.id in _downstream_ops(ops, {m.outputs[0].id})), None)
+    if qk is None or len(outside) != 2:
+        raise Illegal("no Q@K^T and dO@V^T MatMuls of partition inputs")
+    dp = next(m for m in outside if m is not qk)
+    from_p = _downstream_ops(ops, {exp.outputs[0].id})
+    dv = [m for m in mms if m.id in from_p and dp.inputs[0].id in (t.id for t in m.inputs)
+          and m.inputs[0].id in produced]
+    grads = [m for m in mms if m not in outside and m not in dv]
+    if len(dv) != 1 or len(grads) != 2 or grads[0].inputs[0].id != grads[1].inputs[0].id:
+        raise Illegal("the dV, dQ and dK MatMuls are not as sdpa.md's backward graph has them")
+    dv = dv[0]
+    dq = next((m for m in grads if not m.attr("transpose_a")), None)
+    dk = next((m for m in grads if m.attr("transpose_a")), None)
+    score = qk.outputs[0]
+    sshape = tuple(score.shape)
+    batch = sshape[:-2]
+    if dq is None or dk is None or not dv.attr("transpose_a") or dv.inputs[1].id != dp.inputs[0].id or \
+            any(d < 0 for d in sshape) or tuple(dp.outputs[0].shape) != sshape:
+        raise Illegal("the gradient MatMuls do not transpose as sdpa.md's backward graph")
+    for m in mms:
+        if any(tuple(t.shape[:-2]) != batch for t in m.inputs + m.outputs):
+            raise Illegal(f"MatMul {m.id} broadcasts a batch dim (MQA/GQA backward)")
+    red = rsum.inputs[0]
+    axes = [a % red.ndim for a in rsum.attr("axes")]
+    if axes != [red.ndim - 1] or not rsum.attr("keep_dims") or red.id not in produced:
+        raise Illegal("the ReduceSum is not over the last axis (kept) of a computed O * dO")
+    row_ops = {produced[red.id].id}
+    anchors = {m.id for m in mms} | {rsum.id}
+    for o in ops:
+        if o.id in anchors or o.id in row_ops:
+            continue
+        if o.kind == "Dropout":
+            if len(o.outputs) > 1 or any(t.id in produced for t in o.inputs[1:]):
+                raise Illegal("a Dropout in attention backward has a mask output or computed seeds")
+        elif not is_pointwise(o) or any(tuple(t.shape) != sshape for t in o.outputs):
+            raise Illegal(f"op {o.id} ({o.kind}) is not a pointwise op of the scores' shape")
+    if not is_pointwise(produced[red.id]) or any(t.id in produced for t in produced[red.id].inputs):
+        raise Illegal("O * dO is not one pointwise op of partition inputs")
+    grads_out = {dq.outputs[0].id, dk.outputs[0].id, dv.outputs[0].id}
+    roles = {}
+    for tid in produced:
+        if tid in grads_out:
+            roles[tid] = "written"
+        elif tid in leaving:
+            o = produced[tid]
+            if o.id in anchors or o.id in row_ops or o.kind == "Dropout":
+                raise Illegal(f"tensor {tid} inside the attention backward leaves the partition")
+            roles[tid] = "written"
+        else:
+            roles[tid] = "register"
+    return FusionPlan("attention", [qk.id, dp.id, dv.id, dq.id, dk.id, rsum.id], roles)
 
 
 def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
     """The ``attention`` plan (graphc/codegen/attention.py: one flash-style kernel):
     MatMul (Q@K^T) -> pointwise ops and GenIndex (scale, masks) -> SoftMax over the
-    last axis -> MatMul (@V) -> reorders and TypeCasts; reorders (StaticReshape,
+    last axis (its stats written when exported: training forward) -> [Dropout, its
+    seed/offset/probability from outside] -> MatMul (@V) -> reorders and TypeCasts; reorders (StaticReshape,
     StaticTranspose) of partition inputs are read as views of their buffers.
     anchors: [first MatMul, SoftMax, second MatMul]; prologue: the input
     reorders; epilogue: the chain after the second MatMul (its last tensor the
     only one written)."""
     from ..codegen.attention import view_strides
     from ..numerics import fpmath_down
+    if _is_attention_backward(ops):
+        return _attention_backward_plan(graph, ops, produced, leaving)
     sm = next(o for o in ops if o.kind == "SoftMax")
     mms = [o for o in ops if o.kind == "MatMul"]
-    mm2 = next((o for o in mms if o.inputs[0].id == sm.outputs[0].id), None)
+    drop = [o for o in ops if o.kind == "Dropout"]
+    if len(drop) > 1 or drop and (drop[0].inputs[0].id != sm.outputs[0].id or len(drop[0].outputs) > 1):
+        raise Illegal("a Dropout in attention must take the SoftMax's dst and have no mask output")
+    probs = (drop[0] if drop else sm).outputs[0].id
+    mm2 = next((o for o in mms if o.inputs[0].id == probs), None)
     if mm2 is None:
-        raise Illegal("the SoftMax's dst is not the second MatMul's src")
+        raise Illegal("the SoftMax's dst (after a Dropout) is not the second MatMul's src")
     mm1 = next(o for o in mms if o is not mm2)
     for mm in mms:
         if len(mm.inputs) > 2 or any(t.ndim < 2 for t in mm.inputs):
@@ -188,15 +270,17 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
         raise Illegal("the probabilities are transposed into the second MatMul")
     score = mm1.outputs[0]
     sshape = tuple(score.shape)
-    if any(d < 0 for d in sshape) or len(sm.outputs) > 1 or sm.schema.axis(sm) != len(sshape) - 1:
-        raise Illegal("the SoftMax is not over the last axis of known scores, or exports stats")
+    if any(d < 0 for d in sshape) or sm.schema.axis(sm) != len(sshape) - 1:
+        raise Illegal("the SoftMax is not over the last axis of known scores")
+    if any(d.id in produced for o in drop for d in o.inputs[1:]):
+        raise Illegal("the Dropout's seed, offset or probability is computed in the partition")
     if tuple(mm2.outputs[0].shape[:-2]) != sshape[:-2]:
         raise Illegal("V's batch dims broadcast the output beyond the scores'")
-    chain = _downstream_ops(ops, {score.id}) - {sm.id, mm2.id}
+    chain = _downstream_ops(ops, {score.id}) - {sm.id, mm2.id} - {o.id for o in drop}
     after = _downstream_ops(ops, {mm2.outputs[0].id}) - {mm2.id}
     reorders = set()
     for o in ops:
-        if o.id in (mm1.id, sm.id, mm2.id) or o.id in after:
+        if o.id in (mm1.id, sm.id, mm2.id) or o.id in after or o in drop:
             continue
         if o.kind in ATTENTION_REORDERS and all(t.id not in produced or produced[t.id].id in reorders
                                                 for t in o.inputs):
@@ -229,9 +313,10 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
                 raise Illegal(f"{o.kind} {o.id} of the attention output is no view of its buffer")
             shape = tuple(o.inputs[0].shape)
     roles = {}
+    stats = {t.id for t in sm.outputs[1:]}   # training forward: the SoftMax's stats, one per row
     for tid in produced:
-        roles[tid] = "written" if tid == final.id else "register"
-        if tid in leaving and tid != final.id:
+        roles[tid] = "written" if tid == final.id or tid in stats else "register"
+        if tid in leaving and roles[tid] != "written":
             raise Illegal(f"tensor {tid} inside the attention leaves the partition")
     return FusionPlan("attention", [mm1.id, sm.id, mm2.id], roles, reorders, {o.id for o in epi})
 

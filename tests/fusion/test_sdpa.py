@@ -7,24 +7,7 @@ import pytest
 from graphc.codegen.attention import BM, BN
 from graphc.codegen.kernel import NUM_THREADS
 from support import check_compiled
-from support.sdpa import sdpa_graph, sdpa_inputs
-
-
-def check_sdpa(g, ids, seed=0, fill=float("-inf")):
-    """One partition, planned as attention, whose kernel keeps no S x S buffer;
-    its outputs against the reference (check_compiled)."""
-    parts = g.get_partitions("fusion")
-    assert len(parts) == 1, [(p.kind, [o.id for o in p.ops]) for p in parts]
-    (part,) = parts
-    assert part.pattern == "sdpa" and part.plan.shape == "attention"
-    assert len(part.ops) == len(g.ops)
-    cp = part.compile()
-    assert "attn_exp_row" in cp.source and "gemm_f32" in cp.source
-    kinds = [k for k, _ in cp._plan]
-    assert "tmp" not in kinds                       # no intermediate tensor in memory
-    ws = [n for k, (n, _) in ((k, r) for k, r in cp._plan if k == "ws")]
-    assert max(ws) <= NUM_THREADS * BM * BN         # workspaces: tiles, whatever the sequence length
-    return check_compiled(g, sdpa_inputs(g, ids, seed, fill))
+from support.sdpa import check_sdpa, sdpa_graph, sdpa_inputs
 
 
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
@@ -92,17 +75,3 @@ def test_finite_fill_value():
     """A mask fill that is not -inf is an ordinary value (the kernel does not assume -inf)."""
     g, ids = sdpa_graph("f32", mask="causal_tl", sq=40, skv=40)
     check_sdpa(g, ids, fill=-3.0)
-
-
-def test_softmax_stats_exported_is_not_attention():
-    """A SoftMax whose stats leave (training forward) is not this kernel's: the
-    graph still runs, in other partitions."""
-    from graphc.builder import GraphBuilder
-    b = GraphBuilder()
-    q, k, v = (b.tensor("f32", [1, 2, 8, 4]) for _ in range(3))
-    s = b.op("MatMul", [q, k], out=[("f32", [1, 2, 8, 8])], attrs={"transpose_b": True})[0]
-    p, _ = b.op("SoftMax", [s], out=[("f32", [1, 2, 8, 8]), ("f32", [1, 2, 8, 1])], attrs={"axis": -1})
-    b.op("MatMul", [p, v], out=[("f32", [1, 2, 8, 4])])
-    g = b.finalize()
-    assert all(p.plan is None or p.plan.shape != "attention" for p in g.get_partitions("fusion"))
-    check_compiled(g)

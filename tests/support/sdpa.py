@@ -7,7 +7,7 @@ from graphc.builder import GraphBuilder
 
 
 def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul", mask=None, layout="bhsd",
-               gqa=False, out_cast=None, s_dt="f32"):
+               gqa=False, out_cast=None, s_dt="f32", stats=False, dropout=False):
     """Q [n, hq, sq, d] @ K^T -> scale -> mask -> SoftMax -> @ V -> O [n, hq, sq, d].
 
     * ``scale``: "mul" (scores * f), "mul_swapped" (f * scores), "div" (scores / f) or None;
@@ -20,8 +20,10 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
     * ``hkv``: K/V heads (MQA: 1 broadcasting; with ``gqa``, 4-D GQA through
       StaticReshapes to 5-D around the MatMuls, the mask reshaped too);
     * ``out_cast``: a TypeCast of the output to that dtype;
-    * ``s_dt``: the dtype of the scores (the first MatMul's dst and the ops after it).
-    Returns (graph, ids: {"q", "k", "v", "scale", "mask", "fill", "s_kv", "s_q", "out"})."""
+    * ``s_dt``: the dtype of the scores (the first MatMul's dst and the ops after it);
+    * ``stats``: the SoftMax exports its stats (training forward, ids["stats"]);
+    * ``dropout``: a Dropout on the probabilities (ids "seed", "offset", "prob").
+    Returns (graph, ids: {"q", "k", "v", "scale", "mask", "fill", "s_kv", "s_q", "out", ...})."""
     hkv = hq if hkv is None else hkv
     b = GraphBuilder()
     ids = {}
@@ -81,7 +83,14 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
         fill = b.tensor(s_dt, [1])
         ids["fill"] = fill.id
         x = b.op("Select", [cond, x, fill], out=[(s_dt, sshape)])[0]
-    p = b.op("SoftMax", [x], out=[(dt, sshape)], attrs={"axis": -1})[0]
+    sm_out = [(dt, sshape)] + ([("f32", sshape[:-1] + [1])] if stats else [])
+    p, *st = b.op("SoftMax", [x], out=sm_out, attrs={"axis": -1})
+    if stats:
+        ids["stats"] = st[0].id
+    if dropout:
+        seed, offset, prob = b.tensor("s64", [1]), b.tensor("s64", [1]), b.tensor("f32", [1])
+        ids.update(seed=seed.id, offset=offset.id, prob=prob.id)
+        p = b.op("Dropout", [p, seed, offset, prob], out=[(dt, sshape)])[0]
     o = b.op("MatMul", [p, v], out=[(dt, lead + [sq, d])])[0]
     if gqa:
         o = reshape(o, [n, hq, sq, d])
@@ -107,8 +116,137 @@ def sdpa_inputs(g, ids, seed=0, fill=float("-inf")):
         ins[ids["scale"]] = np.array([0.3], ins[ids["scale"]].dtype)
     if "fill" in ids:
         ins[ids["fill"]] = np.array([fill], ins[ids["fill"]].dtype)
+    if "seed" in ids:
+        ins[ids["seed"]] = np.array([1234567 + seed], ins[ids["seed"]].dtype)
+        ins[ids["offset"]] = np.array([89], ins[ids["offset"]].dtype)
+        ins[ids["prob"]] = np.array([0.3], np.float32)
     if "s_kv" in ids:
         q, k = g.tensors[ids["q"]], g.tensors[ids["k"]]
         ins[ids["s_kv"]] = np.array([k.shape[-2]], np.int32)
         ins[ids["s_q"]] = np.array([q.shape[-2]], np.int32)
     return ins
+
+
+def check_sdpa(g, ids, seed=0, fill=float("-inf")):
+    """One partition, planned as attention, whose kernel keeps no S x S buffer;
+    its outputs against the reference (check_compiled)."""
+    from graphc.codegen.attention import BM, BN
+    from graphc.codegen.kernel import NUM_THREADS
+    from support import check_compiled
+    parts = g.get_partitions("fusion")
+    assert len(parts) == 1, [(p.kind, [o.id for o in p.ops]) for p in parts]
+    (part,) = parts
+    assert part.pattern == "sdpa" and part.plan.shape == "attention"
+    assert len(part.ops) == len(g.ops)
+    cp = part.compile()
+    assert "attn_exp_row" in cp.source and "gemm_f32" in cp.source
+    kinds = [k for k, _ in cp._plan]
+    assert "tmp" not in kinds                       # no intermediate tensor in memory
+    ws = [n for k, (n, _) in ((k, r) for k, r in cp._plan if k == "ws")]
+    assert max(ws) <= NUM_THREADS * BM * BN         # workspaces: tiles, whatever the sequence length
+    return check_compiled(g, sdpa_inputs(g, ids, seed, fill))
+
+
+def sdpa_backward_graph(dt="f32", n=2, h=2, sq=70, skv=150, d=16, scale="mul", mask=None, dropout=False,
+                        dmask=False):
+    """sdpa.md's training backward: S = Q @ K^T -> [scale] -> [Add mask] -> Subtract stats
+    -> Exp = P; dV = ([Dropout] -> [TypeCast] P)^T @ dO; dP = dO @ V^T -> [Dropout];
+    dS = P * (dP - ReduceSum(O * dO)) (``dmask``: dS leaves through an End: dM);
+    -> [scale] -> [TypeCast] -> dQ = dS @ K, dK = dS^T @ Q.  Q/K/V/O/dO and the
+    gradients are ``dt``, Stats and the scores f32 (bf16/f16: TypeCasts before the
+    gradient MatMuls, O * dO in ``dt``).  Returns (graph, ids: q, k, v, o, do, stats,
+    scale, mask, seed, offset, prob, dq, dk, dv, dm)."""
+    b = GraphBuilder()
+    q, k, v = b.tensor(dt, [n, h, sq, d]), b.tensor(dt, [n, h, skv, d]), b.tensor(dt, [n, h, skv, d])
+    o, do = b.tensor(dt, [n, h, sq, d]), b.tensor(dt, [n, h, sq, d])
+    stats = b.tensor("f32", [n, h, sq, 1])
+    ids = dict(q=q.id, k=k.id, v=v.id, o=o.id, do=do.id, stats=stats.id)
+    ss = [n, h, sq, skv]
+    kind = "Divide" if scale == "div" else "Multiply"
+    f = b.tensor("f32", [1]) if scale else None
+    if f is not None:
+        ids["scale"] = f.id
+
+    def cast(x):
+        return b.op("TypeCast", [x], out=[(dt, list(x.shape))])[0] if dt != "f32" else x
+
+    if dropout:
+        seed, offset, prob = b.tensor("s64", [1]), b.tensor("s64", [1]), b.tensor("f32", [1])
+        ids.update(seed=seed.id, offset=offset.id, prob=prob.id)
+
+    def drop(x):
+        return b.op("Dropout", [x, seed, offset, prob], out=[("f32", ss)])[0] if dropout else x
+
+    s = b.op("MatMul", [q, k], out=[("f32", ss)], attrs={"transpose_b": True})[0]
+    if f is not None:
+        s = b.op(kind, [s, f], out=[("f32", ss)])[0]
+    if mask == "add":
+        m = b.tensor("f32", [n, 1, sq, skv])
+        ids["mask"] = m.id
+        s = b.op("Add", [s, m], out=[("f32", ss)])[0]
+    p = b.op("Exp", [b.op("Subtract", [s, stats], out=[("f32", ss)])[0]], out=[("f32", ss)])[0]
+    dv = b.op("MatMul", [cast(drop(p)), do], out=[(dt, [n, h, skv, d])], attrs={"transpose_a": True})[0]
+    dp = drop(b.op("MatMul", [do, v], out=[("f32", ss)], attrs={"transpose_b": True})[0])
+    od = b.op("Multiply", [o, do], out=[(dt, [n, h, sq, d])])[0]
+    r = b.op("ReduceSum", [od], out=[(dt, [n, h, sq, 1])], attrs={"axes": [-1], "keep_dims": True})[0]
+    ds = b.op("Multiply", [p, b.op("Subtract", [dp, r], out=[("f32", ss)])[0]], out=[("f32", ss)])[0]
+    if dmask:
+        b.op("End", [ds], out=[])
+        ids["dm"] = ds.id
+    if f is not None:
+        ds = b.op(kind, [ds, f], out=[("f32", ss)])[0]
+    ds = cast(ds)
+    dq = b.op("MatMul", [ds, k], out=[(dt, [n, h, sq, d])])[0]
+    dk = b.op("MatMul", [ds, q], out=[(dt, [n, h, skv, d])], attrs={"transpose_a": True})[0]
+    ids.update(dq=dq.id, dk=dk.id, dv=dv.id)
+    b.graph.set_ports(outputs=[dq.id, dk.id, dv.id] + ([ids["dm"]] if dmask else []))
+    return b.finalize(), ids
+
+
+def sdpa_backward_inputs(g, ids, seed=0):
+    """Random Q, K, V, dO, a mask, and O and Stats that graphc's reference of the
+    forward computes from them (so that the backward sees a consistent forward)."""
+    import numpy as np
+
+    from graphc import reference
+    from graphc.fill import make_inputs
+    ins = make_inputs(g, seed)
+    rng = np.random.default_rng(seed + 1)
+    for name in ("q", "k", "v", "do"):
+        ins[ids[name]] = (rng.standard_normal(ins[ids[name]].shape)).astype(ins[ids[name]].dtype)
+    if "scale" in ids:
+        ins[ids["scale"]] = np.array([0.3], np.float32)
+    if "seed" in ids:
+        ins[ids["seed"]] = np.array([1234567 + seed], ins[ids["seed"]].dtype)
+        ins[ids["offset"]] = np.array([89], ins[ids["offset"]].dtype)
+        ins[ids["prob"]] = np.array([0.3], np.float32)
+    q, k, v = (g.tensors[ids[x]] for x in ("q", "k", "v"))
+    n, h, sq, d = q.shape
+    fg, fids = sdpa_graph(q.dtype.value, n=n, hq=h, sq=sq, skv=k.shape[-2], d=d, stats=True,
+                          dropout="seed" in ids, mask="add" if "mask" in ids else None,
+                          scale=None if "scale" not in ids else
+                          "div" if any(o.kind == "Divide" for o in g.ops.values()) else "mul")
+    fins = {fids[x]: ins[ids[x]] for x in ("q", "k", "v", "scale", "mask", "seed", "offset", "prob") if x in ids}
+    out = reference.run(fg, fins)
+    ins[ids["o"]] = out[fids["out"]].astype(ins[ids["o"]].dtype)
+    ins[ids["stats"]] = out[fids["stats"]].astype(np.float32)
+    return ins
+
+
+def check_sdpa_backward(g, ids, seed=0):
+    """The backward graph is one partition (End aside), planned as attention, whose
+    kernel keeps no S x S buffer; dQ, dK, dV (and dM) against the reference."""
+    from graphc.codegen.attention import BK, BQ
+    from graphc.codegen.kernel import NUM_THREADS
+    from support import check_compiled
+    parts = [p for p in g.get_partitions("fusion") if any(o.kind != "End" for o in p.ops)]
+    assert len(parts) == 1, [(p.kind, [o.id for o in p.ops]) for p in parts]
+    (part,) = parts
+    assert part.pattern == "sdpa_backward" and part.plan.shape == "attention"
+    cp = part.compile()
+    assert "gemm_f32" in cp.source and "tmp" not in [k for k, _ in cp._plan]
+    q = g.tensors[ids["q"]]
+    ws = [n for kind, (n, _) in ((kind, r) for kind, r in cp._plan if kind == "ws")]
+    rows = q.shape[0] * q.shape[1] * q.shape[2]
+    assert max(ws) <= max(NUM_THREADS * BQ * max(BK, q.shape[-1]), rows)   # tiles and one value per row
+    return check_compiled(g, sdpa_backward_inputs(g, ids, seed))
