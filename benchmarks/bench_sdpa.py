@@ -69,10 +69,62 @@ def sdpa(n, h, s, d, dt="f32", mask=None):
     return build, feeds, eager, fused, 2 * 2 * n * h * s * s * d
 
 
+def sdpa_training(n, h, s, d, dt="f32"):
+    """(build, eager, fused, flops) of one training step of MHA [n, h, s, d] (scale by
+    Multiply, no mask): sdpa.md's forward exporting the stats and its backward graph
+    in one graph (two partitions: the attention forward and backward kernels),
+    against torch's forward + autograd backward (eager attention / fused SDPA)."""
+    ids = {}
+
+    def build(b):
+        sh, ss, st = [n, h, s, d], [n, h, s, s], [n, h, s, 1]
+        q, k, v, do = (b.tensor(dt, sh) for _ in range(4))
+        f = b.tensor("f32", [1])
+        ids.update(qkv=[q.id, k.id, v.id, do.id], scale=f.id)
+
+        def scores():
+            x = b.op("MatMul", [q, k], out=[("f32", ss)], attrs={"transpose_b": True})[0]
+            return b.op("Multiply", [x, f], out=[("f32", ss)])[0]
+
+        def cast(x):
+            return b.op("TypeCast", [x], out=[(dt, list(x.shape))])[0] if dt != "f32" else x
+        p, stats = b.op("SoftMax", [scores()], out=[(dt, ss), ("f32", st)], attrs={"axis": -1})
+        o = b.op("MatMul", [p, v], out=[(dt, sh)])[0]
+        pr = b.op("Exp", [b.op("Subtract", [scores(), stats], out=[("f32", ss)])[0]], out=[("f32", ss)])[0]
+        b.op("MatMul", [cast(pr), do], out=[(dt, sh)], attrs={"transpose_a": True})
+        dp = b.op("MatMul", [do, v], out=[("f32", ss)], attrs={"transpose_b": True})[0]
+        r = b.op("ReduceSum", [b.op("Multiply", [o, do], out=[(dt, sh)])[0]], out=[(dt, st)],
+                 attrs={"axes": [-1], "keep_dims": True})[0]
+        ds = b.op("Multiply", [pr, b.op("Subtract", [dp, r], out=[("f32", ss)])[0]], out=[("f32", ss)])[0]
+        ds = cast(b.op("Multiply", [ds, f], out=[("f32", ss)])[0])
+        b.op("MatMul", [ds, k], out=[(dt, sh)])
+        b.op("MatMul", [ds, q], out=[(dt, sh)], attrs={"transpose_a": True})
+
+    def feeds(g):
+        from graphc.fill import make_inputs
+        ins = make_inputs(g, 0)
+        ins[ids["scale"]] = np.array([1 / math.sqrt(d)], np.float32)
+        return ins, ids["qkv"]
+
+    def eager(torch, q, k, v, do):
+        q, k, v = (x.clone().requires_grad_() for x in (q, k, v))
+
+        def run():
+            x = torch.matmul(q, k.transpose(-1, -2)) * (1 / math.sqrt(d))
+            torch.matmul(torch.softmax(x, -1), v).backward(do)
+        return run
+
+    def fused(torch, q, k, v, do):
+        q, k, v = (x.clone().requires_grad_() for x in (q, k, v))
+        return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v).backward(do)
+    return build, feeds, eager, fused, 2 * 2 * n * h * s * s * d * 3.5   # forward 2 GEMMs, backward 5
+
+
 CASES = {
     "SDPA 2x16x512x64 f32": sdpa(2, 16, 512, 64),
     "SDPA 2x16x512x64 f32 causal": sdpa(2, 16, 512, 64, mask="causal"),
     "SDPA 2x16x512x64 bf16": sdpa(2, 16, 512, 64, "bf16"),
+    "SDPA train fwd+bwd 2x16x512x64 f32": sdpa_training(2, 16, 512, 64),
 }
 
 
@@ -86,14 +138,17 @@ def child(case, who, repeat):
     if who == "graphc":
         import graphc
         cg = graphc.compile(g)
-        assert len(cg.compiled) == 1, "one partition"
+        assert len(cg.compiled) == (2 if len(qkv) == 4 else 1), "one partition (forward, backward)"
         return timeit(lambda: cg.run(ins), repeat)
     import torch
     torch.set_num_threads(THREADS)
     dt = torch.bfloat16 if g.tensors[qkv[0]].dtype.name == "bf16" else torch.float32
-    q, k, v = (torch.from_numpy(np.ascontiguousarray(ins[t]).astype(np.float32)).to(dt) for t in qkv)
+    args = [torch.from_numpy(np.ascontiguousarray(ins[t]).astype(np.float32)).to(dt) for t in qkv]
+    fn = (eager if who == "eager" else fused)(torch, *args)
+    if len(qkv) == 4:   # training: autograd on
+        return timeit(fn, repeat)
     with torch.no_grad():
-        return timeit((eager if who == "eager" else fused)(torch, q, k, v), repeat)
+        return timeit(fn, repeat)
 
 
 def main():
