@@ -23,7 +23,8 @@ accumulate in f32 lane arrays (which vectorize) folded into f64 every
 ``FOLD_ROWS`` rows or so: a lane never sums 2 * FOLD_ROWS f32 terms (a pass
 sweeping at most FOLD_ROWS rows per chunk needs no fold).  A sum over
 the lane alone (no rows: LayerNorm or SoftMax along the last dim) stores its
-terms in a float64 buffer, which the ``fsum`` helper adds up vectorized.
+terms in a buffer (float32 for float32 terms, else float64), which the ``fsum``
+helper adds up in float64, vectorized.
 Products run in f64; maxima and minima in the lanes' f32.  A direct maximum
 (reduced lane, no rows) runs on int32 keys ordered as the floats are
 (fastmath.key_f32): LLVM vectorizes an integer max reduction, not a float one
@@ -105,15 +106,18 @@ def _clamp(v, hi: int) -> ir.Expr:
     return _min(ir.call("max", v, 0), hi)
 
 
-def let_array(kb: KernelBuilder, target: ir.Expr, shape, fill=None) -> None:
-    """Bind ``target`` (an array variable) to a new scratch array (see KernelBuilder.alloc)."""
+def let_array(kb: KernelBuilder, target: ir.Expr, shape, fill=None) -> ir.Let:
+    """Bind ``target`` (an array variable) to a new scratch array (see KernelBuilder.alloc);
+    returns the statement."""
     elem = target.dt[4:]
     t = ir.typename(elem)
     if fill is None:
         value = ir.call("np.empty", shape, t)
     else:
         value = ir.call("np.zeros", shape, t)
-    kb.emit(ir.Let(target, value))
+    stmt = ir.Let(target, value)
+    kb.emit(stmt)
+    return stmt
 
 
 #: kind -> (identity, the type of its lane arrays)
@@ -150,7 +154,11 @@ class Acc:
         self.local = ir.var(fresh("t"), "int" if self.keyed else direct_dt)  # scalar partial (reduced lane, no rows)
         self.part = ir.array(fresh("vp"), "f64")           # rows mode: each chunk's result
         self.result = ir.array(fresh("vr"), "f64")         # rows mode, kept lane: the lanes' results
-        self.terms = ir.array(fresh("vb"), "f64")          # direct sum: the terms, summed by fsum
+        # direct sum: the terms, summed by fsum into f64; an f32 buffer while the terms
+        # are f32 (exact, and the loop computing them vectorizes twice as wide as
+        # with f64 stores), made f64 by the first f64 term (see add)
+        self.terms = ir.array(fresh("vb"), "f32")
+        self.terms_lets: list[ir.Let] = []
         if nest.mode == "rows":
             sdt = "f64"
         else:
@@ -188,6 +196,10 @@ class Acc:
         """Accumulate ``expr`` (the current element's term) in a pass."""
         kb, lv = self.nest.kb, self.nest.lv
         if self.buffered:
+            if expr.dt != "f32" and self.terms.dt != "arr:f64":
+                self.terms = ir.array(self.terms.args[0], "f64")
+                for stmt in self.terms_lets:
+                    stmt.target, stmt.value = self.terms, ir.call("np.empty", self.nest.L, ir.typename("f64"))
             kb.store(self.terms, lv, expr)
         elif self.direct and self.keyed:
             kb.assign(self.local, ir.call("key_max_f32", self.local, ir.f32(expr), dt="int"))
@@ -403,7 +415,7 @@ class Nest:
         for a in accs:
             if a.buffered:
                 use_helper(kb, "fsum")
-                let_array(kb, a.terms, self.L)
+                a.terms_lets.append(let_array(kb, a.terms, self.L))
             if not a.direct:
                 let_array(kb, a.lanes, self.L)
                 if a.folds:
