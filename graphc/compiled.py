@@ -685,6 +685,42 @@ def _view_of(ops, in_lts, out_lts, asked_outs, wanted):
     return src, LogicalTensor(out.id, out.dtype, out.shape, strides, "strided", out.property_type)
 
 
+def _view_ops(p):
+    """The ops of partition ``p`` when it is a chain of views (graphc.views), else None."""
+    from .views import may_be_view
+    ops = p.ops
+    if ops and all(may_be_view(o) for o in ops) and \
+            all(b.inputs[0].id == a.outputs[0].id for a, b in zip(ops, ops[1:])):
+        return ops
+    return None
+
+
+def any_layouts(graph, partitions) -> dict[int, tuple]:
+    """{tensor id: strides} for the tensors with layout ``any`` that leave one
+    partition for a chain of views into a tensor of known strides: the strides
+    that make the views free (the producer writes the layout the views read).
+    Other ``any`` tensors take the dense layout their partition compiles them
+    with.  Consumers are visited last first, so a chain of view partitions
+    passes the strides back."""
+    from .views import chain_strides
+    chosen: dict[int, tuple] = {}
+    for p in reversed(partitions):
+        ops = _view_ops(p)
+        if ops is None or len(p.outputs) != 1:
+            continue
+        src, dst = ops[0].inputs[0], ops[-1].outputs[0]
+        src = graph.tensors.get(src.id, src)
+        dst = graph.tensors.get(dst.id, dst)
+        strides = chosen.get(dst.id, dst.strides)
+        if src.strides is not None or strides is None or not src.is_complete or not dst.is_complete \
+                or src.id in graph.input_ports:
+            continue
+        back = chain_strides(ops, tuple(strides), forward=False)
+        if back is not None and all(s >= 0 for s in back):
+            chosen[src.id] = tuple(back)
+    return chosen
+
+
 class CompiledGraph:
     """Every partition of a graph compiled once, run in order.  A partition with
     input dims known only at run (after a collective whose output dim is the
@@ -709,9 +745,19 @@ class CompiledGraph:
             listed = "; ".join(f"partition {p.id} ({p.kind}: ops {[op.id for op in p.ops]})" for p in bad)
             warnings.warn(f"graphc cannot compile {len(bad)} of {len(self.partitions)} partitions; they run in "
                           f"the numpy reference: {listed}", FallbackWarning, stacklevel=3)
-        self.compiled = [ReferencePartition(p) if p in bad else
-                         p.compile(p.inputs, p.outputs) if all(t.is_complete for t in p.inputs) else None
-                         for p in self.partitions]
+        chosen = any_layouts(graph, self.partitions)
+        resolved: dict[int, LogicalTensor] = {}   # output tensors as compiled (their strides chosen)
+        self.compiled = []
+        for p in self.partitions:
+            if p in bad or not all(t.is_complete for t in p.inputs):
+                self.compiled.append(ReferencePartition(p) if p in bad else None)
+                continue
+            outs = [t if t.id not in chosen else
+                    LogicalTensor(t.id, t.dtype, t.shape, chosen[t.id], "strided", t.property_type)
+                    for t in p.outputs]
+            cp = p.compile([resolved.get(t.id, t) for t in p.inputs], outs)
+            resolved.update((t.id, t) for t in cp.outputs)
+            self.compiled.append(cp)
         self._at_run: dict[tuple, CompiledPartition] = {}   # (partition id, input shapes) -> compiled
         self._collectives = [collective_runner(p.ops) for p in self.partitions]
         self._input_ports, self._output_ports = graph.input_ports, graph.output_ports  # (a topological sort each)

@@ -59,15 +59,29 @@ def build_kernel(partition, ops, in_lts, out_lts):
     runner = collective_runner(ops)
     if runner is not None:
         return None, [], runner
+    partition_ops = ops
     fusion = getattr(partition, "plan", None)
-    if fusion is not None and len(ops) > 1:
+    if fusion is not None and len(ops) > 1 and fusion.shape != "views":
         kb, refs, plan = _builder(in_lts, out_lts)
+        folded = fold_views(ops, refs, fusion)
+        if folded is not None:
+            ops = [op for op in ops if op.id not in folded]
         for op in ops:
             for t in op.outputs:
                 if t.id not in refs and fusion.roles.get(t.id) == "scratch":
                     refs[t.id] = kb.arg(t, "t")
                     plan.append(("tmp", t))
-        if lower_fused(kb, ops, refs, fusion):
+        if folded is not None and lower_fused(kb, ops, refs, fusion):
+            return kb.source(), plan + workspace_plan(kb), None
+        ops = partition_ops
+    if fusion is not None and fusion.shape == "views":
+        # no view of the input as the output's strides: one copy, in the last op,
+        # reading the input through the views before it when they are views
+        kb, refs, plan = _builder(in_lts, out_lts)
+        if fold_views(ops, refs, ViewsBefore(fusion.views_in[:-1])) is not None:
+            last = ops[-1]
+            last.schema.lower(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs])
+            kb.ret(-1)
             return kb.source(), plan + workspace_plan(kb), None
     # one op after another, through scratch buffers
     kb, refs, plan = _builder(in_lts, out_lts)
@@ -79,6 +93,42 @@ def build_kernel(partition, ops, in_lts, out_lts):
         op.schema.lower(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs])
     kb.ret(-1)
     return kb.source(), plan + workspace_plan(kb), None
+
+
+class ViewsBefore:
+    """The views of a chain's input before its last op (a plan's view fields)."""
+
+    def __init__(self, views_in):
+        self.views_in, self.views_out = views_in, []
+
+
+def fold_views(ops, refs, fusion):
+    """Bind the views the plan folds (passes/legality.py: ``views_in`` read through
+    strides of an input's buffer, ``views_out`` a value stored through the inverse
+    strides of an output's buffer) to ArrayRefs over those buffers in ``refs``;
+    the ids of the folded ops, or None when some view's strides do not allow it
+    (the partition then lowers op by op, the views as copies)."""
+    from .codegen.kernel import ArrayRef
+    from .types import LogicalTensor
+    from .views import view_strides
+    bound, by_id = {}, {op.id: op for op in ops}   # (the plan holds the graph's ops; these have the shapes)
+
+    def bind(t, ref, strides):
+        if strides is None:
+            return False
+        bound[t.id] = ArrayRef(ref.name, LogicalTensor(t.id, t.dtype, tuple(t.shape), tuple(strides)))
+        return True
+
+    for op in (by_id[o.id] for o in fusion.views_in):
+        src = bound.get(op.inputs[0].id) or refs[op.inputs[0].id]
+        if not bind(op.outputs[0], src, view_strides(op, tuple(src.shape), tuple(src.strides))):
+            return None
+    for op in (by_id[o.id] for o in reversed(fusion.views_out)):
+        dst = bound.get(op.outputs[0].id) or refs[op.outputs[0].id]
+        if not bind(op.inputs[0], dst, view_strides(op, tuple(dst.shape), tuple(dst.strides), forward=False)):
+            return None
+    refs.update(bound)
+    return {op.id for op in list(fusion.views_in) + list(fusion.views_out)}
 
 
 def workspace_plan(kb) -> list:

@@ -107,10 +107,14 @@ def test_given_strides_are_kept():
 
 
 def test_layout_any_has_no_strides_until_resolved():
-    t = LogicalTensor(0, "f32", [2, 3], layout_type="any")
+    """A shape resolved keeps layout any (graphc chooses the strides at compile,
+    tests/api/test_views.py); strides given make it strided."""
+    t = LogicalTensor(0, "f32", [-1, 3], layout_type="any")
     assert t.strides is None and not t.is_dense
     r = t.with_shape([2, 3])
-    assert r.layout_type is LayoutType.strided and r.strides == (3, 1)
+    assert r.layout_type is LayoutType.any and r.strides is None and r.shape == (2, 3)
+    s = t.with_shape([2, 3], (1, 2))
+    assert s.layout_type is LayoutType.strided and s.strides == (1, 2)
 
 
 def test_logical_tensor_is_immutable_and_hashable():

@@ -125,14 +125,18 @@ def test_dequantize_eltwise_quantize():
     _check_fused(b.finalize(), 3, "dequant_eltwise_quant")
 
 
-def test_shuffle_chain_is_not_fused():
-    """Two copies in one kernel move the bytes two kernels move: no pattern."""
+def test_shuffle_chain_is_one_partition_reading_through_the_view():
+    """A reshape then a dense transpose: one partition, the reshape a view of the
+    input and the transpose the one copy (a kernel of one loop, no scratch)."""
     b = GraphBuilder()
     x = b.tensor("f32", [4, 6, 8])
     y = b.op("StaticReshape", [x], out=[("f32", [4, 48])], attrs={"shape": [4, 48], "special_zero": False})[0]
     b.op("StaticTranspose", [y], out=[("f32", [48, 4])], attrs={"order": [1, 0]})
     g = b.finalize()
-    assert [p.kind for p in g.get_partitions()] == ["StaticReshape", "StaticTranspose"]
+    (p,) = g.get_partitions()
+    assert p.kind == "StaticReshape+StaticTranspose" and p.plan.shape == "views"
+    cp = p.compile()
+    assert not cp.is_view and [k for k, _ in cp._plan] == ["in", "out"]   # no scratch tensor
     check_compiled(g)
 
 
@@ -481,7 +485,7 @@ def test_a_path_leaving_and_coming_back_is_not_fused():
     from graphc.passes.legality import convex
     assert not convex(g, {0, 3, 4}) and convex(g, {0, 3})
     kinds = sorted(p.kind for p in g.get_partitions())
-    assert kinds == ["Add", "ReLU+Exp", "StaticTranspose", "StaticTranspose"]
+    assert kinds == ["Add", "ReLU+Exp", "StaticTranspose+StaticTranspose"]   # (a view chain)
     check_compiled(g, seed=4)
 
 
