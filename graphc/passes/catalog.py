@@ -391,23 +391,53 @@ def last_axis(o, m) -> bool:
 
 
 def sdpa():
-    """sdpa.md / gqa.md (inference): [reorders] -> MatMul Q@K^T -> [scale] -> [mask: causal
-    (GenIndex/GreaterEqual/Select), Add or Select] -> SoftMax (last axis) -> MatMul @V ->
+    """sdpa.md / gqa.md (inference and training forward): [reorders] -> MatMul Q@K^T -> [scale] ->
+    [mask: causal (GenIndex/GreaterEqual/Select), Add or Select] -> SoftMax (last axis, [stats
+    exported]) -> [Dropout] -> MatMul @V ->
     [reorders/TypeCasts]; GQA/MQA as StaticReshapes around the MatMuls.  One
     flash-style kernel (legality's attention plan, graphc/codegen/attention.py)."""
     p = Pattern("sdpa", 11, "[reorder] -> MatMul QK -> [Multiply/Divide] -> [causal/Add/Select mask] -> "
-                            "SoftMax -> MatMul V -> [reorder/TypeCast]", anchor="qk")
+                            "SoftMax [stats] -> [Dropout] -> MatMul V -> [reorder/TypeCast]", anchor="qk")
     qk = p.op("MatMul", viewed(p, "query"), viewed(p, "key"), label="qk")
     s = p.optional_block(lambda q, x: q.op(["Multiply", "Divide"], x, viewed(q, "scale"), either_order=True,
                                            pred=sdpa_scale(x), label="scale"), qk, label="scale")
     s = p.optional_block(lambda q, x: q.alt(x, causal_mask, add_mask, select_mask), s, label="mask")
     sm = p.op("SoftMax", s, pred=last_axis, label="softmax")
+    sm = p.op("Dropout", sm, None, None, None, optional=True, label="dropout")
     o = p.op("MatMul", sm, viewed(p, "value"), label="pv")
     p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["TypeCast"], x), o, 0, 4, label="output reorders")
     return p
 
 
-BUILDERS += [sdpa]
+def sdpa_backward():
+    """sdpa.md (training backpropagation): S = Q@K^T -> [scale] -> [Add/Select mask] ->
+    Subtract Stats -> Exp = P; dV = ([Dropout] -> [TypeCast] P)^T @ dO; dP = dO@V^T ->
+    [Dropout]; dS = P * (dP - ReduceSum(O * dO)) (dM when it leaves) -> [scale] ->
+    [TypeCast] -> dQ = dS@K and dK = dS^T@Q.  One flash-style backward kernel
+    (legality's attention plan, graphc/codegen/attention.py)."""
+    p = Pattern("sdpa_backward", 11, "MatMul QK -> [scale] -> [mask] -> Subtract stats -> Exp -> "
+                                     "MatMuls dV, dP -> dS = P * (dP - ReduceSum(O * dO)) -> MatMuls dQ, dK",
+                anchor="qk")
+    q, k, do = p.input("query"), p.input("key"), p.input("diff_dst")
+    qk = p.op("MatMul", q, k, label="qk")
+    s = p.optional_block(lambda b, x: b.op(["Multiply", "Divide"], x, b.input("scale"), either_order=True,
+                                           pred=sdpa_scale(x), label="scale"), qk, label="scale")
+    s = p.optional_block(lambda b, x: b.alt(x, add_mask, select_mask), s, label="mask")
+    prob = p.op("Exp", p.op("Subtract", s, p.input("stats"), label="minus stats"), label="p")
+    pd = p.op("TypeCast", p.op("Dropout", prob, None, None, None, optional=True), optional=True)
+    p.op("MatMul", pd, do, label="dv")
+    dp = p.op("Dropout", p.op("MatMul", do, p.input("value"), label="dp"), None, None, None, optional=True)
+    rs = p.op("ReduceSum", p.op("Multiply", p.input("dst"), do, either_order=True, label="o*do"), label="rowsum")
+    ds = p.op("Multiply", prob, p.op("Subtract", dp, rs), either_order=True, label="ds")
+    ds = p.optional_block(lambda b, x: b.op(["Multiply", "Divide"], x, b.input("scale"), either_order=True,
+                                            pred=sdpa_scale(x), label="scale"), ds, label="ds scale")
+    ds = p.op("TypeCast", ds, optional=True)
+    p.op("MatMul", ds, k, label="dq")
+    p.op("MatMul", ds, q, label="dk")
+    return p
+
+
+BUILDERS += [sdpa, sdpa_backward]
 # ==== end of the scaled dot-product attention block ========================================
 
 
