@@ -43,6 +43,7 @@ from .kernel import ArrayRef, as_stored, is_narrow_float, worth_parallel
 from .loops import aligned, linear, unravel
 from ..ops.misc import dropout_keep, dropout_params, philox_words
 from ..types import LogicalTensor
+from ..views import view_strides
 
 #: query rows per block (the rows of a tile: one task of the parallel loop)
 BM = 64
@@ -64,57 +65,6 @@ def attn_exp_row(s, off, n, m):
 
 
 # -- views --------------------------------------------------------------------------------
-def reshape_strides(shape, strides, new_shape):
-    """Strides viewing the elements of (``shape``, ``strides``) in row-major order
-    as ``new_shape`` without a copy (numpy's no-copy reshape), or None."""
-    old = [(d, s) for d, s in zip(shape, strides) if d != 1]
-    new = list(new_shape)
-    if math.prod(shape) != math.prod(new):
-        return None
-    if math.prod(new) == 0:
-        return tuple(0 for _ in new)
-    out = [0] * len(new)
-    oi = ni = 0
-    while ni < len(new) and oi < len(old):
-        np_, op_ = new[ni], old[oi][0]
-        nj, oj = ni + 1, oi + 1
-        while np_ != op_:
-            if np_ < op_:
-                np_ *= new[nj]
-                nj += 1
-            else:
-                op_ *= old[oj][0]
-                oj += 1
-        for k in range(oi, oj - 1):
-            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
-                return None
-        out[nj - 1] = old[oj - 1][1]
-        for k in range(nj - 1, ni, -1):
-            out[k - 1] = out[k] * new[k]
-        ni, oi = nj, oj
-    return tuple(out)
-
-
-def transpose_order(op) -> tuple:
-    return op.schema.order(op)
-
-
-def view_strides(op, shape, strides, forward=True):
-    """The strides of a reorder ``op``'s dst viewing its src laid out as
-    (``shape``, ``strides``) (``forward``), or of its src viewing its dst so laid
-    out (not ``forward``: the output side); None when no view exists."""
-    src, dst = tuple(op.inputs[0].shape), tuple(op.outputs[0].shape)
-    if op.kind == "StaticReshape":
-        return reshape_strides(shape, strides, dst if forward else src)
-    order = transpose_order(op)
-    if forward:
-        return tuple(strides[k] for k in order)
-    back = [0] * len(order)
-    for i, k in enumerate(order):
-        back[k] = strides[i]
-    return tuple(back)
-
-
 def _view(ref, lt, strides) -> ArrayRef:
     """``ref``'s buffer seen as tensor ``lt`` (its shape) with ``strides``."""
     return ArrayRef(ref.name, LogicalTensor(lt.id, ref.dtype, tuple(lt.shape), tuple(strides)))
@@ -547,4 +497,4 @@ def _output_store(ops, local, plan, mm2):
     return store
 
 
-__all__ = ["lower_attention", "reshape_strides", "view_strides", "REORDERS", "BM", "BN"]
+__all__ = ["lower_attention", "REORDERS", "BM", "BN"]

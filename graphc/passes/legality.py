@@ -247,7 +247,7 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
     anchors: [first MatMul, SoftMax, second MatMul]; prologue: the input
     reorders; epilogue: the chain after the second MatMul (its last tensor the
     only one written)."""
-    from ..codegen.attention import view_strides
+    from ..views import view_strides
     from ..numerics import fpmath_down
     if _is_attention_backward(ops):
         return _attention_backward_plan(graph, ops, produced, leaving)
