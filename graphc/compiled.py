@@ -629,7 +629,10 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
             if w.shape != lt.shape:
                 raise InvalidArguments(f"output tensor {t.id} shape disagrees with inference",
                                        expected=list(lt.shape), found=list(w.shape))
-            lt = w if w.strides is not None else lt   # layout any: graphc's choice (dense unless a view)
+            lt = w if w.strides is not None else lt   # layout any: graphc's choice (below)
+        asked = w if w is not None else t
+        if asked.strides is None and lt.is_complete:
+            lt = _chosen_layout(ops, lt)
         out_lts.append(lt if (collective or per_values) and not lt.is_complete else _concrete(lt, "compile"))
     _check_memory(ops, in_lts, out_lts, known)
     view = None if per_values or collective else _view_of(ops, in_lts, out_lts, partition.outputs, wanted)
@@ -659,6 +662,18 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
     cp = CompiledPartition(partition, in_lts, out_lts, ops, known, source, kernel, plan, runner)
     cp.compile_seconds = time.perf_counter() - t0
     return cp
+
+
+def _chosen_layout(ops, lt: LogicalTensor) -> LogicalTensor:
+    """Output ``lt`` of layout ``any``: in the strides the partition's compute op
+    writes fastest (``OpSchema.preferred_strides``, e.g. channels last for an NCX
+    convolution) when its output 0 has lt's shape (post-ops keep it), else dense.
+    (A partition of views gives its view's strides instead: _view_of.)"""
+    for op in reversed(ops):
+        st = op.schema.preferred_strides(op) if op.outputs and op.outputs[0].shape == lt.shape else None
+        if st is not None:
+            return LogicalTensor(lt.id, lt.dtype, lt.shape, st, "strided", lt.property_type)
+    return lt
 
 
 def _view_of(ops, in_lts, out_lts, asked_outs, wanted):

@@ -330,6 +330,12 @@ class OpSchema:
     def supports_lowering(self, op) -> bool:
         return type(self).lower is not OpSchema.lower
 
+    def preferred_strides(self, op):
+        """The strides this op writes output 0 fastest in, for an output whose
+        layout is ``any`` (graphc chooses it: graphc/compiled.py); None for the
+        dense layout."""
+        return None
+
     def flops(self, op) -> int:
         """Floating-point operations of one run of ``op`` (shapes known), 2 per
         multiply-add, for the cost model of ``graphc bench --mode=P``

@@ -197,3 +197,61 @@ def test_bf16_view_of_a_strided_input():
     out = cp.execute({0: x})[1]
     assert np.shares_memory(out, base)
     assert_same(out, base)
+
+
+def test_any_output_of_an_ncx_convolution_is_channels_last_and_feeds_the_next_partition():
+    attrs = dict(strides=[1, 1], dilations=[1, 1], pads_begin=[1, 1], pads_end=[1, 1], data_format="NCX",
+                 weights_format="OIX")
+    g = Graph()
+    y = LT(2, "f32", [2, 8, 5, 6], layout_type="any")
+    g.add_op(Op(0, "Convolution", [LT(0, "f32", [2, 4, 5, 6]), LT(1, "f32", [8, 4, 3, 3])], [y], attrs))
+    g.add_op(Op(1, "SoftMax", [y], [LT(3, "f32", [2, 8, 5, 6])], {"axis": 1}))
+    g.finalize()
+    cg = graphc.compile(g)
+    conv, sm = cg.compiled
+    assert conv.query_logical_tensor(2).strides == (240, 1, 48, 8)     # N, C, H, W with C innermost
+    assert sm.query_logical_tensor(2).strides == (240, 1, 48, 8)       # read as written
+    ins = make_inputs(g, seed=5)
+    assert_outputs(cg.run(ins), graphc.reference.run(g, ins))
+    (p,) = [q for q in g.get_partitions() if q.ops[0].kind == "Convolution"]
+    strided = p.compile(p.inputs, [LT(2, "f32", [2, 8, 5, 6])])       # strided asked: dense given
+    assert strided.query_logical_tensor(2).strides == (240, 30, 6, 1)
+
+
+def _families():
+    """(graph, input id, output id, in-shape) of one op per family, output and input
+    of one shape so that a shifted view of one buffer overlaps both."""
+    conv = dict(strides=[1, 1], dilations=[1, 1], pads_begin=[1, 1], pads_end=[1, 1], data_format="NXC",
+                weights_format="XIO")
+    return {
+        "eltwise": one_op("Exp", [("f32", [6, 8])], [("f32", [6, 8])]),
+        "binary": one_op("Add", [("f32", [6, 8]), ("f32", [6, 8])], [("f32", [6, 8])]),
+        "reduction": one_op("ReduceSum", [("f32", [6, 8])], [("f32", [6, 1])], {"axes": [1], "keep_dims": True}),
+        "softmax": one_op("SoftMax", [("f32", [6, 8])], [("f32", [6, 8])], {"axis": 1}),
+        "norm": one_op("LayerNorm", [("f32", [6, 8])], [("f32", [6, 8])], {"keep_stats": False,
+                                                                         "use_affine": False}),
+        "matmul": one_op("MatMul", [("f32", [6, 8]), ("f32", [8, 8])], [("f32", [6, 8])]),
+        "conv": one_op("Convolution", [("f32", [1, 6, 8, 4]), ("f32", [3, 3, 4, 4])], [("f32", [1, 6, 8, 4])], conv),
+        "view": one_op("StaticReshape", [("f32", [6, 8])], [("f32", [48])], {"shape": [48], "special_zero": False}),
+        "transpose": one_op("StaticTranspose", [("f32", [6, 8])], [("f32", [8, 6])], {"order": [1, 0]}),
+    }
+
+
+@pytest.mark.parametrize("family", list(_families()))
+def test_overlapping_caller_buffers_refused_for_every_family(family):
+    """An output given over part of an input (one buffer, shifted by one element):
+    InvalidArguments naming the op, and no buffer changed."""
+    g = _families()[family]
+    cp = _cp(g)
+    ins = make_inputs(g, seed=6)
+    x = ins[0]
+    out_lt = cp.outputs[0]
+    buf = np.zeros(x.size + 1 + out_lt.nelems, np.float32)
+    buf[:x.size] = x.reshape(-1)
+    src = buf[:x.size].reshape(x.shape)
+    dst = buf[1:1 + out_lt.nelems].reshape(out_lt.shape)
+    ins[0] = src
+    before = buf.copy()
+    with pytest.raises(InvalidArguments, match=r"op 0 \(.*\).*output tensor \d+ shares memory with input tensor 0"):
+        cp.execute(ins, outputs={out_lt.id: dst})
+    assert_same(buf, before)
