@@ -1,7 +1,12 @@
-"""Graph: ops connected by logical tensor ids (a networkx DiGraph inside)."""
+"""Graph: ops connected by logical tensor ids.
+
+The op-to-op edges are kept in plain dicts (networkx, about 50 ms to import,
+is imported only when a caller asks for :attr:`Graph.nx` or a graph has a
+cycle to report)."""
 from __future__ import annotations
 
-import networkx as nx
+import heapq
+
 import numpy as np
 
 from .errors import GraphcError, InvalidArguments, InvalidGraph, InvalidShape
@@ -33,7 +38,8 @@ class Graph:
         self.ignored_output_ports: list[int] = []   # declared output_ports the graph has no tensor for
         self.fpmath_mode_apply_to_int = bool(fpmath_mode_apply_to_int)
         self.ops: dict[int, Op] = {}
-        self.nx = nx.DiGraph()
+        #: op id -> {consumer op id: tensor id}: the edges, in the order they were added
+        self._succ: dict[int, dict[int, int]] = {}
         self.producer: dict[int, tuple[int, int]] = {}       # tensor id -> (op id, output index)
         self.consumers: dict[int, list[tuple[int, int]]] = {}  # tensor id -> [(op id, input index)]
         self.tensors: dict[int, LogicalTensor] = {}
@@ -72,16 +78,32 @@ class Graph:
             self._note_tensor(known, op, f"output {i}", t)
         self.tensors = known
         self.ops[op.id] = op
-        self.nx.add_node(op.id)
+        self._succ[op.id] = {}
         for i, t in enumerate(op.outputs):
             self.producer[t.id] = (op.id, i)
             for cid, _ in self.consumers.get(t.id, []):
-                self.nx.add_edge(op.id, cid, tensor=t.id)
+                self._succ[op.id][cid] = t.id
         for i, t in enumerate(op.inputs):
             self.consumers.setdefault(t.id, []).append((op.id, i))
             if t.id in self.producer:
-                self.nx.add_edge(self.producer[t.id][0], op.id, tensor=t.id)
+                self._succ[self.producer[t.id][0]][op.id] = t.id
         return op
+
+    @property
+    def nx(self):
+        """The op graph as a networkx DiGraph (op ids; each edge's ``tensor`` is
+        the id of a tensor it carries), built on each call."""
+        import networkx as nx
+        g = nx.DiGraph()
+        g.add_nodes_from(self.ops)
+        for a, outs in self._succ.items():
+            for b, tid in outs.items():
+                g.add_edge(a, b, tensor=tid)
+        return g
+
+    def edges(self) -> list[tuple[int, int]]:
+        """The (producer op id, consumer op id) pairs, as ``nx.edges()`` gives them."""
+        return [(a, b) for a, outs in self._succ.items() for b in outs]
 
     def _resolve_unknown_ranks(self, op: Op) -> None:
         """Inputs of unknown rank (ndims -1) take the tensor their producer,
@@ -139,13 +161,15 @@ class Graph:
             return self
         if not self.ops:
             raise InvalidGraph("graph has no ops")
-        if not nx.is_directed_acyclic_graph(self.nx):
+        order = topological_order(self.ops, self._succ)
+        if order is None:
+            import networkx as nx
             cycle = nx.find_cycle(self.nx)
             ops = " -> ".join(repr(self.ops[a]) for a, _ in cycle)
             raise InvalidGraph("graph has a cycle", found=ops, expected="an acyclic graph")
         for tid, (pid, idx) in self.producer.items():
             self.tensors[tid] = self.ops[pid].outputs[idx]
-        for oid in nx.lexicographical_topological_sort(self.nx):
+        for oid in order:
             op = self.ops[oid]
             op.fpmath_mode = self.fpmath_mode     # the ops it concerns read it (graphc.numerics.fpmath_down)
             new_inputs = [self._known(op, i, t) for i, t in enumerate(op.inputs)]
@@ -192,7 +216,13 @@ class Graph:
 
     def topo_ops(self) -> list[Op]:
         """Ops in topological order (ties by op id)."""
-        return list(self._cached("topo", lambda: [self.ops[i] for i in nx.lexicographical_topological_sort(self.nx)]))
+        return list(self._cached("topo", self._topo_ops))
+
+    def _topo_ops(self) -> list[Op]:
+        order = topological_order(self.ops, self._succ)
+        if order is None:
+            raise InvalidGraph("graph has a cycle", expected="an acyclic graph")
+        return [self.ops[i] for i in order]
 
     @property
     def input_ports(self) -> list[int]:
@@ -247,6 +277,27 @@ class Graph:
         return f"Graph({len(self.ops)} ops, inputs={self.input_ports}, outputs={self.output_ports})"
 
 
+def topological_order(nodes, succ) -> list | None:
+    """``nodes`` (ids) in topological order of the edges ``succ`` (id -> its
+    successors' ids), ties going to the smallest id, as networkx's
+    lexicographical_topological_sort; None if the edges make a cycle."""
+    indegree = dict.fromkeys(nodes, 0)
+    for a in indegree:
+        for b in succ.get(a, ()):
+            indegree[b] += 1
+    ready = [n for n, d in indegree.items() if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        n = heapq.heappop(ready)
+        order.append(n)
+        for b in succ.get(n, ()):
+            indegree[b] -= 1
+            if indegree[b] == 0:
+                heapq.heappush(ready, b)
+    return order if len(order) == len(indegree) else None
+
+
 def _port_ids(ids, what) -> list[int]:
     if isinstance(ids, (str, bytes, dict)) or not hasattr(ids, "__iter__"):
         raise InvalidArguments(f"{what} must be a list of tensor ids", found=repr(ids)[:200])
@@ -272,4 +323,4 @@ def check_output_layout(op, i, t: LogicalTensor) -> None:
                            found=f"shape {list(t.shape)}, strides {list(t.strides)}")
 
 
-__all__ = ["Graph", "GraphcError", "check_output_layout"]
+__all__ = ["Graph", "GraphcError", "check_output_layout", "topological_order"]
