@@ -68,6 +68,14 @@ def test_staged_scratch_tensors_are_written_and_read():
     assert cost.partition_bytes(cp) == x_bytes + x_bytes + 2 * m_bytes
 
 
+def test_a_zero_copy_reshape_moves_nothing():
+    g = single_op_graph("StaticReshape", [("f32", (4, 6))], [("f32", (-1, -1))],
+                        {"shape": [6, 4], "special_zero": False})
+    cg = run_once(g)
+    assert [cp.is_view for cp in cg.compiled] == [True]
+    assert cost.bytes_moved(cg) == 0
+
+
 def _lt(tid, shape, dt="f32"):
     return LogicalTensor(tid, dt, shape)
 
