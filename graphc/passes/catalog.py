@@ -278,31 +278,38 @@ BUILDERS = [
 COMPUTE = ["MatMul", "Convolution", "ConvTranspose"]
 
 
+#: Dequantize and DynamicDequantize (scales and zero points as tensors, also per group)
+DEQUANTIZE = ["Dequantize", "DynamicDequantize"]
+
+
 def static_quant(o, m) -> bool:
-    """Per-tensor or per-channel scales and zero points (legality decides where a
-    per-channel one may be computed in registers: passes/legality.py)."""
-    return o.attr("qtype", "per_tensor") in ("per_tensor", "per_channel")
+    """Per-tensor or per-channel scales and zero points, or DynamicDequantize's
+    (also per group) given as tensors (legality decides where a per-channel or
+    grouped one may be computed in registers: passes/legality.py)."""
+    return o.kind == "DynamicDequantize" or o.attr("qtype", "per_tensor") in ("per_tensor", "per_channel")
 
 
 def q2f(p, x, weights: bool):
-    """oneDNN's Q2F conversion: Dequantize -> [TypeCast]; for weights also
-    Quantize -> Dequantize -> [TypeCast] (f32 weights quantized in the graph)."""
+    """oneDNN's Q2F conversion: [Dynamic]Dequantize -> [TypeCast]; for weights also
+    Quantize -> Dequantize -> [TypeCast] (f32 weights quantized in the graph).
+    DynamicDequantize of int8/int4 weights into an f32/bf16/f16 MatMul is the
+    weight-only-quantized MatMul."""
     if weights:
         x = p.op("Quantize", x, optional=True, pred=static_quant)
-    d = p.op("Dequantize", x, optional=True, pred=static_quant)
+    d = p.op(DEQUANTIZE, x, optional=True, pred=static_quant)
     return p.op("TypeCast", d, optional=True)
 
 
 def quantized_compute():
     p = Pattern("quantized_compute", 9.5,
-                "Dequantize (per tensor or channel, [TypeCast]) on src and weights -> MatMul/Convolution/"
-                "ConvTranspose -> [BiasAdd] -> post-ops -> [TypeCast] -> [Quantize per tensor or channel]",
+                "[Dynamic]Dequantize (per tensor, channel or group, [TypeCast]) on src and weights -> MatMul/Convolution/"
+                "ConvTranspose -> [BiasAdd] -> post-ops -> [TypeCast] -> [[Dynamic]Quantize per tensor or channel]",
                 anchor="mm")
     mm = p.op(COMPUTE, q2f(p, p.input(), False), q2f(p, p.input(), True), label="mm")
     b = p.op("BiasAdd", mm, optional=True)
-    p.op("Quantize", typecast(p, post_ops(p, b)), optional=True, pred=static_quant)
-    p.check = lambda m: any(o.kind == "Dequantize" or (o.kind == "Quantize" and not per_tensor(o, m))
-                            for o in m.ops)
+    p.op(["Quantize", "DynamicQuantize"], typecast(p, post_ops(p, b)), optional=True, pred=static_quant)
+    p.check = lambda m: any(o.kind in DEQUANTIZE or o.kind == "DynamicQuantize"
+                            or (o.kind == "Quantize" and not per_tensor(o, m)) for o in m.ops)
     return p
 
 
