@@ -297,6 +297,7 @@ class CompiledPartition:
     def __init__(self, partition, inputs, outputs, ops, known, source, kernel, arg_plan, runner=None,
                  view_at=None):
         self._view_at = view_at        # a partition of views (graphc.views): the input its output views
+        self._fast = None              # the per-run work done once (see _fast_plan); False: no fast path
         self.partition = partition
         self.inputs = inputs
         self.outputs = outputs
@@ -495,11 +496,103 @@ class CompiledPartition:
                                                  for op in self.ops)
         return f
 
+    # ------------------------------------------------------------ the fast path
+    def _fast_plan(self):
+        """What every run of a plain kernel repeats, done once: for each kernel
+        argument, an input's expected dtype and shape (dense), an output's flat
+        type and size, or the workspace itself; the compiled machine code's entry
+        point (no type dispatch: the arguments are checked to be exactly its
+        types).  False for partitions that need the general path (views,
+        collectives, value inputs, constant caching, strided or overlapping
+        layouts, faulting kernels)."""
+        if self.kernel is None or self._runner is not None or self._value_at is not None \
+                or self._view_at is not None or self.partition.constant or self._may_fault() \
+                or any(self._overlapping_inputs()) \
+                or not all(lt.is_complete and lt.is_dense for lt in list(self.inputs) + list(self.outputs)):
+            return False
+        overloads = list(self.kernel.overloads.values())
+        if len(overloads) != 1:
+            return False
+        slots = []
+        for k, (kind, ref) in enumerate(self._plan):
+            if kind == "in":
+                lt = self.inputs[ref]
+                view = KERNEL_VIEW.get(lt.dtype)
+                slots.append((0, ref, lt.dtype.np, tuple(lt.shape), None if view is None else np.dtype(view)))
+            elif kind == "out":
+                lt = self.outputs[ref]
+                flat = np.dtype(KERNEL_VIEW.get(lt.dtype, lt.dtype.np))
+                slots.append((1, ref, flat, lt.nelems, (lt.dtype.np, tuple(lt.shape))))
+            else:
+                slots.append((2, self._workspace(k, ref) if kind == "ws" else self._scratch_tensor(k, ref)))
+        return slots, overloads[0].entry_point, len(self.outputs)
+
+    def _run_fast(self, arrays, given=None):
+        """The run of a plain kernel on ``arrays`` (inputs in order) into fresh
+        outputs, or into ``given`` ones (in order), or None when an array is not
+        exactly what the kernel takes or an output shares memory with another
+        array (the general path then checks it, converts it, says what is wrong
+        or allows an in-place pair)."""
+        slots, entry, nout = self._fast
+        args, outs = [], [None] * nout
+        for slot in slots:
+            if slot[0] == 0:
+                a = arrays[slot[1]]
+                if type(a) is not np.ndarray or a.dtype != slot[2] or a.shape != slot[3] \
+                        or not a.flags.c_contiguous or not a.flags.aligned:
+                    return None
+                args.append((a if slot[4] is None else a.view(slot[4])).reshape(-1))
+            elif slot[0] == 1:
+                dt, shape = slot[4]
+                if given is None:
+                    flat = np.empty(slot[3], slot[2])
+                    outs[slot[1]] = flat.view(dt).reshape(shape)
+                else:
+                    u = outs[slot[1]] = given[slot[1]]
+                    if type(u) is not np.ndarray or u.dtype != dt or u.shape != shape or not u.flags.c_contiguous \
+                            or not u.flags.aligned or not u.flags.writeable:
+                        return None
+                    flat = (u if slot[2] == dt else u.view(slot[2])).reshape(-1)
+                args.append(flat)
+            else:
+                args.append(slot[1])
+        if given is not None:
+            for i, u in enumerate(outs):
+                if any(np.may_share_memory(u, a) for a in arrays) or \
+                        any(np.may_share_memory(u, v) for v in outs[:i]):
+                    return None
+        if self._workspaces:
+            with self._ws_lock:
+                call_kernel(entry, args)
+        else:
+            call_kernel(entry, args)
+        return outs
+
+    @staticmethod
+    def _in_order(given, lts):
+        """``given`` arrays (a list in order, or {id: array}) in the order of ``lts``,
+        or None when they are not simply so (the general path says what is wrong)."""
+        if isinstance(given, list):
+            return given if len(given) == len(lts) else None
+        if isinstance(given, dict):
+            return [given.get(lt.id) for lt in lts]
+        return None
+
     def execute(self, inputs, outputs=None, comm=None) -> dict:
         """Run on ``inputs`` ({id: array} or a list in partition order).  Caller-given
         ``outputs`` are written in place; returns {output id: array}.  A collective
         runs on ``comm`` (see graphc.comm); bad arguments to it on any member of
         the group raise on every member."""
+        if self._fast is None:
+            self._fast = self._fast_plan()
+        if self._fast:
+            arrays, given = self._in_order(inputs, self.inputs), None
+            if outputs is not None:
+                given = self._in_order(outputs, self.outputs)
+                arrays = None if given is None else arrays
+            outs = None if arrays is None else self._run_fast(arrays, given)
+            if outs is not None:
+                return {lt.id: a for lt, a in zip(self.outputs, outs)}
         if self._value_at is not None:
             return self._specialized(inputs).execute(inputs, outputs, comm)
         cached = self._constant_outputs
@@ -776,6 +869,10 @@ class CompiledGraph:
         self._at_run: dict[tuple, CompiledPartition] = {}   # (partition id, input shapes) -> compiled
         self._collectives = [collective_runner(p.ops) for p in self.partitions]
         self._input_ports, self._output_ports = graph.input_ports, graph.output_ports  # (a topological sort each)
+        #: (compiled partition, input ids) in order when no partition is a collective or compiles at run
+        self._steps = None if any(c is None or c is not None and k is not None
+                                  for c, k in zip(self.compiled, self._collectives)) else \
+            [(cp, [t.id for t in cp.inputs]) for cp in self.compiled]
 
     @property
     def source(self) -> str:
@@ -800,7 +897,6 @@ class CompiledGraph:
         of waiting for this one: this member raises that RuntimeFault too for a
         GraphcError, and the exception itself otherwise.  A member that does not
         answer at all is caught by the collectives' timeout (graphc.comm)."""
-        from .comm import exchanges
         if not isinstance(inputs, dict):
             raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
         failure = None
@@ -809,6 +905,12 @@ class CompiledGraph:
             failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
                                        expected=repr(self.graph.tensors[missing[0]]))
         values = {tid: inputs[tid] for tid in self._input_ports if tid in inputs}
+        if failure is None and self._steps is not None:   # no collective: nothing to tell anyone
+            for cp, ids in self._steps:
+                values.update(cp.execute([values[t] for t in ids]))
+            return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy()
+                    for tid in self._output_ports}
+        from .comm import exchanges
         for i, p in enumerate(self.partitions):
             collective = self._collectives[i]
             if failure is None:
