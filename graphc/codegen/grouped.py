@@ -106,6 +106,50 @@ def _clamp(v, hi: int) -> ir.Expr:
     return _min(ir.call("max", v, 0), hi)
 
 
+@dataclass
+class MergedView(ArrayRef):
+    """A plain kernel argument seen with some adjacent dims merged (see merged_views)."""
+
+    view_shape: tuple = ()
+    view_strides: tuple = ()
+
+    @property
+    def shape(self):
+        return self.view_shape
+
+    @property
+    def strides(self):
+        return self.view_strides
+
+
+def merged_views(refs, apart: int):
+    """``refs`` (kernel arguments of one shape, but size 1 along dim ``apart`` in
+    some) as views whose adjacent dims other than ``apart``, contiguous in every
+    ref, are merged into one (so that e.g. SoftMax over the channels of NCHW runs
+    lanes of H*W instead of W); returns (views, apart's index in them).  Unchanged
+    unless every ref is a plain argument: a fused ref (prologue, epilogue)
+    computes other tensors at its indices, which may broadcast."""
+    if any(type(r) is not ArrayRef for r in refs) or not refs:
+        return list(refs), apart
+    shape = refs[0].shape
+    if any(len(r.shape) != len(shape) or any(a != b for k, (a, b) in enumerate(zip(r.shape, shape)) if k != apart)
+           for r in refs):
+        return list(refs), apart
+    groups = []   # runs of dims merged, in order
+    for k in range(len(shape)):
+        prev = groups[-1] if groups else None
+        if prev is not None and k != apart and prev[-1] != apart and all(
+                r.strides[prev[-1]] == r.shape[k] * r.strides[k] for r in refs):
+            prev.append(k)
+        else:
+            groups.append([k])
+    if len(groups) == len(shape):
+        return list(refs), apart
+    views = [MergedView(r.name, r.lt, tuple(math.prod(r.shape[k] for k in g) for g in groups),
+                        tuple(r.strides[g[-1]] for g in groups)) for r in refs]
+    return views, next(i for i, g in enumerate(groups) if apart in g)
+
+
 def let_array(kb: KernelBuilder, target: ir.Expr, shape, fill=None) -> ir.Let:
     """Bind ``target`` (an array variable) to a new scratch array (see KernelBuilder.alloc);
     returns the statement."""

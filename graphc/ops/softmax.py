@@ -8,7 +8,7 @@ import numpy as np
 
 from ..codegen import ir
 from ..codegen.fastmath import use_helper
-from ..codegen.grouped import Nest, tensor_vdims
+from ..codegen.grouped import Nest, merged_views, tensor_vdims
 from .common import merged_shape, same_shape_as
 from .schema import Attr, DtypeTable, In, OpSchema, Out, norm_axis, same_dtype
 
@@ -29,9 +29,15 @@ class _AlongAxis(OpSchema):
     def infer(self, op):
         return [merged_shape(*(t.shape for t in op.inputs))]
 
-    def nest(self, op, kb, ref) -> Nest:
+    def nest(self, kb, ref, axis) -> Nest:
         """Groups over every dim of ``ref`` but the axis."""
-        return Nest(kb, tensor_vdims(ref, set(range(len(ref.shape))) - {self.axis(op)}))
+        return Nest(kb, tensor_vdims(ref, set(range(len(ref.shape))) - {axis}))
+
+    def views(self, op, ins, outs):
+        """(ins, outs, axis) with the dims around the axis merged where every
+        tensor is contiguous across them (see grouped.merged_views)."""
+        refs, axis = merged_views(list(ins) + list(outs), self.axis(op))
+        return refs[:len(ins)], refs[len(ins):], axis
 
 
 def max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero=False):
@@ -90,9 +96,10 @@ class SoftMax(_AlongAxis):
         return (dst, m + np.log(s))[:len(op.outputs)]
 
     def lower(self, op, kb, ins, outs):
-        src, axis = ins[0], self.axis(op)
+        ins, outs, axis = self.views(op, ins, outs)
+        src = ins[0]
         inf_as_zero = op.attr("mode") == "inf_as_zero"
-        nest = self.nest(op, kb, src)
+        nest = self.nest(kb, src, axis)
         mx, se = nest.acc("max"), nest.acc()
         m, rs = nest.stat(), nest.stat()
         with nest.groups():
@@ -120,8 +127,8 @@ class SoftMaxBackward(_AlongAxis):
         return (dst * (diff_dst - (diff_dst * dst).sum(axis=self.axis(op), keepdims=True)),)
 
     def lower(self, op, kb, ins, outs):
-        diff_dst, dst = ins
-        nest = self.nest(op, kb, dst)
+        (diff_dst, dst), outs, axis = self.views(op, ins, outs)
+        nest = self.nest(kb, dst, axis)
         s = nest.acc()
         s32 = nest.stat()
         with nest.groups():
@@ -148,8 +155,8 @@ class LogSoftmax(_AlongAxis):
         return (z - np.log(np.exp(z).sum(axis=axis, keepdims=True)),)
 
     def lower(self, op, kb, ins, outs):
-        src = ins[0]
-        nest = self.nest(op, kb, src)
+        (src,), outs, axis = self.views(op, ins, outs)
+        nest = self.nest(kb, src, axis)
         mx, se = nest.acc("max"), nest.acc()
         m, lse = nest.stat(), nest.stat()
         with nest.groups():
@@ -172,8 +179,8 @@ class LogSoftmaxBackward(_AlongAxis):
         return (diff_dst - np.exp(dst) * diff_dst.sum(axis=self.axis(op), keepdims=True),)
 
     def lower(self, op, kb, ins, outs):
-        diff_dst, dst = ins
-        nest = self.nest(op, kb, dst)
+        (diff_dst, dst), outs, axis = self.views(op, ins, outs)
+        nest = self.nest(kb, dst, axis)
         s = nest.acc()
         s32 = nest.stat()
         with nest.groups():
