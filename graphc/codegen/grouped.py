@@ -122,32 +122,35 @@ class MergedView(ArrayRef):
         return self.view_strides
 
 
-def merged_views(refs, apart: int):
-    """``refs`` (kernel arguments of one shape, but size 1 along dim ``apart`` in
-    some) as views whose adjacent dims other than ``apart``, contiguous in every
-    ref, are merged into one (so that e.g. SoftMax over the channels of NCHW runs
-    lanes of H*W instead of W); returns (views, apart's index in them).  Unchanged
-    unless every ref is a plain argument: a fused ref (prologue, epilogue)
-    computes other tensors at its indices, which may broadcast."""
-    if any(type(r) is not ArrayRef for r in refs) or not refs:
-        return list(refs), apart
+def merged_views(refs, apart):
+    """``refs`` (kernel arguments of one shape, but size 1 along the dims of
+    ``apart`` in some) as views whose adjacent dims, neither in ``apart`` and
+    contiguous in every ref, are merged into one (so that e.g. SoftMax over the
+    channels of NCHW runs lanes of H*W instead of W); returns (views, the index
+    in the views of each dim).  Unchanged unless every ref is a plain argument:
+    a fused ref (prologue, epilogue) computes other tensors at its indices,
+    which may broadcast."""
+    refs = list(refs)
+    same = (refs, list(range(len(refs[0].shape)) if refs else []))
+    if not refs or any(type(r) is not ArrayRef for r in refs):
+        return same
     shape = refs[0].shape
-    if any(len(r.shape) != len(shape) or any(a != b for k, (a, b) in enumerate(zip(r.shape, shape)) if k != apart)
+    if any(len(r.shape) != len(shape) or any(a != b for k, (a, b) in enumerate(zip(r.shape, shape)) if k not in apart)
            for r in refs):
-        return list(refs), apart
+        return same
     groups = []   # runs of dims merged, in order
     for k in range(len(shape)):
         prev = groups[-1] if groups else None
-        if prev is not None and k != apart and prev[-1] != apart and all(
+        if prev is not None and k not in apart and prev[-1] not in apart and all(
                 r.strides[prev[-1]] == r.shape[k] * r.strides[k] for r in refs):
             prev.append(k)
         else:
             groups.append([k])
     if len(groups) == len(shape):
-        return list(refs), apart
+        return same
     views = [MergedView(r.name, r.lt, tuple(math.prod(r.shape[k] for k in g) for g in groups),
                         tuple(r.strides[g[-1]] for g in groups)) for r in refs]
-    return views, next(i for i, g in enumerate(groups) if apart in g)
+    return views, [i for i, g in enumerate(groups) for _ in g]
 
 
 def let_array(kb: KernelBuilder, target: ir.Expr, shape, fill=None) -> ir.Let:
@@ -610,6 +613,11 @@ class Nest:
         for a in accs:
             if a.direct:
                 kb.assign(a.scalar, a.local_value)
+            elif not self.lane_kept and a.kind == "sum" and self.lane_stop.op == "const":
+                # the lanes' f64 sum reassociated (vectorized; a strict sum of L terms is a
+                # chain of L dependent adds)
+                arr = a.total if a.folds else a.lanes
+                kb.assign(a.scalar, sum_helper(kb, self.L, lambda j: ir.f64(arr[j])))
             elif not self.lane_kept:
                 kb.assign(a.scalar, a.identity(a.scalar.dt))
                 with self._lanes():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen import ir
-from ..codegen.grouped import Nest, VDim, each_element, tensor_vdims
+from ..codegen.grouped import Nest, VDim, each_element, merged_views, tensor_vdims
 from ..errors import InvalidGraphOp
 from .common import merged_shape
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, merge_dim,
@@ -249,6 +249,8 @@ class BatchNormForwardTraining(_BatchNorm):
         gamma, beta = ins[3:] if len(ins) == 5 else (None, None)
         dst, running_mean, running_var, batch_mean, batch_var = outs
         ca = channel_dim(op)
+        (src, dst), where = merged_views([src, dst], {ca})   # the other dims as one where contiguous
+        ca = where[ca]
         nest = Nest(kb, tensor_vdims(src, {ca}))
         mom = Moments(nest)
         scale, shift = nest.stat(), nest.stat()
@@ -313,6 +315,8 @@ class BatchNormTrainingBackward(_BatchNorm):
         with_affine = len(outs) == 3
         gamma = ins[4] if with_affine and len(ins) == 5 else None
         ca = channel_dim(op)
+        (src, diff_dst, diff_src), where = merged_views([src, diff_dst, outs[0]], {ca})
+        ca = where[ca]
         nest = Nest(kb, tensor_vdims(src, {ca}))
         s_dy, s_dyx = nest.acc(), nest.acc()
         m, a, b, k = (nest.stat() for _ in range(4))
@@ -335,7 +339,7 @@ class BatchNormTrainingBackward(_BatchNorm):
                     kb.emit(outs[1].store_nd(c, s_dyx.value * inv))
                     kb.emit(outs[2].store_nd(c, s_dy.value))
             with nest.pass_() as iv:
-                kb.emit(outs[0].store_nd(iv, a.ref * diff_dst.load_nd(iv) + b.ref * (src.load_nd(iv) - m.ref) + k.ref))
+                kb.emit(diff_src.store_nd(iv, a.ref * diff_dst.load_nd(iv) + b.ref * (src.load_nd(iv) - m.ref) + k.ref))
 
 
 # -------------------------------------------------------------------- LayerNorm
@@ -521,9 +525,11 @@ class GroupNorm(OpSchema):
         return (dst, mean.reshape(n, g), var.reshape(n, g))[:len(op.outputs)]
 
     def lower(self, op, kb, ins, outs):
-        src = ins[0]
+        src, dst = ins[0], outs[0]
         gamma, beta = ins[1:] if len(ins) == 3 and op.attr("use_affine") else (None, None)
         ca, groups = channel_dim(op), op.attr("groups")
+        (src, dst), where = merged_views([src, dst], {0, ca})   # the spatial dims as one where contiguous
+        ca = where[ca]
         per = src.shape[ca] // groups
         # the channel dim as two loop dims: its group (kept) and the channel in the group
         vdims, pos = [], []
@@ -557,7 +563,7 @@ class GroupNorm(OpSchema):
                 y = mom.normalized(src.load_nd(iv), inv, shift)
                 if gamma is not None:
                     y = y * gamma.load_nd([iv[ca]]) + beta.load_nd([iv[ca]])
-                kb.emit(outs[0].store_nd(iv, y))
+                kb.emit(dst.store_nd(iv, y))
 
 
 # ---------------------------------------------------------------------- RMSNorm

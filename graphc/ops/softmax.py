@@ -36,8 +36,9 @@ class _AlongAxis(OpSchema):
     def views(self, op, ins, outs):
         """(ins, outs, axis) with the dims around the axis merged where every
         tensor is contiguous across them (see grouped.merged_views)."""
-        refs, axis = merged_views(list(ins) + list(outs), self.axis(op))
-        return refs[:len(ins)], refs[len(ins):], axis
+        axis = self.axis(op)
+        refs, where = merged_views(list(ins) + list(outs), {axis})
+        return refs[:len(ins)], refs[len(ins):], where[axis]
 
 
 def max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero=False):

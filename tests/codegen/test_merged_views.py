@@ -18,8 +18,8 @@ def _ref(name, shape, st=None):
 
 def test_merges_contiguous_dims_around_the_axis():
     src, stats = _ref("a0", (2, 6, 5, 7)), _ref("o1", (2, 1, 5, 7))
-    (v, s), axis = merged_views([src, stats], 1)
-    assert axis == 1 and isinstance(v, MergedView)
+    (v, s), where = merged_views([src, stats], {1})
+    assert where == [0, 1, 2, 2] and isinstance(v, MergedView)
     assert v.shape == (2, 6, 35) and v.strides == (210, 35, 1)
     assert s.shape == (2, 1, 35) and s.strides == (35, 35, 1)
 
@@ -27,15 +27,20 @@ def test_merges_contiguous_dims_around_the_axis():
 def test_a_dim_not_contiguous_in_one_tensor_stays_apart():
     shape = (3, 5, 8)
     padded = _ref("a1", shape, tuple(strides(list(shape), [0, 1, 2], pad=2)))
-    refs, axis = merged_views([_ref("a0", shape), padded], 0)
-    assert axis == 0 and [r.shape for r in refs] == [shape, shape]
+    refs, where = merged_views([_ref("a0", shape), padded], {0})
+    assert where == [0, 1, 2] and [r.shape for r in refs] == [shape, shape]
 
 
 def test_a_fused_ref_keeps_the_tensor_dims():
     class Fused:
         shape, strides = (2, 6, 5, 7), (210, 35, 7, 1)
-    refs, axis = merged_views([_ref("a0", (2, 6, 5, 7)), Fused()], 1)
-    assert axis == 1 and refs[0].shape == (2, 6, 5, 7)
+    refs, where = merged_views([_ref("a0", (2, 6, 5, 7)), Fused()], {1})
+    assert where == [0, 1, 2, 3] and refs[0].shape == (2, 6, 5, 7)
+
+
+def test_dims_apart_are_never_merged():
+    (v,), where = merged_views([_ref("a0", (2, 3, 4, 5))], {0, 1})
+    assert v.shape == (2, 3, 20) and where == [0, 1, 2, 2]
 
 
 @pytest.mark.parametrize("kind", ["SoftMax", "LogSoftmax"])
