@@ -39,6 +39,13 @@ EXTRA_IMPORTS = {"gemm_f32": blas_import, "bits_to_f32": BITS_IMPORT, "f32_to_bi
 #: threads of numba's pool (get_thread_id is below it): per-thread workspaces hold this many parts
 NUM_THREADS = numba_config.NUMBA_NUM_THREADS
 
+#: options of a kernel function: cached on disk; no GIL (a caller's threads may run kernels at
+#: once); numpy's error model (no division-by-zero checks); no C entry point (graphc calls a
+#: kernel from Python only: numba would build and compile that wrapper for every kernel)
+KERNEL_JIT = "cache=True, nogil=True, error_model='numpy', no_cfunc_wrapper=True"
+#: the start of a helper's decorator (see :func:`helper_source`)
+HELPER_JIT = "@njit(no_cpython_wrapper=True, no_cfunc_wrapper=True, "
+
 #: work (elements) above which an outer loop is worth spreading over threads:
 #: below ~1 MB of f32 the data sits in cache and thread start-up dominates
 PARALLEL_THRESHOLD = 1 << 18
@@ -392,11 +399,20 @@ class KernelBuilder:
         for line in sorted({EXTRA_IMPORTS[f] for f in called if f in EXTRA_IMPORTS}, reverse=True):
             if line not in self.helpers:
                 self.helpers.insert(0, line)
-        opts = "cache=True, nogil=True, error_model='numpy'" + (", parallel=True" if self.parallel else "")
+        opts = KERNEL_JIT + (", parallel=True" if self.parallel else "")
         params = ", ".join([a.name for a in self.args] + [w[0] for w in self.workspaces])
         body = print_body(self.body, 1, self._taken()) if self.body else ["    pass"]
-        return (HEADER + "\n" + "".join(h + "\n\n" for h in self.helpers) +
+        return (HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in self.helpers) +
                 f"\n@njit({opts})\ndef {entry}({params}):\n" + "\n".join(body) + "\n")
+
+
+def helper_source(text: str) -> str:
+    """A helper of a kernel's module (a function only its kernel calls) with
+    numba's entry points for Python and C callers left out: numba then skips
+    building and compiling them."""
+    if text.startswith("@njit("):
+        return HELPER_JIT + text[len("@njit("):]
+    return text
 
 
 def _narrowed(value: ir.Expr, dtype: DataType):
