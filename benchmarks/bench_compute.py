@@ -47,6 +47,17 @@ def matmul(m, k, n, dt, post=False):
     return build, torch_fn, 2 * m * k * n
 
 
+def gelu(m, n, dt, mode="gelu_erf"):
+    """GELU alone over the MatMul's output shape: the cost of the fused epilogue."""
+    def build(b):
+        b.op("GELU", [b.tensor(dt, [m, n])], attrs={"mode": mode})
+
+    def torch_fn(torch, arrays):
+        approximate = "tanh" if mode == "gelu_tanh" else "none"
+        return lambda: torch.nn.functional.gelu(arrays[0], approximate=approximate)
+    return build, torch_fn, 0
+
+
 def conv(n, c, oc, hw, k, pad, dt, fmt):
     def build(b):
         x = b.tensor(dt, [n, *hw, c] if fmt == "NXC" else [n, c, *hw])
@@ -104,6 +115,8 @@ CASES = {
     "MatMul 1024x1024x1024 bf16": matmul(1024, 1024, 1024, "bf16"),
     "MatMul+bias+GELU 512x1024x4096 f32": matmul(512, 1024, 4096, "f32", post=True),
     "MatMul+bias+GELU 512x1024x4096 bf16": matmul(512, 1024, 4096, "bf16", post=True),
+    "GELU 512x4096 f32 (the epilogue alone)": gelu(512, 4096, "f32"),
+    "GELU tanh 512x4096 f32": gelu(512, 4096, "f32", "gelu_tanh"),
     "Conv 3x3 N2 C64 K64 56x56 pad1 NCX f32": conv(2, 64, 64, (56, 56), (3, 3), 1, "f32", "NCX"),
     "Conv 3x3 N2 C64 K64 56x56 pad1 NXC f32": conv(2, 64, 64, (56, 56), (3, 3), 1, "f32", "NXC"),
     "Conv 3x3 N2 C64 K64 56x56 pad1 NXC bf16": conv(2, 64, 64, (56, 56), (3, 3), 1, "bf16", "NXC"),
