@@ -37,18 +37,22 @@ import math
 
 from . import ir
 from .fastmath import use_helper
-from .fusion import Values
+from .fusion import PrologueRef, Values
 from .gemm import Matrix, pack, direct
-from .kernel import ArrayRef, as_stored, is_narrow_float, worth_parallel
+from .kernel import NUM_THREADS, ArrayRef, as_stored, is_narrow_float, worth_parallel
 from .loops import aligned, linear, unravel
 from ..ops.misc import dropout_keep, dropout_params, philox_words
-from ..types import LogicalTensor
+from ..types import LogicalTensor, dense_strides
 from ..views import view_strides
 
 #: query rows per block (the rows of a tile: one task of the parallel loop)
 BM = 64
 #: keys per block (the columns of the score tile)
 BN = 128
+#: most query rows per block when K or V is computed (dequantized) while packed:
+#: every query block packs the K/V tiles again, so blocks grow while there are
+#: tasks for every thread
+BM_PACKED = 256
 
 REORDERS = ("StaticReshape", "StaticTranspose")
 
@@ -68,6 +72,43 @@ def attn_exp_row(s, off, n, m):
 def _view(ref, lt, strides) -> ArrayRef:
     """``ref``'s buffer seen as tensor ``lt`` (its shape) with ``strides``."""
     return ArrayRef(ref.name, LogicalTensor(lt.id, ref.dtype, tuple(lt.shape), tuple(strides)))
+
+
+class _Reindexed:
+    """A reorder's dst whose src is computed (a dequantized K/V: a PrologueRef of
+    dense strides), read at a multi-index: ``strides`` (the view's, over the
+    src's dense layout) map it to the src's multi-index, each src dim taken
+    from the dst dim that walks it alone, else from the offset the dst dims
+    make (a merged or split dim: a division and a remainder, each only where
+    needed)."""
+
+    def __init__(self, src, lt, strides):
+        self.src, self.lt, self.strides = src, lt, tuple(strides)
+
+    dtype = property(lambda self: self.lt.dtype)
+    shape = property(lambda self: self.lt.shape)
+
+    def load_nd(self, ivars):
+        shape, dense = tuple(self.src.shape), dense_strides(tuple(self.src.shape))
+        dims = [(v, n, s) for v, n, s in zip(ivars, self.shape, self.strides) if v is not None and n != 1 and s]
+        out = []
+        for n, st in zip(shape, dense):
+            if n == 1:
+                out.append(None)
+                continue
+            alone = [v for v, m, s in dims if m == n and s == st]
+            if alone:
+                out.append(alone[0])
+                continue
+            span = st * n   # dst dims stepping by multiples of it do not move this dim
+            part = [(v, m, s) for v, m, s in dims if s % span]
+            off = linear([v for v, _, _ in part], [s for _, _, s in part])
+            top = sum((m - 1) * s for _, m, s in part)
+            if any(s % st for _, _, s in part):
+                off = off // st
+                top //= st
+            out.append(off % n if top >= n else off)
+        return self.src.load_nd(out)
 
 
 class _IndexRef:
@@ -121,14 +162,23 @@ def lower_attention(kb, ops, refs, plan) -> bool:
     mm1, sm, mm2 = (byid[i] for i in plan.anchors)
     drop = next((o for o in ops if o.kind == "Dropout"), None)
     local = dict(refs)
+    values = Values(ops, local, kb)
     for o in ops:   # ops are in topological order: reorders of inputs become views
         if o.id in plan.prologue:
-            src = local[o.inputs[0].id]
-            local[o.outputs[0].id] = _view(src, o.outputs[0], view_strides(o, src.shape, src.strides))
+            src = local.get(o.inputs[0].id) or PrologueRef(o.inputs[0], values)
+            if isinstance(src, ArrayRef):
+                local[o.outputs[0].id] = _view(src, o.outputs[0], view_strides(o, src.shape, src.strides))
+            else:   # a reorder of a computed K/V (or of such a reorder)
+                base = src.src if isinstance(src, _Reindexed) else src
+                st = src.strides if isinstance(src, _Reindexed) else dense_strides(tuple(src.shape))
+                local[o.outputs[0].id] = _Reindexed(base, o.outputs[0], view_strides(o, tuple(src.shape), st))
         elif o.kind == "GenIndex":
             t = o.outputs[0]
             local[t.id] = _IndexRef(t, o.attr("axis") % len(t.shape))
-    values = Values(ops, local)
+    operands = (mm1.inputs[0], mm1.inputs[1], mm2.inputs[1])
+    for t in operands:   # Q/K/V computed (dequantized) while their tiles are packed
+        if t.id not in local:
+            local[t.id] = PrologueRef(t, values)
 
     score = mm1.outputs[0]
     sshape = tuple(score.shape)
@@ -139,13 +189,19 @@ def lower_attention(kb, ops, refs, plan) -> bool:
     v = _matrix(local[mm2.inputs[1].id], mm2.attr("transpose_b"), batch)
     d, dv = q.cols, v.cols
     p_dt = sm.outputs[0].dtype
-    two_pass = is_narrow_float(p_dt)
+    probs = (drop or sm).outputs[0]
+    p_chain = mm2.inputs[0].id != probs.id   # pointwise ops on the probabilities (Quantize -> Dequantize)
+    two_pass = is_narrow_float(p_dt) or p_chain
     inf_as_zero = sm.attr("mode") == "inf_as_zero"
     store = _output_store(ops, local, plan, mm2)
 
-    bm, bn = min(BM, sq), min(BN, skv)
-    mt, kt = -(-sq // bm), -(-skv // bn)
     nbatch = math.prod(batch)
+    bm, bn = min(BM, sq), min(BN, skv)
+    if any(not isinstance(local[t.id], ArrayRef) for t in operands[1:]):
+        while 2 * bm <= BM_PACKED and bm < sq and nbatch * -(-sq // (2 * bm)) >= NUM_THREADS:
+            bm *= 2
+        bm = min(bm, sq)
+    mt, kt = -(-sq // bm), -(-skv // bn)
     parallel = nbatch * mt > 1 and worth_parallel(nbatch * sq * skv * (d + dv) // 8)
     use_helper(kb, "exp_le0_f32")
     if _EXP_ROW not in kb.helpers:
@@ -253,6 +309,13 @@ def lower_attention(kb, ops, refs, plan) -> bool:
                             p = ir.select(keep(jj), p * dparams[1], 0.0)
                             if is_narrow_float(drop.outputs[0].dtype):
                                 p = as_stored(p, drop.outputs[0].dtype)
+                        if p_chain:
+                            values.bound = {probs.id: p}
+                            try:
+                                p = values.at(mm2.inputs[0].id, mm2.inputs[0], list(bivars) + [i0 + r, j0 + jj],
+                                              sshape)
+                            finally:
+                                values.bound = {}
                         kb.emit(stile.store(row + jj, ir.f32(p)))
                 pv(j0, n_)
         stats = local[sm.outputs[1].id] if len(sm.outputs) > 1 else None
@@ -477,7 +540,8 @@ def _inverse(s, inf_as_zero):
 
 def _output_store(ops, local, plan, mm2):
     """store(ivars, value) at the second MatMul's index, through the reorders and
-    TypeCasts after it (plan.epilogue) into the partition's output."""
+    pointwise ops (TypeCasts, a Quantize) after it (plan.epilogue) into the
+    partition's output."""
     chain = [o for o in ops if o.id in plan.epilogue]
     final = chain[-1].outputs[0] if chain else mm2.outputs[0]
     ref = local[final.id]
@@ -487,12 +551,15 @@ def _output_store(ops, local, plan, mm2):
             strides = view_strides(o, shape, strides, forward=False)
             shape = tuple(o.inputs[0].shape)
     out = _view(ref, mm2.outputs[0], strides)
-    casts = [mm2.outputs[0]] + [o.outputs[0] for o in chain if o.kind not in REORDERS]
+    pointwise = [o for o in chain if o.kind not in REORDERS]
 
     def store(ivars, value):
-        for t in casts:
-            if is_narrow_float(t.dtype):
-                value = as_stored(value, t.dtype)
+        if is_narrow_float(mm2.outputs[0].dtype):
+            value = as_stored(value, mm2.outputs[0].dtype)
+        for o in pointwise:   # TypeCasts, a Quantize: each value as its tensor holds it
+            value = o.schema.source(o, value)
+            if is_narrow_float(o.outputs[0].dtype):
+                value = as_stored(value, o.outputs[0].dtype)
         return out.store_nd(ivars, value)
     return store
 

@@ -359,9 +359,37 @@ SDPA_REORDERS = ["StaticReshape", "StaticTranspose"]
 def viewed(p, label=""):
     """An outside tensor through [StaticReshape] -> [StaticTranspose] -> [StaticReshape]
     (the kernel reads them as views of its buffer: legality checks they are)."""
-    x = p.op("StaticReshape", p.input(label), optional=True)
-    x = p.op("StaticTranspose", x, optional=True)
-    return p.op("StaticReshape", x, optional=True)
+    return viewed_from(p, p.input(label))
+
+
+def viewed_from(p, x, pred=None):
+    """``x`` through [StaticReshape] -> [StaticTranspose] -> [StaticReshape]."""
+    x = p.op("StaticReshape", x, optional=True, pred=pred)
+    x = p.op("StaticTranspose", x, optional=True, pred=pred)
+    return p.op("StaticReshape", x, optional=True, pred=pred)
+
+
+def of_computed(o, m) -> bool:
+    """A reorder whose src is computed in the graph by a (Dynamic)Dequantize or a
+    TypeCast, through reorders (so that a reorder of an outside tensor binds to one
+    place of ``sdpa_operand`` only)."""
+    src = o.inputs[0]
+    while src.id in m.graph.producer:
+        op = m.graph.ops[m.graph.producer[src.id][0]]
+        if op.kind in DEQUANTIZE or op.kind == "TypeCast":
+            return True
+        if op.kind not in SDPA_REORDERS:
+            return False
+        src = op.inputs[0]
+    return False
+
+
+def sdpa_operand(p, label):
+    """Q, K or V: an outside tensor through reorders -> [[Dynamic]Dequantize] (sdpa_quantized.md's
+    fp8/int8 Q/K/V, sdpa_with_compressed_kv.md's int8/int4 K/V with grouped scales and zero
+    points) -> [TypeCast] -> [reorders]; the kernel dequantizes while it packs its tiles."""
+    x = p.op(DEQUANTIZE, viewed(p, label), optional=True, label=f"{label} dequantize")
+    return viewed_from(p, p.op("TypeCast", x, optional=True, label=f"{label} typecast"), of_computed)
 
 
 def sdpa_scale(x):
@@ -398,21 +426,26 @@ def last_axis(o, m) -> bool:
 
 
 def sdpa():
-    """sdpa.md / gqa.md (inference and training forward): [reorders] -> MatMul Q@K^T -> [scale] ->
+    """sdpa.md / gqa.md (inference and training forward), sdpa_with_compressed_kv.md and
+    sdpa_quantized.md (dequantized operands: ``sdpa_operand``): MatMul Q@K^T -> [scale] ->
     [mask: causal (GenIndex/GreaterEqual/Select), Add or Select] -> SoftMax (last axis, [stats
-    exported]) -> [Dropout] -> MatMul @V ->
-    [reorders/TypeCasts]; GQA/MQA as StaticReshapes around the MatMuls.  One
+    exported]) -> [Dropout] -> [Quantize -> Dequantize] -> MatMul @V ->
+    [reorders/TypeCasts] -> [Quantize]; GQA/MQA as StaticReshapes around the MatMuls.  One
     flash-style kernel (legality's attention plan, graphc/codegen/attention.py)."""
-    p = Pattern("sdpa", 11, "[reorder] -> MatMul QK -> [Multiply/Divide] -> [causal/Add/Select mask] -> "
-                            "SoftMax [stats] -> [Dropout] -> MatMul V -> [reorder/TypeCast]", anchor="qk")
-    qk = p.op("MatMul", viewed(p, "query"), viewed(p, "key"), label="qk")
+    p = Pattern("sdpa", 11, "[reorder] -> [(Dynamic)Dequantize] -> MatMul QK -> [Multiply/Divide] -> "
+                            "[causal/Add/Select mask] -> SoftMax [stats] -> [Dropout] -> [Quantize/Dequantize] -> "
+                            "MatMul V -> [reorder/TypeCast] -> [Quantize]", anchor="qk")
+    qk = p.op("MatMul", sdpa_operand(p, "query"), sdpa_operand(p, "key"), label="qk")
     s = p.optional_block(lambda q, x: q.op(["Multiply", "Divide"], x, viewed(q, "scale"), either_order=True,
                                            pred=sdpa_scale(x), label="scale"), qk, label="scale")
     s = p.optional_block(lambda q, x: q.alt(x, causal_mask, add_mask, select_mask), s, label="mask")
     sm = p.op("SoftMax", s, pred=last_axis, label="softmax")
     sm = p.op("Dropout", sm, None, None, None, optional=True, label="dropout")
-    o = p.op("MatMul", sm, viewed(p, "value"), label="pv")
-    p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["TypeCast"], x), o, 0, 4, label="output reorders")
+    sm = p.op("Dequantize", p.op("Quantize", sm, optional=True, pred=per_tensor, label="p quantize"),
+              optional=True, pred=per_tensor, label="p dequantize")
+    o = p.op("MatMul", sm, sdpa_operand(p, "value"), label="pv")
+    o = p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["TypeCast"], x), o, 0, 4, label="output reorders")
+    p.op("Quantize", o, optional=True, pred=per_tensor, label="output quantize")
     return p
 
 

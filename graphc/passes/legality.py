@@ -242,13 +242,21 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
     """The ``attention`` plan (graphc/codegen/attention.py: one flash-style kernel):
     MatMul (Q@K^T) -> pointwise ops and GenIndex (scale, masks) -> SoftMax over the
     last axis (its stats written when exported: training forward) -> [Dropout, its
-    seed/offset/probability from outside] -> MatMul (@V) -> reorders and TypeCasts; reorders (StaticReshape,
-    StaticTranspose) of partition inputs are read as views of their buffers.
-    anchors: [first MatMul, SoftMax, second MatMul]; prologue: the input
-    reorders; epilogue: the chain after the second MatMul (its last tensor the
-    only one written)."""
+    seed/offset/probability from outside] -> [pointwise ops of the probabilities:
+    quantized SDPA's Quantize -> Dequantize] -> MatMul (@V) -> reorders, TypeCasts
+    and a Quantize; reorders (StaticReshape, StaticTranspose) of partition inputs
+    are read as views of their buffers.  Q, K and V may be computed by pointwise
+    or indexed ops (sdpa_with_compressed_kv.md's DynamicDequantize of int8/int4
+    K/V with grouped scales, sdpa_quantized.md's Dequantize of fp8/int8 Q/K/V,
+    TypeCasts) and reorders after them: the kernel computes them while it packs
+    the K/V tiles (a reorder of a computed value reads it at the index its view
+    maps to), so no dequantized copy exists.
+    anchors: [first MatMul, SoftMax, second MatMul]; prologue: the reorders of
+    the operands; epilogue: the chain after the second MatMul (its last tensor
+    the only one written)."""
     from ..views import view_strides
     from ..numerics import fpmath_down
+    from ..types import dense_strides
     if _is_attention_backward(ops):
         return _attention_backward_plan(graph, ops, produced, leaving)
     sm = next(o for o in ops if o.kind == "SoftMax")
@@ -257,7 +265,10 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
     if len(drop) > 1 or drop and (drop[0].inputs[0].id != sm.outputs[0].id or len(drop[0].outputs) > 1):
         raise Illegal("a Dropout in attention must take the SoftMax's dst and have no mask output")
     probs = (drop[0] if drop else sm).outputs[0].id
-    mm2 = next((o for o in mms if o.inputs[0].id == probs), None)
+    from_probs = _downstream_ops(ops, {probs})
+    mm2 = next((o for o in mms if o.id in from_probs and
+                (o.inputs[0].id == probs or produced.get(o.inputs[0].id) is not None
+                 and produced[o.inputs[0].id].id in from_probs)), None)
     if mm2 is None:
         raise Illegal("the SoftMax's dst (after a Dropout) is not the second MatMul's src")
     mm1 = next(o for o in mms if o is not mm2)
@@ -278,13 +289,29 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
         raise Illegal("V's batch dims broadcast the output beyond the scores'")
     chain = _downstream_ops(ops, {score.id}) - {sm.id, mm2.id} - {o.id for o in drop}
     after = _downstream_ops(ops, {mm2.outputs[0].id}) - {mm2.id}
+    # the probabilities' chain (quantized SDPA: Quantize -> Dequantize) and the
+    # operands' chains (compressed K/V, fp8 Q/K/V: [Dynamic]Dequantize -> [TypeCast] -> reorders)
+    p_chain = from_probs & _upstream_ops(produced, [mm2.inputs[0]])
+    operand = _upstream_ops(produced, [mm1.inputs[0], mm1.inputs[1], mm2.inputs[1]])
+    if operand & (chain | {sm.id} | {o.id for o in drop}):
+        raise Illegal("Q, K or V is computed from the scores")
     reorders = set()
     for o in ops:
         if o.id in (mm1.id, sm.id, mm2.id) or o.id in after or o in drop:
             continue
-        if o.kind in ATTENTION_REORDERS and all(t.id not in produced or produced[t.id].id in reorders
-                                                for t in o.inputs):
+        if o.id in p_chain:
+            if not is_pointwise(o) or any(tuple(t.shape) != sshape for t in o.outputs) or \
+                    any(t.id in produced and produced[t.id].id not in p_chain | {sm.id} | {d.id for d in drop}
+                        for t in o.inputs):
+                raise Illegal(f"op {o.id} ({o.kind}) between the SoftMax and the second MatMul is not a "
+                              "pointwise op of the probabilities")
+        elif o.kind in ATTENTION_REORDERS and (o.id in operand or all(t.id not in produced or produced[t.id].id
+                                                                      in reorders for t in o.inputs)):
             reorders.add(o.id)
+        elif o.id in operand:
+            if not (is_pointwise(o) or is_indexed(o)) or len(o.outputs) != 1:
+                raise Illegal(f"op {o.id} ({o.kind}) computing Q, K or V is not pointwise or indexed "
+                              "(dequantized while the kernel packs the operand)")
         elif o.id in chain or o.kind == "GenIndex":
             if not (is_pointwise(o) or o.kind == "GenIndex") or any(tuple(t.shape) != sshape for t in o.outputs):
                 raise Illegal(f"op {o.id} ({o.kind}) between the MatMul and the SoftMax is not a pointwise "
@@ -295,15 +322,19 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
     for o in ops:
         if o.id in reorders:
             src = o.inputs[0]
-            shape, strides = views.get(src.id, (tuple(src.shape), tuple(src.strides)))
+            # a computed src (a dequantized K/V) is read through its index as if dense
+            own = tuple(src.strides) if src.id not in produced else dense_strides(src.shape)
+            shape, strides = views.get(src.id, (tuple(src.shape), own))
             st = view_strides(o, shape, strides)
             if st is None:
                 raise Illegal(f"{o.kind} {o.id} of an attention input is no view of its buffer")
             views[o.outputs[0].id] = (tuple(o.outputs[0].shape), st)
     epi = [o for o in ops if o.id in after]
     for prev, o in zip([mm2] + epi, epi):
-        if o.kind not in ATTENTION_REORDERS + ("TypeCast",) or o.inputs[0].id != prev.outputs[0].id:
-            raise Illegal(f"op {o.id} ({o.kind}) after the second MatMul is not a reorder or TypeCast chain")
+        if not (o.kind in ATTENTION_REORDERS or is_pointwise(o) and len(o.inputs) == 1) or \
+                o.inputs[0].id != prev.outputs[0].id:
+            raise Illegal(f"op {o.id} ({o.kind}) after the second MatMul is not a chain of reorders and "
+                          "pointwise ops of one input (TypeCast, Quantize)")
     final = (epi[-1] if epi else mm2).outputs[0]
     shape, strides = tuple(final.shape), tuple(final.strides)
     for o in reversed(epi):
@@ -319,6 +350,17 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
         if tid in leaving and roles[tid] != "written":
             raise Illegal(f"tensor {tid} inside the attention leaves the partition")
     return FusionPlan("attention", [mm1.id, sm.id, mm2.id], roles, reorders, {o.id for o in epi})
+
+
+def _upstream_ops(produced, tensors) -> set:
+    """Ids of the ops (of ``produced``: tensor id -> op) that ``tensors`` are computed from."""
+    out, stack = set(), [t.id for t in tensors]
+    while stack:
+        o = produced.get(stack.pop())
+        if o is not None and o.id not in out:
+            out.add(o.id)
+            stack.extend(t.id for t in o.inputs)
+    return out
 
 
 def _downstream_ops(ops, tids) -> set:

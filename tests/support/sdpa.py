@@ -7,7 +7,8 @@ from graphc.builder import GraphBuilder
 
 
 def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul", mask=None, layout="bhsd",
-               gqa=False, out_cast=None, s_dt="f32", stats=False, dropout=False):
+               gqa=False, out_cast=None, s_dt="f32", stats=False, dropout=False, k_quant=None, v_quant=None,
+               k_dhs=False, quant=None, out_quant=False, kv_pages=None):
     """Q [n, hq, sq, d] @ K^T -> scale -> mask -> SoftMax -> @ V -> O [n, hq, sq, d].
 
     * ``scale``: "mul" (scores * f), "mul_swapped" (f * scores), "div" (scores / f) or None;
@@ -22,7 +23,20 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
     * ``out_cast``: a TypeCast of the output to that dtype;
     * ``s_dt``: the dtype of the scores (the first MatMul's dst and the ops after it);
     * ``stats``: the SoftMax exports its stats (training forward, ids["stats"]);
-    * ``dropout``: a Dropout on the probabilities (ids "seed", "offset", "prob").
+    * ``dropout``: a Dropout on the probabilities (ids "seed", "offset", "prob");
+    * ``k_quant`` / ``v_quant`` (sdpa_with_compressed_kv.md): K / V given as
+      ``(dtype, group, axis, zps, cast)``: s8/u8/s4/u4 through a per-group
+      DynamicDequantize to ``dt`` (``cast``: to f32, then a TypeCast to ``dt``)
+      with groups of ``group`` along the head dim (``axis`` "d") or the sequence
+      ("s"), with zero points of the src's dtype if ``zps`` (ids "k_scales",
+      "k_zps", ...); in the bshd layout the dequantized tensor is reshaped and
+      transposed after;
+    * ``k_dhs``: K stored [n, h, d, s] (the MatMul does not transpose it);
+    * ``kv_pages``: K/V stored as pages [n, h * pages, s / pages, d] (dequantized
+      per page), reshaped to [n, h, s, d];
+    * ``quant`` (sdpa_quantized.md): Q/K/V of that dtype (f8_e4m3, f8_e5m2, s8, u8)
+      through per-tensor Dequantize to f32 and the probabilities through a
+      Quantize -> Dequantize pair; ``out_quant``: the output quantized to it too.
     Returns (graph, ids: {"q", "k", "v", "scale", "mask", "fill", "s_kv", "s_q", "out", ...})."""
     hkv = hq if hkv is None else hkv
     b = GraphBuilder()
@@ -35,16 +49,48 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
         shape = [x.shape[i] for i in order]
         return b.op("StaticTranspose", [x], out=[(x.dtype, shape)], attrs={"order": order})[0]
 
+    def operand(name, shape, spec):
+        """(the graph's input, the operand's value): ``dt``, or dequantized from ``spec`` / ``quant``."""
+        if quant:
+            x = b.tensor(quant, shape)
+            zps = [128] if quant == "u8" else [0] if quant == "s8" else None
+            attrs = {"qtype": "per_tensor", "scales": [QUANT_SCALES[name]]} | ({"zps": zps} if zps else {})
+            return x, b.op("Dequantize", [x], out=[("f32", shape)], attrs=attrs)[0]
+        if spec is None:
+            x = b.tensor(dt, shape)
+            return x, x
+        qdt, group, axis, zps, cast = spec
+        x = b.tensor(qdt, shape)
+        groups = [1] * len(shape)
+        groups[-1 if (axis == "d") != (name == "k" and k_dhs) else -2] = group
+        pshape = [e // g for e, g in zip(shape, groups)]
+        sdt = "f32" if cast else dt
+        params = [b.tensor(sdt, pshape)] + ([b.tensor(qdt, pshape)] if zps else [])
+        ids[f"{name}_scales"] = params[0].id
+        if zps:
+            ids[f"{name}_zps"] = params[1].id
+        y = b.op("DynamicDequantize", [x] + params, out=[(sdt, shape)],
+                 attrs={"qtype": "per_group", "group_shape": groups})[0]
+        if cast:
+            y = b.op("TypeCast", [y], out=[(dt, shape)])[0]
+        return x, y
+
     transpose_b = True
     if layout == "bshd":
-        q0, k0, v0 = b.tensor(dt, [n, sq, hq * d]), b.tensor(dt, [n, skv, hkv * d]), b.tensor(dt, [n, skv, hkv * d])
-        q = transpose(reshape(q0, [n, sq, hq, d]), [0, 2, 1, 3])
-        k = transpose(reshape(k0, [n, skv, hkv, d]), [0, 2, 3, 1])
-        v = transpose(reshape(v0, [n, skv, hkv, d]), [0, 2, 1, 3])
+        (q0, q), (k0, k), (v0, v) = (operand(x, [n, s_, h * d], spec) for x, s_, h, spec in
+                                     (("q", sq, hq, None), ("k", skv, hkv, k_quant), ("v", skv, hkv, v_quant)))
+        q = transpose(reshape(q, [n, sq, hq, d]), [0, 2, 1, 3])
+        k = transpose(reshape(k, [n, skv, hkv, d]), [0, 2, 3, 1])
+        v = transpose(reshape(v, [n, skv, hkv, d]), [0, 2, 1, 3])
         transpose_b = False
     else:
-        q0, k0, v0 = b.tensor(dt, [n, hq, sq, d]), b.tensor(dt, [n, hkv, skv, d]), b.tensor(dt, [n, hkv, skv, d])
-        q, k, v = q0, k0, v0
+        q0, q = operand("q", [n, hq, sq, d], None)
+        kv = [n, hkv * kv_pages, skv // kv_pages, d] if kv_pages else [n, hkv, skv, d]
+        k0, k = operand("k", [n, hkv, d, skv] if k_dhs else kv, k_quant)
+        v0, v = operand("v", kv, v_quant)
+        if kv_pages:
+            k, v = reshape(k, [n, hkv, skv, d]), reshape(v, [n, hkv, skv, d])
+        transpose_b = not k_dhs
     ids.update(q=q0.id, k=k0.id, v=v0.id)
     lead = [n, hq]
     if gqa:
@@ -55,6 +101,8 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
         lead = [n, hkv, rep]
     sshape = lead + [sq, skv]
     x = b.op("MatMul", [q, k], out=[(s_dt, sshape)], attrs={"transpose_b": transpose_b})[0]
+    if quant:
+        dt = "f32"   # the dequantized values and the probabilities
     if scale:
         f = b.tensor(s_dt, [1])
         ids["scale"] = f.id
@@ -91,6 +139,10 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
         seed, offset, prob = b.tensor("s64", [1]), b.tensor("s64", [1]), b.tensor("f32", [1])
         ids.update(seed=seed.id, offset=offset.id, prob=prob.id)
         p = b.op("Dropout", [p, seed, offset, prob], out=[(dt, sshape)])[0]
+    if quant:
+        pq = {"qtype": "per_tensor", "scales": [QUANT_SCALES["p"]]} | ({"zps": [0]} if quant in ("s8", "u8") else {})
+        p = b.op("Quantize", [p], out=[(quant, sshape)], attrs=pq)[0]
+        p = b.op("Dequantize", [p], out=[("f32", sshape)], attrs=pq)[0]
     o = b.op("MatMul", [p, v], out=[(dt, lead + [sq, d])])[0]
     if gqa:
         o = reshape(o, [n, hq, sq, d])
@@ -98,8 +150,17 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
         o = reshape(transpose(o, [0, 2, 1, 3]), [n, sq, hq * d])
     if out_cast:
         o = b.op("TypeCast", [o], out=[(out_cast, list(o.shape))])[0]
+    if out_quant:
+        o = b.op("Quantize", [o], out=[(quant, list(o.shape))],
+                 attrs={"qtype": "per_tensor", "scales": [QUANT_SCALES["out"]]})[0]
     ids["out"] = o.id
     return b.finalize(), ids
+
+
+#: per-tensor scales of quantized SDPA's Dequantize (Q, K, V), of the probabilities and the output
+QUANT_SCALES = {"q": 0.0625, "k": 0.125, "v": 0.25, "p": 1 / 128, "out": 0.05}
+#: the range of each compressed K/V dtype (raw values drawn in it, zero points near its middle)
+INT_RANGE = {"s8": (-128, 127), "u8": (0, 255), "s4": (-8, 7), "u4": (0, 15)}
 
 
 def sdpa_inputs(g, ids, seed=0, fill=float("-inf")):
@@ -111,7 +172,20 @@ def sdpa_inputs(g, ids, seed=0, fill=float("-inf")):
     ins = make_inputs(g, seed)
     rng = np.random.default_rng(seed + 1)
     for name in ("q", "k", "v"):
-        ins[ids[name]] = (rng.standard_normal(ins[ids[name]].shape) * 1.5).astype(ins[ids[name]].dtype)
+        x = ins[ids[name]]
+        lt = g.tensors[ids[name]]
+        if lt.dtype.value in INT_RANGE:   # compressed K/V or int8 quantized SDPA: (x - zp) * scale ~ N(0, 1.5)
+            lo, hi = INT_RANGE[lt.dtype.value]
+            ins[ids[name]] = rng.integers(lo, hi + 1, x.shape).astype(x.dtype)
+            if f"{name}_scales" in ids:
+                sc = ins[ids[f"{name}_scales"]]
+                ins[ids[f"{name}_scales"]] = (rng.uniform(1.0, 2.0, sc.shape) * 1.5 / (hi - lo)).astype(sc.dtype)
+            if f"{name}_zps" in ids:
+                zp = ins[ids[f"{name}_zps"]]
+                mid, spread = (lo + hi + 1) // 2, max(1, (hi - lo) // 16)
+                ins[ids[f"{name}_zps"]] = rng.integers(mid - spread, mid + spread + 1, zp.shape).astype(zp.dtype)
+        else:
+            ins[ids[name]] = (rng.standard_normal(x.shape) * 1.5).astype(x.dtype)
     if "scale" in ids:
         ins[ids["scale"]] = np.array([0.3], ins[ids["scale"]].dtype)
     if "fill" in ids:
@@ -130,7 +204,7 @@ def sdpa_inputs(g, ids, seed=0, fill=float("-inf")):
 def check_sdpa(g, ids, seed=0, fill=float("-inf")):
     """One partition, planned as attention, whose kernel keeps no S x S buffer;
     its outputs against the reference (check_compiled)."""
-    from graphc.codegen.attention import BM, BN
+    from graphc.codegen.attention import BM, BM_PACKED, BN
     from graphc.codegen.kernel import NUM_THREADS
     from support import check_compiled
     parts = g.get_partitions("fusion")
@@ -141,9 +215,11 @@ def check_sdpa(g, ids, seed=0, fill=float("-inf")):
     cp = part.compile()
     assert "attn_exp_row" in cp.source and "gemm_f32" in cp.source
     kinds = [k for k, _ in cp._plan]
-    assert "tmp" not in kinds                       # no intermediate tensor in memory
+    assert "tmp" not in kinds                       # no intermediate tensor in memory (no dequantized K/V)
     ws = [n for k, (n, _) in ((k, r) for k, r in cp._plan if k == "ws")]
-    assert max(ws) <= NUM_THREADS * BM * BN         # workspaces: tiles, whatever the sequence length
+    # workspaces: tiles, whatever the sequence length (query blocks grow when K/V are dequantized)
+    packed = any(o.kind in ("Dequantize", "DynamicDequantize") for o in g.ops.values())
+    assert max(ws) <= NUM_THREADS * (BM_PACKED if packed else BM) * BN
     return check_compiled(g, sdpa_inputs(g, ids, seed, fill))
 
 
