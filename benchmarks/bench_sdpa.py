@@ -1,6 +1,7 @@
 """Scaled dot-product attention: graphc's one-partition flash-style kernel
 against torch eager attention (matmul, softmax, matmul: the S x S scores in
-memory) and torch's fused scaled_dot_product_attention.
+memory) and torch's fused scaled_dot_product_attention; with a compressed
+(int8, grouped scales and zero points) KV cache also against graphc's f32 SDPA.
 
 Each (case, contender) runs in its own subprocess, one after the other (numba's
 and torch's thread pools starve each other in one process).  FLOPs count the
@@ -69,6 +70,59 @@ def sdpa(n, h, s, d, dt="f32", mask=None):
     return build, feeds, eager, fused, 2 * 2 * n * h * s * s * d
 
 
+def sdpa_compressed(n, h, s, d, qdt="s8", group=32):
+    """(build, eager, fused, flops) of MHA [n, h, s, d] with a compressed KV cache
+    (sdpa_with_compressed_kv.md): K and V ``qdt`` with per-group f32 scales and
+    zero points along the head dim (groups of ``group``), DynamicDequantize'd in
+    the graph (graphc: one partition, dequantized while the K/V tiles are packed);
+    torch dequantizes them in each run, then eager attention / fused SDPA."""
+    ids = {}
+    lo = -128 if qdt == "s8" else 0
+
+    def build(b):
+        q = b.tensor("f32", [n, h, s, d])
+        ids["qkv"] = [q.id]
+
+        def dequantized():
+            x, sc, zp = b.tensor(qdt, [n, h, s, d]), b.tensor("f32", [n, h, s, d // group]), \
+                b.tensor(qdt, [n, h, s, d // group])
+            ids["qkv"] += [x.id, sc.id, zp.id]
+            return b.op("DynamicDequantize", [x, sc, zp], out=[("f32", [n, h, s, d])],
+                        attrs={"qtype": "per_group", "group_shape": [1, 1, 1, group]})[0]
+        k, v = dequantized(), dequantized()
+        f = b.tensor("f32", [1])
+        ids["scale"] = f.id
+        x = b.op("MatMul", [q, k], out=[("f32", [n, h, s, s])], attrs={"transpose_b": True})[0]
+        p = b.op("SoftMax", [b.op("Multiply", [x, f])[0]], out=[("f32", [n, h, s, s])], attrs={"axis": -1})[0]
+        b.op("MatMul", [p, v], out=[("f32", [n, h, s, d])])
+
+    def feeds(g):
+        from graphc.fill import make_inputs
+        ins = make_inputs(g, 0)
+        rng = np.random.default_rng(0)
+        for x, sc, zp in (ids["qkv"][1:4], ids["qkv"][4:7]):
+            ins[x] = rng.integers(lo, lo + 256, ins[x].shape).astype(ins[x].dtype)
+            ins[sc] = rng.uniform(0.005, 0.01, ins[sc].shape).astype(np.float32)
+            ins[zp] = rng.integers(lo + 120, lo + 136, ins[zp].shape).astype(ins[zp].dtype)
+        ins[ids["scale"]] = np.array([1 / math.sqrt(d)], np.float32)
+        return ins, ids["qkv"]
+
+    def dequantize(x, sc, zp):
+        return (x - zp.repeat_interleave(group, -1)) * sc.repeat_interleave(group, -1)
+
+    def eager(torch, q, *kv):
+        def run():
+            k, v = dequantize(*kv[:3]), dequantize(*kv[3:])
+            x = torch.matmul(q, k.transpose(-1, -2)) * (1 / math.sqrt(d))
+            return torch.matmul(torch.softmax(x, -1), v)
+        return run
+
+    def fused(torch, q, *kv):
+        return lambda: torch.nn.functional.scaled_dot_product_attention(q, dequantize(*kv[:3]),
+                                                                        dequantize(*kv[3:]))
+    return build, feeds, eager, fused, 2 * 2 * n * h * s * s * d
+
+
 def sdpa_training(n, h, s, d, dt="f32"):
     """(build, eager, fused, flops) of one training step of MHA [n, h, s, d] (scale by
     Multiply, no mask): sdpa.md's forward exporting the stats and its backward graph
@@ -124,6 +178,7 @@ CASES = {
     "SDPA 2x16x512x64 f32": sdpa(2, 16, 512, 64),
     "SDPA 2x16x512x64 f32 causal": sdpa(2, 16, 512, 64, mask="causal"),
     "SDPA 2x16x512x64 bf16": sdpa(2, 16, 512, 64, "bf16"),
+    "SDPA 2x16x512x64 s8 KV g32": sdpa_compressed(2, 16, 512, 64),
     "SDPA train fwd+bwd 2x16x512x64 f32": sdpa_training(2, 16, 512, 64),
 }
 
@@ -138,14 +193,14 @@ def child(case, who, repeat):
     if who == "graphc":
         import graphc
         cg = graphc.compile(g)
-        assert len(cg.compiled) == (2 if len(qkv) == 4 else 1), "one partition (forward, backward)"
+        assert len(cg.compiled) == (2 if "train" in case else 1), "one partition (forward, backward)"
         return timeit(lambda: cg.run(ins), repeat)
     import torch
     torch.set_num_threads(THREADS)
     dt = torch.bfloat16 if g.tensors[qkv[0]].dtype.name == "bf16" else torch.float32
     args = [torch.from_numpy(np.ascontiguousarray(ins[t]).astype(np.float32)).to(dt) for t in qkv]
     fn = (eager if who == "eager" else fused)(torch, *args)
-    if len(qkv) == 4:   # training: autograd on
+    if "train" in case:   # autograd on
         return timeit(fn, repeat)
     with torch.no_grad():
         return timeit(fn, repeat)
@@ -163,6 +218,7 @@ def main():
     head = (f"{'case':<30} {'graphc':>8} {'eager':>8} {'fused':>8} {'eager/gc':>9} {'fused/gc':>9} "
             f"{'GFLOP/s':>8}")
     print(head + "\n" + "-" * len(head))
+    done = {}
     for case, (*_, flops) in CASES.items():
         if args.case not in case:
             continue
@@ -176,6 +232,11 @@ def main():
         print(f"{case:<30} {t['graphc'] * 1e3:8.2f} {t['eager'] * 1e3:8.2f} {t['fused'] * 1e3:8.2f} "
               f"{t['eager'] / t['graphc']:9.2f} {t['fused'] / t['graphc']:9.2f} {flops / t['graphc'] / 1e9:8.0f}",
               flush=True)
+        done[case] = t["graphc"]
+    for case, sec in done.items():   # a compressed KV cache against the f32 SDPA of that shape
+        if " KV " in case and case.split(" KV ")[0].rsplit(" ", 1)[0] + " f32" in done:
+            f32 = done[case.split(" KV ")[0].rsplit(" ", 1)[0] + " f32"]
+            print(f"{case}: graphc {sec * 1e3:.2f} ms against f32 K/V {f32 * 1e3:.2f} ms ({sec / f32:.2f}x the time)")
 
 
 if __name__ == "__main__":
