@@ -9,6 +9,8 @@ import numpy as np
 from ..codegen import ir
 from ..codegen.fastmath import use_helper
 from ..codegen.grouped import Nest, merged_views, tensor_vdims
+from ..codegen.kernel import ArrayRef
+from ..types import DataType
 from .common import merged_shape, same_shape_as
 from .schema import Attr, DtypeTable, In, OpSchema, Out, norm_axis, same_dtype
 
@@ -41,10 +43,11 @@ class _AlongAxis(OpSchema):
         return refs[:len(ins)], refs[len(ins):], where[axis]
 
 
-def max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero=False):
+def max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero=False, keep=None):
     """The passes giving each group's max ``mx`` of src (as the stat ``m``) and sum
-    ``se`` of exp(src - max) (with ``inf_as_zero``, a max of -inf counts as 0).
-    src - max <= 0: exp_le0_f32 computes it vectorized."""
+    ``se`` of exp(src - max) (with ``inf_as_zero``, a max of -inf counts as 0),
+    storing exp(src - max) in ``keep`` too when given.  src - max <= 0:
+    exp_le0_f32 computes it vectorized."""
     use_helper(kb, "exp_le0_f32")
     with nest.pass_(mx) as iv:
         mx.add(src.load_nd(iv))
@@ -54,15 +57,31 @@ def max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero=False):
             with kb.if_(m.ref.eq(-math.inf)):
                 m.set(0.0)
     with nest.pass_(se) as iv:
-        se.add(ir.call("exp_le0_f32", src.load_nd(iv) - m.ref))
+        e = ir.call("exp_le0_f32", src.load_nd(iv) - m.ref)
+        if keep is not None:
+            e = kb.let(e, "e")
+            kb.emit(keep.store_nd(iv, e))
+        se.add(e)
 
 
-def exp_again(nest, src, iv, se, m) -> ir.Expr:
+def exp_keeper(se, dst):
+    """Where a SoftMax keeps exp(src - max) between its sum and its last pass:
+    None when the sum's buffer of terms holds it (a sum along the lane alone),
+    else dst itself when it is a plain f32 argument (the last pass scales it in
+    place, from cache, instead of computing exp again; a fused dst would apply
+    its post-ops twice), else None (computed again)."""
+    if se.buffered or not isinstance(dst, ArrayRef) or dst.dtype is not DataType.f32:
+        return None
+    return dst
+
+
+def exp_again(nest, src, iv, se, m, keep) -> ir.Expr:
     """exp(src - max) in a later pass: read back from the sum's buffer of terms
-    when it has one (a sum along the lane alone; the row is in cache, and the
-    exp is not computed twice), else computed again."""
+    or from ``keep`` (see exp_keeper), else computed again."""
     if se.buffered:
         return ir.f32(se.terms[nest.lv])
+    if keep is not None:
+        return keep.load_nd(iv)
     return ir.call("exp_le0_f32", src.load_nd(iv) - m.ref)
 
 
@@ -103,8 +122,9 @@ class SoftMax(_AlongAxis):
         nest = self.nest(kb, src, axis)
         mx, se = nest.acc("max"), nest.acc()
         m, rs = nest.stat(), nest.stat()
+        keep = exp_keeper(se, outs[0])
         with nest.groups():
-            max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero)
+            max_and_sum_exp(kb, nest, src, mx, m, se, inf_as_zero, keep)
             with nest.per_group():
                 s = se.value
                 rs.set(ir.select(s.eq(0), 0.0, 1.0 / s) if inf_as_zero else 1.0 / s)
@@ -113,7 +133,7 @@ class SoftMax(_AlongAxis):
                     stats_iv[axis] = None
                     kb.emit(outs[1].store_nd(stats_iv, m.ref + ir.call("np.log", s)))
             with nest.pass_() as iv:
-                kb.emit(outs[0].store_nd(iv, exp_again(nest, src, iv, se, m) * rs.ref))
+                kb.emit(outs[0].store_nd(iv, exp_again(nest, src, iv, se, m, keep) * rs.ref))
 
 
 class SoftMaxBackward(_AlongAxis):
