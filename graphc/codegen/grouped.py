@@ -54,6 +54,9 @@ MIN_GROUPS = 16
 MAX_CHUNKS = 64
 #: rows a lane sums in f32 before folding into its f64 total
 FOLD_ROWS = 128
+#: shortest reduced lane whose direct sum goes through a buffer and fsum (LayerNorm
+#: over rows of 28: a scalar sum 2.3x faster; over rows of 1024 the buffer is)
+SHORT_LANE = 64
 #: longest kept lane held whole in scratch arrays; longer ones are cut in tiles
 MAX_LANES = 4096
 #: lanes of a tile of a long kept lane
@@ -219,8 +222,10 @@ class Acc:
 
     @property
     def buffered(self) -> bool:
-        """A direct sum: its terms go to a buffer that fsum adds up after the pass."""
-        return self.direct and self.kind == "sum"
+        """A direct sum over a lane of SHORT_LANE or more: its terms go to a buffer
+        that fsum adds up after the pass (a shorter lane adds them to an f64
+        scalar as it goes: the buffer's loops cost more than they save there)."""
+        return self.direct and self.kind == "sum" and self.nest.L >= SHORT_LANE
 
     @property
     def local_value(self) -> ir.Expr:
