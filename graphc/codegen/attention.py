@@ -30,6 +30,19 @@ sum and a second computes the rounded probabilities and accumulates P @ V.
 
 Reshapes and transposes of the kernel's inputs (Q, K, V, mask, scale) are views
 (:func:`view_strides`): the same buffer read with other strides.
+
+Q, K and V may be computed (sdpa_with_compressed_kv.md's DynamicDequantize of
+int8/int4 K/V with grouped scales and zero points, sdpa_quantized.md's
+Dequantize of fp8/int8 Q/K/V, TypeCasts): they are PrologueRefs, so the tile
+packing loop computes each element through ``load_nd`` (the fusion engine's
+``Values``; a per-group scale read at the index divided by the group) and no
+dequantized copy exists.  A reshape/transpose after the dequantization is a
+:class:`_Reindexed` (the view's index mapped to the computed tensor's index).
+Since every query block packs the K/V tiles again, query blocks grow (up to
+``BM_PACKED`` rows) while every thread still has a task.  Pointwise ops on the
+probabilities (quantized SDPA's Quantize -> Dequantize) need the normalised
+probabilities: the two-pass sweep computes them; pointwise ops after the second
+MatMul (TypeCast, a Quantize) apply where the output is stored.
 """
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ CASES = [
     ("v", "u4", 32, "s", True, "f32", False),
     ("kv", "s4", 32, "d", True, "bf16", False),
     ("kv", "u8", 128, "s", True, "f32", False),
+    ("kv", "s4", 32, "d", True, "f16", False),
 ]
 
 
