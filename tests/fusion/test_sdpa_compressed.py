@@ -118,3 +118,28 @@ def test_int8_quantized_sdpa(qdt):
     """sdpa_quantized.md with int8 Q/K/V (u8 with a zero point), f32 output."""
     g, ids = sdpa_graph(quant=qdt, n=1, hq=2, sq=16, skv=64, d=32, mask="add")
     check_sdpa(g, ids)
+
+
+@pytest.mark.parametrize("qdt,axis,zps", [("s4", "d", True), ("u8", "s", False)])
+def test_compressed_reference_vs_torch(qdt, axis, zps):
+    """The reference of a compressed-KV graph against torch's scaled_dot_product_attention
+    on K/V dequantized independently here ((x - zp) * scale per group, float64)."""
+    torch = pytest.importorskip("torch")
+    from graphc import reference
+    from graphc.tolerances import ORACLE
+    from support import assert_close, n64, t64
+    spec = (qdt, 32, axis, zps, False)
+    g, ids = sdpa_graph(k_quant=spec, v_quant=spec, n=1, hq=2, sq=16, skv=64, d=64, mask="causal_tl")
+    ins = sdpa_inputs(g, ids, seed=3)
+    got = reference.run(g, ins)[ids["out"]]
+
+    def dequantized(name):
+        x = ins[ids[name]].astype(np.float64)
+        ax = -1 if axis == "d" else -2
+        s = np.repeat(ins[ids[f"{name}_scales"]].astype(np.float64), 32, axis=ax)
+        z = np.repeat(ins[ids[f"{name}_zps"]].astype(np.float64), 32, axis=ax) if zps else 0.0
+        return t64((x - z) * s)
+    q = t64(ins[ids["q"]])
+    want = torch.nn.functional.scaled_dot_product_attention(q, dequantized("k"), dequantized("v"), is_causal=True,
+                                                            scale=float(ins[ids["scale"]][0]))
+    assert_close(got, n64(want), "f32", ORACLE, f"compressed {qdt}")
