@@ -91,6 +91,17 @@ def test_compressed_kv_mqa_many_query_rows():
     check_sdpa(g, ids)
 
 
+def test_dequantized_k_that_leaves_is_computed_apart():
+    """A dequantized K that is also a graph output cannot stay in registers: the
+    attention partition reads it, computed by a partition of its own."""
+    g, ids = sdpa_graph(k_quant=("s8", 32, "d", True, False), n=1, hq=2, sq=16, skv=64, d=32, k_out=True)
+    parts = [p for p in g.get_partitions("fusion") if any(o.kind != "End" for o in p.ops)]
+    att = [p for p in parts if p.pattern == "sdpa"]
+    assert len(att) == 1 and att[0].plan.shape == "attention"
+    assert not any(o.kind == "DynamicDequantize" for o in att[0].ops)
+    check_compiled(g, sdpa_inputs(g, ids))
+
+
 def test_zero_points_matter():
     """The kernel reads the zero points: moving them moves the output as in the reference."""
     g, ids = sdpa_graph(k_quant=("u8", 32, "d", True, False), v_quant=("u8", 32, "d", True, False),

@@ -8,7 +8,7 @@ from graphc.builder import GraphBuilder
 
 def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul", mask=None, layout="bhsd",
                gqa=False, out_cast=None, s_dt="f32", stats=False, dropout=False, k_quant=None, v_quant=None,
-               k_dhs=False, quant=None, out_quant=False, kv_pages=None):
+               k_dhs=False, quant=None, out_quant=False, kv_pages=None, k_out=False):
     """Q [n, hq, sq, d] @ K^T -> scale -> mask -> SoftMax -> @ V -> O [n, hq, sq, d].
 
     * ``scale``: "mul" (scores * f), "mul_swapped" (f * scores), "div" (scores / f) or None;
@@ -34,6 +34,7 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
     * ``k_dhs``: K stored [n, h, d, s] (the MatMul does not transpose it);
     * ``kv_pages``: K/V stored as pages [n, h * pages, s / pages, d] (dequantized
       per page), reshaped to [n, h, s, d];
+    * ``k_out``: the dequantized K is a graph output too (ids "k_deq");
     * ``quant`` (sdpa_quantized.md): Q/K/V of that dtype (f8_e4m3, f8_e5m2, s8, u8)
       through per-tensor Dequantize to f32 and the probabilities through a
       Quantize -> Dequantize pair; ``out_quant``: the output quantized to it too.
@@ -73,6 +74,7 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
                  attrs={"qtype": "per_group", "group_shape": groups})[0]
         if cast:
             y = b.op("TypeCast", [y], out=[(dt, shape)])[0]
+        ids[f"{name}_deq"] = y.id
         return x, y
 
     transpose_b = True
@@ -154,6 +156,9 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
         o = b.op("Quantize", [o], out=[(quant, list(o.shape))],
                  attrs={"qtype": "per_tensor", "scales": [QUANT_SCALES["out"]]})[0]
     ids["out"] = o.id
+    if k_out:
+        b.op("End", [b.graph.tensors[ids["k_deq"]]], out=[])
+        b.graph.set_ports(outputs=[o.id, ids["k_deq"]])
     return b.finalize(), ids
 
 
