@@ -51,11 +51,11 @@ import math
 from . import ir
 from .fastmath import use_helper
 from .fusion import PrologueRef, Values
-from .gemm import Matrix, pack, direct
+from .gemm import Matrix, direct, fpmath_rounding, pack
 from .kernel import NUM_THREADS, ArrayRef, as_stored, is_narrow_float, worth_parallel
 from .loops import aligned, linear, unravel
 from ..ops.misc import dropout_keep, dropout_params, philox_words
-from ..types import LogicalTensor, dense_strides
+from ..types import DataType, LogicalTensor, dense_strides
 from ..views import view_strides
 
 #: query rows per block (the rows of a tile: one task of the parallel loop)
@@ -139,9 +139,14 @@ class _IndexRef:
 
 
 # -- the kernel ------------------------------------------------------------------------------
-def _matrix(ref, transpose, batch) -> Matrix:
+def _rounding(mm, port):
+    """How the MatMul's fpmath_mode rounds its input ``port`` (an f32 one), or None."""
+    return fpmath_rounding(mm) if mm.inputs[port].dtype is DataType.f32 else None
+
+
+def _matrix(ref, transpose, batch, rounding=None) -> Matrix:
     """The matrix (rows x cols of the MatMul's view) of a >= 2-D operand, its batch
-    dims broadcast into ``batch``."""
+    dims broadcast into ``batch``; ``rounding``: fpmath_mode's, applied as it is packed."""
     shape, strides = ref.shape, ref.strides
     lead = tuple(shape[:-2])
     rows, cols = (shape[-1], shape[-2]) if transpose else (shape[-2], shape[-1])
@@ -152,7 +157,7 @@ def _matrix(ref, transpose, batch) -> Matrix:
 
     def base(bv):
         return linear(aligned(bv, batch, lead), strides[:-2])
-    return Matrix(ref, rows, cols, index, any(d != 1 for d in lead), st, base)
+    return Matrix(ref, rows, cols, index, any(d != 1 for d in lead), st, base, rounding)
 
 
 def _block(kb, mat, bivars, r0, nr, c0, nc, size, parallel):
@@ -197,14 +202,15 @@ def lower_attention(kb, ops, refs, plan) -> bool:
     sshape = tuple(score.shape)
     batch = sshape[:-2]
     sq, skv = sshape[-2], sshape[-1]
-    q = _matrix(local[mm1.inputs[0].id], mm1.attr("transpose_a"), batch)
-    k = _matrix(local[mm1.inputs[1].id], mm1.attr("transpose_b"), batch)
-    v = _matrix(local[mm2.inputs[1].id], mm2.attr("transpose_b"), batch)
+    q = _matrix(local[mm1.inputs[0].id], mm1.attr("transpose_a"), batch, _rounding(mm1, 0))
+    k = _matrix(local[mm1.inputs[1].id], mm1.attr("transpose_b"), batch, _rounding(mm1, 1))
+    v = _matrix(local[mm2.inputs[1].id], mm2.attr("transpose_b"), batch, _rounding(mm2, 1))
     d, dv = q.cols, v.cols
     p_dt = sm.outputs[0].dtype
     probs = (drop or sm).outputs[0]
     p_chain = mm2.inputs[0].id != probs.id   # pointwise ops on the probabilities (Quantize -> Dequantize)
-    two_pass = is_narrow_float(p_dt) or p_chain
+    p_round = _rounding(mm2, 0)              # fpmath_mode rounds the (normalised) f32 probabilities
+    two_pass = is_narrow_float(p_dt) or p_chain or p_round is not None
     inf_as_zero = sm.attr("mode") == "inf_as_zero"
     store = _output_store(ops, local, plan, mm2)
 
@@ -329,6 +335,8 @@ def lower_attention(kb, ops, refs, plan) -> bool:
                                               sshape)
                             finally:
                                 values.bound = {}
+                        if p_round is not None:
+                            p = p_round(ir.f32(p))
                         kb.emit(stile.store(row + jj, ir.f32(p)))
                 pv(j0, n_)
         stats = local[sm.outputs[1].id] if len(sm.outputs) > 1 else None

@@ -102,6 +102,16 @@ def test_dequantized_k_that_leaves_is_computed_apart():
     check_compiled(g, sdpa_inputs(g, ids))
 
 
+@pytest.mark.parametrize("fpmath", ["bf16", "tf32"])
+def test_fpmath_mode_rounds_f32_operands(fpmath):
+    """Under fpmath_mode bf16/tf32 (as the compressed-KV doc asks to set) the f32 Q, the
+    dequantized K/V and the f32 probabilities are rounded as the MatMuls read them,
+    as the reference rounds them."""
+    g, ids = sdpa_graph(k_quant=("s4", 32, "d", True, False), v_quant=("s8", 32, "s", True, False),
+                        n=1, hq=2, sq=20, skv=64, d=32, mask="causal_tl", fpmath=fpmath)
+    check_sdpa(g, ids)
+
+
 def test_zero_points_matter():
     """The kernel reads the zero points: moving them moves the output as in the reference."""
     g, ids = sdpa_graph(k_quant=("u8", 32, "d", True, False), v_quant=("u8", 32, "d", True, False),

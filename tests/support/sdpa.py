@@ -8,7 +8,7 @@ from graphc.builder import GraphBuilder
 
 def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul", mask=None, layout="bhsd",
                gqa=False, out_cast=None, s_dt="f32", stats=False, dropout=False, k_quant=None, v_quant=None,
-               k_dhs=False, quant=None, out_quant=False, kv_pages=None, k_out=False):
+               k_dhs=False, quant=None, out_quant=False, kv_pages=None, k_out=False, fpmath=None):
     """Q [n, hq, sq, d] @ K^T -> scale -> mask -> SoftMax -> @ V -> O [n, hq, sq, d].
 
     * ``scale``: "mul" (scores * f), "mul_swapped" (f * scores), "div" (scores / f) or None;
@@ -35,12 +35,14 @@ def sdpa_graph(dt="f32", n=2, hq=2, hkv=None, sq=70, skv=300, d=16, scale="mul",
     * ``kv_pages``: K/V stored as pages [n, h * pages, s / pages, d] (dequantized
       per page), reshaped to [n, h, s, d];
     * ``k_out``: the dequantized K is a graph output too (ids "k_deq");
+    * ``fpmath``: the graph's fpmath_mode (applied to integer inputs too, as the
+      compressed-KV doc asks);
     * ``quant`` (sdpa_quantized.md): Q/K/V of that dtype (f8_e4m3, f8_e5m2, s8, u8)
       through per-tensor Dequantize to f32 and the probabilities through a
       Quantize -> Dequantize pair; ``out_quant``: the output quantized to it too.
     Returns (graph, ids: {"q", "k", "v", "scale", "mask", "fill", "s_kv", "s_q", "out", ...})."""
     hkv = hq if hkv is None else hkv
-    b = GraphBuilder()
+    b = GraphBuilder(**({"fpmath_mode": fpmath, "fpmath_mode_apply_to_int": True} if fpmath else {}))
     ids = {}
 
     def reshape(x, shape):
