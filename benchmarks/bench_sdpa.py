@@ -70,57 +70,66 @@ def sdpa(n, h, s, d, dt="f32", mask=None):
     return build, feeds, eager, fused, 2 * 2 * n * h * s * s * d
 
 
-def sdpa_compressed(n, h, s, d, qdt="s8", group=32):
-    """(build, eager, fused, flops) of MHA [n, h, s, d] with a compressed KV cache
-    (sdpa_with_compressed_kv.md): K and V ``qdt`` with per-group f32 scales and
-    zero points along the head dim (groups of ``group``), DynamicDequantize'd in
-    the graph (graphc: one partition, dequantized while the K/V tiles are packed);
-    torch dequantizes them in each run, then eager attention / fused SDPA."""
+def sdpa_compressed(n, h, s, d, qdt="s8", group=32, sq=None):
+    """(build, eager, fused, flops) of MHA (queries [n, h, sq, d], keys and values
+    [n, h, s, d]) with a compressed KV cache (sdpa_with_compressed_kv.md): K and V
+    ``qdt`` with per-group f32 scales and zero points along the head dim (groups of
+    ``group``), DynamicDequantize'd in the graph (graphc: one partition,
+    dequantized while the K/V tiles are packed); torch dequantizes them in each
+    run, then eager attention / fused SDPA.  ``qdt`` None: f32 K/V (the baseline)."""
     ids = {}
+    sq = s if sq is None else sq
     lo = -128 if qdt == "s8" else 0
 
     def build(b):
-        q = b.tensor("f32", [n, h, s, d])
+        q = b.tensor("f32", [n, h, sq, d])
         ids["qkv"] = [q.id]
 
-        def dequantized():
+        def operand():
+            if qdt is None:
+                x = b.tensor("f32", [n, h, s, d])
+                ids["qkv"].append(x.id)
+                return x
             x, sc, zp = b.tensor(qdt, [n, h, s, d]), b.tensor("f32", [n, h, s, d // group]), \
                 b.tensor(qdt, [n, h, s, d // group])
             ids["qkv"] += [x.id, sc.id, zp.id]
             return b.op("DynamicDequantize", [x, sc, zp], out=[("f32", [n, h, s, d])],
                         attrs={"qtype": "per_group", "group_shape": [1, 1, 1, group]})[0]
-        k, v = dequantized(), dequantized()
+        k, v = operand(), operand()
         f = b.tensor("f32", [1])
         ids["scale"] = f.id
-        x = b.op("MatMul", [q, k], out=[("f32", [n, h, s, s])], attrs={"transpose_b": True})[0]
-        p = b.op("SoftMax", [b.op("Multiply", [x, f])[0]], out=[("f32", [n, h, s, s])], attrs={"axis": -1})[0]
-        b.op("MatMul", [p, v], out=[("f32", [n, h, s, d])])
+        x = b.op("MatMul", [q, k], out=[("f32", [n, h, sq, s])], attrs={"transpose_b": True})[0]
+        p = b.op("SoftMax", [b.op("Multiply", [x, f])[0]], out=[("f32", [n, h, sq, s])], attrs={"axis": -1})[0]
+        b.op("MatMul", [p, v], out=[("f32", [n, h, sq, d])])
 
     def feeds(g):
         from graphc.fill import make_inputs
         ins = make_inputs(g, 0)
         rng = np.random.default_rng(0)
-        for x, sc, zp in (ids["qkv"][1:4], ids["qkv"][4:7]):
+        for x, sc, zp in (ids["qkv"][1:4], ids["qkv"][4:7]) if qdt else ():
             ins[x] = rng.integers(lo, lo + 256, ins[x].shape).astype(ins[x].dtype)
             ins[sc] = rng.uniform(0.005, 0.01, ins[sc].shape).astype(np.float32)
             ins[zp] = rng.integers(lo + 120, lo + 136, ins[zp].shape).astype(ins[zp].dtype)
         ins[ids["scale"]] = np.array([1 / math.sqrt(d)], np.float32)
         return ins, ids["qkv"]
 
-    def dequantize(x, sc, zp):
-        return (x - zp.repeat_interleave(group, -1)) * sc.repeat_interleave(group, -1)
+    def dequantize(x, sc=None, zp=None):
+        return x if sc is None else (x - zp.repeat_interleave(group, -1)) * sc.repeat_interleave(group, -1)
 
-    def eager(torch, q, *kv):
+    def kv(args):
+        half = len(args) // 2
+        return dequantize(*args[:half]), dequantize(*args[half:])
+
+    def eager(torch, q, *args):
         def run():
-            k, v = dequantize(*kv[:3]), dequantize(*kv[3:])
+            k, v = kv(args)
             x = torch.matmul(q, k.transpose(-1, -2)) * (1 / math.sqrt(d))
             return torch.matmul(torch.softmax(x, -1), v)
         return run
 
-    def fused(torch, q, *kv):
-        return lambda: torch.nn.functional.scaled_dot_product_attention(q, dequantize(*kv[:3]),
-                                                                        dequantize(*kv[3:]))
-    return build, feeds, eager, fused, 2 * 2 * n * h * s * s * d
+    def fused(torch, q, *args):
+        return lambda: torch.nn.functional.scaled_dot_product_attention(q, *kv(args))
+    return build, feeds, eager, fused, 2 * 2 * n * h * sq * s * d
 
 
 def sdpa_training(n, h, s, d, dt="f32"):
@@ -179,8 +188,14 @@ CASES = {
     "SDPA 2x16x512x64 f32 causal": sdpa(2, 16, 512, 64, mask="causal"),
     "SDPA 2x16x512x64 bf16": sdpa(2, 16, 512, 64, "bf16"),
     "SDPA 2x16x512x64 s8 KV g32": sdpa_compressed(2, 16, 512, 64),
+    "decode 1x32x1x4096x128 f32 KV": sdpa_compressed(1, 32, 4096, 128, None, sq=1),
+    "decode 1x32x1x4096x128 s8 KV g32": sdpa_compressed(1, 32, 4096, 128, sq=1),
     "SDPA train fwd+bwd 2x16x512x64 f32": sdpa_training(2, 16, 512, 64),
 }
+
+#: compressed-KV case -> the f32 case of its shape
+BASELINES = {"SDPA 2x16x512x64 s8 KV g32": "SDPA 2x16x512x64 f32",
+             "decode 1x32x1x4096x128 s8 KV g32": "decode 1x32x1x4096x128 f32 KV"}
 
 
 def child(case, who, repeat):
@@ -233,10 +248,10 @@ def main():
               f"{t['eager'] / t['graphc']:9.2f} {t['fused'] / t['graphc']:9.2f} {flops / t['graphc'] / 1e9:8.0f}",
               flush=True)
         done[case] = t["graphc"]
-    for case, sec in done.items():   # a compressed KV cache against the f32 SDPA of that shape
-        if " KV " in case and case.split(" KV ")[0].rsplit(" ", 1)[0] + " f32" in done:
-            f32 = done[case.split(" KV ")[0].rsplit(" ", 1)[0] + " f32"]
-            print(f"{case}: graphc {sec * 1e3:.2f} ms against f32 K/V {f32 * 1e3:.2f} ms ({sec / f32:.2f}x the time)")
+    for case, base in BASELINES.items():   # a compressed KV cache against f32 K/V of that shape
+        if case in done and base in done:
+            print(f"{case}: graphc {done[case] * 1e3:.2f} ms against f32 K/V {done[base] * 1e3:.2f} ms "
+                  f"({done[case] / done[base]:.2f}x the time)")
 
 
 if __name__ == "__main__":

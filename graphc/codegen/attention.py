@@ -47,6 +47,7 @@ MatMul (TypeCast, a Quantize) apply where the output is stored.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from . import ir
 from .fastmath import use_helper
@@ -162,12 +163,21 @@ def _matrix(ref, transpose, batch, rounding=None) -> Matrix:
 
 def _block(kb, mat, bivars, r0, nr, c0, nc, size, parallel):
     """(buffer, offset, leading dim, transposed) of rows r0.. x cols c0.. of ``mat``:
-    in place when BLAS can read it, else packed into a row-major f32 panel."""
+    in place when BLAS can read it, else packed into an f32 panel (row-major, or
+    column-major when the matrix's rows are its contiguous dim)."""
     d = direct(mat)
     if d is not None:
         ta, ld = d
         rs, cs = mat.strides
         return mat.ref.buf, linear([r0, c0], [rs, cs], mat.base(bivars)), ld, ta
+    rs, cs = mat.strides if mat.strides is not None else (1, 1)
+    if abs(rs) < abs(cs):
+        # the rows run along memory (K read as K^T, a dequantized one): packed by
+        # columns, so that the loads (and the dequantization) go along memory
+        swapped = replace(mat, rows=mat.cols, cols=mat.rows, index=lambda bv, r, c: mat.index(bv, c, r),
+                          strides=(cs, rs))
+        panel = pack(kb, swapped, bivars, c0, nc, r0, nr, size, parallel)
+        return panel.buf, panel.at(0), nr, 1
     panel = pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel)
     return panel.buf, panel.at(0), nc, 0
 
