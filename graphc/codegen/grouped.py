@@ -54,8 +54,9 @@ MIN_GROUPS = 16
 MAX_CHUNKS = 64
 #: rows a lane sums in f32 before folding into its f64 total
 FOLD_ROWS = 128
-#: shortest reduced lane whose direct sum goes through a buffer and fsum (LayerNorm
-#: over rows of 28: a scalar sum 2.3x faster; over rows of 1024 the buffer is)
+#: shortest reduced lane whose direct sum declared short_scalar goes through a buffer
+#: and fsum (LayerNorm over rows of 28: a scalar sum 2x faster; over rows of 1024 the
+#: buffer is)
 SHORT_LANE = 64
 #: longest kept lane held whole in scratch arrays; longer ones are cut in tiles
 MAX_LANES = 4096
@@ -189,10 +190,11 @@ class Acc:
     """A reduction over the reduced dims: ``kind`` one of :data:`KINDS`; declared
     with ``Nest.acc``, computed by a ``Nest.pass_`` naming it."""
 
-    def __init__(self, nest: "Nest", kind: str):
+    def __init__(self, nest: "Nest", kind: str, short_scalar: bool = False):
         if kind not in KINDS:
             raise ValueError(f"no such reduction: {kind}")
         self.nest, self.kind = nest, kind
+        self.short_scalar = short_scalar
         ident, self.lane_dt = KINDS[kind]
         self.ident = ident
         fresh = nest.kb.fresh
@@ -222,10 +224,12 @@ class Acc:
 
     @property
     def buffered(self) -> bool:
-        """A direct sum over a lane of SHORT_LANE or more: its terms go to a buffer
-        that fsum adds up after the pass (a shorter lane adds them to an f64
-        scalar as it goes: the buffer's loops cost more than they save there)."""
-        return self.direct and self.kind == "sum" and self.nest.L >= SHORT_LANE
+        """A direct sum: its terms go to a buffer that fsum adds up after the pass;
+        unless declared short_scalar with a lane shorter than SHORT_LANE, then
+        added to an f64 scalar as the pass goes (the buffer's loops cost more
+        than they save for a pass computing one short sum; a pass computing
+        several, e.g. LayerNormBackward's, is faster through buffers)."""
+        return self.direct and self.kind == "sum" and not (self.short_scalar and self.nest.L < SHORT_LANE)
 
     @property
     def local_value(self) -> ir.Expr:
@@ -393,8 +397,11 @@ class Nest:
         self.cols: list[ColumnAcc] = []
 
     # -- declarations (before ``groups``) ------------------------------------------------
-    def acc(self, kind: str = "sum") -> Acc:
-        a = Acc(self, kind)
+    def acc(self, kind: str = "sum", short_scalar: bool = False) -> Acc:
+        """A reduction of ``kind``; ``short_scalar``: as a direct sum over a lane
+        shorter than SHORT_LANE, added to an f64 scalar as the pass goes (see
+        Acc.buffered; for a pass computing that sum alone)."""
+        a = Acc(self, kind, short_scalar)
         self.accs.append(a)
         return a
 

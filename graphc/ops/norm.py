@@ -122,7 +122,7 @@ class Moments:
 
     def __init__(self, nest: Nest):
         self.nest = nest
-        self.sum, self.sq = nest.acc(), nest.acc()
+        self.sum, self.sq = nest.acc(short_scalar=True), nest.acc(short_scalar=True)
         self.mean, self.var = nest.stat("f64"), nest.stat("f64")
         self.mean32 = nest.stat()
 
