@@ -2,8 +2,7 @@
 groups, ordered so that every group runs after the groups producing its inputs."""
 from __future__ import annotations
 
-import networkx as nx
-
+from ..graph import topological_order
 from .manager import Pass
 
 #: ops whose partitions do no computation
@@ -26,13 +25,12 @@ class Partitioner(Pass):
                 continue
             group_of[o.id] = len(groups)
             groups.append(("", [o], None))
-        dag = nx.DiGraph()
-        dag.add_nodes_from(range(len(groups)))
-        for a, b in g.nx.edges():
+        succ: dict[int, set] = {}
+        for a, b in g.edges():
             ga, gb = group_of.get(a), group_of.get(b)
             if ga is not None and gb is not None and ga != gb:
-                dag.add_edge(ga, gb)
-        order = list(nx.lexicographical_topological_sort(dag))
+                succ.setdefault(ga, set()).add(gb)
+        order = topological_order(range(len(groups)), {k: sorted(v) for k, v in succ.items()})
         ctx.groups = [groups[i] for i in order]
         return [f"partition {i}: {name or 'single op'} {[o.id for o in ops]}"
                 for i, (name, ops, _) in enumerate(ctx.groups)]
