@@ -35,20 +35,29 @@ TILE_ELEMS = 1 << 20
 MIN_TILE_ROWS = 64
 #: fewest columns of a column-block tile
 MIN_TILE_COLS = 256
+#: a K this short makes tiles of at most SHORT_K_ROWS rows (see tiles)
+SHORT_K = 128
+SHORT_K_ROWS = 64
 
 
-def tiles(nbatch, M, N, in_place, cpus=None) -> tuple:
+def tiles(nbatch, M, N, in_place, cpus=None, K=None) -> tuple:
     """(rows, cols) of C's tiles: large GEMMs run fastest, so a tile is a whole
     matrix of the batch, cut only as far as it takes to give every core work, and
     (scratch tiles) to stay within TILE_ELEMS.  A matrix wider than tall is cut
     into column blocks: each core then streams its own part of B (the big operand
-    then) instead of all of it."""
+    then) instead of all of it.  With a short K (<= SHORT_K) a call does little
+    work per row of A and C, and blocks of SHORT_K_ROWS rows run faster than a
+    whole tall matrix (batched 512x64x64: 0.36 against 0.50 ms per 16 matrices
+    on one core; with rows SHORT_K_ROWS floats apart, a transformer's heads read
+    in place, 0.44 against 0.71 ms)."""
     cpus = cpus or NUM_THREADS
     blocks = -(-cpus // nbatch) if nbatch < cpus else 1
     if blocks > 1 and N > M and N >= 2 * MIN_TILE_COLS:
         tm, tn = M, max(MIN_TILE_COLS, -(-N // blocks))
     else:
         tm, tn = max(min(M, MIN_TILE_ROWS), -(-M // blocks)), N
+    if K is not None and K <= SHORT_K:
+        tm = min(tm, SHORT_K_ROWS)
     if not in_place:
         tn = min(tn, max(256, TILE_ELEMS // max(1, min(tm, MIN_TILE_ROWS))))
         tm = max(1, min(tm, TILE_ELEMS // tn))
@@ -121,7 +130,7 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     dc = direct(out) if out is not None else None
     if dc is not None and dc[0] == 1:
         dc = None          # BLAS writes C row-major only
-    tm, tn = tiles(nbatch, M, N, dc is not None)
+    tm, tn = tiles(nbatch, M, N, dc is not None, K=K)
     mt, nt = -(-M // tm), -(-N // tn)
     parallel = nbatch * mt * nt > 1 and worth_parallel(M * N * K * nbatch // 8)
     shared = {}
@@ -129,11 +138,22 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
         if d is None and not m.batched:
             shared[name] = pack(kb, m, None, 0, m.rows, 0, m.cols, m.rows * m.cols, False,
                                  m.rows > 1 and worth_parallel(m.rows * m.cols))
+    # C written in place with rows wider than its own (matrices interleaved in
+    # rows: a transformer's heads): the batch varies fastest, so the tiles one
+    # thread runs in turn share the rows' memory (0.40 against 0.49 ms for 16
+    # heads of 512x64x64 in blocks of 32 rows on one core)
+    interleaved = dc is not None and dc[1] > N and nbatch > 1 and mt > 1
     with kb.for_(nbatch * mt * nt, "t", parallel) as t:
-        tb = kb.let(t // (mt * nt), "tb")
-        rest = kb.let(t % (mt * nt), "tr")
-        i0 = kb.let((rest // nt) * tm, "i0")
-        j0 = kb.let((rest % nt) * tn, "j0")
+        if interleaved:
+            rest = kb.let(t % (nbatch * nt), "tr")
+            tb = kb.let(rest // nt, "tb")
+            i0 = kb.let((t // (nbatch * nt)) * tm, "i0")
+            j0 = kb.let((rest % nt) * tn, "j0")
+        else:
+            tb = kb.let(t // (mt * nt), "tb")
+            rest = kb.let(t % (mt * nt), "tr")
+            i0 = kb.let((rest // nt) * tm, "i0")
+            j0 = kb.let((rest % nt) * tn, "j0")
         m_ = kb.let(ir.call("min", tm, M - i0), "m")
         n_ = kb.let(ir.call("min", tn, N - j0), "n")
         bivars = unravel(kb, tb, batch_shape) if batch_shape else []
