@@ -774,12 +774,9 @@ def _view_of(ops, in_lts, out_lts, asked_outs, wanted):
     (graphc.views) from one input to its one output, whose strides the output
     takes: an output with layout ``any`` takes the view's strides; one with
     strides of its own must have the view's.  Else None (a kernel copies)."""
-    from .views import chain_strides, may_be_view, same_layout
-    if len(out_lts) != 1 or not ops or not all(may_be_view(op) for op in ops):
+    from .views import chain_strides, is_view_chain, same_layout
+    if len(out_lts) != 1 or not is_view_chain(ops):
         return None
-    for prev, op in zip(ops, ops[1:]):
-        if op.inputs[0].id != prev.outputs[0].id:
-            return None
     src = next((i for i, lt in enumerate(in_lts) if lt.id == ops[0].inputs[0].id), None)
     out = out_lts[0]
     if src is None or ops[-1].outputs[0].id != out.id:
@@ -793,16 +790,6 @@ def _view_of(ops, in_lts, out_lts, asked_outs, wanted):
     return src, LogicalTensor(out.id, out.dtype, out.shape, strides, "strided", out.property_type)
 
 
-def _view_ops(p):
-    """The ops of partition ``p`` when it is a chain of views (graphc.views), else None."""
-    from .views import may_be_view
-    ops = p.ops
-    if ops and all(may_be_view(o) for o in ops) and \
-            all(b.inputs[0].id == a.outputs[0].id for a, b in zip(ops, ops[1:])):
-        return ops
-    return None
-
-
 def any_layouts(graph, partitions) -> dict[int, tuple]:
     """{tensor id: strides} for the tensors with layout ``any`` that leave one
     partition for a chain of views into a tensor of known strides: the strides
@@ -810,11 +797,11 @@ def any_layouts(graph, partitions) -> dict[int, tuple]:
     Other ``any`` tensors take the dense layout their partition compiles them
     with.  Consumers are visited last first, so a chain of view partitions
     passes the strides back."""
-    from .views import chain_strides
+    from .views import chain_strides, is_view_chain
     chosen: dict[int, tuple] = {}
     for p in reversed(partitions):
-        ops = _view_ops(p)
-        if ops is None or len(p.outputs) != 1:
+        ops = p.ops
+        if not is_view_chain(ops) or len(p.outputs) != 1:
             continue
         src, dst = ops[0].inputs[0], ops[-1].outputs[0]
         src = graph.tensors.get(src.id, src)

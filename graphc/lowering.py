@@ -7,7 +7,9 @@ for intermediates) and asks each op, in order, to emit its code.
 from __future__ import annotations
 
 from .codegen.fusion import lower_fused
-from .codegen.kernel import KernelBuilder
+from .codegen.kernel import ArrayRef, KernelBuilder
+from .types import LogicalTensor
+from .views import view_strides
 
 
 def op_lowerable(op) -> bool:
@@ -63,7 +65,7 @@ def build_kernel(partition, ops, in_lts, out_lts):
     fusion = getattr(partition, "plan", None)
     if fusion is not None and len(ops) > 1 and fusion.shape != "views":
         kb, refs, plan = _builder(in_lts, out_lts)
-        folded = fold_views(ops, refs, fusion)
+        folded = fold_views(ops, refs, fusion.views_in, fusion.views_out)
         if folded is not None:
             ops = [op for op in ops if op.id not in folded]
         for op in ops:
@@ -78,7 +80,7 @@ def build_kernel(partition, ops, in_lts, out_lts):
         # no view of the input as the output's strides: one copy, in the last op,
         # reading the input through the views before it when they are views
         kb, refs, plan = _builder(in_lts, out_lts)
-        if fold_views(ops, refs, ViewsBefore(fusion.views_in[:-1])) is not None:
+        if fold_views(ops, refs, fusion.views_in[:-1], []) is not None:
             last = ops[-1]
             last.schema.lower(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs])
             kb.ret(-1)
@@ -95,22 +97,12 @@ def build_kernel(partition, ops, in_lts, out_lts):
     return kb.source(), plan + workspace_plan(kb), None
 
 
-class ViewsBefore:
-    """The views of a chain's input before its last op (a plan's view fields)."""
-
-    def __init__(self, views_in):
-        self.views_in, self.views_out = views_in, []
-
-
-def fold_views(ops, refs, fusion):
-    """Bind the views the plan folds (passes/legality.py: ``views_in`` read through
+def fold_views(ops, refs, views_in, views_out):
+    """Bind the views a plan folds (passes/legality.py: ``views_in`` read through
     strides of an input's buffer, ``views_out`` a value stored through the inverse
     strides of an output's buffer) to ArrayRefs over those buffers in ``refs``;
     the ids of the folded ops, or None when some view's strides do not allow it
     (the partition then lowers op by op, the views as copies)."""
-    from .codegen.kernel import ArrayRef
-    from .types import LogicalTensor
-    from .views import view_strides
     bound, by_id = {}, {op.id: op for op in ops}   # (the plan holds the graph's ops; these have the shapes)
 
     def bind(t, ref, strides):
@@ -119,16 +111,16 @@ def fold_views(ops, refs, fusion):
         bound[t.id] = ArrayRef(ref.name, LogicalTensor(t.id, t.dtype, tuple(t.shape), tuple(strides)))
         return True
 
-    for op in (by_id[o.id] for o in fusion.views_in):
+    for op in (by_id[o.id] for o in views_in):
         src = bound.get(op.inputs[0].id) or refs[op.inputs[0].id]
         if not bind(op.outputs[0], src, view_strides(op, tuple(src.shape), tuple(src.strides))):
             return None
-    for op in (by_id[o.id] for o in reversed(fusion.views_out)):
+    for op in (by_id[o.id] for o in reversed(views_out)):
         dst = bound.get(op.outputs[0].id) or refs[op.outputs[0].id]
         if not bind(op.inputs[0], dst, view_strides(op, tuple(dst.shape), tuple(dst.strides), forward=False)):
             return None
     refs.update(bound)
-    return {op.id for op in list(fusion.views_in) + list(fusion.views_out)}
+    return {op.id for op in list(views_in) + list(views_out)}
 
 
 def workspace_plan(kb) -> list:

@@ -38,6 +38,12 @@ def may_be_view(op) -> bool:
     return dst.strides is None or (src.strides is not None and same_layout(dst.shape, src.strides, dst.strides))
 
 
+def is_view_chain(ops) -> bool:
+    """``ops`` are views one after another, each reading the one before."""
+    return bool(ops) and all(may_be_view(o) for o in ops) and \
+        all(b.inputs[0].id == a.outputs[0].id for a, b in zip(ops, ops[1:]))
+
+
 def same_layout(shape, a, b) -> bool:
     """Strides ``a`` and ``b`` place every element of ``shape`` alike (dims of size
     1 never move, so their strides do not matter)."""
@@ -128,5 +134,5 @@ def as_view(arr: np.ndarray, shape, strides) -> np.ndarray:
     return v.view(dt) if v.dtype != dt else v
 
 
-__all__ = ["VIEW_KINDS", "may_be_view", "same_layout", "reshape_strides", "transpose_order", "view_strides",
-           "chain_strides", "as_view"]
+__all__ = ["VIEW_KINDS", "may_be_view", "is_view_chain", "same_layout", "reshape_strides", "transpose_order",
+           "view_strides", "chain_strides", "as_view"]

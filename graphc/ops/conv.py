@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from ..errors import InvalidGraphOp, InvalidShape, RuntimeFault
+from ..types import dense_strides
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, all_non_negative, all_positive, bad_shape, dims_equal,
                      merge_dim, positive, same_dtype)
 
@@ -477,11 +478,8 @@ class Convolution(_Conv):
         if op.attr("data_format") != "NCX":
             return None
         n, c, *sp = op.outputs[0].shape
-        inner = math.prod(sp)
-        strides, acc = [0] * len(sp), c
-        for i in range(len(sp) - 1, -1, -1):
-            strides[i], acc = acc, acc * sp[i]
-        return (c * inner, 1, *strides)
+        st = dense_strides((n, *sp, c))        # the NXC layout, seen with NCX's dims
+        return (st[0], st[-1], *st[1:-1])
 
     def reference(self, op, src, weights, bias=None):
         x, w = to_ncx(op, src), weights_to_oix(op, weights)

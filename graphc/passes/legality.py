@@ -403,9 +403,8 @@ def _view_chain(ops, leaving) -> bool:
     """The ops are views one after another, only the last one's dst leaving: at
     compile, the partition's output is a view of its input when the strides
     allow (graphc/compiled.py), else the views are copies one after another."""
-    from ..views import may_be_view
-    return all(may_be_view(o) for o in ops) and all(b.inputs[0].id == a.outputs[0].id for a, b in zip(ops, ops[1:])) \
-        and all(o.outputs[0].id not in leaving for o in ops[:-1])
+    from ..views import is_view_chain
+    return is_view_chain(ops) and all(o.outputs[0].id not in leaving for o in ops[:-1])
 
 
 def _with_views(graph, ops, views_in, views_out) -> FusionPlan:
