@@ -392,11 +392,16 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
       and TypeCasts) on each element: the tile holds the dV MatMul's src and
       dP's the dQ / dK MatMuls' src (dM, when it leaves, stored from there);
     * sweep 1, parallel over batch x key blocks: dV += P^T dO and dK += dS^T Q
-      accumulate in the task's own tiles (no two tasks write one key row);
+      accumulate in the task's own tiles (no two tasks write one key row).
+      GQA/MQA (gqa.md: K/V broadcast over the query heads of a group, dK and dV
+      ReduceSums of the MatMuls over those batch axes): a task owns a key block
+      of one K/V head and loops over the query heads of its group, so their sum
+      is made in its tiles (no race, no per-head dK/dV in memory); a bf16/f16
+      MatMul dst rounds each head's part before it is added, as the graph does;
     * sweep 2, parallel over batch x query blocks: dQ += dS K (the tile
       recomputed: S and dP again rather than atomics or an S x S buffer)."""
     byid = {o.id: o for o in ops}
-    qk, dpm, dvm, dqm, dkm, rsum = (byid[i] for i in plan.anchors)
+    qk, dpm, dvm, dqm, dkm, rsum = (byid[i] for i in plan.anchors[:6])
     local = dict(refs)
     values = Values(ops, local)
     score = qk.outputs[0]
@@ -412,7 +417,10 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
     q_b = _matrix(local[dkm.inputs[1].id], dkm.attr("transpose_b"), batch)
     k_b = _matrix(local[dqm.inputs[1].id], dqm.attr("transpose_b"), batch)
     d, dvd = q.cols, do.cols
-    grads = {dqm.outputs[0].id, dkm.outputs[0].id, dvm.outputs[0].id}
+    # GQA/MQA: dK and dV are ReduceSums of the dK/dV MatMuls over the heads sharing K/V
+    sums = {m.id: next((byid[i] for i in plan.anchors[6:] if byid[i].inputs[0].id == m.outputs[0].id), None)
+            for m in (dkm, dvm)}
+    grads = {dqm.outputs[0].id} | {(sums[m.id] or m).outputs[0].id for m in (dkm, dvm)}
     extra = [t for o in ops for t in o.outputs if plan.roles.get(t.id) == "written" and t.id not in grads]
     drops = [o for o in ops if o.kind == "Dropout"]
     dparams = {}
@@ -489,25 +497,69 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
                 kb.emit(acc.store(z, ir.const(0.0, "f32")))
         return accs
 
-    # sweep 1: dK and dV of a key block
-    with kb.for_(nbatch * nkb, "t", parallel and nbatch * nkb > 1) as t:
-        tb, bivars, j0, n_ = task(t, nkb, bk, skv)
+    # sweep 1: dK and dV of a key block of one K/V head (GQA/MQA: summed over the
+    # query heads of its group, the ReduceSum's axes, within the task)
+    red = sums[dkm.id]
+    axes = sorted({a % len(sshape) for a in red.attr("axes")}) if red is not None else []
+    outer = [a for a in range(len(batch)) if a not in axes]
+    nouter, ngroup = math.prod(batch[a] for a in outer), math.prod(batch[a] for a in axes)
+    # a narrow dK/dV MatMul dst rounds each head's part before the ReduceSum adds them
+    per_head = [m for m in (dvm, dkm) if sums[m.id] is not None and is_narrow_float(m.outputs[0].dtype)]
+    bstrides = dense_strides(batch)
+    with kb.for_(nouter * nkb, "t", parallel and nouter * nkb > 1) as t:
+        to = kb.let(t // nkb, "to")
+        j0 = kb.let((t % nkb) * bk, "b0")
+        n_ = kb.let(ir.call("min", bk, skv - j0), "nb")
+        ovars = unravel(kb, to, [batch[a] for a in outer]) if outer else []
         stile, ptile, words = scratches()
         dk_acc, dv_acc = accumulators(bk * d, bk * dvd)
-        with kb.for_(nqb, "qb") as qb:
-            i0 = kb.let(qb * bq, "i0")
-            m_ = kb.let(ir.call("min", bq, sq - i0), "m")
-            tile(bivars, tb, i0, m_, j0, n_, stile, ptile, words, True)
-            for acc, mat, w in ((dv_acc, do_b, dvd), (dk_acc, q_b, d)):
-                src = stile if acc is dv_acc else ptile
-                bbuf, boff, ldb, tb_ = _block(kb, mat, bivars, i0, m_, 0, w, bq * w, parallel)
-                kb.let(ir.call("gemm_f32", 1, tb_, n_, w, m_, src.buf, src.at(0), bk, bbuf, boff, ldb, 1.0,
-                               acc.buf, acc.at(0), w), "st")
+        head = {m.id: kb.scratch(bk * w, "f32", parallel, prefix="hacc") for m, w in ((dvm, dvd), (dkm, d))
+                if m in per_head}
+
+        def key_block(gvars):
+            """One query head's part: its query blocks' P^T dO and dS^T Q."""
+            bivars = [None] * len(batch)
+            for a, v_ in zip(outer, ovars):
+                bivars[a] = v_
+            for a, v_ in zip(axes, gvars):
+                bivars[a] = v_
+            tb = kb.let(linear(bivars, bstrides), "tb")
+            parts = []
+            for acc, mm, w in ((dv_acc, dvm, dvd), (dk_acc, dkm, d)):
+                h = head.get(mm.id)
+                if h is not None:
+                    with kb.for_(n_ * w, "z") as z:
+                        kb.emit(h.store(z, ir.const(0.0, "f32")))
+                parts.append(h or acc)
+            with kb.for_(nqb, "qb") as qb:
+                i0 = kb.let(qb * bq, "i0")
+                m_ = kb.let(ir.call("min", bq, sq - i0), "m")
+                tile(bivars, tb, i0, m_, j0, n_, stile, ptile, words, True)
+                for acc, mat, w, src in zip(parts, (do_b, q_b), (dvd, d), (stile, ptile)):
+                    bbuf, boff, ldb, tb_ = _block(kb, mat, bivars, i0, m_, 0, w, bq * w, parallel)
+                    kb.let(ir.call("gemm_f32", 1, tb_, n_, w, m_, src.buf, src.at(0), bk, bbuf, boff, ldb, 1.0,
+                                   acc.buf, acc.at(0), w), "st")
+            for acc, mm, w in ((dv_acc, dvm, dvd), (dk_acc, dkm, d)):
+                h = head.get(mm.id)
+                if h is not None:   # the head's dst as the MatMul rounds it, added up
+                    with kb.for_(n_ * w, "z") as z:
+                        kb.emit(acc.store(z, acc[z] + as_stored(h[z], mm.outputs[0].dtype)))
+            return bivars
+        if ngroup > 1:
+            with kb.for_(ngroup, "g") as g:
+                bivars = key_block(unravel(kb, g, [batch[a] for a in axes]))
+        else:
+            bivars = key_block([None] * len(axes))
+        for a in axes:   # the K/V head's index: the reduced axes at 0
+            bivars[a] = None
         for acc, mm, w in ((dv_acc, dvm, dvd), (dk_acc, dkm, d)):
-            out = local[mm.outputs[0].id]
+            dst = sums[mm.id] or mm
+            out = local[dst.outputs[0].id]
+            oivars = list(bivars) if dst is mm or dst.attr("keep_dims") else [v_ for a, v_ in enumerate(bivars)
+                                                                            if a not in axes]
             with kb.for_(n_, "jj") as jj:
                 with kb.for_(w, "c") as c:
-                    kb.emit(out.store_nd(list(bivars) + [j0 + jj, c], acc[jj * w + c]))
+                    kb.emit(out.store_nd(oivars + [j0 + jj, c], acc[jj * w + c]))
     # sweep 2: dQ of a query block
     with kb.for_(nbatch * nqb, "t", parallel and nbatch * nqb > 1) as t:
         tb, bivars, i0, m_ = task(t, nqb, bq, sq)

@@ -166,8 +166,13 @@ def _is_attention(ops) -> bool:
 
 def _is_attention_backward(ops) -> bool:
     kinds = [o.kind for o in ops]
-    return kinds.count("MatMul") == 5 and kinds.count("Exp") == 1 and kinds.count("ReduceSum") == 1 and \
+    return kinds.count("MatMul") == 5 and kinds.count("Exp") == 1 and 1 <= kinds.count("ReduceSum") <= 3 and \
         "SoftMax" not in kinds
+
+
+def _broadcasts_into(lead, batch) -> bool:
+    """Batch dims ``lead`` broadcast (numpy rules) into ``batch``."""
+    return len(lead) <= len(batch) and all(d in (1, b) for d, b in zip(reversed(lead), reversed(batch)))
 
 
 def _attention_backward_plan(graph, ops, produced, leaving) -> FusionPlan:
@@ -176,10 +181,19 @@ def _attention_backward_plan(graph, ops, produced, leaving) -> FusionPlan:
     Subtract stats, Exp = P) ...; dV = f(P)^T @ dO, dP = dO @ V^T, dS from P, dP and
     ReduceSum(O * dO) (pointwise ops and Dropouts of the scores' shape), dQ = g(dS) @ K,
     dK = g(dS)^T @ Q.  anchors: [QK, dP, dV, dQ, dK MatMuls, ReduceSum]; written: the
-    three gradients and pointwise values of the scores' shape that leave (dM)."""
+    three gradients and pointwise values of the scores' shape that leave (dM).
+    GQA/MQA (gqa.md's backward): K and V broadcast over the query heads of their group
+    into the Q@K^T, dO@V^T and dS@K MatMuls, and dK, dV are ReduceSums of the dK and dV
+    MatMuls over those batch axes (the same for both): anchors then end with them."""
     from ..numerics import fpmath_down
     mms = [o for o in ops if o.kind == "MatMul"]
-    rsum = next(o for o in ops if o.kind == "ReduceSum")
+    sums = [o for o in ops if o.kind == "ReduceSum"]
+    heads = {produced[o.inputs[0].id].id: o for o in sums
+             if o.inputs[0].id in produced and produced[o.inputs[0].id].kind == "MatMul"}
+    rsums = [o for o in sums if o not in heads.values()]
+    if len(rsums) != 1:
+        raise Illegal("no one ReduceSum(O * dO) in the attention backward")
+    rsum = rsums[0]
     exp = next(o for o in ops if o.kind == "Exp")
     for mm in mms:
         if len(mm.inputs) > 2 or any(t.ndim < 2 for t in mm.inputs) or fpmath_down(mm) is not None:
@@ -205,14 +219,21 @@ def _attention_backward_plan(graph, ops, produced, leaving) -> FusionPlan:
             any(d < 0 for d in sshape) or tuple(dp.outputs[0].shape) != sshape:
         raise Illegal("the gradient MatMuls do not transpose as sdpa.md's backward graph")
     for m in mms:
-        if any(tuple(t.shape[:-2]) != batch for t in m.inputs + m.outputs):
-            raise Illegal(f"MatMul {m.id} broadcasts a batch dim (MQA/GQA backward)")
+        if tuple(m.outputs[0].shape[:-2]) != batch or \
+                any(not _broadcasts_into(tuple(t.shape[:-2]), batch) for t in m.inputs):
+            raise Illegal(f"MatMul {m.id}'s batch dims are not the scores' (its inputs broadcast into them)")
+    if not set(heads) <= {dk.id, dv.id}:
+        raise Illegal("a ReduceSum of a MatMul other than dK's or dV's in the attention backward")
+    head_axes = {mid: sorted({a % len(sshape) for a in o.attr("axes")}) for mid, o in heads.items()}
+    if heads and (len(heads) != 2 or head_axes[dk.id] != head_axes[dv.id] or
+                  any(a >= len(batch) for a in head_axes[dk.id]) or any(len(o.inputs) > 1 for o in heads.values())):
+        raise Illegal("dK and dV are not both ReduceSums over the same batch (head) axes")
     red = rsum.inputs[0]
     axes = [a % red.ndim for a in rsum.attr("axes")]
     if axes != [red.ndim - 1] or not rsum.attr("keep_dims") or red.id not in produced:
         raise Illegal("the ReduceSum is not over the last axis (kept) of a computed O * dO")
     row_ops = {produced[red.id].id}
-    anchors = {m.id for m in mms} | {rsum.id}
+    anchors = {m.id for m in mms} | {o.id for o in sums}
     for o in ops:
         if o.id in anchors or o.id in row_ops:
             continue
@@ -223,7 +244,7 @@ def _attention_backward_plan(graph, ops, produced, leaving) -> FusionPlan:
             raise Illegal(f"op {o.id} ({o.kind}) is not a pointwise op of the scores' shape")
     if not is_pointwise(produced[red.id]) or any(t.id in produced for t in produced[red.id].inputs):
         raise Illegal("O * dO is not one pointwise op of partition inputs")
-    grads_out = {dq.outputs[0].id, dk.outputs[0].id, dv.outputs[0].id}
+    grads_out = {(heads.get(m.id) or m).outputs[0].id for m in (dq, dk, dv)}
     roles = {}
     for tid in produced:
         if tid in grads_out:
@@ -235,7 +256,8 @@ def _attention_backward_plan(graph, ops, produced, leaving) -> FusionPlan:
             roles[tid] = "written"
         else:
             roles[tid] = "register"
-    return FusionPlan("attention", [qk.id, dp.id, dv.id, dq.id, dk.id, rsum.id], roles)
+    return FusionPlan("attention", [qk.id, dp.id, dv.id, dq.id, dk.id, rsum.id] +
+                      ([heads[dv.id].id, heads[dk.id].id] if heads else []), roles)
 
 
 def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
