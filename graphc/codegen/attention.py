@@ -429,9 +429,15 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
         if key not in dparams:
             dparams[key] = dropout_params(kb, *(local[t] for t in key))
     red, r_out = rsum.inputs[0], rsum.outputs[0]
-    bq, bk = min(BQ, sq), min(BK, skv)
-    nqb, nkb = -(-sq // bq), -(-skv // bk)
+    # the dK/dV sweep's tasks: (batch dims but the heads summed) x key blocks
+    sum_axes = sorted({a % len(sshape) for a in sums[dkm.id].attr("axes")}) if sums[dkm.id] is not None else []
+    outer = [a for a in range(len(batch)) if a not in sum_axes]
+    nouter, ngroup = math.prod(batch[a] for a in outer), math.prod(batch[a] for a in sum_axes)
     parallel = worth_parallel(nbatch * sq * skv * (2 * d + 2 * dvd) // 8)
+    bq, bk = min(BQ, sq), min(BK, skv)
+    while parallel and bk > 16 and nouter * -(-skv // bk) < NUM_THREADS:   # (MQA: one K/V head)
+        bk //= 2
+    nqb, nkb = -(-sq // bq), -(-skv // bk)
     dsum = kb.scratch(nbatch * sq, "f32", False, prefix="dsum")
     with kb.for_(nbatch * sq, "t", parallel and nbatch * sq > 1) as t:
         bivars = unravel(kb, kb.let(t // sq, "tb"), batch) if batch else []
@@ -499,10 +505,6 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
 
     # sweep 1: dK and dV of a key block of one K/V head (GQA/MQA: summed over the
     # query heads of its group, the ReduceSum's axes, within the task)
-    red = sums[dkm.id]
-    axes = sorted({a % len(sshape) for a in red.attr("axes")}) if red is not None else []
-    outer = [a for a in range(len(batch)) if a not in axes]
-    nouter, ngroup = math.prod(batch[a] for a in outer), math.prod(batch[a] for a in axes)
     # a narrow dK/dV MatMul dst rounds each head's part before the ReduceSum adds them
     per_head = [m for m in (dvm, dkm) if sums[m.id] is not None and is_narrow_float(m.outputs[0].dtype)]
     bstrides = dense_strides(batch)
@@ -521,7 +523,7 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
             bivars = [None] * len(batch)
             for a, v_ in zip(outer, ovars):
                 bivars[a] = v_
-            for a, v_ in zip(axes, gvars):
+            for a, v_ in zip(sum_axes, gvars):
                 bivars[a] = v_
             tb = kb.let(linear(bivars, bstrides), "tb")
             parts = []
@@ -547,16 +549,16 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
             return bivars
         if ngroup > 1:
             with kb.for_(ngroup, "g") as g:
-                bivars = key_block(unravel(kb, g, [batch[a] for a in axes]))
+                bivars = key_block(unravel(kb, g, [batch[a] for a in sum_axes]))
         else:
-            bivars = key_block([None] * len(axes))
-        for a in axes:   # the K/V head's index: the reduced axes at 0
+            bivars = key_block([None] * len(sum_axes))
+        for a in sum_axes:   # the K/V head's index: the summed axes at 0
             bivars[a] = None
         for acc, mm, w in ((dv_acc, dvm, dvd), (dk_acc, dkm, d)):
             dst = sums[mm.id] or mm
             out = local[dst.outputs[0].id]
             oivars = list(bivars) if dst is mm or dst.attr("keep_dims") else [v_ for a, v_ in enumerate(bivars)
-                                                                            if a not in axes]
+                                                                            if a not in sum_axes]
             with kb.for_(n_, "jj") as jj:
                 with kb.for_(w, "c") as c:
                     kb.emit(out.store_nd(oivars + [j0 + jj, c], acc[jj * w + c]))
