@@ -1,5 +1,27 @@
 """The import line a generated kernel's module gets when its IR calls ``gemm_f32``
 (kept apart from blas.py so that building kernel source does not load numba's
-BLAS bindings and scipy; the kernel module's import does, and sets the thread
-limit once)."""
+BLAS bindings, MKL or scipy; the kernel module's import does, and sets the
+thread limit once), and where MKL's library is: the kernel cache keeps the
+kernels built against MKL apart from those built against OpenBLAS."""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import sys
+
 IMPORT = "from graphc.codegen.blas import gemm_f32, single_threaded_blas\nsingle_threaded_blas()"
+
+
+@functools.cache
+def mkl_path() -> str | None:
+    """The path of MKL's single dynamic library (libmkl_rt) the ``mkl`` package
+    installed into this environment, or None (also with ``GRAPHC_BLAS=openblas``
+    in the environment, to compare the two libraries)."""
+    if os.environ.get("GRAPHC_BLAS", "").lower() == "openblas":
+        return None
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+        found = sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")))
+        if found:
+            return found[-1]
+    return None

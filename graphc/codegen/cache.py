@@ -43,6 +43,7 @@ from pathlib import Path
 import numba
 
 from . import runtime
+from .blas_import import mkl_path
 
 #: bumped when the layout or format of the files in the cache folder changes
 _FORMAT = 2
@@ -65,6 +66,9 @@ def _runtime_digest() -> str:
         h = hashlib.sha256()
         for mod in (runtime,):
             h.update(Path(mod.__file__).read_bytes())
+        # kernels that multiply link the BLAS binding: its code and library
+        h.update(Path(runtime.__file__).with_name("blas.py").read_bytes())
+        h.update(b"mkl" if mkl_path() else b"openblas")
         _runtime_tag = h.hexdigest()[:12]
     return _runtime_tag
 
