@@ -191,16 +191,9 @@ def lower_attention(kb, ops, refs, plan) -> bool:
     drop = next((o for o in ops if o.kind == "Dropout"), None)
     local = dict(refs)
     values = Values(ops, local, kb)
-    for o in ops:   # ops are in topological order: reorders of inputs become views
-        if o.id in plan.prologue:
-            src = local.get(o.inputs[0].id) or PrologueRef(o.inputs[0], values)
-            if isinstance(src, ArrayRef):
-                local[o.outputs[0].id] = _view(src, o.outputs[0], view_strides(o, src.shape, src.strides))
-            else:   # a reorder of a computed K/V (or of such a reorder)
-                base = src.src if isinstance(src, _Reindexed) else src
-                st = src.strides if isinstance(src, _Reindexed) else dense_strides(tuple(src.shape))
-                local[o.outputs[0].id] = _Reindexed(base, o.outputs[0], view_strides(o, tuple(src.shape), st))
-        elif o.kind == "GenIndex":
+    _prologue_views(ops, local, values, plan.prologue)
+    for o in ops:
+        if o.kind == "GenIndex":
             t = o.outputs[0]
             local[t.id] = _IndexRef(t, o.attr("axis") % len(t.shape))
     operands = (mm1.inputs[0], mm1.inputs[1], mm2.inputs[1])
@@ -222,7 +215,7 @@ def lower_attention(kb, ops, refs, plan) -> bool:
     p_round = _rounding(mm2, 0)              # fpmath_mode rounds the (normalised) f32 probabilities
     two_pass = is_narrow_float(p_dt) or p_chain or p_round is not None
     inf_as_zero = sm.attr("mode") == "inf_as_zero"
-    store = _output_store(ops, local, plan, mm2)
+    store = _output_store(ops, local, plan.epilogue, mm2.outputs[0])
 
     nbatch = math.prod(batch)
     bm, bn = min(BM, sq), min(BN, skv)
@@ -404,6 +397,7 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
     qk, dpm, dvm, dqm, dkm, rsum = (byid[i] for i in plan.anchors[:6])
     local = dict(refs)
     values = Values(ops, local)
+    _prologue_views(ops, local, values, plan.prologue)   # (4-D GQA: Q, K, ... reshaped to 5-D)
     score = qk.outputs[0]
     sshape = tuple(score.shape)
     batch = sshape[:-2]
@@ -421,7 +415,8 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
     sums = {m.id: next((byid[i] for i in plan.anchors[6:] if byid[i].inputs[0].id == m.outputs[0].id), None)
             for m in (dkm, dvm)}
     grads = {dqm.outputs[0].id} | {(sums[m.id] or m).outputs[0].id for m in (dkm, dvm)}
-    extra = [t for o in ops for t in o.outputs if plan.roles.get(t.id) == "written" and t.id not in grads]
+    extra = [t for o in ops for t in o.outputs if plan.roles.get(t.id) == "written" and t.id not in grads
+             and o.id not in plan.epilogue]
     drops = [o for o in ops if o.kind == "Dropout"]
     dparams = {}
     for o in drops:
@@ -556,12 +551,12 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
             bivars[a] = None
         for acc, mm, w in ((dv_acc, dvm, dvd), (dk_acc, dkm, d)):
             dst = sums[mm.id] or mm
-            out = local[dst.outputs[0].id]
+            store = _output_store(ops, local, plan.epilogue, dst.outputs[0])
             oivars = list(bivars) if dst is mm or dst.attr("keep_dims") else [v_ for a, v_ in enumerate(bivars)
                                                                             if a not in sum_axes]
             with kb.for_(n_, "jj") as jj:
                 with kb.for_(w, "c") as c:
-                    kb.emit(out.store_nd(oivars + [j0 + jj, c], acc[jj * w + c]))
+                    kb.emit(store(oivars + [j0 + jj, c], acc[jj * w + c]))
     # sweep 2: dQ of a query block
     with kb.for_(nbatch * nqb, "t", parallel and nbatch * nqb > 1) as t:
         tb, bivars, i0, m_ = task(t, nqb, bq, sq)
@@ -574,10 +569,10 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
             kbuf, koff, ldk, tk = _block(kb, k_b, bivars, j0, n_, 0, d, bk * d, parallel)
             kb.let(ir.call("gemm_f32", 0, tk, m_, d, n_, ptile.buf, ptile.at(0), bk, kbuf, koff, ldk, 1.0,
                            dq_acc.buf, dq_acc.at(0), d), "st")
-        out = local[dqm.outputs[0].id]
+        store = _output_store(ops, local, plan.epilogue, dqm.outputs[0])
         with kb.for_(m_, "r") as r:
             with kb.for_(d, "c") as c:
-                kb.emit(out.store_nd(list(bivars) + [i0 + r, c], dq_acc[r * d + c]))
+                kb.emit(store(list(bivars) + [i0 + r, c], dq_acc[r * d + c]))
     kb.ret(-1)
     return True
 
@@ -623,24 +618,45 @@ def _inverse(s, inf_as_zero):
     return ir.select(s.eq(0.0), ir.const(0.0, "f32"), 1.0 / s) if inf_as_zero else 1.0 / s
 
 
-def _output_store(ops, local, plan, mm2):
-    """store(ivars, value) at the second MatMul's index, through the reorders and
-    pointwise ops (TypeCasts, a Quantize) after it (plan.epilogue) into the
+def _prologue_views(ops, local, values, prologue):
+    """The reorders ``prologue`` of the kernel's inputs as views of their buffers in
+    ``local`` (of a computed K/V: a _Reindexed read of it)."""
+    for o in ops:   # ops are in topological order
+        if o.id in prologue:
+            src = local.get(o.inputs[0].id) or PrologueRef(o.inputs[0], values)
+            if isinstance(src, ArrayRef):
+                local[o.outputs[0].id] = _view(src, o.outputs[0], view_strides(o, src.shape, src.strides))
+            else:   # a reorder of a computed K/V (or of such a reorder)
+                base = src.src if isinstance(src, _Reindexed) else src
+                st = src.strides if isinstance(src, _Reindexed) else dense_strides(tuple(src.shape))
+                local[o.outputs[0].id] = _Reindexed(base, o.outputs[0], view_strides(o, tuple(src.shape), st))
+
+
+def _output_store(ops, local, epilogue, t):
+    """store(ivars, value) of tensor ``t`` at its index, through the reorders and
+    pointwise ops (TypeCasts, a Quantize) of ``epilogue`` after it into the
     partition's output."""
-    chain = [o for o in ops if o.id in plan.epilogue]
-    final = chain[-1].outputs[0] if chain else mm2.outputs[0]
+    chain = []
+    while True:
+        nxt = next((o for o in ops if o.id in epilogue and o.inputs[0].id == t.id), None)
+        if nxt is None:
+            break
+        chain.append(nxt)
+        t = nxt.outputs[0]
+    first = chain[0].inputs[0] if chain else t
+    final = t
     ref = local[final.id]
     shape, strides = tuple(final.shape), tuple(ref.strides)
     for o in reversed(chain):
         if o.kind in REORDERS:
             strides = view_strides(o, shape, strides, forward=False)
             shape = tuple(o.inputs[0].shape)
-    out = _view(ref, mm2.outputs[0], strides)
+    out = _view(ref, first, strides)
     pointwise = [o for o in chain if o.kind not in REORDERS]
 
     def store(ivars, value):
-        if is_narrow_float(mm2.outputs[0].dtype):
-            value = as_stored(value, mm2.outputs[0].dtype)
+        if is_narrow_float(first.dtype):
+            value = as_stored(value, first.dtype)
         for o in pointwise:   # TypeCasts, a Quantize: each value as its tensor holds it
             value = o.schema.source(o, value)
             if is_narrow_float(o.outputs[0].dtype):

@@ -184,12 +184,22 @@ def _attention_backward_plan(graph, ops, produced, leaving) -> FusionPlan:
     three gradients and pointwise values of the scores' shape that leave (dM).
     GQA/MQA (gqa.md's backward): K and V broadcast over the query heads of their group
     into the Q@K^T, dO@V^T and dS@K MatMuls, and dK, dV are ReduceSums of the dK and dV
-    MatMuls over those batch axes (the same for both): anchors then end with them."""
+    MatMuls over those batch axes (the same for both): anchors then end with them.
+    Reorders of partition inputs (gqa.md's 4-D GQA: Q [N, H, S, D] reshaped to
+    [N, G, H/G, S, D], ...) are read as views of their buffers (prologue), and
+    reorders after dQ, dK, dV are stored through (epilogue)."""
     from ..numerics import fpmath_down
+    reorders = set()
+    for o in ops:
+        if o.kind in ATTENTION_REORDERS and all(t.id not in produced or produced[t.id].id in reorders
+                                                for t in o.inputs):
+            reorders.add(o.id)
+    _input_views(ops, produced, reorders)
+    computed = {tid: o for tid, o in produced.items() if o.id not in reorders}
     mms = [o for o in ops if o.kind == "MatMul"]
     sums = [o for o in ops if o.kind == "ReduceSum"]
-    heads = {produced[o.inputs[0].id].id: o for o in sums
-             if o.inputs[0].id in produced and produced[o.inputs[0].id].kind == "MatMul"}
+    heads = {computed[o.inputs[0].id].id: o for o in sums
+             if o.inputs[0].id in computed and computed[o.inputs[0].id].kind == "MatMul"}
     rsums = [o for o in sums if o not in heads.values()]
     if len(rsums) != 1:
         raise Illegal("no one ReduceSum(O * dO) in the attention backward")
@@ -198,14 +208,14 @@ def _attention_backward_plan(graph, ops, produced, leaving) -> FusionPlan:
     for mm in mms:
         if len(mm.inputs) > 2 or any(t.ndim < 2 for t in mm.inputs) or fpmath_down(mm) is not None:
             raise Illegal(f"attention MatMul {mm.id} has a bias, a 1-D operand or rounds its inputs")
-    outside = [m for m in mms if all(t.id not in produced for t in m.inputs)]
+    outside = [m for m in mms if all(t.id not in computed for t in m.inputs)]
     qk = next((m for m in outside if exp.id in _downstream_ops(ops, {m.outputs[0].id})), None)
     if qk is None or len(outside) != 2:
         raise Illegal("no Q@K^T and dO@V^T MatMuls of partition inputs")
     dp = next(m for m in outside if m is not qk)
     from_p = _downstream_ops(ops, {exp.outputs[0].id})
     dv = [m for m in mms if m.id in from_p and dp.inputs[0].id in (t.id for t in m.inputs)
-          and m.inputs[0].id in produced]
+          and m.inputs[0].id in computed]
     grads = [m for m in mms if m not in outside and m not in dv]
     if len(dv) != 1 or len(grads) != 2 or grads[0].inputs[0].id != grads[1].inputs[0].id:
         raise Illegal("the dV, dQ and dK MatMuls are not as sdpa.md's backward graph has them")
@@ -230,34 +240,80 @@ def _attention_backward_plan(graph, ops, produced, leaving) -> FusionPlan:
         raise Illegal("dK and dV are not both ReduceSums over the same batch (head) axes")
     red = rsum.inputs[0]
     axes = [a % red.ndim for a in rsum.attr("axes")]
-    if axes != [red.ndim - 1] or not rsum.attr("keep_dims") or red.id not in produced:
+    if axes != [red.ndim - 1] or not rsum.attr("keep_dims") or red.id not in computed:
         raise Illegal("the ReduceSum is not over the last axis (kept) of a computed O * dO")
-    row_ops = {produced[red.id].id}
+    row_ops = {computed[red.id].id}
     anchors = {m.id for m in mms} | {o.id for o in sums}
+    grads_out = [(heads.get(m.id) or m).outputs[0] for m in (dq, dk, dv)]
+    epi, finals = [], []   # the reorders after each gradient, its last tensor (written)
+    for t in grads_out:
+        chain = []
+        while True:
+            cons = [o for o in ops if any(x.id == t.id for x in o.inputs)]
+            if len(cons) != 1 or cons[0].kind not in ATTENTION_REORDERS or t.id in leaving:
+                break
+            chain.append(cons[0])
+            t = cons[0].outputs[0]
+        _output_strides(t, chain)
+        epi += chain
+        finals.append(t.id)
+    skip = anchors | row_ops | reorders | {o.id for o in epi}
     for o in ops:
-        if o.id in anchors or o.id in row_ops:
+        if o.id in skip:
             continue
         if o.kind == "Dropout":
-            if len(o.outputs) > 1 or any(t.id in produced for t in o.inputs[1:]):
+            if len(o.outputs) > 1 or any(t.id in computed for t in o.inputs[1:]):
                 raise Illegal("a Dropout in attention backward has a mask output or computed seeds")
         elif not is_pointwise(o) or any(tuple(t.shape) != sshape for t in o.outputs):
             raise Illegal(f"op {o.id} ({o.kind}) is not a pointwise op of the scores' shape")
-    if not is_pointwise(produced[red.id]) or any(t.id in produced for t in produced[red.id].inputs):
+    if not is_pointwise(computed[red.id]) or any(t.id in computed for t in computed[red.id].inputs):
         raise Illegal("O * dO is not one pointwise op of partition inputs")
-    grads_out = {(heads.get(m.id) or m).outputs[0].id for m in (dq, dk, dv)}
     roles = {}
     for tid in produced:
-        if tid in grads_out:
+        if tid in finals:
             roles[tid] = "written"
         elif tid in leaving:
             o = produced[tid]
-            if o.id in anchors or o.id in row_ops or o.kind == "Dropout":
+            if o.id in skip or o.kind == "Dropout":
                 raise Illegal(f"tensor {tid} inside the attention backward leaves the partition")
             roles[tid] = "written"
         else:
             roles[tid] = "register"
     return FusionPlan("attention", [qk.id, dp.id, dv.id, dq.id, dk.id, rsum.id] +
-                      ([heads[dv.id].id, heads[dk.id].id] if heads else []), roles)
+                      ([heads[dv.id].id, heads[dk.id].id] if heads else []), roles, reorders, {o.id for o in epi})
+
+
+def _input_views(ops, produced, reorders) -> dict:
+    """{dst id: (shape, strides)}: the views of their buffers the ``reorders`` of
+    partition inputs (or of computed values, read through their index as if dense)
+    make; Illegal if one is none."""
+    from ..types import dense_strides
+    from ..views import view_strides
+    views = {}
+    for o in ops:
+        if o.id in reorders:
+            src = o.inputs[0]
+            own = tuple(src.strides) if src.id not in produced else dense_strides(src.shape)
+            shape, strides = views.get(src.id, (tuple(src.shape), own))
+            st = view_strides(o, shape, strides)
+            if st is None:
+                raise Illegal(f"{o.kind} {o.id} of an attention input is no view of its buffer")
+            views[o.outputs[0].id] = (tuple(o.outputs[0].shape), st)
+    return views
+
+
+def _output_strides(final, chain):
+    """The strides the value before the ops ``chain`` (reorders and pointwise ops of
+    one input) is stored with into ``final``'s buffer; Illegal if a reorder is no view."""
+    from ..views import view_strides
+    shape, strides = tuple(final.shape), tuple(final.strides)
+    for o in reversed(chain):
+        if o.kind in ATTENTION_REORDERS:
+            strides = view_strides(o, shape, strides, forward=False)
+            if strides is None:
+                raise Illegal(f"{o.kind} {o.id} of an attention output is no view of its buffer")
+            shape = tuple(o.inputs[0].shape)
+    return strides
 
 
 def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
@@ -276,8 +332,6 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
     anchors: [first MatMul, SoftMax, second MatMul]; prologue: the reorders of
     the operands; epilogue: the chain after the second MatMul (its last tensor
     the only one written)."""
-    from ..views import view_strides
-    from ..types import dense_strides
     if _is_attention_backward(ops):
         return _attention_backward_plan(graph, ops, produced, leaving)
     sm = next(o for o in ops if o.kind == "SoftMax")
@@ -337,17 +391,7 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
                               "op of the scores' shape")
         else:
             raise Illegal(f"op {o.id} ({o.kind}) has no place in an attention kernel")
-    views = {}
-    for o in ops:
-        if o.id in reorders:
-            src = o.inputs[0]
-            # a computed src (a dequantized K/V) is read through its index as if dense
-            own = tuple(src.strides) if src.id not in produced else dense_strides(src.shape)
-            shape, strides = views.get(src.id, (tuple(src.shape), own))
-            st = view_strides(o, shape, strides)
-            if st is None:
-                raise Illegal(f"{o.kind} {o.id} of an attention input is no view of its buffer")
-            views[o.outputs[0].id] = (tuple(o.outputs[0].shape), st)
+    _input_views(ops, produced, reorders)
     epi = [o for o in ops if o.id in after]
     for prev, o in zip([mm2] + epi, epi):
         if not (o.kind in ATTENTION_REORDERS or is_pointwise(o) and len(o.inputs) == 1) or \
@@ -355,13 +399,7 @@ def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
             raise Illegal(f"op {o.id} ({o.kind}) after the second MatMul is not a chain of reorders and "
                           "pointwise ops of one input (TypeCast, Quantize)")
     final = (epi[-1] if epi else mm2).outputs[0]
-    shape, strides = tuple(final.shape), tuple(final.strides)
-    for o in reversed(epi):
-        if o.kind in ATTENTION_REORDERS:
-            strides = view_strides(o, shape, strides, forward=False)
-            if strides is None:
-                raise Illegal(f"{o.kind} {o.id} of the attention output is no view of its buffer")
-            shape = tuple(o.inputs[0].shape)
+    _output_strides(final, epi)
     roles = {}
     stats = {t.id for t in sm.outputs[1:]}   # training forward: the SoftMax's stats, one per row
     for tid in produced:
