@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ir
-from .gemm import Matrix, direct
+from .gemm import Matrix, direct, exact_runs
 from .kernel import NUM_THREADS, ArrayRef, worth_parallel
 from .loops import linear, unravel
 from ..types import DataType, dense_strides
@@ -306,11 +306,14 @@ def _tile_rows(geo: Geometry, items: int, width: int) -> int:
     return max(1, min(rows, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))
 
 
-def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, out: Data | None = None):
+def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, out: Data | None = None,
+                 exact_k: int | None = None):
     """dst = conv(x, w): ``store(n, o, spatial ivars, value)`` returns the statements
     storing one dst element (with bias and fused post-ops); ``out``, when the
-    store only stores, is dst itself: BLAS then writes into it when it can."""
+    store only stores, is dst itself: BLAS then writes into it when it can.
+    ``exact_k``: integer operands, summed exactly (graphc.codegen.gemm.emit_gemm)."""
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
+    run = None if exact_k is None or kd <= exact_k else -(-kd // -(-kd // exact_k))
     one_by_one = geo.taps == 1 and geo.big == geo.small and all(s == 1 for s in geo.strides) and not any(geo.begin)
     wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
     tm = _tile_rows(geo, geo.n * G, kd)
@@ -326,7 +329,14 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
         else:
             abuf, aoff, lda = a
         c = _data_operand(geo, out, ocg, geo.small, n, g, p0) if out is not None else None
-        if c is not None:
+        if run is not None:
+            assert tw == 0 and ldw == ocg, "integer weights are packed"
+
+            def at(bv, r, oc, value):
+                return store(n, g * ocg + oc, unravel(kb, p0 + r, geo.small), value)
+            exact_runs(kb, at, None, ir.const(0), ir.const(0), m, ocg, kd, run, tm * ocg, par,
+                       (abuf, aoff, lda), (wbuf, woff(g), ldw))
+        elif c is not None:
             kb.let(ir.call("gemm_f32", 0, tw, m, ocg, kd, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, *c), "st")
         else:
             tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
@@ -579,10 +589,18 @@ class FlippedWeights:
         return None
 
 
-def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: Data | None = None):
+def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: Data | None = None,
+                     exact_k: int | None = None):
     """dst = conv(x, w) by the fastest road for its geometry: Winograd, the
-    shifted GEMMs (other unit-stride windows), or im2col (``out``: see emit_forward)."""
-    if winograd(geo):
+    shifted GEMMs (other unit-stride windows), or im2col (``out``: see emit_forward).
+    Integer operands (``exact_k``, see emit_gemm) take no Winograd (its transforms
+    are fractions), and im2col when the sum must be split into exact runs."""
+    if exact_k is not None:
+        if shifted(geo) and geo.kd <= exact_k:
+            emit_forward_shifted(kb, geo, x, w, store, rounding)
+        else:
+            emit_forward(kb, geo, x, w, store, rounding, out, exact_k)
+    elif winograd(geo):
         emit_forward_winograd(kb, geo, x, w, store, rounding)
     elif shifted(geo):
         emit_forward_shifted(kb, geo, x, w, store, rounding)

@@ -118,16 +118,24 @@ def pack(kb, m: Matrix, bivars, r0, nr, c0, nc, size, parallel, rows_parallel=Fa
     return panel
 
 
-def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None = None) -> None:
+def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None = None,
+              exact_k: int | None = None) -> None:
     """Emit ``for each batch index: C = A @ B; store(bivars, i, j, C[i, j])``.
 
     ``store(bivars, i, j, value)`` returns the statements storing one element;
     ``out`` (a Matrix over the output with strides and base) lets BLAS write
-    C in place when ``store`` would only store the value as it is."""
+    C in place when ``store`` would only store the value as it is.
+    ``exact_k``: A and B hold integers whose products summed over runs of at
+    most exact_k stay exact in f32 (graphc.ops.quant.exact_chunk); a longer K is
+    multiplied a run at a time and the runs added in f64, so C is the exact
+    integer sum, as an s32 accumulator holds it."""
     M, K, N = a.rows, a.cols, b.cols
     nbatch = math.prod(batch_shape)
     da, db = direct(a), direct(b)
     dc = direct(out) if out is not None else None
+    chunks = 1 if exact_k is None or K <= exact_k else -(-K // exact_k)
+    if chunks > 1:
+        assert da is None and db is None and dc is None, "integer operands are packed"
     if dc is not None and dc[0] == 1:
         dc = None          # BLAS writes C row-major only
     tm, tn = tiles(nbatch, M, N, dc is not None, K=K)
@@ -176,6 +184,9 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
             coff = linear([i0, j0], out.strides, out.base(bivars))
             kb.let(ir.call("gemm_f32", ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0,
                            out.ref.buf, coff, ldc), "st")
+        elif chunks > 1:
+            exact_runs(kb, store, bivars, i0, j0, m_, n_, K, -(-K // chunks), tm * tn, parallel,
+                        (abuf, aoff, lda), (bbuf, boff, ldb))
         else:
             tile = kb.scratch(tm * tn, "f32", parallel, prefix="tile")
             kb.let(ir.call("gemm_f32", ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0, tile.buf, tile.at(0),
@@ -185,6 +196,28 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
                 i = kb.let(i0 + ii, "i")
                 with kb.for_(n_, "jj") as jj:
                     kb.emit(store(bivars, i, j0 + jj, tile[row + jj]))
+
+
+def exact_runs(kb, store, bivars, i0, j0, m_, n_, K, run, size, parallel, a, b):
+    """C = A @ B (row-major packed A: m_ x K, B: K x n_) a run of ``run`` columns of
+    A (rows of B) at a time, each run's f32 GEMM exact, the runs added into an
+    f64 tile that ``store`` then reads (see emit_gemm's ``exact_k``)."""
+    (abuf, aoff, lda), (bbuf, boff, ldb) = a, b
+    tile = kb.scratch(size, "f32", parallel, prefix="tile")
+    acc = kb.scratch(size, "f64", parallel, prefix="acc")
+    with kb.for_(-(-K // run), "kr") as kr:
+        k0 = kb.let(kr * run, "k0")
+        kn = kb.let(ir.call("min", run, K - k0), "kn")
+        kb.let(ir.call("gemm_f32", 0, 0, m_, n_, kn, abuf, aoff + k0, lda, bbuf, boff + k0 * ldb, ldb, 0.0,
+                       tile.buf, tile.at(0), n_), "st")
+        with kb.for_(m_ * n_, "e") as e:
+            prev = ir.select(kr.eq(0), ir.const(0.0, "f64"), acc[e])
+            kb.emit(acc.store(e, prev + ir.f64(tile[e])))
+    with kb.for_(m_, "ii") as ii:
+        row = kb.let(ii * n_, "ti")
+        i = kb.let(i0 + ii, "i")
+        with kb.for_(n_, "jj") as jj:
+            kb.emit(store(bivars, i, j0 + jj, acc[row + jj]))
 
 
 def fpmath_rounding(op):

@@ -31,6 +31,7 @@ import math
 
 import numpy as np
 
+from ..codegen import ir
 from ..errors import InvalidGraphOp, InvalidShape, RuntimeFault
 from ..types import dense_strides
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, all_non_negative, all_positive, bad_shape, dims_equal,
@@ -673,12 +674,32 @@ def _views(op, ins, outs):
     return views, named.get("bias"), fpmath_rounding(op)
 
 
-def _data_store(view, bias):
+def _data_store(view, bias, scale=None):
+    """``scale(c)``: the factor of an integer convolution's sums (see _integer_operands)."""
     def store(n, c, sp, value):
+        if scale is not None:
+            value = ir.f64(value) * scale(c)
         if bias is not None:
             value = value + bias.load_nd([c])
         return view.store(n, c, sp, value)
     return store
+
+
+def _integer_operands(op, kb, v, x):
+    """A Convolution's src and weights as graphc.ops.quant.Factored operands (static
+    s8/u8 Dequantizes computed in the kernel, src per tensor, weights per tensor
+    or per output channel): its views then read the integers, summed exactly as
+    oneDNN's s32 accumulator sums them; returns (the K run that stays exact,
+    the scale of dst channel c), or None."""
+    from ..codegen.conv import Data, Weights
+    from .quant import exact_chunk, factored
+    fx, fw = factored(kb, v[x].ref), factored(kb, v["weights"].ref)
+    w = v["weights"]
+    if fx is None or fw is None or fx.axis is not None or fw.axis not in (None, w.axes[0]):
+        return None
+    v[x] = Data(fx.ints, v[x].nxc)
+    v["weights"] = Weights(fw.ints, w.axes, w.groups, w.swapped, w.io_grouped)
+    return exact_chunk(fx, fw), lambda c: fx.scale(None) * fw.scale(c)
 
 
 def _sizes(op, ref):
@@ -698,8 +719,13 @@ def lower_conv(self, op, kb, ins, outs):
         kernel = split_weights(op, v["weights"].ref.shape)[2]
         extra = None if kind == "Convolution" else output_padding(op, len(kernel))
         win = window(op, big, kernel, extra)
-        cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
-                            _data_store(v[y], bias), rounding, v[y] if bias is None else None)
+        ints = _integer_operands(op, kb, v, x) if kind == "Convolution" else None
+        if ints is None:
+            cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
+                                _data_store(v[y], bias), rounding, v[y] if bias is None else None)
+        else:
+            cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
+                                _data_store(v[y], bias, ints[1]), None, None, ints[0])
     elif kind in ("ConvolutionBackwardData", "ConvTranspose"):
         dy, dx = ("diff_dst", "diff_src") if kind == "ConvolutionBackwardData" else ("src", "dst")
         n, oc, small = _sizes(op, v[dy].ref)

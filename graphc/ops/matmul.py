@@ -14,6 +14,7 @@ import numpy as np
 from ..codegen import ir
 from ..codegen.gemm import Matrix, emit_gemm, fpmath_rounding
 from ..codegen.loops import aligned, linear
+from .quant import exact_chunk, factored
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, dims_equal
 
 ACCUMULATION_MODES = ("strict", "relaxed", "any", "f32", "s32", "f16")
@@ -80,6 +81,18 @@ class MatMul(OpSchema):
         lower_matmul(op, kb, dict(zip(op.input_names, ins)), outs[0])
 
 
+def _integer_operands(kb, src, w, tb):
+    """(src, weights) as graphc.ops.quant.Factored operands when both are static
+    s8/u8 Dequantizes computed in the kernel, src per tensor and the weights per
+    tensor or per output channel (the scales then factor out of the sum), else None."""
+    fa, fb = factored(kb, src), factored(kb, w)
+    if fa is None or fb is None or fa.axis is not None or w.lt.ndim < 2:
+        return None
+    if fb.axis is not None and fb.axis != w.lt.ndim - (2 if tb else 1):
+        return None
+    return fa, fb
+
+
 def lower_matmul(op, kb, ins, dst):
     src, w, bias = ins["src"], ins["weights"], ins.get("bias")
     ta = op.attr("transpose_a") and src.lt.ndim > 1
@@ -87,6 +100,13 @@ def lower_matmul(op, kb, ins, dst):
     nb = len(dst.shape) - (src.lt.ndim > 1) - (w.lt.ndim > 1)
     batch = tuple(dst.shape[:nb])
     rounding = fpmath_rounding(op)
+    ints = _integer_operands(kb, src, w, tb)
+    exact_k = None
+    if ints is not None:
+        # int8 as oneDNN computes it: integer products summed exactly (as in s32),
+        # the scales applied to the sum
+        (fa, fb), rounding = ints, None
+        src, w, exact_k = fa.ints, fb.ints, exact_chunk(fa, fb)
 
     def operand(ref, vector_rows, transpose):
         shape, strides = ref.shape, ref.strides
@@ -117,12 +137,14 @@ def lower_matmul(op, kb, ins, dst):
 
     def store(bv, i, j, v):
         ivars = dst_index(bv, i, j)
+        if ints is not None:
+            v = ir.f64(v) * (ints[0].scale(None) * ints[1].scale(j))
         if bias is not None:
             v = v + bias.load_nd(aligned(ivars, dst.shape, bias.shape))
         return dst.store_nd(ivars, v)
     out = None
-    if bias is None:
+    if bias is None and ints is None:
         rs = dst.strides[nb] if has_i else 0
         cs = dst.strides[-1] if has_j else 0
         out = Matrix(dst, a.rows, b.cols, None, True, (rs, cs), lambda bv: linear(bv, dst.strides[:nb]))
-    emit_gemm(kb, batch, a, b, store, out)
+    emit_gemm(kb, batch, a, b, store, out, exact_k)

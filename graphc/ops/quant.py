@@ -413,3 +413,74 @@ class DynamicDequantize(_DynamicQuant):
             src = f4_e3m0_decode(src)   # widened codes (numpy has no f4_e3m0 type)
         s, z = self.params(op, src, scales, zps)
         return ((src - z) * s,)
+
+
+# ==== integer GEMM operands (issue 14: int8 accumulates exactly, as in s32) ====
+#: the largest magnitude up to which every integer is exact in f32
+F32_EXACT = 1 << 24
+
+
+class Factored:
+    """A GEMM operand that is a static Dequantize of integers, ``(q - z) * s``, with
+    s per tensor or per channel: the kernel multiplies the integers ``q - z``
+    (``ints``, exact in f32) and applies the scales to the sums (``scale``), as
+    oneDNN does with int8 accumulated in s32.  ``bound`` is the largest |q - z|
+    the quantized dtype allows; ``axis`` the dim the scale (and zero point) runs
+    along, None per tensor."""
+
+    def __init__(self, kb, op, values):
+        self.op, self.kb, self.values = op, kb, values
+        q = op.inputs[0]
+        self.q, self.lt = q, op.outputs[0]
+        self.axis = None if op.attr("qtype") == "per_tensor" else norm_axis(op, op.attr("axis"), len(q.shape))
+        zps = op.attr("zps") or [0]
+        info = np.iinfo(q.dtype.np)
+        self.zps = zps if any(zps) else None
+        self.bound = max(max(abs(int(info.min) - z), abs(int(info.max) - z)) for z in zps)
+        self.ints = _Ints(self)
+
+    def scale(self, channel) -> ir.Expr:
+        """The scale (f64) at index ``channel`` of the axis (ignored per tensor)."""
+        return _pick(self.kb, self.op.attr("scales"), None if self.axis is None else channel)
+
+
+class _Ints:
+    """The integers ``q - z`` of a :class:`Factored` operand at a multi-index, in f64
+    (a virtual ref: only ``load_nd``, like the PrologueRef it replaces)."""
+
+    def __init__(self, f: Factored):
+        self.f = f
+        self.lt = f.lt
+
+    dtype = property(lambda self: DataType.f32)
+    shape = property(lambda self: self.lt.shape)
+    strides = property(lambda self: self.lt.strides)
+
+    def load_nd(self, ivars) -> ir.Expr:
+        f = self.f
+        x = _f64(f.values.at(f.q.id, f.q, list(ivars), tuple(f.q.shape)))
+        if f.zps is None:
+            return x
+        return x - _pick(f.kb, f.zps, None if f.axis is None else ivars[f.axis])
+
+
+def factored(kb, ref) -> Factored | None:
+    """``ref`` as a :class:`Factored` operand when it is computed in the kernel by a
+    static s8/u8 Dequantize into f32, else None."""
+    values = getattr(ref, "values", None)
+    producer = getattr(values, "producer", None)
+    if producer is None:
+        return None
+    op = producer.get(ref.lt.id)
+    if op is None or op.kind != "Dequantize" or op.outputs[0].dtype is not DataType.f32:
+        return None
+    if not op.inputs[0].dtype.is_int:
+        return None
+    return Factored(kb, op, values)
+
+
+def exact_chunk(a: Factored, b: Factored) -> int:
+    """The longest run of K whose sum of products of ``a`` and ``b`` integers stays
+    exact in an f32 GEMM (every partial sum at most 2^24 in magnitude)."""
+    return max(1, F32_EXACT // (a.bound * b.bound))
+# ==== end of integer GEMM operands ====

@@ -4,10 +4,10 @@ tensor or per channel, with zero points) computed while the GEMM packs its
 operands, post-ops and a Quantize (per tensor or per channel) where the
 kernel stores, compared with graphc's reference.
 
-int8 values are exact in f32 and so are their products; oneDNN accumulates
-them in s32, graphc in f32 through the f32 GEMM, which is exact as long as
-every partial sum stays below 2^24: with power-of-two scales and
-K * 255 * 129 < 2^24 the compiled u8 outputs equal the reference bit for bit."""
+With static s8/u8 Dequantizes on both operands the kernel multiplies the
+integers and scales the exact sums, as oneDNN's s32 accumulation does (long
+sums: tests/fusion/test_int8_accumulation.py); with power-of-two scales the
+compiled u8 outputs equal the reference bit for bit."""
 import numpy as np
 import pytest
 
