@@ -608,17 +608,21 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
         emit_forward(kb, geo, x, w, store, rounding, out)
 
 
-def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=None):
+def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=None, exact_k: int | None = None):
     """dx = the gradient of conv(x, w) w.r.t. x given dy; ``store(n, c, spatial
     ivars, value)`` stores one element of dx.  At unit strides it is the forward
     convolution of dy with the flipped, transposed weights (as_forward), run by
     the forward roads when one other than im2col applies; otherwise col2im of
     dY @ W^T, images and groups in parallel, each with its f32 accumulator."""
     fwd = as_forward(geo)
-    if fwd is not None and (winograd(fwd) or shifted(fwd)):
-        emit_convolution(kb, fwd, dy, FlippedWeights(w, geo), store, rounding)
+    if fwd is not None and (exact_k is not None or winograd(fwd) or shifted(fwd)):
+        emit_convolution(kb, fwd, dy, FlippedWeights(w, geo), store, rounding, exact_k=exact_k)
         return
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
+    # integer operands (exact_k): each column value a sum of ocg products, taken
+    # in exact runs; the columns added up in an f64 accumulator
+    run = None if exact_k is None or ocg <= exact_k else -(-ocg // -(-ocg // exact_k))
+    acc_dt = "f32" if exact_k is None else "f64"
     wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, True, rounding)
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))
     mt = -(-P // tm)
@@ -628,19 +632,24 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     with kb.for_(items, "t", par) as t:
         n = kb.let(t // G, "n")
         g = kb.let(t % G, "g")
-        acc = kb.alloc(big * cg, "f32", fill=0, prefix="acc")
-        cols = kb.scratch(tm * kd, "f32", par, prefix="cols")
+        acc = kb.alloc(big * cg, acc_dt, fill=0, prefix="acc")
+        cols = kb.scratch(tm * kd, acc_dt if run else "f32", par, prefix="cols")
         with kb.for_(mt, "pt") as pt:
             p0 = kb.let(pt * tm, "p0")
             m = kb.let(ir.call("min", tm, P - p0), "m")
             abuf, aoff, lda = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding, par)
-            kb.let(ir.call("gemm_f32", 0, tw, m, kd, ocg, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, cols.buf,
-                           cols.at(0), kd), "st")
+            if run is not None:
+                assert tw == 0 and ldw == kd, "integer weights are packed"
+                exact_runs(kb, lambda bv, r, c, value: cols.store(r * kd + c, value), None, ir.const(0),
+                           ir.const(0), m, kd, ocg, run, tm * kd, par, (abuf, aoff, lda), (wbuf, woff(g), ldw))
+            else:
+                kb.let(ir.call("gemm_f32", 0, tw, m, kd, ocg, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, cols.buf,
+                               cols.at(0), kd), "st")
             with _window_taps(kb, geo, p0, m) as (pos, inside, at):
                 base = kb.let(linear(pos, dense_strides(geo.big)) * cg, "ab")
                 with kb.if_(inside):
                     with kb.for_(cg, "ci") as ci:
-                        kb.store(acc, base + ci, acc[base + ci] + cols[at + ci])
+                        kb.store(acc, base + ci, acc[base + ci] + (ir.f64(cols[at + ci]) if exact_k else cols[at + ci]))
         with kb.for_(big, "b") as b:
             pos = unravel(kb, b, geo.big)
             row = kb.let(b * cg, "ar")

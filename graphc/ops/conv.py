@@ -686,7 +686,7 @@ def _data_store(view, bias, scale=None):
 
 
 def _integer_operands(op, kb, v, x):
-    """A Convolution's src and weights as graphc.ops.quant.Factored operands (static
+    """A Convolution's (ConvTranspose's) src and weights as graphc.ops.quant.Factored operands (static
     s8/u8 Dequantizes computed in the kernel, src per tensor, weights per tensor
     or per output channel): its views then read the integers, summed exactly as
     oneDNN's s32 accumulator sums them; returns (the K run that stays exact,
@@ -695,7 +695,7 @@ def _integer_operands(op, kb, v, x):
     from .quant import exact_chunk, factored
     fx, fw = factored(kb, v[x].ref), factored(kb, v["weights"].ref)
     w = v["weights"]
-    if fx is None or fw is None or fx.axis is not None or fw.axis not in (None, w.axes[0]):
+    if fx is None or fw is None or fx.axis is not None or fw.axis not in (None, w.axes[0]) or w.io_grouped:
         return None
     v[x] = Data(fx.ints, v[x].nxc)
     v["weights"] = Weights(fw.ints, w.axes, w.groups, w.swapped, w.io_grouped)
@@ -735,8 +735,13 @@ def lower_conv(self, op, kb, ins, outs):
             win = self.transposed_window(op, small, kernel)
         else:
             win = window(op, big, kernel, output_padding(op, len(kernel)))
-        cg.emit_backward_data(kb, _geometry(op, n, c, oc, big, small, win), v[dy], v["weights"],
-                              _data_store(v[dx], bias), rounding)
+        ints = _integer_operands(op, kb, v, dy) if kind == "ConvTranspose" else None
+        if ints is None:
+            cg.emit_backward_data(kb, _geometry(op, n, c, oc, big, small, win), v[dy], v["weights"],
+                                  _data_store(v[dx], bias), rounding)
+        else:
+            cg.emit_backward_data(kb, _geometry(op, n, c, oc, big, small, win), v[dy], v["weights"],
+                                  _data_store(v[dx], bias, ints[1]), None, ints[0])
     else:
         x, dy = ("src", "diff_dst") if kind == "ConvolutionBackwardWeights" else ("diff_dst", "src")
         n, c, big = _sizes(op, v[x].ref)

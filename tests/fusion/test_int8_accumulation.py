@@ -125,3 +125,42 @@ def test_int8_convolution_sums_exactly(fmt, C):
     (y,) = graphc.compile(g).run({tx.id: xin, tw.id: wt}).values()
     y = y if fmt == "NCX" else y.transpose(0, 3, 1, 2)
     np.testing.assert_array_equal(y, want.astype(np.float32))
+
+
+def _conv_transpose_int64(xi, wi, s):
+    """Exact int64 ConvTranspose, no pads: x [N, C, H, W], OIX weights [O, C, 3, 3]."""
+    n, c, h, w = xi.shape
+    out = np.zeros((n, wi.shape[0], (h - 1) * s + 3, (w - 1) * s + 3), np.int64)
+    for ky in range(3):
+        for kx in range(3):
+            out[:, :, ky:ky + (h - 1) * s + 1:s, kx:kx + (w - 1) * s + 1:s] += \
+                np.einsum("nchw,oc->nohw", xi, wi[:, :, ky, kx])
+    return out
+
+
+@pytest.mark.parametrize("stride,C", [(2, 600), (2, 40), (1, 96)], ids=["strided-runs", "strided", "unit-runs"])
+def test_int8_conv_transpose_sums_exactly(stride, C):
+    """Strided: col2im of exact column sums (in runs past 2^24 / bound products) into
+    an f64 accumulator; unit strides: the forward roads in exact runs."""
+    N, H, W, O = 1, 3, 4, 6
+    rng = np.random.default_rng(3)
+    x = _big_ints(rng, (N, C, H, W), 230, 255, np.uint8)
+    wt = _big_ints(rng, (O, C, 3, 3), 100, 127, np.int8)
+    zw = [ZW[i % 4] for i in range(O)]
+    exact = _conv_transpose_int64(x.astype(np.int64) - ZX, wt.astype(np.int64) - np.array(zw)[:, None, None, None],
+                                  stride)
+    if C != 40:
+        assert np.abs(exact).max() > F32_EXACT
+    want = exact * SX * np.array(_scales(O))[None, :, None, None]
+    b = GraphBuilder()
+    tx, tw = b.tensor("u8", [N, C, H, W]), b.tensor("s8", [O, C, 3, 3])
+    dx = _dq(b, tx, [N, C, H, W], {"qtype": "per_tensor", "scales": [SX], "zps": [ZX]})
+    dw = _dq(b, tw, [O, C, 3, 3], {"qtype": "per_channel", "axis": 0, "scales": _scales(O), "zps": zw})
+    b.op("ConvTranspose", [dx, dw], out=[("f32", list(want.shape))],
+         attrs={"strides": [stride] * 2, "pads_begin": [0, 0], "pads_end": [0, 0], "dilations": [1, 1],
+                "data_format": "NCX", "weights_format": "OIX"})
+    g = b.finalize()
+    (p,) = g.get_partitions("fusion")
+    assert len(p.ops) == 3
+    (y,) = graphc.compile(g).run({tx.id: x, tw.id: wt}).values()
+    np.testing.assert_array_equal(y, want.astype(np.float32))
