@@ -392,7 +392,10 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
       is made in its tiles (no race, no per-head dK/dV in memory); a bf16/f16
       MatMul dst rounds each head's part before it is added, as the graph does;
     * sweep 2, parallel over batch x query blocks: dQ += dS K (the tile
-      recomputed: S and dP again rather than atomics or an S x S buffer)."""
+      recomputed: S and dP again rather than atomics or an S x S buffer).
+
+    Reorders of the inputs (gqa.md's 4-D GQA: reshaped to 5-D) are views of
+    their buffers, reorders after dQ, dK, dV the strides they are stored with."""
     byid = {o.id: o for o in ops}
     qk, dpm, dvm, dqm, dkm, rsum = (byid[i] for i in plan.anchors[:6])
     local = dict(refs)
