@@ -55,6 +55,7 @@ def _load_mkl() -> bool:
     lib.MKL_Set_Threading_Layer.argtypes = [ctypes.c_int]
     lib.MKL_Set_Threading_Layer(_MKL_THREADING_SEQUENTIAL)
     llb.add_symbol("graphc_cblas_sgemm", ctypes.cast(lib.cblas_sgemm, ctypes.c_void_p).value)
+    llb.add_symbol("graphc_cblas_gemm_bf16", ctypes.cast(lib.cblas_gemm_bf16bf16f32, ctypes.c_void_p).value)
     return True
 
 
@@ -74,45 +75,53 @@ def _pointer(context, builder, aty, val, off, offty):
     return builder.bitcast(builder.gep(data, [off]), _VOIDP)
 
 
-def _f32_arrays(*arrs) -> bool:
-    return all(isinstance(a, types.Array) and a.dtype == types.float32 and a.ndim == 1 for a in arrs)
+def _arrays(dtype, *arrs) -> bool:
+    return all(isinstance(a, types.Array) and a.dtype == dtype and a.ndim == 1 for a in arrs)
 
 
-@intrinsic
-def _cblas_sgemm(typingctx, ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
-    """MKL's row-major ``C = op(A) op(B) + beta C`` (32-bit sizes: MKL's LP64
-    interface) with A, B, C pointers at the given element offsets of 1-D float32
-    arrays; ta/tb nonzero transpose."""
-    if not _f32_arrays(a, b, c):
-        return None
-    sig = types.int32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+def _cblas(symbol: str, operand):
+    """An intrinsic calling MKL's row-major ``C = op(A) op(B) + beta C`` through
+    ``symbol`` (cblas_sgemm's argument list, 32-bit sizes: MKL's LP64
+    interface), A and B 1-D arrays of ``operand`` and C of float32, each
+    pointer at the given element offset; ta/tb nonzero transpose."""
+    @intrinsic
+    def call(typingctx, ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+        if not (_arrays(operand, a, b) and _arrays(types.float32, c)):
+            return None
+        sig = types.int32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 
-    def codegen(context, builder, signature, args):
-        sa = signature.args
-        fnty = llir.FunctionType(llir.VoidType(), [_I32, _I32, _I32, _I32, _I32, _I32, _F32, _VOIDP, _I32,
-                                                   _VOIDP, _I32, _F32, _VOIDP, _I32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "graphc_cblas_sgemm")
+        def codegen(context, builder, signature, args):
+            sa = signature.args
+            fnty = llir.FunctionType(llir.VoidType(), [_I32, _I32, _I32, _I32, _I32, _I32, _F32, _VOIDP, _I32,
+                                                       _VOIDP, _I32, _F32, _VOIDP, _I32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
 
-        def i32(i):
-            return context.cast(builder, args[i], sa[i], types.int32)
+            def i32(i):
+                return context.cast(builder, args[i], sa[i], types.int32)
 
-        def flag(i):
-            is_t = builder.icmp_signed("!=", i32(i), llir.Constant(_I32, 0))
-            return builder.select(is_t, llir.Constant(_I32, _TRANS), llir.Constant(_I32, _NO_TRANS))
-        builder.call(fn, [llir.Constant(_I32, _ROW_MAJOR), flag(0), flag(1), i32(2), i32(3), i32(4),
-                          llir.Constant(_F32, 1.0), _pointer(context, builder, sa[5], args[5], args[6], sa[6]), i32(7),
-                          _pointer(context, builder, sa[8], args[8], args[9], sa[9]), i32(10),
-                          context.cast(builder, args[11], sa[11], types.float32),
-                          _pointer(context, builder, sa[12], args[12], args[13], sa[13]), i32(14)])
-        return llir.Constant(_I32, 0)
-    return sig, codegen
+            def flag(i):
+                is_t = builder.icmp_signed("!=", i32(i), llir.Constant(_I32, 0))
+                return builder.select(is_t, llir.Constant(_I32, _TRANS), llir.Constant(_I32, _NO_TRANS))
+            builder.call(fn, [llir.Constant(_I32, _ROW_MAJOR), flag(0), flag(1), i32(2), i32(3), i32(4),
+                              llir.Constant(_F32, 1.0), _pointer(context, builder, sa[5], args[5], args[6], sa[6]),
+                              i32(7), _pointer(context, builder, sa[8], args[8], args[9], sa[9]), i32(10),
+                              context.cast(builder, args[11], sa[11], types.float32),
+                              _pointer(context, builder, sa[12], args[12], args[13], sa[13]), i32(14)])
+            return llir.Constant(_I32, 0)
+        return sig, codegen
+    return call
+
+
+_cblas_sgemm = _cblas("graphc_cblas_sgemm", types.float32)
+#: bf16 operands (their uint16 bits), f32 products summed in f32 (AMX tiles on this CPU)
+_cblas_gemm_bf16 = _cblas("graphc_cblas_gemm_bf16", types.uint16)
 
 
 @intrinsic
 def _xxgemm(typingctx, ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """Column-major sgemm through numba's ``numba_xxgemm`` (scipy's OpenBLAS):
     C = op(A) op(B) + beta C, arguments as in _cblas_sgemm."""
-    if not _f32_arrays(a, b, c):
+    if not _arrays(types.float32, a, b, c):
         return None
     sig = types.int32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 
@@ -156,6 +165,20 @@ else:
 
 
 @njit(cache=_CACHE, nogil=True)
+def _empty_product(m, n, k, beta, c, c_off, ldc):
+    """Handle a product with no dims to multiply (m, n or k zero): C = beta C;
+    True when there was nothing else to do."""
+    if m <= 0 or n <= 0:
+        return True
+    if k > 0:
+        return False
+    for i in range(m):
+        for j in range(n):
+            c[c_off + i * ldc + j] = c[c_off + i * ldc + j] * beta if beta != 0 else 0.0
+    return True
+
+
+@njit(cache=_CACHE, nogil=True)
 def gemm_f32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """Row-major ``C[m, n] = op(A)[m, k] @ op(B)[k, n] + beta * C`` on flat float32
     buffers: element (i, j) of A is ``a[a_off + i * lda + j]``, or with ``ta``
@@ -163,14 +186,19 @@ def gemm_f32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
     ``tb``; C's (i, j) is ``c[c_off + i * ldc + j]``.  ``beta`` 0 overwrites C
     (its old contents may be anything), 1 accumulates.  Nothing is checked here:
     callers pass offsets and sizes derived from validated shapes."""
-    if m <= 0 or n <= 0:
-        return 0
-    if k <= 0:
-        for i in range(m):
-            for j in range(n):
-                c[c_off + i * ldc + j] = c[c_off + i * ldc + j] * beta if beta != 0 else 0.0
+    if _empty_product(m, n, k, beta, c, c_off, ldc):
         return 0
     return _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+
+
+@njit(cache=_CACHE, nogil=True)
+def gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+    """``gemm_f32`` with A and B bf16 (uint16 buffers of their bits) and C f32:
+    MKL's cblas_gemm_bf16bf16f32, f32 products summed in f32 (only where MKL is
+    the library: see blas_import.bf16_gemm)."""
+    if _empty_product(m, n, k, beta, c, c_off, ldc):
+        return 0
+    return _cblas_gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 
 
 @functools.cache

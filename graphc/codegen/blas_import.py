@@ -10,7 +10,7 @@ import glob
 import os
 import sys
 
-IMPORT = "from graphc.codegen.blas import gemm_f32, single_threaded_blas\nsingle_threaded_blas()"
+IMPORT = "from graphc.codegen.blas import gemm_f32, gemm_bf16, single_threaded_blas\nsingle_threaded_blas()"
 
 
 @functools.cache
@@ -25,3 +25,8 @@ def mkl_path() -> str | None:
         if found:
             return found[-1]
     return None
+
+
+def bf16_gemm() -> bool:
+    """Can kernels multiply bf16 operands as they are (``gemm_bf16``: MKL)?"""
+    return mkl_path() is not None

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import ir
+from .blas_import import bf16_gemm
 from .kernel import NUM_THREADS, ArrayRef, as_stored, worth_parallel
 from ..numerics import fpmath_down
 from .loops import linear, unravel
@@ -86,9 +87,10 @@ class Matrix:
     rounding: Callable | None = None
 
 
-def direct(m: Matrix):
-    """(transposed, leading dim) to hand ``m`` to BLAS in place, or None."""
-    if m.strides is None or m.rounding is not None or type(m.ref) is not ArrayRef or m.ref.dtype is not DataType.f32:
+def direct(m: Matrix, dtype: DataType = DataType.f32):
+    """(transposed, leading dim) to hand ``m`` to BLAS in place (a ``dtype`` GEMM
+    operand), or None."""
+    if m.strides is None or m.rounding is not None or type(m.ref) is not ArrayRef or m.ref.dtype is not dtype:
         return None
     rs, cs = m.strides
     if cs == 1 or m.cols == 1:
@@ -102,19 +104,28 @@ def direct(m: Matrix):
     return None
 
 
-def pack(kb, m: Matrix, bivars, r0, nr, c0, nc, size, parallel, rows_parallel=False):
+def bf16_valued(m: Matrix) -> bool:
+    """Are ``m``'s values bf16 numbers (a bf16 tensor, or f32 rounded to bf16 by
+    fpmath_mode)?  Two such operands multiply in a bf16 GEMM exactly as in f32."""
+    if m.rounding is None:
+        return m.ref.dtype is DataType.bf16
+    return getattr(m.rounding, "dtype", None) is DataType.bf16
+
+
+def pack(kb, m: Matrix, bivars, r0, nr, c0, nc, size, parallel, rows_parallel=False, bf16=False):
     """Load rows [r0, r0+nr) x cols [c0, c0+nc) of ``m`` into a row-major f32 panel
-    (a scratch of ``size`` elements, per thread inside a ``parallel`` loop);
-    returns the Scratch.  ``rows_parallel``: the rows loop itself is parallel (a
-    panel packed once, outside the tile loop, computing a fused prologue)."""
-    panel = kb.scratch(size, "f32", parallel, prefix="panel")
+    (bf16: of bf16 bits) (a scratch of ``size`` elements, per thread inside a
+    ``parallel`` loop); returns the Scratch.  ``rows_parallel``: the rows loop
+    itself is parallel (a panel packed once, outside the tile loop, computing a
+    fused prologue)."""
+    panel = kb.scratch(size, "u16" if bf16 else "f32", parallel, prefix="panel")
     with kb.for_(nr, "r", rows_parallel) as r:
         row = kb.let(r * nc, "pr")
         with kb.for_(nc, "c") as c:
             v = m.ref.load_nd(m.index(bivars, r + r0, c + c0))
             if m.rounding is not None:
                 v = m.rounding(v)
-            kb.emit(panel.store(row + c, ir.f32(v)))
+            kb.emit(panel.store(row + c, ir.call("f32_to_bf16", ir.f32(v)) if bf16 else ir.f32(v)))
     return panel
 
 
@@ -131,7 +142,11 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     integer sum, as an s32 accumulator holds it."""
     M, K, N = a.rows, a.cols, b.cols
     nbatch = math.prod(batch_shape)
-    da, db = direct(a), direct(b)
+    # bf16 values on both sides: a bf16 GEMM (MKL's, on AMX tiles here), operands
+    # read in place when they are bf16 tensors, else packed as bf16
+    bf16 = exact_k is None and bf16_gemm() and bf16_valued(a) and bf16_valued(b)
+    gemm = "gemm_bf16" if bf16 else "gemm_f32"
+    da, db = direct(a, DataType.bf16 if bf16 else DataType.f32), direct(b, DataType.bf16 if bf16 else DataType.f32)
     dc = direct(out) if out is not None else None
     chunks = 1 if exact_k is None or K <= exact_k else -(-K // exact_k)
     if chunks > 1:
@@ -145,7 +160,7 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     for name, m, d in (("a", a, da), ("b", b, db)):
         if d is None and not m.batched:
             shared[name] = pack(kb, m, None, 0, m.rows, 0, m.cols, m.rows * m.cols, False,
-                                 m.rows > 1 and worth_parallel(m.rows * m.cols))
+                                 m.rows > 1 and worth_parallel(m.rows * m.cols), bf16)
     # C written in place with rows wider than its own (matrices interleaved in
     # rows: a transformer's heads): the batch varies fastest, so the tiles one
     # thread runs in turn share the rows' memory (0.40 against 0.49 ms for 16
@@ -175,21 +190,21 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
                 return mat.ref.buf, linear([r0, c0], [rs, cs], off), ld, ta
             if name in shared:
                 return shared[name].buf, r0 * mat.cols + c0, mat.cols, 0
-            panel = pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel)
+            panel = pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel, bf16=bf16)
             return panel.buf, panel.at(0), nc, 0
         abuf, aoff, lda, ta = operand("a", a, da, i0, m_, 0, K, tm * K)
         bbuf, boff, ldb, tb_ = operand("b", b, db, 0, K, j0, n_, K * tn)
         if dc is not None:
             ldc = dc[1]
             coff = linear([i0, j0], out.strides, out.base(bivars))
-            kb.let(ir.call("gemm_f32", ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0,
+            kb.let(ir.call(gemm, ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0,
                            out.ref.buf, coff, ldc), "st")
         elif chunks > 1:
             exact_runs(kb, store, bivars, i0, j0, m_, n_, K, -(-K // chunks), tm * tn, parallel,
                         (abuf, aoff, lda), (bbuf, boff, ldb))
         else:
             tile = kb.scratch(tm * tn, "f32", parallel, prefix="tile")
-            kb.let(ir.call("gemm_f32", ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0, tile.buf, tile.at(0),
+            kb.let(ir.call(gemm, ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0, tile.buf, tile.at(0),
                            n_), "st")
             with kb.for_(m_, "ii") as ii:
                 row = kb.let(ii * n_, "ti")
@@ -229,7 +244,11 @@ def fpmath_rounding(op):
     if down == "tf32":
         return _tf32
     dt = DataType(down)
-    return lambda v: as_stored(v, dt)
+
+    def rounded(v):
+        return as_stored(v, dt)
+    rounded.dtype = dt     # what the rounded values are (bf16_valued)
+    return rounded
 
 
 def _tf32(v):

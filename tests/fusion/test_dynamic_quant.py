@@ -7,6 +7,8 @@ against a formula written here element by element."""
 import numpy as np
 import pytest
 
+from graphc.codegen.blas_import import bf16_gemm
+
 from graphc import reference
 from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
@@ -62,7 +64,9 @@ def _one_partition(g):
     (dq,) = [o for o in g.ops.values() if o.kind == "DynamicDequantize"]
     assert p.plan.roles[dq.outputs[0].id] == "register", p.plan.describe()
     assert not any(r == "scratch" for r in p.plan.roles.values())
-    assert "gemm_f32(" in p.compile().source
+    mm = next(o for o in g.ops.values() if o.kind == "MatMul")
+    bf16 = mm.inputs[0].dtype.value == "bf16" and bf16_gemm()   # bf16 values on both sides: MKL's bf16 GEMM
+    assert ("gemm_bf16(" if bf16 else "gemm_f32(") in p.compile().source
     return p
 
 
