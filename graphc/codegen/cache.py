@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numba
 
-from . import runtime
+from . import fastmath, runtime
 from .blas_import import mkl_path
 
 #: bumped when the layout or format of the files in the cache folder changes
@@ -64,7 +64,7 @@ def _runtime_digest() -> str:
     global _runtime_tag
     if _runtime_tag is None:
         h = hashlib.sha256()
-        for mod in (runtime,):
+        for mod in (runtime, fastmath):   # helpers kernels link (and inline)
             h.update(Path(mod.__file__).read_bytes())
         # kernels that multiply link the BLAS binding: its code and library
         h.update(Path(runtime.__file__).with_name("blas.py").read_bytes())

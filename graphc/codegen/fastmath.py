@@ -1,12 +1,16 @@
-"""Helper functions generated kernels can call, emitted into the kernel's own
-module (their text is part of the source the cache keys; graphc.codegen.runtime
-is imported, not inlined, so adding to it would change every kernel's cache
-key).  The helpers marked inlined below are inlined by numba into the caller
-before LLVM sees them (LLVM's inliner leaves them as calls, and a call keeps
-the loop scalar); being inlined in numba's IR, they take the caller's fastmath
-flags (none), so their polynomials call fma_f32 (llvm.fma through a numba
-intrinsic defined in the kernel's module) for the FMAs 'contract' would have
-made: a 4M-float exp pass 2.2 -> 1.3 ms on one core.
+"""Helper functions generated kernels can call: this module's compiled
+functions (imported by a kernel's module, compiled once per process and kept
+in numba's on-disk cache: the kernel cache's version folder is keyed by this
+file's text, see graphc.codegen.cache), and per-kernel sum helpers
+(:func:`sum_helper`) emitted into the kernel's own module.  The helpers marked
+inlined below are marked ``alwaysinline`` for LLVM (graphc.codegen.runtime.
+llvm_inlined): LLVM's own inliner would leave these larger bodies as calls,
+and a call keeps the loop scalar.  Inlining them in numba's IR instead (numba's
+inline='always') cost every kernel calling them a copy of their IR through
+numba's passes: about 30% of such a kernel's compile time.  They compile
+without fastmath flags, so their polynomials call fma_f32 (llvm.fma through a
+numba intrinsic) for the FMAs 'contract' would have made: a 4M-float exp pass
+2.2 -> 1.3 ms on one core.
 Float32 literals are np.float32 throughout, so that float32 math never widens
 to float64.
 
@@ -39,30 +43,36 @@ tails (tests/codegen/test_fastmath.py; float32 subnormal results flush to 0):
 """
 from __future__ import annotations
 
+import numpy as np
+from numba import njit
+from numba.core import types as nbtypes
+from numba.extending import intrinsic
+
 from . import ir
 from .printer import print_body
+from .runtime import bits_to_f32, f32_to_bits, llvm_inlined
 
 BITS_IMPORT = "from graphc.codegen.runtime import bits_to_f32, f32_to_bits"
+#: the reassociating sum helpers: float64 sums LLVM vectorizes into partial sums
+_REASSOC = "@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc'})"
 
-#: helpers inlined into their callers before LLVM sees them (LLVM's own inliner
-#: leaves these larger bodies as calls, and a call keeps the loop scalar);
-#: error_model 'numpy' drops the division-by-zero checks that would too
-_INLINED = "@njit(cache=True, nogil=True, fastmath={'contract'}, error_model='numpy', inline='always')"
 
-_FMA_F32 = """\
-from numba.extending import intrinsic
-from numba.core import types as nbtypes
+def _inlined(fn):
+    """A helper LLVM inlines into every caller (error_model 'numpy' drops the
+    division-by-zero checks that would keep loops scalar too)."""
+    return llvm_inlined(njit(cache=True, nogil=True, error_model="numpy")(fn))
 
 
 @intrinsic
 def fma_f32(typingctx, a, b, c):
-    # a * b + c rounded once (llvm.fma): numba-inlined helpers take the caller's
-    # fastmath flags (none), so their 'contract' would not make FMAs
+    # a * b + c rounded once (llvm.fma): the helpers compile without fastmath
+    # flags, so 'contract' makes no FMAs in them
     def codegen(context, builder, signature, args):
         return builder.fma(*args)
-    return nbtypes.float32(nbtypes.float32, nbtypes.float32, nbtypes.float32), codegen"""
+    return nbtypes.float32(nbtypes.float32, nbtypes.float32, nbtypes.float32), codegen
 
-_EXP_NEG_F32 = _INLINED + """
+
+@_inlined
 def exp_neg_f32(x):
     # exp(x) for x <= 0; 0 below -87 (and for NaN).  x = n ln2 + r, n rounded to
     # nearest by the 1.5 * 2^23 shift, which also leaves n in t's low bits for 2^n
@@ -78,22 +88,25 @@ def exp_neg_f32(x):
     p = fma_f32(p, r, np.float32(5.0000001201e-1))
     p = fma_f32(p * r, r, r) + np.float32(1.0)
     y = p * bits_to_f32((f32_to_bits(t) + np.uint32(127 - 0x4B400000)) << np.uint32(23))
-    return y if x > np.float32(-87.0) else np.float32(0.0)"""
+    return y if x > np.float32(-87.0) else np.float32(0.0)
 
-_EXP_LE0_F32 = _INLINED + """
+
+@_inlined
 def exp_le0_f32(x):
     # exp(x) for x <= 0 (x - max in softmax), NaN staying NaN
     x = np.float32(x)
-    return exp_neg_f32(x) if x == x else x"""
+    return exp_neg_f32(x) if x == x else x
 
-_SIGMOID_F32 = _INLINED + """
+
+@_inlined
 def sigmoid_f32(x):
     x = np.float32(x)  # the 1.5 * 2^23 shift rounds in float32 only
     e = exp_neg_f32(-abs(x))
     r = (np.float32(1.0) if x >= np.float32(0.0) else e) / (np.float32(1.0) + e)
-    return r if x == x else x"""
+    return r if x == x else x
 
-_TANH_F32 = _INLINED + """
+
+@_inlined
 def tanh_f32(x):
     # |x| < 0.625: Cephes' odd polynomial; else (1 - e) / (1 + e), e = exp(-2|x|).
     # Relative error below 2e-7; NaN stays NaN, +-inf gives +-1
@@ -109,9 +122,10 @@ def tanh_f32(x):
     e = exp_neg_f32(np.float32(-2.0) * a)
     big = (np.float32(1.0) - e) / (np.float32(1.0) + e)
     big = big if x >= np.float32(0.0) else -big
-    return small if a < np.float32(0.625) else (big if a == a else x)"""
+    return small if a < np.float32(0.625) else (big if a == a else x)
 
-_ERFC_F32 = _INLINED + """
+
+@_inlined
 def erfc_f32(x):
     # t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), z = |x| (Numerical Recipes' erfcc,
     # relative error below 1.2e-7 in exact arithmetic; about 4e-6 at z = 8.5 in
@@ -131,9 +145,10 @@ def erfc_f32(x):
     p = fma_f32(p, t, np.float32(-1.26551223))
     r = t * exp_neg_f32(p - z * z)
     r = r if x >= np.float32(0.0) else np.float32(2.0) - r
-    return r if x == x else x"""
+    return r if x == x else x
 
-_ERF_F32 = _INLINED + """
+
+@_inlined
 def erf_f32(x):
     # Eigen's / XLA's float32 rational erf: x P(x^2) / Q(x^2) on [-4, 4] (erf
     # is +-1 in float32 beyond); no exp, no branch.  NaN stays NaN
@@ -153,61 +168,55 @@ def erf_f32(x):
     q = fma_f32(q, z, np.float32(-7.37332916720468e-03))
     q = fma_f32(q, z, np.float32(-1.42647390514189e-02))
     r = c * p / q
-    return r if x == x else x"""
+    return r if x == x else x
 
-_GELU_ERF_F32 = _INLINED + """
+
+@_inlined
 def gelu_erf_f32(x):
     # x (1 + erf(x / sqrt 2)) / 2 with erf_f32: about twice as fast as through
     # erfc_f32 (no exp, no division by 1 + z / 2); absolute error, not relative,
     # in the negative tail, where 1 + erf cancels
     x = np.float32(x)
-    return np.float32(0.5) * x * (np.float32(1.0) + erf_f32(x * np.float32(0.7071067811865476)))"""
+    return np.float32(0.5) * x * (np.float32(1.0) + erf_f32(x * np.float32(0.7071067811865476)))
 
-_KEY_F32 = _INLINED + """
+
+@_inlined
 def key_f32(x):
     # an int32 ordered as the float32 x is (-0 below +0; a NaN with the sign
     # bit clear above +inf, with it set below -inf): integer maxima vectorize
     # (a float max with NaN semantics does not)
     b = np.int32(f32_to_bits(x))
-    return b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))"""
+    return b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))
 
-_KEY_MAX_F32 = _INLINED + """
+
+@_inlined
 def key_max_f32(m, x):
     # the larger of key m and x's key
     k = key_f32(np.float32(x))
-    return k if k > m else m"""
+    return k if k > m else m
 
-_F32_OF_KEY = _INLINED + """
+
+@_inlined
 def f32_of_key(k):
     # the float32 whose key_f32 is k
-    return bits_to_f32(np.uint32(k ^ ((k >> np.int32(31)) & np.int32(0x7FFFFFFF))))"""
+    return bits_to_f32(np.uint32(k ^ ((k >> np.int32(31)) & np.int32(0x7FFFFFFF))))
 
-#: the decorator of the reassociating sum helpers
-_REASSOC = "@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc'})"
 
-_FSUM = _REASSOC + """
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
 def fsum(buf, n):
     s = 0.0
     for j in range(n):
         s += buf[np.uint64(j)]
-    return s"""
+    return s
 
-#: name -> (the helpers it calls, its text)
-HELPERS = {
-    "bits": ((), BITS_IMPORT),
-    "fma_f32": ((), _FMA_F32),
-    "exp_neg_f32": (("bits", "fma_f32"), _EXP_NEG_F32),
-    "exp_le0_f32": (("exp_neg_f32",), _EXP_LE0_F32),
-    "sigmoid_f32": (("exp_neg_f32",), _SIGMOID_F32),
-    "fsum": ((), _FSUM),
-    "key_f32": (("bits",), _KEY_F32),
-    "key_max_f32": (("key_f32",), _KEY_MAX_F32),
-    "f32_of_key": (("bits",), _F32_OF_KEY),
-    "tanh_f32": (("exp_neg_f32",), _TANH_F32),
-    "erfc_f32": (("exp_neg_f32",), _ERFC_F32),
-    "erf_f32": (("fma_f32",), _ERF_F32),
-    "gelu_erf_f32": (("erf_f32",), _GELU_ERF_F32),
-}
+
+#: name -> (the helpers a kernel calling it may call too, the line importing it into a kernel's module)
+HELPERS = {"bits": ((), BITS_IMPORT),
+           **{name: (deps, f"from graphc.codegen.fastmath import {name}") for name, deps in (
+               ("fma_f32", ()), ("exp_neg_f32", ("bits", "fma_f32")), ("exp_le0_f32", ("exp_neg_f32",)),
+               ("sigmoid_f32", ("exp_neg_f32",)), ("fsum", ()), ("key_f32", ("bits",)), ("key_max_f32", ("key_f32",)),
+               ("f32_of_key", ("bits",)), ("tanh_f32", ("exp_neg_f32",)), ("erfc_f32", ("exp_neg_f32",)),
+               ("erf_f32", ("fma_f32",)), ("gelu_erf_f32", ("erf_f32",)))}}
 
 
 def use_helpers_called(kb, names) -> None:

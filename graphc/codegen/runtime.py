@@ -31,6 +31,24 @@ def _bitcast_f32_u32(typingctx, f):
     return sig, codegen
 
 
+def llvm_inlined(disp):
+    """Dispatcher ``disp`` with every overload it compiles (or loads from numba's
+    cache) marked ``alwaysinline`` for LLVM, so that it is inlined into each
+    kernel that links it, at LLVM's cost only: numba's inline='always' would put
+    a copy of its IR through numba's passes in every caller instead.  (Set on
+    the module numba links into callers, before any caller is finalized: a
+    helper is compiled while its caller is typed.)"""
+    add = disp.add_overload
+
+    def add_overload(cres):
+        for fn in cres.library._get_module_for_linking().functions:
+            if not fn.is_declaration:
+                fn.add_function_attribute("alwaysinline")
+        add(cres)
+    disp.add_overload = add_overload
+    return disp
+
+
 _JIT = dict(cache=True, nogil=True)  # not IR-inlined: LLVM inlines the linked helpers, at a
 # fraction of the compile time numba's IR-level inlining costs in every kernel
 
