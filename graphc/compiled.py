@@ -170,7 +170,8 @@ def _check_memory(ops, in_lts, out_lts, known) -> None:
 
 
 #: numpy dtypes of kernel workspaces by IR element type
-WORKSPACE_DTYPES = {"f32": np.float32, "f64": np.float64, "int": np.int64, "u16": np.uint16}
+WORKSPACE_DTYPES = {"f32": np.float32, "f64": np.float64, "int": np.int64, "u16": np.uint16, "u8": np.uint8,
+                    "i8": np.int8, "i32": np.int32}
 
 
 def aligned_empty(n: int, dtype, align: int = 4096) -> np.ndarray:

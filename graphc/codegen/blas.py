@@ -43,6 +43,8 @@ _VOIDP = llir.IntType(8).as_pointer()
 _MKL_THREADING_SEQUENTIAL = 1
 #: cblas enum values (mkl_cblas.h)
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+#: CBLAS_OFFSET: one offset added to every element of C (the int8 GEMM's ``co``)
+_FIX_OFFSET = 173
 
 
 def _load_mkl() -> bool:
@@ -56,6 +58,7 @@ def _load_mkl() -> bool:
     lib.MKL_Set_Threading_Layer(_MKL_THREADING_SEQUENTIAL)
     llb.add_symbol("graphc_cblas_sgemm", ctypes.cast(lib.cblas_sgemm, ctypes.c_void_p).value)
     llb.add_symbol("graphc_cblas_gemm_bf16", ctypes.cast(lib.cblas_gemm_bf16bf16f32, ctypes.c_void_p).value)
+    llb.add_symbol("graphc_cblas_gemm_u8s8", ctypes.cast(lib.cblas_gemm_s8u8s32, ctypes.c_void_p).value)
     return True
 
 
@@ -115,6 +118,39 @@ def _cblas(symbol: str, operand):
 _cblas_sgemm = _cblas("graphc_cblas_sgemm", types.float32)
 #: bf16 operands (their uint16 bits), f32 products summed in f32 (AMX tiles on this CPU)
 _cblas_gemm_bf16 = _cblas("graphc_cblas_gemm_bf16", types.uint16)
+
+
+@intrinsic
+def _cblas_gemm_u8s8(typingctx, ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    """MKL's row-major int8 GEMM (cblas_gemm_s8u8s32): ``C = op(A) op(B)`` with A
+    u8, B s8 and C s32 (1-D arrays, pointers at the given element offsets), no
+    offsets, alpha 1 and beta 0: the exact integer sums (VNNI / AMX here)."""
+    if not (_arrays(types.uint8, a) and _arrays(types.int8, b) and _arrays(types.int32, c)):
+        return None
+    sig = types.int32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i8 = llir.IntType(8)
+        fnty = llir.FunctionType(llir.VoidType(), [_I32, _I32, _I32, _I32, _I32, _I32, _I32, _F32, _VOIDP, _I32, i8,
+                                                   _VOIDP, _I32, i8, _F32, _VOIDP, _I32, _VOIDP])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "graphc_cblas_gemm_u8s8")
+
+        def i32(i):
+            return context.cast(builder, args[i], sa[i], types.int32)
+
+        def flag(i):
+            is_t = builder.icmp_signed("!=", i32(i), llir.Constant(_I32, 0))
+            return builder.select(is_t, llir.Constant(_I32, _TRANS), llir.Constant(_I32, _NO_TRANS))
+        zero_c = cgutils.alloca_once_value(builder, llir.Constant(_I32, 0))
+        builder.call(fn, [llir.Constant(_I32, _ROW_MAJOR), flag(0), flag(1), llir.Constant(_I32, _FIX_OFFSET),
+                          i32(2), i32(3), i32(4), llir.Constant(_F32, 1.0),
+                          _pointer(context, builder, sa[5], args[5], args[6], sa[6]), i32(7), llir.Constant(i8, 0),
+                          _pointer(context, builder, sa[8], args[8], args[9], sa[9]), i32(10), llir.Constant(i8, 0),
+                          llir.Constant(_F32, 0.0), _pointer(context, builder, sa[11], args[11], args[12], sa[12]),
+                          i32(13), builder.bitcast(zero_c, _VOIDP)])
+        return llir.Constant(_I32, 0)
+    return sig, codegen
 
 
 @intrinsic
@@ -199,6 +235,21 @@ def gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc
     if _empty_product(m, n, k, beta, c, c_off, ldc):
         return 0
     return _cblas_gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+
+
+@njit(cache=_CACHE, nogil=True)
+def gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    """Row-major ``C[m, n] = op(A)[m, k] @ op(B)[k, n]`` with A u8, B s8 and C s32
+    (flat buffers as in gemm_f32): MKL's int8 GEMM, the exact sums while they
+    fit in s32 (only where MKL is the library: blas_import.int8_gemm)."""
+    if m <= 0 or n <= 0:
+        return 0
+    if k <= 0:
+        for i in range(m):
+            for j in range(n):
+                c[c_off + i * ldc + j] = 0
+        return 0
+    return _cblas_gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
 
 
 @functools.cache

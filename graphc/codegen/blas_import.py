@@ -10,7 +10,7 @@ import glob
 import os
 import sys
 
-IMPORT = "from graphc.codegen.blas import gemm_f32, gemm_bf16, single_threaded_blas\nsingle_threaded_blas()"
+IMPORT = "from graphc.codegen.blas import gemm_f32, gemm_bf16, gemm_u8s8, single_threaded_blas\nsingle_threaded_blas()"
 
 
 @functools.cache
@@ -29,4 +29,9 @@ def mkl_path() -> str | None:
 
 def bf16_gemm() -> bool:
     """Can kernels multiply bf16 operands as they are (``gemm_bf16``: MKL)?"""
+    return mkl_path() is not None
+
+
+def int8_gemm() -> bool:
+    """Can kernels multiply u8 by s8 into s32 (``gemm_u8s8``: MKL)?"""
     return mkl_path() is not None

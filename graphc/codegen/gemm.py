@@ -167,19 +167,7 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     # heads of 512x64x64 in blocks of 32 rows on one core)
     interleaved = dc is not None and dc[1] > N and nbatch > 1 and mt > 1
     with kb.for_(nbatch * mt * nt, "t", parallel) as t:
-        if interleaved:
-            rest = kb.let(t % (nbatch * nt), "tr")
-            tb = kb.let(rest // nt, "tb")
-            i0 = kb.let((t // (nbatch * nt)) * tm, "i0")
-            j0 = kb.let((rest % nt) * tn, "j0")
-        else:
-            tb = kb.let(t // (mt * nt), "tb")
-            rest = kb.let(t % (mt * nt), "tr")
-            i0 = kb.let((rest // nt) * tm, "i0")
-            j0 = kb.let((rest % nt) * tn, "j0")
-        m_ = kb.let(ir.call("min", tm, M - i0), "m")
-        n_ = kb.let(ir.call("min", tn, N - j0), "n")
-        bivars = unravel(kb, tb, batch_shape) if batch_shape else []
+        bivars, i0, j0, m_, n_ = _tile(kb, t, batch_shape, (M, N), (tm, tn), interleaved)
 
         def operand(name, mat, d, r0, nr, c0, nc, size):
             """(buffer, offset, ld, transposed) of the sub-matrix rows r0.., cols c0.."""
@@ -211,6 +199,92 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
                 i = kb.let(i0 + ii, "i")
                 with kb.for_(n_, "jj") as jj:
                     kb.emit(store(bivars, i, j0 + jj, tile[row + jj]))
+
+
+def _tile(kb, t, batch_shape, dims, tile, interleaved=False):
+    """Tile ``t`` of C (the batch, then row blocks, then column blocks; with
+    ``interleaved`` the batch fastest): (batch ivars, first row, first column,
+    rows, columns)."""
+    (M, N), (tm, tn) = dims, tile
+    nbatch, mt, nt = math.prod(batch_shape), -(-M // tm), -(-N // tn)
+    if interleaved:
+        rest = kb.let(t % (nbatch * nt), "tr")
+        tb = kb.let(rest // nt, "tb")
+        i0 = kb.let((t // (nbatch * nt)) * tm, "i0")
+        j0 = kb.let((rest % nt) * tn, "j0")
+    else:
+        tb = kb.let(t // (mt * nt), "tb")
+        rest = kb.let(t % (mt * nt), "tr")
+        i0 = kb.let((rest // nt) * tm, "i0")
+        j0 = kb.let((rest % nt) * tn, "j0")
+    m_ = kb.let(ir.call("min", tm, M - i0), "m")
+    n_ = kb.let(ir.call("min", tn, N - j0), "n")
+    return (unravel(kb, tb, batch_shape) if batch_shape else []), i0, j0, m_, n_
+
+
+#: an int8 GEMM's sums are s32: |sums| below this
+S32_LIMIT = 1 << 31
+
+
+def emit_int8_gemm(kb, batch_shape, a: Matrix, b: Matrix, za: float, zb, shifts, store) -> None:
+    """``store(bivars, i, j, C[i, j])`` (f64) for ``C = (A - za) @ (B - zb)``, A and B
+    integer matrices (their refs load the quantized values), za a number, zb(j)
+    the zero point of column j: MKL's u8 x s8 -> s32 GEMM (gemm_u8s8) on panels
+    holding A + shifts[0] (u8) and B + shifts[1] (s8), the zero points applied
+    afterwards through the row sums of A and the column sums of B (oneDNN's
+    compensation): sum (A' - za')(B' - zb') = P - zb' RA - za' CB + K za' zb'."""
+    M, K, N = a.rows, a.cols, b.cols
+    nbatch = math.prod(batch_shape)
+    tm, tn = tiles(nbatch, M, N, False, K=K)
+    mt, nt = -(-M // tm), -(-N // tn)
+    parallel = nbatch * mt * nt > 1 and worth_parallel(M * N * K * nbatch // 32)
+    za2 = float(za + shifts[0])
+
+    def zb2(j):
+        return zb(j) + float(shifts[1])
+
+    def packed(m, bivars, r0, nr, c0, nc, size, par, elem, shift, rows_par=False):
+        panel = kb.scratch(size, elem, par, prefix="ipanel")
+        with kb.for_(nr, "r", rows_par) as r:
+            row = kb.let(r * nc, "pr")
+            with kb.for_(nc, "c") as c:
+                v = ir.i64(m.ref.load_nd(m.index(bivars, r + r0, c + c0))) + shift
+                kb.emit(panel.store(row + c, ir.cast(v, elem)))
+        return panel
+
+    def sums(panel, nr, nc, rows, size, par):
+        """f64 sums of the panel's rows (``rows``) or columns."""
+        out = kb.scratch(size, "f64", par, prefix="isum")
+        with kb.for_(nr if rows else nc, "s") as x:
+            acc = kb.var(ir.const(0, "int"), "acc")
+            with kb.for_(nc if rows else nr, "e") as e:
+                kb.assign(acc, acc + panel[x * nc + e if rows else e * nc + x])
+            kb.emit(out.store(x, ir.f64(acc)))
+        return out
+    shared = None
+    if not b.batched:
+        bp = packed(b, None, 0, K, 0, N, K * N, False, "i8", shifts[1], K > 1 and worth_parallel(K * N))
+        shared = bp, sums(bp, K, N, False, N, False)
+    with kb.for_(nbatch * mt * nt, "t", parallel) as t:
+        bivars, i0, j0, m_, n_ = _tile(kb, t, batch_shape, (M, N), (tm, tn))
+        ap = packed(a, bivars, i0, m_, 0, K, tm * K, parallel, "u8", shifts[0])
+        ra = sums(ap, m_, K, True, tm, parallel)
+        if shared is not None:
+            (bp, cb), boff, ldb, cj = shared, j0, N, j0
+        else:
+            bp = packed(b, bivars, 0, K, j0, n_, K * tn, parallel, "i8", shifts[1])
+            cb, boff, ldb, cj = sums(bp, K, n_, False, tn, parallel), ir.const(0), n_, ir.const(0)
+        ct = kb.scratch(tm * tn, "i32", parallel, prefix="itile")
+        kb.let(ir.call("gemm_u8s8", 0, 0, m_, n_, K, ap.buf, ap.at(0), K, bp.buf, bp.at(0) + boff, ldb,
+                       ct.buf, ct.at(0), n_), "st")
+        with kb.for_(m_, "ii") as ii:
+            row = kb.let(ii * n_, "ti")
+            rai = kb.let(ra[ii], "ra")
+            with kb.for_(n_, "jj") as jj:
+                j = kb.let(j0 + jj, "j")
+                z = kb.let(zb2(j), "zb")
+                acc = ir.f64(ct[row + jj]) - z * rai - za2 * cb[cj + jj] + float(K) * za2 * z
+                kb.emit(store(bivars, i0 + ii, j, acc))
 
 
 def exact_runs(kb, store, bivars, i0, j0, m_, n_, K, run, size, parallel, a, b):

@@ -359,7 +359,7 @@ FUNCS = {
     "exp_neg_f32": lambda a: "f32", "exp_le0_f32": lambda a: "f32", "sigmoid_f32": lambda a: "f32",
     "fsum": lambda a: "f64",
     # graphc.codegen.blas, numba
-    "gemm_f32": lambda a: "int", "gemm_bf16": lambda a: "int", "get_thread_id": lambda a: "int", "tanh_f32": lambda a: "f32", "erfc_f32": lambda a: "f32", "gelu_erf_f32": lambda a: "f32",
+    "gemm_f32": lambda a: "int", "gemm_bf16": lambda a: "int", "gemm_u8s8": lambda a: "int", "get_thread_id": lambda a: "int", "tanh_f32": lambda a: "f32", "erfc_f32": lambda a: "f32", "gelu_erf_f32": lambda a: "f32",
 }
 
 

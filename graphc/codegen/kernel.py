@@ -32,7 +32,8 @@ from graphc.codegen.runtime import (bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to
 """
 
 #: imports of the functions HEADER leaves out, added to a kernel that calls them
-EXTRA_IMPORTS = {"gemm_f32": blas_import, "gemm_bf16": blas_import, "bits_to_f32": BITS_IMPORT, "f32_to_bits": BITS_IMPORT,
+EXTRA_IMPORTS = {"gemm_f32": blas_import, "gemm_bf16": blas_import, "gemm_u8s8": blas_import,
+                 "bits_to_f32": BITS_IMPORT, "f32_to_bits": BITS_IMPORT,
                  "get_thread_id": "from numba import get_thread_id",
                  **{f: smallfloat.IMPORT for f in smallfloat.FUNCS}}
 

@@ -12,8 +12,10 @@ import math
 import numpy as np
 
 from ..codegen import ir
-from ..codegen.gemm import Matrix, emit_gemm, fpmath_rounding
+from ..codegen.blas_import import int8_gemm
+from ..codegen.gemm import S32_LIMIT, Matrix, emit_gemm, emit_int8_gemm, fpmath_rounding
 from ..codegen.loops import aligned, linear
+from ..types import DataType
 from .quant import exact_chunk, factored
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, dims_equal
 
@@ -102,7 +104,12 @@ def lower_matmul(op, kb, ins, dst):
     rounding = fpmath_rounding(op)
     ints = _integer_operands(kb, src, w, tb)
     exact_k = None
-    if ints is not None:
+    u8s8 = ints is not None and int8_gemm() and S32_LIMIT > ints[0].bound * ints[1].bound * w.lt.shape[-1 if tb else -2]
+    if u8s8:
+        # MKL's int8 GEMM on the quantized values, the zero points compensated
+        fa, fb = ints
+        src, w, rounding = fa.raw, fb.raw, None
+    elif ints is not None:
         # int8 as oneDNN computes it: integer products summed exactly (as in s32),
         # the scales applied to the sum
         (fa, fb), rounding = ints, None
@@ -147,4 +154,9 @@ def lower_matmul(op, kb, ins, dst):
         rs = dst.strides[nb] if has_i else 0
         cs = dst.strides[-1] if has_j else 0
         out = Matrix(dst, a.rows, b.cols, None, True, (rs, cs), lambda bv: linear(bv, dst.strides[:nb]))
+    if u8s8:
+        shifts = (0 if fa.q.dtype is DataType.u8 else 128, 0 if fb.q.dtype is DataType.s8 else -128)
+        za = float(fa.op.attr("zps")[0]) if fa.zps is not None else 0.0
+        emit_int8_gemm(kb, batch, a, b, za, fb.zero, shifts, store)
+        return
     emit_gemm(kb, batch, a, b, store, out, exact_k)

@@ -437,19 +437,28 @@ class Factored:
         info = np.iinfo(q.dtype.np)
         self.zps = zps if any(zps) else None
         self.bound = max(max(abs(int(info.min) - z), abs(int(info.max) - z)) for z in zps)
-        self.ints = _Ints(self)
+        self.ints = _Ints(self, True)
+        #: the quantized values q themselves (f64), for an int8 GEMM (zero points apart)
+        self.raw = _Ints(self, False)
 
     def scale(self, channel) -> ir.Expr:
         """The scale (f64) at index ``channel`` of the axis (ignored per tensor)."""
         return _pick(self.kb, self.op.attr("scales"), None if self.axis is None else channel)
 
+    def zero(self, channel) -> ir.Expr:
+        """The zero point (f64) at index ``channel`` of the axis (ignored per tensor)."""
+        if self.zps is None:
+            return ir.const(0.0, "f64")
+        return _pick(self.kb, self.zps, None if self.axis is None else channel)
+
 
 class _Ints:
-    """The integers ``q - z`` of a :class:`Factored` operand at a multi-index, in f64
-    (a virtual ref: only ``load_nd``, like the PrologueRef it replaces)."""
+    """The integers ``q - z`` (``centred``) or ``q`` of a :class:`Factored` operand
+    at a multi-index, in f64 (a virtual ref: only ``load_nd``, like the
+    PrologueRef it replaces)."""
 
-    def __init__(self, f: Factored):
-        self.f = f
+    def __init__(self, f: Factored, centred: bool):
+        self.f, self.centred = f, centred
         self.lt = f.lt
 
     dtype = property(lambda self: DataType.f32)
@@ -459,7 +468,7 @@ class _Ints:
     def load_nd(self, ivars) -> ir.Expr:
         f = self.f
         x = _f64(f.values.at(f.q.id, f.q, list(ivars), tuple(f.q.shape)))
-        if f.zps is None:
+        if f.zps is None or not self.centred:
             return x
         return x - _pick(f.kb, f.zps, None if f.axis is None else ivars[f.axis])
 

@@ -164,3 +164,26 @@ def test_int8_conv_transpose_sums_exactly(stride, C):
     assert len(p.ops) == 3
     (y,) = graphc.compile(g).run({tx.id: x, tw.id: wt}).values()
     np.testing.assert_array_equal(y, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("src_dt,w_dt", [("s8", "s8"), ("u8", "u8"), ("s8", "u8")])
+def test_int8_matmul_every_signedness(src_dt, w_dt):
+    """MKL's int8 GEMM takes u8 x s8: other pairs are shifted by 128 into it and the
+    shift folded into the zero points; sums past 2^24, batched src, bit for bit."""
+    B, M, K, N = 2, 9, 1500, 12
+    rng = np.random.default_rng(4)
+    lo_x, hi_x = (100, 127) if src_dt == "s8" else (200, 255)
+    lo_w, hi_w = (-128, -100) if w_dt == "s8" else (220, 255)
+    x = _big_ints(rng, (B, M, K), lo_x, hi_x, np.dtype(src_dt.replace("s", "int").replace("u", "uint")))
+    w = _big_ints(rng, (K, N), lo_w, hi_w, np.dtype(w_dt.replace("s", "int").replace("u", "uint")))
+    zx, zw = -2 if src_dt == "s8" else 5, [ZW[i % 4] + (0 if w_dt == "s8" else 7) for i in range(N)]
+    exact = (x.astype(np.int64) - zx) @ (w.astype(np.int64) - np.array(zw))
+    assert np.abs(exact).max() > F32_EXACT
+    b = GraphBuilder()
+    tx, tw = b.tensor(src_dt, [B, M, K]), b.tensor(w_dt, [K, N])
+    dx = _dq(b, tx, [B, M, K], {"qtype": "per_tensor", "scales": [SX], "zps": [zx]})
+    dw = _dq(b, tw, [K, N], {"qtype": "per_channel", "axis": 1, "scales": _scales(N), "zps": zw})
+    b.op("MatMul", [dx, dw], out=[("f32", [B, M, N])])
+    g = b.finalize()
+    (y,) = graphc.compile(g).run({tx.id: x, tw.id: w}).values()
+    np.testing.assert_array_equal(y, (exact * SX * np.array(_scales(N))).astype(np.float32))

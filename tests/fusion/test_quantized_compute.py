@@ -11,6 +11,8 @@ compiled u8 outputs equal the reference bit for bit."""
 import numpy as np
 import pytest
 
+from graphc.codegen.blas_import import int8_gemm
+
 from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
 from graphc.partition import Partition
@@ -69,11 +71,12 @@ def _qmatmul(M=24, K=64, N=40, w_attrs=None, out_q=None, out_dt="u8", post="ReLU
 def test_int8_matmul_per_channel_weights_relu_quantize(out_q):
     """u8 src (zero point 3) and s8 weights with per-channel scales and zero
     points -> MatMul -> ReLU -> Quantize: one anchor kernel, equal to the reference
-    bit for bit (exact f32 accumulation), the weights' scales a constant table."""
+    bit for bit (exact integer sums: MKL's u8 x s8 GEMM, or exact f32 runs), the
+    weights' scales a constant table."""
     g = _qmatmul(out_q=out_q)
     p = _one_partition(g)
     src = p.compile().source
-    assert "consts" in src and "gemm_f32(" in src
+    assert "consts" in src and ("gemm_u8s8(" if int8_gemm() else "gemm_f32(") in src
     check_compiled(g, seed=1)
 
 
