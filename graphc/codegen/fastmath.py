@@ -210,11 +210,28 @@ def fsum(buf, n):
     return s
 
 
+#: terms an f32 partial sum of fsum32 takes before it is added into the f64 total
+FSUM32_RUN = 1024
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+def fsum32(buf, n):
+    # f32 terms summed in f32 runs of FSUM32_RUN (vectorised at full width: each
+    # vector lane adds a few dozen terms), the runs added in f64
+    s = 0.0
+    for b in range(0, n, FSUM32_RUN):
+        t = np.float32(0.0)
+        for j in range(b, min(b + FSUM32_RUN, n)):
+            t += buf[np.uint64(j)]
+        s += t
+    return s
+
+
 #: name -> (the helpers a kernel calling it may call too, the line importing it into a kernel's module)
 HELPERS = {"bits": ((), BITS_IMPORT),
            **{name: (deps, f"from graphc.codegen.fastmath import {name}") for name, deps in (
                ("fma_f32", ()), ("exp_neg_f32", ("bits", "fma_f32")), ("exp_le0_f32", ("exp_neg_f32",)),
-               ("sigmoid_f32", ("exp_neg_f32",)), ("fsum", ()), ("key_f32", ("bits",)), ("key_max_f32", ("key_f32",)),
+               ("sigmoid_f32", ("exp_neg_f32",)), ("fsum", ()), ("fsum32", ()), ("key_f32", ("bits",)), ("key_max_f32", ("key_f32",)),
                ("f32_of_key", ("bits",)), ("tanh_f32", ("exp_neg_f32",)), ("erfc_f32", ("exp_neg_f32",)),
                ("erf_f32", ("fma_f32",)), ("gelu_erf_f32", ("erf_f32",)))}}
 

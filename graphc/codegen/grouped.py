@@ -23,8 +23,9 @@ accumulate in f32 lane arrays (which vectorize) folded into f64 every
 ``FOLD_ROWS`` rows or so: a lane never sums 2 * FOLD_ROWS f32 terms (a pass
 sweeping at most FOLD_ROWS rows per chunk needs no fold).  A sum over
 the lane alone (no rows: LayerNorm or SoftMax along the last dim) stores its
-terms in a buffer (float32 for float32 terms, else float64), which the ``fsum``
-helper adds up in float64, vectorized.
+terms in a buffer (float32 for float32 terms, else float64), which the ``fsum32``
+helper adds up in f32 runs of 1024 terms and those in float64 (``fsum``: float64
+terms in float64), vectorized.
 Products run in f64; maxima and minima in the lanes' f32.  A direct maximum
 (reduced lane, no rows) runs on int32 keys ordered as the floats are
 (fastmath.key_f32): LLVM vectorizes an integer max reduction, not a float one
@@ -473,7 +474,6 @@ class Nest:
         kb = self.kb
         for a in accs:
             if a.buffered:
-                use_helper(kb, "fsum")
                 a.terms_lets.append(let_array(kb, a.terms, self.L))
             if not a.direct:
                 let_array(kb, a.lanes, self.L)
@@ -587,7 +587,10 @@ class Nest:
             self._fold(sums)
             for a in accs:
                 if a.buffered:
-                    kb.assign(a.local, ir.call("fsum", a.terms, self.L))
+                    # f32 terms in f32 runs (fastmath.fsum32), f64 ones in f64
+                    fsum = "fsum32" if a.terms.dt == "arr:f32" else "fsum"
+                    use_helper(kb, fsum)
+                    kb.assign(a.local, ir.call(fsum, a.terms, self.L))
             return
         inner, outer = self.row_dims[-1], self.row_dims[:-1]
         ext = self.vdims[inner].extent

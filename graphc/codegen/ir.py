@@ -357,7 +357,7 @@ FUNCS = {
     "bits_to_f32": lambda a: "f32", "f32_to_bits": lambda a: "int",
     # graphc.codegen.fastmath helpers
     "exp_neg_f32": lambda a: "f32", "exp_le0_f32": lambda a: "f32", "sigmoid_f32": lambda a: "f32",
-    "fsum": lambda a: "f64",
+    "fsum": lambda a: "f64", "fsum32": lambda a: "f64",
     # graphc.codegen.blas, numba
     "gemm_f32": lambda a: "int", "gemm_bf16": lambda a: "int", "gemm_u8s8": lambda a: "int", "get_thread_id": lambda a: "int", "tanh_f32": lambda a: "f32", "erfc_f32": lambda a: "f32", "gelu_erf_f32": lambda a: "f32",
 }
