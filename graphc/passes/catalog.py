@@ -453,27 +453,40 @@ def sdpa_backward():
     """sdpa.md (training backpropagation): S = Q@K^T -> [scale] -> [Add/Select mask] ->
     Subtract Stats -> Exp = P; dV = ([Dropout] -> [TypeCast] P)^T @ dO; dP = dO@V^T ->
     [Dropout]; dS = P * (dP - ReduceSum(O * dO)) (dM when it leaves) -> [scale] ->
-    [TypeCast] -> dQ = dS@K and dK = dS^T@Q.  One flash-style backward kernel
+    [TypeCast] -> dQ = dS@K and dK = dS^T@Q (GQA/MQA: K, V broadcast over the query
+    heads of a group, dK and dV ReduceSums over them; 4-D GQA: the inputs reshaped to
+    5-D and the gradients back, views in the kernel).  One flash-style backward kernel
     (legality's attention plan, graphc/codegen/attention.py)."""
     p = Pattern("sdpa_backward", 11, "MatMul QK -> [scale] -> [mask] -> Subtract stats -> Exp -> "
                                      "MatMuls dV, dP -> dS = P * (dP - ReduceSum(O * dO)) -> MatMuls dQ, dK",
                 anchor="qk")
-    q, k, do = p.input("query"), p.input("key"), p.input("diff_dst")
+    q, k, do = viewed(p, "query"), viewed(p, "key"), viewed(p, "diff_dst")
+
+    def over_batch(o, m):
+        nd = o.inputs[0].ndim
+        return all(a % nd < nd - 2 for a in o.attr("axes") or [])
+
+    def head_sum(p, x, label):
+        """gqa.md: dK / dV a ReduceSum of the MatMul over the query heads sharing a K/V head
+        -> [reorders] (4-D GQA: back to [N, H, S, D])."""
+        x = p.op("ReduceSum", x, optional=True, pred=over_batch, label=f"{label} heads")
+        return p.repeat(lambda b, y: b.op(SDPA_REORDERS, y), x, 0, 4, label=f"{label} reorders")
+
     qk = p.op("MatMul", q, k, label="qk")
     s = p.optional_block(lambda b, x: b.op(["Multiply", "Divide"], x, b.input("scale"), either_order=True,
                                            pred=sdpa_scale(x), label="scale"), qk, label="scale")
     s = p.optional_block(lambda b, x: b.alt(x, add_mask, select_mask), s, label="mask")
-    prob = p.op("Exp", p.op("Subtract", s, p.input("stats"), label="minus stats"), label="p")
+    prob = p.op("Exp", p.op("Subtract", s, viewed(p, "stats"), label="minus stats"), label="p")
     pd = p.op("TypeCast", p.op("Dropout", prob, None, None, None, optional=True), optional=True)
-    p.op("MatMul", pd, do, label="dv")
-    dp = p.op("Dropout", p.op("MatMul", do, p.input("value"), label="dp"), None, None, None, optional=True)
-    rs = p.op("ReduceSum", p.op("Multiply", p.input("dst"), do, either_order=True, label="o*do"), label="rowsum")
+    head_sum(p, p.op("MatMul", pd, do, label="dv"), "dv")
+    dp = p.op("Dropout", p.op("MatMul", do, viewed(p, "value"), label="dp"), None, None, None, optional=True)
+    rs = p.op("ReduceSum", p.op("Multiply", viewed(p, "dst"), do, either_order=True, label="o*do"), label="rowsum")
     ds = p.op("Multiply", prob, p.op("Subtract", dp, rs), either_order=True, label="ds")
     ds = p.optional_block(lambda b, x: b.op(["Multiply", "Divide"], x, b.input("scale"), either_order=True,
                                             pred=sdpa_scale(x), label="scale"), ds, label="ds scale")
     ds = p.op("TypeCast", ds, optional=True)
-    p.op("MatMul", ds, k, label="dq")
-    p.op("MatMul", ds, q, label="dk")
+    p.repeat(lambda b, y: b.op(SDPA_REORDERS, y), p.op("MatMul", ds, k, label="dq"), 0, 4, label="dq reorders")
+    head_sum(p, p.op("MatMul", ds, q, label="dk"), "dk")
     return p
 
 

@@ -9,6 +9,7 @@ from graphc import reference
 from support import check_compiled
 from support.sdpa import (check_sdpa, check_sdpa_backward, sdpa_backward_graph, sdpa_backward_inputs, sdpa_graph,
                           sdpa_inputs)
+from support.sdpa_gqa import check_gqa_backward, gqa_backward_graph, gqa_backward_inputs
 
 
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
@@ -81,3 +82,65 @@ def test_backward_gradients_match_forward_dropout_mask():
     ins[ids["prob"]] = np.array([1.0], np.float32)
     got = check_compiled(g, ins)
     assert (got[ids["dv"]] == 0).all()
+
+
+# -- GQA / MQA backward (gqa.md): dK and dV summed over the query heads of a group -----------
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("mask", [None, "causal"])
+@pytest.mark.parametrize("dmask", [False, True])
+def test_gqa_backward_one_kernel(dt, mask, dmask):
+    """gqa.md's 5-D shapes: Q [N, G, H/G, S, D], K/V [N, G, 1, S, D]; dM [N, G, H/G, S, S]."""
+    g, ids = gqa_backward_graph(dt, hkv=2, rep=3, mask=mask, dropout=dmask, dmask=dmask)
+    out = check_gqa_backward(g, ids)
+    assert out[ids["dk"]].shape == out[ids["dv"]].shape == (2, 2, 1, 72, 16)
+    if dmask:
+        assert out[ids["dm"]].shape == (2, 2, 3, 40, 72)
+
+
+@pytest.mark.parametrize("form", ["5d", "mqa4d"])
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_mqa_backward_one_kernel(form, dt):
+    """MQA: one K/V head, 5-D [N, 1, H, S, D] or 4-D with K/V [N, 1, S, D] broadcast."""
+    g, ids = gqa_backward_graph(dt, n=1, hkv=1, rep=4, form=form, sq=33, skv=70, mask="add", scale="div")
+    check_gqa_backward(g, ids)
+
+
+@pytest.mark.parametrize("dt,mask,keep_dims", [("f32", "add", True), ("bf16", "causal", False)])
+def test_gqa_backward_4d_through_reshapes(dt, mask, keep_dims):
+    """gqa.md's 4-D GQA: Q, O, dO, Stats [N, H, S, .], K/V [N, G, S, D] and the mask
+    reshaped to 5-D (views of their buffers), dQ and dK/dV reshaped back (stored
+    through the views): still one partition and one kernel."""
+    g, ids = gqa_backward_graph(dt, hkv=2, rep=2, form="gqa4d", mask=mask, keep_dims=keep_dims, dropout=True)
+    assert sum(o.kind == "StaticReshape" for o in g.ops.values()) >= 7
+    out = check_gqa_backward(g, ids)
+    assert out[ids["dq"]].shape == (2, 4, 40, 16) and out[ids["dk"]].shape == out[ids["dv"]].shape == (2, 2, 72, 16)
+
+
+def test_gqa_backward_4d_gradients_without_kept_dims():
+    """ReduceSum without keep_dims: dK/dV [N, G, S, D] stored from the group's sum."""
+    g, ids = gqa_backward_graph("f32", hkv=2, rep=2, sq=24, skv=40, keep_dims=False, dropout=True)
+    out = check_gqa_backward(g, ids)
+    assert out[ids["dk"]].shape == (2, 2, 40, 16)
+
+
+@pytest.mark.parametrize("hkv,rep,skv,d", [(2, 4, 200, 32), (1, 8, 64, 64)])
+def test_gqa_backward_parallel(hkv, rep, skv, d):
+    """Enough work for the parallel sweeps: tasks of (batch, K/V head, key block) each
+    sum their group's query heads, so no two threads write one dK/dV row (MQA with
+    few keys: smaller key blocks, so that every thread has one)."""
+    from support import compiled_vs_reference
+    g, ids = gqa_backward_graph("f32", n=1, hkv=hkv, rep=rep, sq=96, skv=skv, d=d, mask="causal")
+    check_gqa_backward(g, ids)
+    compiled_vs_reference(g, gqa_backward_inputs(g, ids, 3), parallel=True, what="gqa backward")
+
+
+def test_gqa_backward_only_dk_reduced_keeps_the_reduction_apart():
+    """dK summed over the heads but dV not: the attention kernel writes the per-head
+    dK MatMul and the ReduceSum is a partition of its own; the results stay right."""
+    g, ids = gqa_backward_graph("f32", n=1, hkv=2, rep=2, sq=16, skv=24, sum_dv=False)
+    parts = g.get_partitions("fusion")
+    (attn,) = [p for p in parts if p.pattern == "sdpa_backward"]
+    assert all(o.outputs[0].id != ids["dk"] for o in attn.ops)
+    assert any(o.kind == "ReduceSum" and o.outputs[0].id == ids["dk"] for p in parts for o in p.ops)
+    out = check_compiled(g, gqa_backward_inputs(g, ids))
+    assert out[ids["dv"]].shape == (1, 2, 2, 24, 16)
