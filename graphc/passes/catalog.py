@@ -572,21 +572,14 @@ def x8_pool_post_ops():
     return p
 
 
-def dequantized_add(first: bool):
-    """Add(x, Dequantize(other)) with x ``first`` or second (two sub-patterns, not
-    either_order: the engine finds the Dequantize from the Add's port as written)."""
-    def body(q, x):
-        other = q.op("Dequantize", q.input("other"), label="other")
-        return q.op("Add", *((x, other) if first else (other, x)), pred=keeps_shape(x), label="sum")
-    return body
-
-
 def x8_pool_add_post_ops():
-    """oneDNN's x8_pool_add_post_ops_cpu: the Add's other operand dequantized in the
-    kernel where the pool stores."""
+    """oneDNN's x8_pool_add_post_ops_cpu: the Add's other operand (either side)
+    dequantized in the kernel where the pool stores."""
     p = Pattern("x8_pool_add_post_ops", 10.1, "int8 Dequantize -> AvgPool/MaxPool -> Add (a Dequantize) -> "
                                               "post-ops -> int8 Quantize", anchor="pool")
-    add = p.alt(int8_pool(p), dequantized_add(True), dequantized_add(False), label="sum")
+    pool = int8_pool(p)
+    other = p.op("Dequantize", p.input("other"), label="other")
+    add = p.op("Add", pool, other, either_order=True, pred=keeps_shape(pool), label="sum")
     p.op("Quantize", post_ops(p, add), pred=int8_quant)
     return p
 

@@ -308,7 +308,9 @@ class _Matcher:
             cands = [self.g.ops[c] for c, _ in self.g.consumers.get(tid, [])]
         else:
             _, m, j, k = how
-            tid = st.o[m].inputs[j].id if m in st.o else st.t.get(m.inputs[j])
+            # the tensor bound to m's input j (m bound in either order binds it
+            # to the port it took: not always port j of the op)
+            tid = st.t.get(m.inputs[j]) if m.inputs[j] in st.t else st.o[m].inputs[j].id
             prod = self.g.producer.get(tid)
             cands = [self.g.ops[prod[0]]] if prod is not None and prod[1] == k else []
         seen = set()

@@ -239,6 +239,19 @@ def test_pattern_fork_rejoin_and_prologue_from_the_anchor():
     assert match_all(b.finalize(), [q]) == []
 
 
+def test_pattern_producer_found_backwards_through_either_order():
+    """An either-order op bound with its operands swapped: the producer found
+    backwards from it is the one feeding the port its input took."""
+    b = GraphBuilder()
+    x, y = b.tensor("f32", [8]), b.tensor("f32", [8])
+    b.op("Add", [b.op("Exp", [x])[0], b.op("ReLU", [y])[0]])     # Exp on port 0
+    g = b.finalize()
+    p = Pattern("relu_add_exp", anchor="add")
+    p.op("Add", p.op("ReLU", p.input()), p.op("Exp", p.input()), either_order=True, label="add")
+    (match,) = match_all(g, [p])
+    assert sorted(o.kind for o in match.ops) == ["Add", "Exp", "ReLU"]
+
+
 def test_pattern_alternation_of_subpatterns_and_fan_in():
     g = _chain(["Abs", "Exp", "Tanh", "ReLU"])
     p = Pattern("alt")
