@@ -8,10 +8,17 @@ statistics (which were computed from ``x`` itself).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..codegen import ir
-from ..codegen.grouped import Nest, VDim, each_element, merged_views, tensor_vdims
+from contextlib import contextmanager
+
+from ..codegen.grouped import (FOLD_ROWS, MAX_CHUNKS, Nest, VDim, _clamp, _i64, each_element, merged_views,
+                               tensor_vdims)
+from ..codegen.kernel import worth_parallel
+from ..codegen.loops import unravel
 from ..errors import InvalidGraphOp
 from .common import merged_shape
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, merge_dim,
@@ -530,6 +537,9 @@ class GroupNorm(OpSchema):
         ca, groups = channel_dim(op), op.attr("groups")
         (src, dst), where = merged_views([src, dst], {0, ca})   # the spatial dims as one where contiguous
         ca = where[ca]
+        if channels_innermost(src, ca):
+            _ChannelsLast(kb, src, ca, groups).emit(op, dst, gamma, beta, outs[1:])
+            return
         per = src.shape[ca] // groups
         # the channel dim as two loop dims: its group (kept) and the channel in the group
         vdims, pos = [], []
@@ -564,6 +574,133 @@ class GroupNorm(OpSchema):
                 if gamma is not None:
                     y = y * gamma.load_nd([iv[ca]]) + beta.load_nd([iv[ca]])
                 kb.emit(dst.store_nd(iv, y))
+
+
+def channels_innermost(ref, ca: int) -> bool:
+    """Whether the channel dim of ``ref`` (longer than 1) has a smaller stride than
+    every other dim longer than 1 (channels-last memory), and ``ref`` is not empty."""
+    shape, st = ref.shape, ref.strides
+    return shape[ca] > 1 and 0 not in shape and any(d != 1 for i, d in enumerate(shape) if i != ca) and all(
+        abs(st[ca]) < abs(st[i]) for i, d in enumerate(shape) if i != ca and d != 1)
+
+
+class _ChannelsLast:
+    """GroupNorm whose channels are innermost in memory: each pass sweeps the
+    positions (the dims but batch and channel) in memory order with the C
+    channels as the vector lane; the sums are per channel (f32 lanes folded into
+    f64 every FOLD_ROWS positions), per chunk of positions (chunks over batch
+    items and position blocks, in parallel), folded into group sums after the
+    pass.  Two passes as Moments: the mean, then squared deviations from the mean
+    rounded to f32; then the normalizing pass with a per-channel scale and shift."""
+
+    def __init__(self, kb, src, ca: int, groups: int):
+        self.kb, self.src, self.ca, self.groups = kb, src, ca, groups
+        self.N, self.C = src.shape[0], src.shape[ca]
+        self.per = self.C // groups
+        # the position dims, outermost in memory first
+        self.pos = sorted((i for i in range(1, len(src.shape)) if i != ca), key=lambda i: -abs(src.strides[i]))
+        self.pshape = [src.shape[i] for i in self.pos]
+        self.S = math.prod(self.pshape)
+        self.count = self.per * self.S
+        par = worth_parallel(self.N * self.C * self.S)
+        self.B = max(1, min(self.S, MAX_CHUNKS // self.N)) if par else 1   # position blocks per batch item
+        self.K = self.N * self.B
+
+    @contextmanager
+    def _sweep(self, per_chunk=None):
+        """A parallel loop over the chunks, each sweeping its positions; yields
+        (chunk, batch index, the index expressions of the position) at each
+        position, channels not set.  ``per_chunk(k)`` runs before the positions
+        and returns a callable run after each FOLD_ROWS of them."""
+        kb, B, S = self.kb, self.B, self.S
+        with kb.for_(self.K, "k", self.K > 1) as raw:
+            k = kb.let(_clamp(_i64(raw), self.K - 1), "k")
+            n = kb.let(k // B, "n")
+            b = kb.let(k - n * B, "b")
+            lo, hi = kb.let(b * S // B, "lo"), kb.let((b + 1) * S // B, "hi")
+            fold = per_chunk(k) if per_chunk else None
+            with kb.for_((hi - lo + (FOLD_ROWS - 1)) // FOLD_ROWS, "u") as u:
+                p0 = kb.let(lo + u * FOLD_ROWS, "p")
+                with kb.for_(ir.call("min", hi, p0 + FOLD_ROWS), "p", start=p0) as p:
+                    yield k, n, unravel(kb, p, self.pshape)
+                if fold:
+                    fold()
+
+    def _iv(self, n, pv, c) -> list:
+        iv = [None] * len(self.src.shape)
+        iv[0], iv[self.ca] = n, c
+        for i, v in zip(self.pos, pv):
+            iv[i] = v
+        return iv
+
+    def _channel_sums(self, term):
+        """[K, C] f64: per chunk and channel, the sum of ``term(x, n, c)`` (f32)."""
+        kb, C = self.kb, self.C
+        part = kb.alloc((self.K, C), "f64", fill=0, prefix="part")
+        chunk = {}
+
+        def per_chunk(k):
+            chunk["lanes"] = lanes = kb.alloc(C, "f32", fill=0, prefix="lanes")
+
+            def fold():
+                with kb.for_(C, "c") as c:
+                    kb.store(part, (k, c), part[k, c] + ir.f64(lanes[c]))
+                    kb.store(lanes, c, ir.const(0.0, "f32"))
+            return fold
+
+        with self._sweep(per_chunk) as (k, n, pv):
+            lanes = chunk["lanes"]
+            with kb.for_(C, "c") as c:
+                kb.store(lanes, c, lanes[c] + term(self.src.load_nd(self._iv(n, pv, c)), n, c))
+        return part
+
+    @contextmanager
+    def _each_group(self, part, total):
+        """A loop over (batch item, group) setting ``total`` to the group's sum of ``part``;
+        yields (n, g)."""
+        kb, B, per = self.kb, self.B, self.per
+        with kb.for_(self.N, "n") as n, kb.for_(self.groups, "g") as g:
+            kb.assign(total, ir.const(0.0))
+            with kb.for_(B, "b") as b, kb.for_(per, "j") as j:
+                kb.assign(total, total + part[n * B + b, g * per + j])
+            yield n, g
+
+    def emit(self, op, dst, gamma, beta, stat_outs):
+        kb, C, per = self.kb, self.C, self.per
+        mean = kb.alloc(self.N * self.groups, "f64", prefix="mean")
+        mc = kb.alloc(self.N * C, "f32", prefix="mc")        # each channel's group mean, rounded to f32
+        total = kb.var(ir.const(0.0), "tot")
+        part = self._channel_sums(lambda x, n, c: x)
+        with self._each_group(part, total) as (n, g):
+            m = kb.let(total / self.count, "m")
+            kb.store(mean, n * self.groups + g, m)
+            with kb.for_(per, "j") as j:
+                kb.store(mc, n * C + g * per + j, ir.f32(m))
+
+        def sq(x, n, c):
+            d = kb.let(x - mc[n * C + c], "d")
+            return d * d
+        part = self._channel_sums(sq)
+        scale, shift = kb.alloc(self.N * C, "f32", prefix="scale"), kb.alloc(self.N * C, "f32", prefix="shift")
+        with self._each_group(part, total) as (n, g):
+            m = kb.let(mean[n * self.groups + g], "m")
+            m32 = kb.let(ir.f64(ir.f32(m)), "m32")
+            var = kb.let(total / self.count - (m - m32) ** 2, "var")
+            inv = kb.let(ir.f64(ir.f32(inv_std(var, op.attr("epsilon")))), "inv")
+            sh = kb.let(ir.f64(ir.f32((m32 - m) * inv)), "sh")
+            for out, v in zip(stat_outs, (m, var)):
+                kb.emit(out.store_nd([n, g], v))
+            with kb.for_(per, "j") as j:
+                c = kb.let(g * per + j, "c")
+                a, b = inv, sh
+                if gamma is not None:
+                    gm = kb.let(ir.f64(gamma.load_nd([c])), "gm")
+                    a, b = inv * gm, sh * gm + ir.f64(beta.load_nd([c]))
+                kb.store(scale, n * C + c, ir.f32(a))
+                kb.store(shift, n * C + c, ir.f32(b))
+        with self._sweep() as (k, n, pv), kb.for_(C, "c") as c:
+            iv, at = self._iv(n, pv, c), n * C + c
+            kb.emit(dst.store_nd(iv, (self.src.load_nd(iv) - mc[at]) * scale[at] + shift[at]))
 
 
 # ---------------------------------------------------------------------- RMSNorm

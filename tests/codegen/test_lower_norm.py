@@ -7,6 +7,7 @@ ranks 2 to 5, non-dense strides, shapes large enough for each threading mode
 import pytest
 
 import graphc
+from graphc.builder import GraphBuilder
 from support import channels, check_compiled, corpus_files, one_op, strides
 
 EPS = {"epsilon": 0.0625}
@@ -242,3 +243,46 @@ def test_rms_norm_strided():
 @pytest.mark.parametrize("path", corpus_files(["rmsnorm"]), ids=lambda p: p.stem)
 def test_rms_norm_corpus(path, corpus):
     check_compiled(graphc.load_graph(path))
+
+
+# GroupNorm with channels innermost in memory (channels-last src): per-channel sums
+# over all C channels as the lane, folded into group sums; groups 1, some and C,
+# big enough for parallel chunks and for sums folded into f64 every FOLD_ROWS positions
+@pytest.mark.parametrize("shape,groups,fmt,affine,stats", [
+    ([2, 64, 12, 12], 32, "NCX", True, True), ([2, 64, 12, 12], 1, "NCX", False, True),
+    ([2, 64, 12, 12], 64, "NCX", True, False), ([1, 16, 20, 20], 4, "NCX", False, False),
+    ([3, 8, 5], 2, "NCX", True, True), ([2, 7, 8, 9], 3, "NXC", True, True)])
+@pytest.mark.parametrize("dt", [("f32", "f32"), ("bf16", "f32"), ("bf16", "bf16"), ("f16", "f32")], ids="-".join)
+def test_group_norm_channels_last(shape, groups, fmt, affine, stats, dt):
+    order = [0] + list(range(2, len(shape))) + [1] if fmt == "NCX" else list(range(len(shape)))
+    check_compiled(group_norm(shape, groups, fmt, dt, affine=affine, stats=stats, src_strides=strides(shape, order)))
+
+
+def test_group_norm_channels_last_padded():
+    shape = [2, 32, 9, 11]
+    check_compiled(group_norm(shape, 8, "NCX", src_strides=strides(shape, [0, 3, 2, 1], pad=2)))
+
+
+@pytest.mark.parametrize("shape,groups", [([1, 32, 96, 96], 8), ([2, 320, 24, 24], 32)])
+def test_group_norm_channels_last_parallel(shape, groups):
+    """Chunks of positions in parallel (one batch item: 64 chunks of 144 positions, sums
+    folded into f64 inside a chunk); the per-channel sums in the kernel, no group lane."""
+    g = group_norm(shape, groups, src_strides=strides(shape, [0, 2, 3, 1]))
+    check_compiled(g, parallel=True)
+    src = graphc.compile(g).source
+    assert "part" in src and "lanes" in src
+
+
+def test_group_norm_channels_last_fused():
+    """A Swish epilogue after a channels-last GroupNorm: one kernel, the per-channel
+    sums, stores through the fused ref."""
+    shape = [2, 16, 6, 5]
+    b = GraphBuilder()
+    x = b.tensor("f32", shape, strides(shape, [0, 2, 3, 1]))
+    n = b.op("GroupNorm", [x, b.tensor("f32", [16]), b.tensor("f32", [16])], out=[("f32", shape)],
+             attrs={**EPS, "groups": 4, "keep_stats": False, "data_format": "NCX"})[0]
+    b.op("Multiply", [n, b.op("Sigmoid", [n])[0]])
+    g = b.finalize()
+    check_compiled(g)
+    cg = graphc.compile(g)
+    assert len(cg.compiled) == 1 and "lanes" in cg.source
