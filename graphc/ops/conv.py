@@ -692,11 +692,12 @@ def _integer_operands(op, kb, v, x):
     oneDNN's s32 accumulator sums them; returns (the K run that stays exact,
     the scale of dst channel c), or None."""
     from ..codegen.conv import Data, Weights
-    from .quant import exact_chunk, factored
-    fx, fw = factored(kb, v[x].ref), factored(kb, v["weights"].ref)
+    from .quant import exact_chunk, integer_operands
     w = v["weights"]
-    if fx is None or fw is None or fx.axis is not None or fw.axis not in (None, w.axes[0]) or w.io_grouped:
+    pair = None if w.io_grouped else integer_operands(kb, v[x].ref, w.ref, w.axes[0])
+    if pair is None:
         return None
+    fx, fw = pair
     v[x] = Data(fx.ints, v[x].nxc)
     v["weights"] = Weights(fw.ints, w.axes, w.groups, w.swapped, w.io_grouped)
     return exact_chunk(fx, fw), lambda c: fx.scale(None) * fw.scale(c)

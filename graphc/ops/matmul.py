@@ -16,7 +16,7 @@ from ..codegen.blas_import import int8_gemm
 from ..codegen.gemm import S32_LIMIT, Matrix, emit_gemm, emit_int8_gemm, fpmath_rounding
 from ..codegen.loops import aligned, linear
 from ..types import DataType
-from .quant import exact_chunk, factored
+from .quant import exact_chunk, integer_operands
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, dims_equal
 
 ACCUMULATION_MODES = ("strict", "relaxed", "any", "f32", "s32", "f16")
@@ -83,18 +83,6 @@ class MatMul(OpSchema):
         lower_matmul(op, kb, dict(zip(op.input_names, ins)), outs[0])
 
 
-def _integer_operands(kb, src, w, tb):
-    """(src, weights) as graphc.ops.quant.Factored operands when both are static
-    s8/u8 Dequantizes computed in the kernel, src per tensor and the weights per
-    tensor or per output channel (the scales then factor out of the sum), else None."""
-    fa, fb = factored(kb, src), factored(kb, w)
-    if fa is None or fb is None or fa.axis is not None or w.lt.ndim < 2:
-        return None
-    if fb.axis is not None and fb.axis != w.lt.ndim - (2 if tb else 1):
-        return None
-    return fa, fb
-
-
 def lower_matmul(op, kb, ins, dst):
     src, w, bias = ins["src"], ins["weights"], ins.get("bias")
     ta = op.attr("transpose_a") and src.lt.ndim > 1
@@ -102,7 +90,7 @@ def lower_matmul(op, kb, ins, dst):
     nb = len(dst.shape) - (src.lt.ndim > 1) - (w.lt.ndim > 1)
     batch = tuple(dst.shape[:nb])
     rounding = fpmath_rounding(op)
-    ints = _integer_operands(kb, src, w, tb)
+    ints = integer_operands(kb, src, w, w.lt.ndim - (2 if tb else 1)) if w.lt.ndim > 1 else None
     exact_k = None
     u8s8 = ints is not None and int8_gemm() and S32_LIMIT > ints[0].bound * ints[1].bound * w.lt.shape[-1 if tb else -2]
     if u8s8:

@@ -488,6 +488,17 @@ def factored(kb, ref) -> Factored | None:
     return Factored(kb, op, values)
 
 
+def integer_operands(kb, src, weights, out_axis: int):
+    """(src, weights) as :class:`Factored` operands of an integer GEMM: both static
+    s8/u8 Dequantizes computed in the kernel, src per tensor and the weights per
+    tensor or along ``out_axis`` (their dim that becomes dst's channel), so that
+    the scales factor out of the sums; else None."""
+    fa, fb = factored(kb, src), factored(kb, weights)
+    if fa is None or fb is None or fa.axis is not None or fb.axis not in (None, out_axis):
+        return None
+    return fa, fb
+
+
 def exact_chunk(a: Factored, b: Factored) -> int:
     """The longest run of K whose sum of products of ``a`` and ``b`` integers stays
     exact in an f32 GEMM (every partial sum at most 2^24 in magnitude)."""
