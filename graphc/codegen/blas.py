@@ -82,6 +82,18 @@ def _arrays(dtype, *arrs) -> bool:
     return all(isinstance(a, types.Array) and a.dtype == dtype and a.ndim == 1 for a in arrs)
 
 
+def _sizes(context, builder, args, sig_args):
+    """(i32(i), flag(i)): argument i as MKL's 32-bit int, and as a CBLAS_TRANSPOSE
+    (nonzero: transposed)."""
+    def i32(i):
+        return context.cast(builder, args[i], sig_args[i], types.int32)
+
+    def flag(i):
+        is_t = builder.icmp_signed("!=", i32(i), llir.Constant(_I32, 0))
+        return builder.select(is_t, llir.Constant(_I32, _TRANS), llir.Constant(_I32, _NO_TRANS))
+    return i32, flag
+
+
 def _cblas(symbol: str, operand):
     """An intrinsic calling MKL's row-major ``C = op(A) op(B) + beta C`` through
     ``symbol`` (cblas_sgemm's argument list, 32-bit sizes: MKL's LP64
@@ -98,13 +110,7 @@ def _cblas(symbol: str, operand):
             fnty = llir.FunctionType(llir.VoidType(), [_I32, _I32, _I32, _I32, _I32, _I32, _F32, _VOIDP, _I32,
                                                        _VOIDP, _I32, _F32, _VOIDP, _I32])
             fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
-
-            def i32(i):
-                return context.cast(builder, args[i], sa[i], types.int32)
-
-            def flag(i):
-                is_t = builder.icmp_signed("!=", i32(i), llir.Constant(_I32, 0))
-                return builder.select(is_t, llir.Constant(_I32, _TRANS), llir.Constant(_I32, _NO_TRANS))
+            i32, flag = _sizes(context, builder, args, sa)
             builder.call(fn, [llir.Constant(_I32, _ROW_MAJOR), flag(0), flag(1), i32(2), i32(3), i32(4),
                               llir.Constant(_F32, 1.0), _pointer(context, builder, sa[5], args[5], args[6], sa[6]),
                               i32(7), _pointer(context, builder, sa[8], args[8], args[9], sa[9]), i32(10),
@@ -135,13 +141,7 @@ def _cblas_gemm_u8s8(typingctx, ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c
         fnty = llir.FunctionType(llir.VoidType(), [_I32, _I32, _I32, _I32, _I32, _I32, _I32, _F32, _VOIDP, _I32, i8,
                                                    _VOIDP, _I32, i8, _F32, _VOIDP, _I32, _VOIDP])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "graphc_cblas_gemm_u8s8")
-
-        def i32(i):
-            return context.cast(builder, args[i], sa[i], types.int32)
-
-        def flag(i):
-            is_t = builder.icmp_signed("!=", i32(i), llir.Constant(_I32, 0))
-            return builder.select(is_t, llir.Constant(_I32, _TRANS), llir.Constant(_I32, _NO_TRANS))
+        i32, flag = _sizes(context, builder, args, sa)
         zero_c = cgutils.alloca_once_value(builder, llir.Constant(_I32, 0))
         builder.call(fn, [llir.Constant(_I32, _ROW_MAJOR), flag(0), flag(1), llir.Constant(_I32, _FIX_OFFSET),
                           i32(2), i32(3), i32(4), llir.Constant(_F32, 1.0),
