@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
+
+from children import load_average, run_child
 
 
 def best_per_call(fn, calls: int, rounds: int = 7) -> float:
@@ -65,16 +65,11 @@ def main():
     if args.child:
         print(json.dumps(child(args.child, args.calls)))
         return
-    with open("/proc/loadavg") as f:
-        print(f"load average before: {f.read().split()[0]}")
+    print(f"load average before: {load_average()}")
     print("| call | us per call |")
     print("|---|---|")
     for who in CONTENDERS:
-        p = subprocess.run([sys.executable, __file__, "--child", who, "--calls", str(args.calls)],
-                           capture_output=True, text=True)
-        if p.returncode:
-            raise SystemExit(f"{who} failed:\n{p.stderr}")
-        print(f"| {who} | {json.loads(p.stdout.strip().splitlines()[-1]) * 1e6:.2f} |")
+        print(f"| {who} | {run_child(__file__, '--child', who, '--calls', str(args.calls)) * 1e6:.2f} |")
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
+
+from children import load_average, run_child
 
 B, S, H, D = 4, 512, 16, 64
 
@@ -80,15 +80,8 @@ def main():
     if args.child:
         print(json.dumps(child(args.child, args.repeat)))
         return
-    with open("/proc/loadavg") as f:
-        print(f"load average before: {f.read().split()[0]}")
-    res = {}
-    for case in CASES:
-        p = subprocess.run([sys.executable, __file__, "--child", case, "--repeat", str(args.repeat)],
-                           capture_output=True, text=True)
-        if p.returncode:
-            raise SystemExit(f"{case} failed:\n{p.stderr}")
-        res[case] = json.loads(p.stdout.strip().splitlines()[-1])
+    print(f"load average before: {load_average()}")
+    res = {case: run_child(__file__, "--child", case, "--repeat", str(args.repeat)) for case in CASES}
     print("| case | graphc (ms) | bytes moved |")
     print("|---|---|---|")
     for case, r in res.items():

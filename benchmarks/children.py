@@ -1,0 +1,23 @@
+"""Each contender in a process of its own: numba's and torch's thread pools starve
+each other in one process, so a benchmark script runs itself again per case
+(``--child ...``) and reads the JSON value the child prints last."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def run_child(script: str, *args: str):
+    """The JSON value on the last line ``python script *args`` prints; exits with
+    the child's stderr when it fails."""
+    p = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"{' '.join(args)} failed:\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def load_average() -> str:
+    """This machine's 1-minute load average, as /proc/loadavg holds it."""
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
