@@ -99,12 +99,16 @@ def bf16_to_f32(h):
 
 @njit(**_JIT)
 def f32_to_bf16(f):
+    # Round to nearest even: add 0x7FFF plus the kept part's lowest bit, keep the top
+    # 16 bits; a NaN keeps its top bits with the quiet bit set (ORed, so it never
+    # carries into the exponent).  Both ways are one select of the value added and of
+    # add/or, which LLVM vectorizes as well as the NaN-free rounding (a branch to a
+    # separate NaN return made a 4096x1024 bf16 SoftMax 25% slower).  Checked equal
+    # to the branchy form on all 2^32 inputs.
     u = _bitcast_f32_u32(np.float32(f))
-    if (u & np.uint32(0x7F800000)) == np.uint32(0x7F800000) and (u & np.uint32(0x007FFFFF)) != 0:
-        return np.uint16((u >> np.uint32(16)) | np.uint32(0x40))  # quiet NaN
-    lsb = (u >> np.uint32(16)) & np.uint32(1)
-    u = u + np.uint32(0x7FFF) + lsb
-    return np.uint16(u >> np.uint32(16))
+    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    bias = np.uint32(0x400000) if nan else np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
+    return np.uint16(((u | bias) if nan else (u + bias)) >> np.uint32(16))
 
 
 # ---------------------------------------------------------------------- f16
