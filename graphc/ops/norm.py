@@ -648,8 +648,8 @@ class _ChannelsLast:
                 yield iv, c
 
     def _moments(self, k, n, lo, hi):
-        """Chunk ``k``'s position count and each channel's running mean and M2 (rows
-        ``k`` of ``self.mean`` and ``self.m2``, zero before)."""
+        """Chunk ``k``'s position count and each channel's running mean and M2 (at
+        k * C + channel in ``self.mean`` and ``self.m2``, zero before)."""
         kb, C, src, mean, m2 = self.kb, self.C, self.src, self.mean, self.m2
         kb.store(self.cnt, k, ir.f64(hi - lo))
         shift, s1, s2 = (kb.alloc(C, "f32", fill=0, prefix=p) for p in ("shift", "dsum", "dsq"))
@@ -665,15 +665,17 @@ class _ChannelsLast:
                 d = kb.let(src.load_nd(iv) - shift[c], "d")
                 kb.store(s1, c, s1[c] + d)
                 kb.store(s2, c, s2[c] + d * d)
-            # Chan: the block (nb positions) joins the na before it
+            # Chan: the block (nb positions) joins the na before it (no division per channel)
             nb, na = kb.let(ir.f64(p1 - p0), "nb"), kb.let(ir.f64(p0 - lo), "na")
-            w = kb.let(nb / (na + nb), "w")
+            w, rnb = kb.let(nb / (na + nb), "w"), kb.let(1.0 / nb, "rnb")
+            cross = kb.let(na * w, "cw")
             with kb.for_(C, "c") as c:
-                t, ma = kb.let(ir.f64(s1[c]), "t"), kb.let(mean[k, c], "ma")
-                delta = kb.let(ir.f64(shift[c]) + t / nb - ma, "dl")
+                at = kb.let(k * C + c, "at")
+                t, ma = kb.let(ir.f64(s1[c]), "t"), kb.let(mean[at], "ma")
+                delta = kb.let(ir.f64(shift[c]) + t * rnb - ma, "dl")
                 mk = kb.let(ma + delta * w, "mk")
-                kb.store(mean, (k, c), mk)
-                kb.store(m2, (k, c), m2[k, c] + (ir.f64(s2[c]) - t * t / nb) + delta * delta * na * w)
+                kb.store(mean, at, mk)
+                kb.store(m2, at, m2[at] + (ir.f64(s2[c]) - t * t * rnb) + delta * delta * cross)
                 kb.store(shift, c, ir.f32(mk))
                 kb.store(s1, c, ir.const(0.0, "f32"))
                 kb.store(s2, c, ir.const(0.0, "f32"))
@@ -686,13 +688,13 @@ class _ChannelsLast:
         chm, chq = self.chm, self.chq
         with kb.for_(B, "b") as b, kb.for_(C, "c") as c:
             k = kb.let(n * B + b, "k")
-            kb.store(chm, n * C + c, chm[n * C + c] + self.cnt[k] * self.mean[k, c])
+            kb.store(chm, n * C + c, chm[n * C + c] + self.cnt[k] * self.mean[k * C + c])
         with kb.for_(C, "c") as c:
             kb.store(chm, n * C + c, chm[n * C + c] / S)
         with kb.for_(B, "b") as b, kb.for_(C, "c") as c:
             k, at = kb.let(n * B + b, "k"), kb.let(n * C + c, "at")
-            dm = kb.let(self.mean[k, c] - chm[at], "dm")
-            kb.store(chq, at, chq[at] + self.m2[k, c] + self.cnt[k] * dm * dm)
+            dm = kb.let(self.mean[k * C + c] - chm[at], "dm")
+            kb.store(chq, at, chq[at] + self.m2[k * C + c] + self.cnt[k] * dm * dm)
         with kb.for_(self.groups, "g") as g:
             tot = kb.var(ir.const(0.0), "tot")
             with kb.for_(per, "j") as j:
@@ -724,7 +726,7 @@ class _ChannelsLast:
         kb, C, N, K = self.kb, self.C, self.N, self.K
         # per chunk: positions; per chunk and channel: running mean and M2
         self.cnt = kb.alloc(K, "f64", prefix="cnt")
-        self.mean, self.m2 = (kb.alloc((K, C), "f64", fill=0, prefix=p) for p in ("mean", "m2"))
+        self.mean, self.m2 = (kb.alloc(K * C, "f64", fill=0, prefix=p) for p in ("mean", "m2"))
         # per batch item and channel: mean and M2 over the positions (f64); the group
         # mean rounded to f32, scale and shift (f32)
         self.chm, self.chq = (kb.alloc(N * C, "f64", fill=0, prefix=p) for p in ("chm", "chq"))
