@@ -309,14 +309,26 @@ def offset_inputs(g, shape, seed=0):
     return inputs
 
 
-@pytest.mark.parametrize("shape,groups,affine,stats", [
-    ([2, 64, 12, 12], 8, True, True), ([1, 32, 96, 96], 1, False, True), ([3, 48, 40, 40], 48, True, False),
-    ([2, 8, 5, 3], 2, False, False), ([4, 320, 4, 4], 32, True, True)])
-@pytest.mark.parametrize("dt", [("f32", "f32"), ("bf16", "f32"), ("bf16", "bf16"), ("f16", "f32")], ids="-".join)
-def test_group_norm_channels_last_offset(shape, groups, affine, stats, dt):
+def group_norm_offset(shape, groups, dt=("f32", "f32"), affine=True, stats=True, parallel=False):
     order = [0] + list(range(2, len(shape))) + [1]
     g = group_norm(shape, groups, "NCX", dt, affine=affine, stats=stats, src_strides=strides(shape, order))
-    check_compiled(g, offset_inputs(g, shape))
+    check_compiled(g, offset_inputs(g, shape), parallel=parallel)
+
+
+@pytest.mark.parametrize("shape,groups,affine,stats,parallel", [
+    ([2, 64, 12, 12], 8, True, True, False), ([1, 32, 96, 96], 1, False, True, True),
+    ([3, 48, 10, 10], 48, True, False, False), ([2, 8, 5, 3], 2, False, False, False),
+    ([4, 320, 4, 4], 32, True, True, False)])
+@pytest.mark.parametrize("dt", [("f32", "f32"), ("bf16", "f32"), ("bf16", "bf16"), ("f16", "f32")], ids="-".join)
+def test_group_norm_channels_last_offset(shape, groups, affine, stats, parallel, dt):
+    """Serial (whole batch items) and parallel (position chunks of one batch item)."""
+    group_norm_offset(shape, groups, dt, affine, stats, parallel)
+
+
+@pytest.mark.parametrize("shape,groups", [([3, 64, 40, 40], 64), ([4, 32, 48, 48], 4)])
+def test_group_norm_channels_last_offset_parallel(shape, groups):
+    """Parallel: position chunks of three batch items (an odd count), whole batch items (four)."""
+    group_norm_offset(shape, groups, parallel=True)
 
 
 @pytest.mark.parametrize("shape", [[2, 320, 48, 48], [1, 320, 48, 48]])
