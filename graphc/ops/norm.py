@@ -589,17 +589,17 @@ class _ChannelsLast:
     positions (the dims but batch and channel) in memory order with the C
     channels as the vector lane.  Chunks of positions (of one batch item each)
     run in parallel.  One read of ``src`` gives both moments: per chunk and
-    channel, blocks of FOLD_ROWS positions sum ``x - shift`` and its square in
-    f32 lanes (``shift``: the f32 mean so far, at first of a few leading
-    positions), each block folded in f64 into the chunk's running mean and M2
-    (Chan's formula); after the chunks, each group's mean and variance combine
+    channel, blocks of FOLD_ROWS positions sum ``x - pivot`` and its square in
+    f32 lanes (``pivot``: the chunk's running mean rounded to f32; for its first
+    block, the mean of LEAD leading positions), each block folded in f64 into
+    the chunk's running mean and M2 (Chan's formula); after the chunks, each group's mean and variance combine
     its chunks per channel, then its channels, the same way (in f64).  Then the
     normalizing pass with a per-channel scale and shift.  When the batch items
     alone keep the threads equally busy (or the kernel is serial), a chunk is a
     whole batch item and runs all of it in one loop, its normalizing pass
     sweeping the positions backward (what the statistics read last is in cache)."""
 
-    #: positions whose mean is the first block's shift
+    #: positions whose mean is the first block's pivot
     LEAD = 4
 
     def __init__(self, kb, src, ca: int, groups: int):
@@ -652,17 +652,17 @@ class _ChannelsLast:
         k * C + channel in ``self.mean`` and ``self.m2``, zero before)."""
         kb, C, src, mean, m2 = self.kb, self.C, self.src, self.mean, self.m2
         kb.store(self.cnt, k, ir.f64(hi - lo))
-        shift, s1, s2 = (kb.alloc(C, "f32", fill=0, prefix=p) for p in ("shift", "dsum", "dsq"))
+        pivot, s1, s2 = (kb.alloc(C, "f32", fill=0, prefix=p) for p in ("pivot", "dsum", "dsq"))
         lead = kb.let(_min(hi, lo + self.LEAD), "lead")
         with self._positions(n, lo, lead) as (iv, c):
-            kb.store(shift, c, shift[c] + src.load_nd(iv))
+            kb.store(pivot, c, pivot[c] + src.load_nd(iv))
         with kb.for_(C, "c") as c:
-            kb.store(shift, c, shift[c] / ir.f32(lead - lo))
+            kb.store(pivot, c, pivot[c] / ir.f32(lead - lo))
         with kb.for_((hi - lo + (FOLD_ROWS - 1)) // FOLD_ROWS, "u") as u:
             p0 = kb.let(lo + u * FOLD_ROWS, "p")
             p1 = kb.let(_min(hi, p0 + FOLD_ROWS), "p")
             with self._positions(n, p0, p1) as (iv, c):
-                d = kb.let(src.load_nd(iv) - shift[c], "d")
+                d = kb.let(src.load_nd(iv) - pivot[c], "d")
                 kb.store(s1, c, s1[c] + d)
                 kb.store(s2, c, s2[c] + d * d)
             # Chan: the block (nb positions) joins the na before it (no division per channel)
@@ -672,11 +672,11 @@ class _ChannelsLast:
             with kb.for_(C, "c") as c:
                 at = kb.let(k * C + c, "at")
                 t, ma = kb.let(ir.f64(s1[c]), "t"), kb.let(mean[at], "ma")
-                delta = kb.let(ir.f64(shift[c]) + t * rnb - ma, "dl")
+                delta = kb.let(ir.f64(pivot[c]) + t * rnb - ma, "dl")
                 mk = kb.let(ma + delta * w, "mk")
                 kb.store(mean, at, mk)
                 kb.store(m2, at, m2[at] + (ir.f64(s2[c]) - t * t * rnb) + delta * delta * cross)
-                kb.store(shift, c, ir.f32(mk))
+                kb.store(pivot, c, ir.f32(mk))
                 kb.store(s1, c, ir.const(0.0, "f32"))
                 kb.store(s2, c, ir.const(0.0, "f32"))
 
