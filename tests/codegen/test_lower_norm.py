@@ -266,11 +266,12 @@ def test_group_norm_channels_last_padded():
 @pytest.mark.parametrize("shape,groups", [([1, 32, 96, 96], 8), ([2, 320, 24, 24], 32)])
 def test_group_norm_channels_last_parallel(shape, groups):
     """Chunks of positions in parallel (one batch item: 64 chunks of 144 positions, sums
-    folded into f64 inside a chunk); the per-channel sums in the kernel, no group lane."""
+    folded into f64 inside a chunk; two batch items: one each); the per-channel sums of
+    deviations and their squares in the kernel, no group lane."""
     g = group_norm(shape, groups, src_strides=strides(shape, [0, 2, 3, 1]))
     check_compiled(g, parallel=True)
     src = graphc.compile(g).source
-    assert "part" in src and "lanes" in src
+    assert "dsum" in src and "dsq" in src
 
 
 def test_group_norm_channels_last_fused():
@@ -285,4 +286,57 @@ def test_group_norm_channels_last_fused():
     g = b.finalize()
     check_compiled(g)
     cg = graphc.compile(g)
-    assert len(cg.compiled) == 1 and "lanes" in cg.source
+    assert len(cg.compiled) == 1 and "dsq" in cg.source
+
+
+# GroupNorm channels-last, both moments from one read of src (per-chunk shifted sums
+# combined by Chan's formula): data far from zero (a common offset of 1000, channel
+# offsets, a ramp over the positions) against the reference; whole batch items per
+# thread (N even) and chunks of positions (N = 1, 3), serial and parallel sizes
+import numpy as np  # noqa: E402
+from graphc.fill import make_inputs  # noqa: E402
+
+
+def offset_inputs(g, shape, seed=0):
+    """make_inputs of ``g`` with src (NCX shape) = 1000 + 0.5 c + a ramp over the positions + N(0, 1)."""
+    inputs = make_inputs(g, seed)
+    tid = g.input_ports[0]
+    rng = np.random.default_rng(seed)
+    n, c, rest = shape[0], shape[1], shape[2:]
+    ramp = np.linspace(-3, 3, int(np.prod(rest))).reshape(rest)
+    x = 1000 + 0.5 * np.arange(c).reshape([1, c] + [1] * len(rest)) + ramp + rng.standard_normal(shape)
+    inputs[tid] = x.astype(inputs[tid].dtype)
+    return inputs
+
+
+def group_norm_offset(shape, groups, dt=("f32", "f32"), affine=True, stats=True, parallel=False):
+    order = [0] + list(range(2, len(shape))) + [1]
+    g = group_norm(shape, groups, "NCX", dt, affine=affine, stats=stats, src_strides=strides(shape, order))
+    check_compiled(g, offset_inputs(g, shape), parallel=parallel)
+
+
+@pytest.mark.parametrize("shape,groups,affine,stats,parallel", [
+    ([2, 64, 12, 12], 8, True, True, False), ([1, 32, 96, 96], 1, False, True, True),
+    ([3, 48, 10, 10], 48, True, False, False), ([2, 8, 5, 3], 2, False, False, False),
+    ([4, 320, 4, 4], 32, True, True, False)])
+@pytest.mark.parametrize("dt", [("f32", "f32"), ("bf16", "f32"), ("bf16", "bf16"), ("f16", "f32")], ids="-".join)
+def test_group_norm_channels_last_offset(shape, groups, affine, stats, parallel, dt):
+    """Serial (whole batch items) and parallel (position chunks of one batch item)."""
+    group_norm_offset(shape, groups, dt, affine, stats, parallel)
+
+
+@pytest.mark.parametrize("shape,groups", [([3, 64, 40, 40], 64), ([4, 32, 48, 48], 4)])
+def test_group_norm_channels_last_offset_parallel(shape, groups):
+    """Parallel: position chunks of three batch items (an odd count), whole batch items (four)."""
+    group_norm_offset(shape, groups, parallel=True)
+
+
+@pytest.mark.parametrize("shape", [[2, 320, 48, 48], [1, 320, 48, 48]])
+def test_group_norm_channels_last_corpus_shape(shape):
+    """The corpus case's shape, channels-last src and dst, plain and offset data (whole
+    batch items per thread, or position chunks of one)."""
+    st = strides(shape, [0, 2, 3, 1])
+    g = one_op("GroupNorm", [("f32", shape, st), ("f32", [320]), ("f32", [320])], [("f32", shape, st)],
+               {"epsilon": 1e-5, "groups": 32, "data_format": "NCX", "keep_stats": False})
+    check_compiled(g, parallel=True)
+    check_compiled(g, offset_inputs(g, shape, seed=1))
