@@ -58,12 +58,7 @@ class _Printer:
         if op == "type":
             return a[0]
         if op == "load":
-            idx = a[1]
-            if isinstance(idx, tuple):
-                inner = ", ".join(self.expr(i) for i in idx)
-            else:
-                inner = self.expr(idx)
-            return f"{self.expr(a[0], 12)}[{inner}]"
+            return self.target(*a)
         if op == "call":
             return f"{a[0]}({', '.join(self._arg(x) for x in a[1])})"
         if op == "cast":
@@ -96,6 +91,11 @@ class _Printer:
             c, x, y = a
             return f"({self.expr(x, 1)} if {self.expr(c, 1)} else {self.expr(y, 1)})"
         raise ValueError(f"unknown IR node {op}")
+
+    def target(self, buf: Expr, idx) -> str:
+        """``buf[idx]`` as an element (to store to, or read where no temporary holds it)."""
+        inner = ", ".join(self.expr(i) for i in idx) if isinstance(idx, tuple) else self.expr(idx)
+        return f"{self.expr(buf, 12)}[{inner}]"
 
     def _arg(self, x) -> str:
         if isinstance(x, tuple):
@@ -255,7 +255,8 @@ class BlockPrinter:
             else:
                 out.append(f"{pad}{tgt} = {pr.expr(v)}")
         elif isinstance(s, Store):
-            target = pr.expr(Expr("load", (s.buf, s.idx), "f64"))
+            # the element itself, never a temporary holding its value (its index may use one)
+            target = pr.target(s.buf, s.idx)
             v = s.value
             cur = Expr("load", (s.buf, s.idx), v.dt)
             if v.op == "bin" and v.args[0] in ("+", "-") and _same_load(v.args[1], s) and cur not in pr.bound:

@@ -135,3 +135,13 @@ def test_graph_text_never_enters_source():
     b.op("Sigmoid", [t], name="evil\nimport os")
     cg = graphc.compile(b.finalize())
     assert "pwned" not in cg.source and "evil" not in cg.source
+
+
+def test_store_to_an_element_read_twice_is_kept():
+    # b[0] is read twice (a temporary), then stored: the store writes b[0], not the temporary
+    buf = ir.array("b", "f64")
+    zero = ir.const(0)
+    body = [ir.Store(buf, zero, buf[zero] * buf[zero] + 1.0), ir.Return(buf[zero])]
+    b = np.array([3.0])
+    got, src = _run(body, (b,), ["b"])
+    assert b[0] == 10.0 and got == 10.0, src
