@@ -44,7 +44,7 @@ import numba
 
 from . import ir
 from .elementwise import aligned_strides, collapse, emit_elementwise
-from .fastmath import sum_helper, use_helper
+from .fastmath import loop_sum_helper, sum_helper, use_helper
 from .kernel import ArrayRef, KernelBuilder, worth_parallel
 from .loops import linear, unravel
 from ..types import DataType
@@ -109,6 +109,18 @@ def _min(*xs) -> ir.Expr:
 
 def _clamp(v, hi: int) -> ir.Expr:
     return _min(ir.call("max", v, 0), hi)
+
+
+def _lets_read(lets, term) -> list:
+    """The statements among ``lets`` (Let statements in order) whose names ``term``
+    reads, directly or through later ones."""
+    need = {e.args[0] for e in ir.walk(term) if e.op == "var"}
+    out = []
+    for s in reversed(lets):
+        if s.target.args[0] in need:
+            out.append(s)
+            need |= {e.args[0] for e in ir.walk(s.value) if e.op == "var"}
+    return out[::-1]
 
 
 @dataclass
@@ -212,6 +224,9 @@ class Acc:
         # with f64 stores), made f64 by the first f64 term (see add)
         self.terms = ir.array(fresh("vb"), "f32")
         self.terms_lets: list[ir.Let] = []
+        #: a looped pass's term (see Nest._looped_pass), recorded by add
+        self.term: ir.Expr | None = None
+        self.recording = False
         if nest.mode == "rows":
             sdt = "f64"
         else:
@@ -224,13 +239,21 @@ class Acc:
         return not self.nest.lane_kept and self.nest.R == 1
 
     @property
+    def looped(self) -> bool:
+        """A direct sum over a lane shorter than SHORT_LANE, in groups mode: its
+        pass may run as a reassociating helper over the lane (Nest._looped_pass)."""
+        n = self.nest
+        return self.direct and self.kind == "sum" and n.L < SHORT_LANE and n.mode == "groups"
+
+    @property
     def buffered(self) -> bool:
         """A direct sum: its terms go to a buffer that fsum adds up after the pass;
         unless declared short_scalar with a lane shorter than SHORT_LANE, then
         added to an f64 scalar as the pass goes (the buffer's loops cost more
         than they save for a pass computing one short sum; a pass computing
         several, e.g. LayerNormBackward's, is faster through buffers)."""
-        return self.direct and self.kind == "sum" and not (self.short_scalar and self.nest.L < SHORT_LANE)
+        return (self.direct and self.kind == "sum" and not self.looped
+                and not (self.short_scalar and self.nest.L < SHORT_LANE))
 
     @property
     def local_value(self) -> ir.Expr:
@@ -252,18 +275,26 @@ class Acc:
     def add(self, expr: ir.Expr) -> None:
         """Accumulate ``expr`` (the current element's term) in a pass."""
         kb, lv = self.nest.kb, self.nest.lv
-        if self.buffered:
-            if expr.dt != "f32" and self.terms.dt != "arr:f64":
-                self.terms = ir.array(self.terms.args[0], "f64")
-                for stmt in self.terms_lets:
-                    stmt.target, stmt.value = self.terms, ir.call("np.empty", self.nest.L, ir.typename("f64"))
-            kb.store(self.terms, lv, expr)
+        if self.recording:
+            if self.term is not None:
+                raise ValueError("a looped pass adds one term per accumulator")
+            self.term = expr
+        elif self.buffered:
+            self.buffer(expr)
         elif self.direct and self.keyed:
             kb.assign(self.local, ir.call("key_max_f32", self.local, ir.f32(expr), dt="int"))
         elif self.direct:
             kb.assign(self.local, combine(self.kind, self.local, self._term(expr)))
         else:
             kb.store(self.lanes, lv, combine(self.kind, self.lanes[lv], self._term(expr)))
+
+    def buffer(self, expr: ir.Expr) -> None:
+        """Store the term in the buffer (made f64 by the first f64 term)."""
+        if expr.dt != "f32" and self.terms.dt != "arr:f64":
+            self.terms = ir.array(self.terms.args[0], "f64")
+            for stmt in self.terms_lets:
+                stmt.target, stmt.value = self.terms, ir.call("np.empty", self.nest.L, ir.typename("f64"))
+        self.nest.kb.store(self.terms, self.nest.lv, expr)
 
     @property
     def folds(self) -> bool:
@@ -473,7 +504,7 @@ class Nest:
     def _alloc(self, accs) -> None:
         kb = self.kb
         for a in accs:
-            if a.buffered:
+            if a.buffered or a.looped:
                 a.terms_lets.append(let_array(kb, a.terms, self.L))
             if not a.direct:
                 let_array(kb, a.lanes, self.L)
@@ -499,11 +530,20 @@ class Nest:
         with self._loop_chunks():
             self._alloc_stats()
             self._alloc(self.accs)
+            if self.short_lane:
+                # the lane loops' bound hidden from LLVM, so that they vectorize (fastmath.hidden_int)
+                self.lane_stop = kb.let(ir.call("hidden_int", self.L, dt="int"), "nl")
             lo, hi = self._chunk(self.G)
             with kb.for_(hi, "g", start=lo) as g:
                 if self.group_dims:
                     self._decompose(g, self.group_dims)
                 yield
+
+    @property
+    def short_lane(self) -> bool:
+        """A reduced lane shorter than SHORT_LANE, alone (no rows), in groups mode."""
+        return not self.lane_kept and self.R == 1 and self.L < SHORT_LANE and self.mode == "groups" \
+            and self.split is None
 
     def _alloc_stats(self) -> None:
         if self.lane_kept:
@@ -524,6 +564,10 @@ class Nest:
         """One sweep over the group's elements, the body innermost (``iv`` valid),
         computing ``accs``."""
         kb = self.kb
+        if self.mode == "groups" and accs and all(a.looped for a in accs) and self.lane_stop.op != "const":
+            yield from self._looped_pass(accs)
+            self._group_results(accs)
+            return
         if self.mode == "groups":
             self._init(accs)
             yield from self._rows(accs, ir.const(0), ir.const(self.R))
@@ -558,6 +602,43 @@ class Nest:
                 kb.assign(a.scalar, a.identity("f64"))
                 with kb.for_var(c, self.chunks), self._lanes():
                     kb.assign(a.scalar, combine(a.kind, a.scalar, a.part[c, self.lv]))
+
+    def _looped_pass(self, accs):
+        """A pass of short direct sums (Acc.looped): its body is recorded, and when it
+        is only lets, each sum is a reassociating helper looping over the lane to
+        the hidden lane bound (fastmath.loop_sum_helper, hidden_int), which LLVM
+        vectorizes into partial sums (a strict f64 running sum is one chain of
+        dependent adds, ~4 cycles a term).  f32 terms sum in f32 partials (fewer
+        than SHORT_LANE <= FOLD_ROWS terms, as the planner's f32 lanes), then f64.
+        Otherwise (the body stores, e.g. SoftMax keeping its exps) the lane loop runs
+        the body and buffers the terms, which such a helper then sums."""
+        kb, body = self.kb, []
+        for a in accs:
+            a.recording, a.term = True, None
+        try:
+            with kb._into_body(body):
+                yield self.iv
+        finally:
+            for a in accs:
+                a.recording = False
+        if all(isinstance(s, ir.Let) for s in body) and all(a.term is not None for a in accs):
+            for a in accs:
+                zero = ir.const(0.0, "f32" if a.term.dt == "f32" else "f64")
+                lets = _lets_read(body, a.term)
+                kb.assign(a.local, ir.f64(loop_sum_helper(kb, self.lane_stop, self.lv, lets, a.term, zero)))
+            return
+        with self._lanes():
+            kb.emit(body)
+            for a in accs:
+                if a.term is not None:
+                    a.buffer(a.term)
+        for a in accs:
+            if a.term is None:
+                kb.assign(a.local, a.identity(a.local.dt))
+                continue
+            dt = a.terms.dt[4:]
+            kb.assign(a.local, ir.f64(loop_sum_helper(kb, self.lane_stop, self.lv, [], a.terms[self.lv],
+                                                      ir.const(0.0, dt))))
 
     def _init(self, accs) -> None:
         kb = self.kb
