@@ -63,8 +63,8 @@ def test_layer_norm_nan_inf_rows(n, stats):
 
 
 def test_layer_norm_short_rows_many_groups():
-    """Enough rows to spread over threads."""
-    g = layer_norm("f32", 28, groups=(40, 300))
+    """Enough rows to spread over threads (in blocks, the last one shorter)."""
+    g = layer_norm("f32", 28, groups=(37, 301))
     check_compiled(g, offset(make_inputs(g), 0, "f32"), parallel=True)
 
 
@@ -100,8 +100,11 @@ def test_layer_norm_backward_nan_inf_rows(affine):
     check_compiled(g, x)
 
 
-def test_layer_norm_backward_short_rows_many_groups():
-    g = layer_norm_backward("f32", 28, False, groups=(40, 300))
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_backward_short_rows_many_groups(affine):
+    """Threads over blocks of rows (a last block shorter), diff_gamma and diff_beta
+    summed over the threads' columns."""
+    g = layer_norm_backward("f32", 28, affine, groups=(37, 301))
     check_compiled(g, backward_inputs(g, "f32", 28), parallel=True)
 
 
