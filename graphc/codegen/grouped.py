@@ -25,7 +25,12 @@ sweeping at most FOLD_ROWS rows per chunk needs no fold).  A sum over
 the lane alone (no rows: LayerNorm or SoftMax along the last dim) stores its
 terms in a buffer (float32 for float32 terms, else float64), which the ``fsum32``
 helper adds up in f32 runs of 1024 terms and those in float64 (``fsum``: float64
-terms in float64), vectorized.
+terms in float64), vectorized.  A short lane alone (under SHORT_LANE, many groups)
+loops to a bound hidden from LLVM (fastmath.hidden_int: a short constant trip count
+is unrolled into scalar code, never vectorized), its pass of sums a reassociating
+helper per sum over the lane (Nest._looped_pass); with ``rows_together`` its
+groups go by blocks of BLOCK_ROWS, each step of a group's computation done for
+the whole block in turn (independent rows between one row's dependent steps).
 Products run in f64; maxima and minima in the lanes' f32.  A direct maximum
 (reduced lane, no rows) runs on int32 keys ordered as the floats are
 (fastmath.key_f32): LLVM vectorizes an integer max reduction, not a float one
@@ -55,9 +60,9 @@ MIN_GROUPS = 16
 MAX_CHUNKS = 64
 #: rows a lane sums in f32 before folding into its f64 total
 FOLD_ROWS = 128
-#: shortest reduced lane whose direct sum declared short_scalar goes through a buffer
-#: and fsum (LayerNorm over rows of 28: a scalar sum 2x faster; over rows of 1024 the
-#: buffer is)
+#: shortest reduced lane whose direct sum goes through a buffer and fsum; shorter ones
+#: (in groups mode) are short lanes (see the module doc), or with few groups, when
+#: declared short_scalar, an f64 scalar sum (over rows of 1024 the buffer is faster)
 SHORT_LANE = 64
 #: groups of short lanes a Nest made with ``rows_together`` runs each step for in turn
 #: (independent rows between the dependent steps of one: LayerNorm over rows of 28
