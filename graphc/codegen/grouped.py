@@ -25,7 +25,12 @@ sweeping at most FOLD_ROWS rows per chunk needs no fold).  A sum over
 the lane alone (no rows: LayerNorm or SoftMax along the last dim) stores its
 terms in a buffer (float32 for float32 terms, else float64), which the ``fsum32``
 helper adds up in f32 runs of 1024 terms and those in float64 (``fsum``: float64
-terms in float64), vectorized.
+terms in float64), vectorized.  A short lane alone (under SHORT_LANE, many groups)
+loops to a bound hidden from LLVM (fastmath.hidden_int: a short constant trip count
+is unrolled into scalar code, never vectorized), its pass of sums a reassociating
+helper per sum over the lane (Nest._looped_pass); with ``rows_together`` its
+groups go by blocks of BLOCK_ROWS, each step of a group's computation done for
+the whole block in turn (independent rows between one row's dependent steps).
 Products run in f64; maxima and minima in the lanes' f32.  A direct maximum
 (reduced lane, no rows) runs on int32 keys ordered as the floats are
 (fastmath.key_f32): LLVM vectorizes an integer max reduction, not a float one
@@ -44,7 +49,7 @@ import numba
 
 from . import ir
 from .elementwise import aligned_strides, collapse, emit_elementwise
-from .fastmath import sum_helper, use_helper
+from .fastmath import loop_sum_helper, sum_helper, use_helper
 from .kernel import ArrayRef, KernelBuilder, worth_parallel
 from .loops import linear, unravel
 from ..types import DataType
@@ -55,10 +60,14 @@ MIN_GROUPS = 16
 MAX_CHUNKS = 64
 #: rows a lane sums in f32 before folding into its f64 total
 FOLD_ROWS = 128
-#: shortest reduced lane whose direct sum declared short_scalar goes through a buffer
-#: and fsum (LayerNorm over rows of 28: a scalar sum 2x faster; over rows of 1024 the
-#: buffer is)
+#: shortest reduced lane whose direct sum goes through a buffer and fsum; shorter ones
+#: (in groups mode) are short lanes (see the module doc), or with few groups, when
+#: declared short_scalar, an f64 scalar sum (over rows of 1024 the buffer is faster)
 SHORT_LANE = 64
+#: groups of short lanes a Nest made with ``rows_together`` runs each step for in turn
+#: (independent rows between the dependent steps of one: LayerNorm over rows of 28
+#: on one core 4.4 -> ~3.5 ms)
+BLOCK_ROWS = 8
 #: longest kept lane held whole in scratch arrays; longer ones are cut in tiles
 MAX_LANES = 4096
 #: lanes of a tile of a long kept lane
@@ -109,6 +118,18 @@ def _min(*xs) -> ir.Expr:
 
 def _clamp(v, hi: int) -> ir.Expr:
     return _min(ir.call("max", v, 0), hi)
+
+
+def _lets_read(lets, term) -> list:
+    """The statements among ``lets`` (Let statements in order) whose names ``term``
+    reads, directly or through later ones."""
+    need = {e.args[0] for e in ir.walk(term) if e.op == "var"}
+    out = []
+    for s in reversed(lets):
+        if s.target.args[0] in need:
+            out.append(s)
+            need |= {e.args[0] for e in ir.walk(s.value) if e.op == "var"}
+    return out[::-1]
 
 
 @dataclass
@@ -212,6 +233,9 @@ class Acc:
         # with f64 stores), made f64 by the first f64 term (see add)
         self.terms = ir.array(fresh("vb"), "f32")
         self.terms_lets: list[ir.Let] = []
+        #: a looped pass's term (see Nest._looped_pass), recorded by add
+        self.term: ir.Expr | None = None
+        self.recording = False
         if nest.mode == "rows":
             sdt = "f64"
         else:
@@ -224,13 +248,21 @@ class Acc:
         return not self.nest.lane_kept and self.nest.R == 1
 
     @property
+    def looped(self) -> bool:
+        """A direct sum over a lane shorter than SHORT_LANE, in groups mode: its
+        pass may run as a reassociating helper over the lane (Nest._looped_pass)."""
+        n = self.nest
+        return self.direct and self.kind == "sum" and n.L < SHORT_LANE and n.mode == "groups"
+
+    @property
     def buffered(self) -> bool:
         """A direct sum: its terms go to a buffer that fsum adds up after the pass;
         unless declared short_scalar with a lane shorter than SHORT_LANE, then
         added to an f64 scalar as the pass goes (the buffer's loops cost more
         than they save for a pass computing one short sum; a pass computing
         several, e.g. LayerNormBackward's, is faster through buffers)."""
-        return self.direct and self.kind == "sum" and not (self.short_scalar and self.nest.L < SHORT_LANE)
+        return (self.direct and self.kind == "sum" and not self.looped
+                and not (self.short_scalar and self.nest.L < SHORT_LANE))
 
     @property
     def local_value(self) -> ir.Expr:
@@ -252,18 +284,26 @@ class Acc:
     def add(self, expr: ir.Expr) -> None:
         """Accumulate ``expr`` (the current element's term) in a pass."""
         kb, lv = self.nest.kb, self.nest.lv
-        if self.buffered:
-            if expr.dt != "f32" and self.terms.dt != "arr:f64":
-                self.terms = ir.array(self.terms.args[0], "f64")
-                for stmt in self.terms_lets:
-                    stmt.target, stmt.value = self.terms, ir.call("np.empty", self.nest.L, ir.typename("f64"))
-            kb.store(self.terms, lv, expr)
+        if self.recording:
+            if self.term is not None:
+                raise ValueError("a looped pass adds one term per accumulator")
+            self.term = expr
+        elif self.buffered:
+            self.buffer(expr)
         elif self.direct and self.keyed:
             kb.assign(self.local, ir.call("key_max_f32", self.local, ir.f32(expr), dt="int"))
         elif self.direct:
             kb.assign(self.local, combine(self.kind, self.local, self._term(expr)))
         else:
             kb.store(self.lanes, lv, combine(self.kind, self.lanes[lv], self._term(expr)))
+
+    def buffer(self, expr: ir.Expr) -> None:
+        """Store the term in the buffer (made f64 by the first f64 term)."""
+        if expr.dt != "f32" and self.terms.dt != "arr:f64":
+            self.terms = ir.array(self.terms.args[0], "f64")
+            for stmt in self.terms_lets:
+                stmt.target, stmt.value = self.terms, ir.call("np.empty", self.nest.L, ir.typename("f64"))
+        self.nest.kb.store(self.terms, self.nest.lv, expr)
 
     @property
     def folds(self) -> bool:
@@ -282,7 +322,7 @@ class Acc:
         """The result for the group (a kept lane: for the lane); valid after the pass."""
         n = self.nest
         if not n.lane_kept:
-            return self.scalar
+            return self.result[n.kv] if n.block > 1 else self.scalar
         return self.result[n.lv] if n.mode == "rows" else self.lane_result()
 
     def identity(self, dt: str) -> ir.Expr:
@@ -297,18 +337,26 @@ class Stat:
         name = nest.kb.fresh("st")
         self.arr = ir.array(name, dtype)
         self.var = ir.var(name, dtype)
+        #: rows together: the group's value read once in a pass (a load from the
+        #: array in the lane loop would be repeated: stores might alias it)
+        self.held = ir.var(nest.kb.fresh("sv"), dtype)
 
     @property
     def ref(self) -> ir.Expr:
-        return self.arr[self.nest.lv] if self.nest.lane_kept else self.var
+        n = self.nest
+        if n.lane_kept:
+            return self.arr[n.lv]
+        if n.block > 1:
+            return self.held if n.in_pass else self.arr[n.kv]
+        return self.var
 
     def set(self, expr) -> None:
         """Set the value (converted to the stat's type)."""
-        v, kb = ir.cast(expr, self.dtype), self.nest.kb
-        if self.nest.lane_kept:
-            kb.store(self.arr, self.nest.lv, v)
+        v, n = ir.cast(expr, self.dtype), self.nest
+        if n.lane_kept or n.block > 1:
+            n.kb.store(self.arr, n.lv if n.lane_kept else n.kv, v)
         else:
-            kb.assign(self.var, v)
+            n.kb.assign(self.var, v)
 
 
 class ColumnAcc:
@@ -347,7 +395,10 @@ class Nest:
     loop indices (one expression per vdim, None where the extent is 1) to index
     expressions of the main tensor's dims; by default vdims are its dims."""
 
-    def __init__(self, kb: KernelBuilder, vdims: list[VDim], to_real=None):
+    def __init__(self, kb: KernelBuilder, vdims: list[VDim], to_real=None, rows_together: bool = False):
+        """``rows_together``: a short lane's groups go by blocks of BLOCK_ROWS, each
+        pass and per_group block running for every group of the block in turn;
+        for a lowering that emits code only in those blocks."""
         self.kb = kb
         self.to_real = to_real or list
         live = [i for i, d in enumerate(vdims) if d.extent != 1]
@@ -393,6 +444,11 @@ class Nest:
         self.lane_stop = ir.const(self.L)
         self.row_index = ir.const(0)   # the flat row index in the current loop (set by _rows)
         self.chv = ir.var(kb.fresh("ch"))
+        #: groups a block holds (see rows_together), the index in the block, its first group and size
+        self.block = BLOCK_ROWS if rows_together and self.short_lane and self.G > BLOCK_ROWS else 1
+        self.kv = ir.var(kb.fresh("k"))
+        self.block_start = self.block_size = None
+        self.in_pass = False
         self.accs: list[Acc] = []
         self.stats: list[Stat] = []
         self.cols: list[ColumnAcc] = []
@@ -473,7 +529,7 @@ class Nest:
     def _alloc(self, accs) -> None:
         kb = self.kb
         for a in accs:
-            if a.buffered:
+            if a.buffered or a.looped:
                 a.terms_lets.append(let_array(kb, a.terms, self.L))
             if not a.direct:
                 let_array(kb, a.lanes, self.L)
@@ -497,18 +553,54 @@ class Nest:
                 yield
             return
         with self._loop_chunks():
-            self._alloc_stats()
-            self._alloc(self.accs)
-            lo, hi = self._chunk(self.G)
-            with kb.for_(hi, "g", start=lo) as g:
-                if self.group_dims:
-                    self._decompose(g, self.group_dims)
+            yield from self._chunk_groups()
+        self.lane_stop = ir.const(self.L)   # (the hidden bound is the chunk's: see columns)
+
+    def _chunk_groups(self):
+        """groups: a chunk's groups (or blocks of groups: rows together)."""
+        kb = self.kb
+        self._alloc_stats()
+        self._alloc(self.accs)
+        if self.short_lane:
+            # the lane loops' bound hidden from LLVM, so that they vectorize (fastmath.hidden_int)
+            self.lane_stop = kb.let(ir.call("hidden_int", self.L, dt="int"), "nl")
+        if self.block > 1:
+            for a in self.accs:
+                let_array(kb, a.result, self.block)
+            B = self.block
+            lo, hi = self._chunk(-(-self.G // B))
+            with kb.for_(hi, "b", start=lo) as blk:
+                self.block_start = kb.let(blk * B, "gb")
+                self.block_size = kb.let(_min(B, self.G - self.block_start), "bn")
                 yield
+            return
+        lo, hi = self._chunk(self.G)
+        with kb.for_(hi, "g", start=lo) as g:
+            if self.group_dims:
+                self._decompose(g, self.group_dims)
+            yield
+
+    @contextmanager
+    def _each_group(self):
+        """Rows together (see __init__): a loop over the block's groups, else nothing."""
+        if self.block == 1:
+            yield
+            return
+        with self.kb.for_var(self.kv, self.block_size):
+            if self.group_dims:
+                self._decompose(self.block_start + self.kv, self.group_dims)
+            yield
+
+    @property
+    def short_lane(self) -> bool:
+        """A reduced lane shorter than SHORT_LANE, alone (no rows), in groups mode."""
+        return not self.lane_kept and self.R == 1 and self.L < SHORT_LANE and self.mode == "groups" \
+            and self.split is None
 
     def _alloc_stats(self) -> None:
-        if self.lane_kept:
+        if self.lane_kept or self.block > 1:
             for s in self.stats:
-                let_array(self.kb, s.arr, self.L)
+                let_array(self.kb, s.arr, self.L if self.lane_kept else self.block)
 
     @contextmanager
     def per_group(self):
@@ -517,7 +609,8 @@ class Nest:
             with self._lanes():
                 yield
         else:
-            yield
+            with self._each_group():
+                yield
 
     @contextmanager
     def pass_(self, *accs):
@@ -525,9 +618,20 @@ class Nest:
         computing ``accs``."""
         kb = self.kb
         if self.mode == "groups":
-            self._init(accs)
-            yield from self._rows(accs, ir.const(0), ir.const(self.R))
-            self._group_results(accs)
+            with self._each_group():
+                if self.block > 1:
+                    for s in self.stats:
+                        kb.emit(ir.Let(s.held, s.arr[self.kv]))
+                self.in_pass = True
+                try:
+                    if accs and all(a.looped for a in accs) and self.lane_stop.op != "const":
+                        yield from self._looped_pass(accs)
+                    else:
+                        self._init(accs)
+                        yield from self._rows(accs, ir.const(0), ir.const(self.R))
+                finally:
+                    self.in_pass = False
+                self._group_results(accs)
             return
         for a in accs:
             let_array(kb, a.part, self.chunks if a.direct else (self.chunks, self.L))
@@ -558,6 +662,43 @@ class Nest:
                 kb.assign(a.scalar, a.identity("f64"))
                 with kb.for_var(c, self.chunks), self._lanes():
                     kb.assign(a.scalar, combine(a.kind, a.scalar, a.part[c, self.lv]))
+
+    def _looped_pass(self, accs):
+        """A pass of short direct sums (Acc.looped): its body is recorded, and when it
+        is only lets, each sum is a reassociating helper looping over the lane to
+        the hidden lane bound (fastmath.loop_sum_helper, hidden_int), which LLVM
+        vectorizes into partial sums (a strict f64 running sum is one chain of
+        dependent adds, ~4 cycles a term).  f32 terms sum in f32 partials (fewer
+        than SHORT_LANE <= FOLD_ROWS terms, as the planner's f32 lanes), then f64.
+        Otherwise (the body stores, e.g. SoftMax keeping its exps) the lane loop runs
+        the body and buffers the terms, which such a helper then sums."""
+        kb, body = self.kb, []
+        for a in accs:
+            a.recording, a.term = True, None
+        try:
+            with kb._into_body(body):
+                yield self.iv
+        finally:
+            for a in accs:
+                a.recording = False
+        if all(isinstance(s, ir.Let) for s in body) and all(a.term is not None for a in accs):
+            for a in accs:
+                zero = ir.const(0.0, "f32" if a.term.dt == "f32" else "f64")
+                lets = _lets_read(body, a.term)
+                kb.assign(a.local, ir.f64(loop_sum_helper(kb, self.lane_stop, self.lv, lets, a.term, zero)))
+            return
+        with self._lanes():
+            kb.emit(body)
+            for a in accs:
+                if a.term is not None:
+                    a.buffer(a.term)
+        for a in accs:
+            if a.term is None:
+                kb.assign(a.local, a.identity(a.local.dt))
+                continue
+            dt = a.terms.dt[4:]
+            kb.assign(a.local, ir.f64(loop_sum_helper(kb, self.lane_stop, self.lv, [], a.terms[self.lv],
+                                                      ir.const(0.0, dt))))
 
     def _init(self, accs) -> None:
         kb = self.kb
@@ -626,7 +767,9 @@ class Nest:
         """Groups mode, reduced lane: each accumulator's scalar from its lanes."""
         kb = self.kb
         for a in accs:
-            if a.direct:
+            if a.direct and self.block > 1:
+                kb.store(a.result, self.kv, ir.f64(a.local_value))
+            elif a.direct:
                 kb.assign(a.scalar, a.local_value)
             elif not self.lane_kept and a.kind == "sum" and self.lane_stop.op == "const":
                 # the lanes' f64 sum reassociated (vectorized; a strict sum of L terms is a

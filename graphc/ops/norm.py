@@ -167,8 +167,9 @@ def aligned_ivars(iv, shape) -> list:
 
 
 def trailing_nest(kb, ref, begin: int) -> Nest:
-    """Groups over dims ..begin-1 of ``ref``, reduced over begin.. (LayerNorm style)."""
-    return Nest(kb, tensor_vdims(ref, set(range(begin))))
+    """Groups over dims ..begin-1 of ``ref``, reduced over begin.. (LayerNorm style);
+    short rows go together (the lowerings emit code only in passes and per_group)."""
+    return Nest(kb, tensor_vdims(ref, set(range(begin))), rows_together=True)
 
 
 # -------------------------------------------------------------------- BatchNorm
@@ -367,6 +368,20 @@ class _LayerNorm(OpSchema):
     def axes(self, op):
         return tuple(range(self.begin(op), op.input("src").ndim))
 
+    @staticmethod
+    def merged(b: int, rows, stats=()):
+        """``rows`` (kernel arguments of src's shape) and ``stats`` (of its leading
+        shape [:b]) as views whose leading dims are one where contiguous in all
+        (grouped.merged_views: a row's offset from one index, not from each dim's);
+        returns (rows, stats, begin in the views).  Unchanged unless the leading
+        dims of both merge alike."""
+        nd = len(rows[0].shape)
+        views, where = merged_views(rows, set(range(b, nd)))
+        svs, swhere = merged_views(stats, set()) if stats else (list(stats), where[:b])
+        if where == list(range(nd)) or swhere != where[:b]:
+            return list(rows), list(stats), b
+        return views, svs, (where[b] if b < nd else len(views[0].shape))
+
 
 class LayerNorm(_LayerNorm):
     kind = "LayerNorm"
@@ -395,8 +410,8 @@ class LayerNorm(_LayerNorm):
         return (dst, mean.reshape(lead), var.reshape(lead))[:len(op.outputs)]
 
     def lower(self, op, kb, ins, outs):
-        src, b = ins[0], self.begin(op)
         gamma, beta = ins[1:] if len(ins) == 3 and op.attr("use_affine") else (None, None)
+        (src, dst), stats, b = self.merged(self.begin(op), [ins[0], outs[0]], outs[1:])
         nest = trailing_nest(kb, src, b)
         mom = Moments(nest)
         inv, shift = nest.stat(), nest.stat()
@@ -405,13 +420,13 @@ class LayerNorm(_LayerNorm):
             with nest.per_group():
                 inv.set(inv_std(mom.var.ref, op.attr("epsilon")))
                 shift.set(mom.shift(inv.ref))
-                for out, v in zip(outs[1:], (mom.mean, mom.var)):
+                for out, v in zip(stats, (mom.mean, mom.var)):
                     kb.emit(out.store_nd(nest.iv[:b], v.ref))
             with nest.pass_() as iv:
                 y = mom.normalized(src.load_nd(iv), inv, shift)
                 if gamma is not None:
                     y = y * gamma.load_nd(iv[b:]) + beta.load_nd(iv[b:])
-                kb.emit(outs[0].store_nd(iv, y))
+                kb.emit(dst.store_nd(iv, y))
 
 
 class LayerNormBackward(_LayerNorm):
@@ -453,9 +468,9 @@ class LayerNormBackward(_LayerNorm):
 
     def lower(self, op, kb, ins, outs):
         # dx = inv * g + b * (x - mean) + k, g = dy * gamma, from the sums of g and g * (x - mean)
-        src, diff_dst, mean, variance = ins[:4]
         gamma = ins[4] if op.attr("use_affine") else None
-        b = self.begin(op)
+        (src, diff_dst, diff_src), (mean, variance), b = self.merged(self.begin(op), [ins[0], ins[1], outs[0]],
+                                                                     ins[2:4])
         nest = trailing_nest(kb, src, b)
         s_g, s_gx = nest.acc(), nest.acc()
         m, inv, bx, k = (nest.stat() for _ in range(4))
@@ -485,7 +500,7 @@ class LayerNormBackward(_LayerNorm):
                 k.set(-inv.ref * s_g.value / count)
             with nest.pass_() as iv:
                 dy, g, xm = g_and_x(iv)
-                kb.emit(outs[0].store_nd(iv, inv.ref * g + bx.ref * xm + k.ref))
+                kb.emit(diff_src.store_nd(iv, inv.ref * g + bx.ref * xm + k.ref))
         if d_gamma is not None:
             with nest.columns() as iv:
                 kb.emit(outs[1].store_nd(iv[b:], d_gamma.value))
@@ -780,8 +795,11 @@ class RMSNorm(_LayerNorm):
         return (dst * gamma[0] if gamma else dst,)
 
     def lower(self, op, kb, ins, outs):
-        src, gamma = ins[0], ins[1] if len(ins) == 2 else None
-        nest = trailing_nest(kb, src, self.begin(op))
+        src, gamma, dst = ins[0], ins[1] if len(ins) == 2 else None, outs[0]
+        b = self.begin(op)
+        if gamma is None or len(gamma.shape) <= len(src.shape) - b:   # gamma indexed by the trailing dims alone
+            (src, dst), _, b = self.merged(b, [src, dst])
+        nest = trailing_nest(kb, src, b)
         sq = nest.acc()
         inv = nest.stat()
         with nest.groups():
@@ -794,4 +812,4 @@ class RMSNorm(_LayerNorm):
                 y = src.load_nd(iv) * inv.ref
                 if gamma is not None:
                     y = y * gamma.load_nd(aligned_ivars(iv, gamma.shape))
-                kb.emit(outs[0].store_nd(iv, y))
+                kb.emit(dst.store_nd(iv, y))
