@@ -17,7 +17,8 @@ process), in --rounds interleaved rounds, the fastest run of all counting:
   torch   the same math in torch eager (oneDNN / ATen kernels: there is no
           oneDNN binary here) on the same generated inputs (graphc.fill,
           seed 0), with torch's default threads, its first output checked
-          against graphc's reference; its "%triad" is the same bytes over its
+          against graphc's reference, its inputs in the case's memory layout
+          (strides) as graphc's are; its "%triad" is the same bytes over its
           time against the triad of graphc's process.
 torch/gc > 1 means graphc is faster.  A case whose JSON file is not in the
 corpus on this machine is listed as such.
@@ -138,12 +139,21 @@ def torch_child(name, repeat) -> float:
         raise SystemExit(why)
     (op,) = graph.topo_ops()
     feeds = make_inputs(graph, 0)
-    named = {n: torch.from_numpy(feeds[t.id]) for n, t in zip(op.input_names, op.inputs)}
+    named = {n: _laid_out(torch, feeds[t.id], t) for n, t in zip(op.input_names, op.inputs)}
     torch.set_num_threads(os.cpu_count() or 1)
     with torch.no_grad():
         fn = math(torch, op, named)
         check(graph, op, feeds, fn())
         return best_time(fn, repeat) * 1e3
+
+
+def _laid_out(torch, a, lt):
+    """``a`` as a torch tensor in the tensor's own memory layout (its strides, as graphc
+    runs it: e.g. gnorm's NCX src is channels-last in memory), not a dense copy."""
+    t = torch.from_numpy(a)
+    if lt.strides is None or lt.is_dense:
+        return t
+    return torch.empty_strided(lt.shape, lt.strides, dtype=t.dtype).copy_(t)
 
 
 def check(graph, op, feeds, result) -> None:
