@@ -23,7 +23,8 @@ inside lowering):
 - rest: numba's dispatcher around all this (and whatever is not above).
 
 ``--src DIR`` (repeatable) times the graphc tree in DIR instead of this one
-(e.g. ``git archive HEAD | tar -x -C /tmp/base``): one column per tree.
+(e.g. ``git archive HEAD | tar -x -C /tmp/base``): one column per tree, over
+the cases every tree compiles (an older tree lacks some ops' kernels).
 Medians over --runs processes of the per-kernel means; ``--per-kernel`` lists
 each kernel's total (median over runs); ``--profile N`` prints the N functions
 of largest cumulative time under cProfile (one extra process; cProfile slows
@@ -279,9 +280,14 @@ def child(profile: int) -> None:
         n0 = len(cache._mem)
         if prof:
             prof.enable()
-        graphc.compile(g)
-        if prof:
-            prof.disable()
+        try:
+            graphc.compile(g)
+        except graphc.GraphcError:           # an older tree (--src) without this op's kernel
+            rows.append({"case": name, "kernels": 0, "parallel": 0, "phases": {}, "skipped": True})
+            continue
+        finally:
+            if prof:
+                prof.disable()
         new = [fn.py_func.__globals__.get("__graphc_source__") or "" for fn in list(cache._mem.values())[n0:]]
         rows.append({"case": name, "kernels": len(new), "parallel": sum("prange(" in s for s in new),
                      "phases": clock.acc})
@@ -327,11 +333,18 @@ def main():
                 results.setdefault(src, []).append(_spawn(src, tmp, r * len(srcs) + j))
         if args.profile:
             _spawn(srcs[-1], tmp, 10 ** 6, args.profile)
+    # the cases every tree compiles (an older tree may lack some ops' kernels)
+    common = [i for i in range(len(CASES)) if all(not results[s][0][i].get("skipped") for s in srcs)]
+    for s in srcs:
+        results[s] = [[run[i] for i in common] for run in results[s]]
     first = results[srcs[0]][0]
     n = sum(r["kernels"] for r in first)
     par = sum(r["parallel"] for r in first)
-    print(f"{len(CASES)} graphs, {n} kernels ({par} parallel); CPU s per kernel, median of {args.runs} "
+    print(f"{len(common)} graphs, {n} kernels ({par} parallel); CPU s per kernel, median of {args.runs} "
           f"cold processes")
+    if len(common) < len(CASES):
+        print("left out (not compiled by every tree): "
+              + ", ".join(CASES[i][0] for i in range(len(CASES)) if i not in common))
     cols = [str(s) if len(srcs) > 1 else "" for s in srcs]
     width = max(12, *(len(c) for c in cols))
     print(f"{'phase':22s}" + "".join(f"{c:>{width}s}" for c in cols))
@@ -345,9 +358,9 @@ def main():
         print(f"{ph:22s}" + "".join(f"{v:{width}.4f}" for v in vals))
     if args.per_kernel:
         print(f"\n{'case':38s}{'kernels':>8s}" + "".join(f"{c[-10:]:>12s}" for c in cols))
-        for i, (name, _) in enumerate(CASES):
+        for i, k in enumerate(first):
+            name = k["case"]
             vals = [statistics.median(sum(run[i]["phases"].values()) for run in results[s]) for s in srcs]
-            k = first[i]
             print(f"{name:38s}{k['kernels']:>5d}{'p' * k['parallel']:>3s}" + "".join(f"{v:12.3f}" for v in vals))
     print(f"load average {os.getloadavg()[0]:.2f}")
 

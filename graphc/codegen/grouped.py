@@ -64,6 +64,11 @@ FOLD_ROWS = 128
 #: (in groups mode) are short lanes (see the module doc), or with few groups, when
 #: declared short_scalar, an f64 scalar sum (over rows of 1024 the buffer is faster)
 SHORT_LANE = 64
+#: fewest elements (groups x lane) a plan takes the short-lane loops for: each sum of
+#: a short lane is a helper function of its own, compiled with the kernel (LayerNorm
+#: over [4,16,32] compiled in 0.38 s before, 0.69 s with them); below this a kernel
+#: runs in microseconds either way, so it keeps the plain loops
+SHORT_WORK = 1 << 14
 #: groups of short lanes a Nest made with ``rows_together`` runs each step for in turn
 #: (independent rows between the dependent steps of one: LayerNorm over rows of 28
 #: on one core 4.4 -> ~3.5 ms)
@@ -593,9 +598,10 @@ class Nest:
 
     @property
     def short_lane(self) -> bool:
-        """A reduced lane shorter than SHORT_LANE, alone (no rows), in groups mode."""
+        """A reduced lane shorter than SHORT_LANE, alone (no rows), in groups mode, of
+        at least SHORT_WORK elements in all."""
         return not self.lane_kept and self.R == 1 and self.L < SHORT_LANE and self.mode == "groups" \
-            and self.split is None
+            and self.split is None and self.G * self.L >= SHORT_WORK
 
     def _alloc_stats(self) -> None:
         if self.lane_kept or self.block > 1:

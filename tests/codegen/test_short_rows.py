@@ -12,6 +12,13 @@ from graphc.fill import make_inputs
 from support import check_compiled, one_op
 
 LENGTHS = [1, 3, 7, 28, 33, 63, 64]
+
+
+@pytest.fixture(autouse=True)
+def _short_lanes_at_any_size(monkeypatch):
+    """The short-lane plan for these small shapes too (it starts at SHORT_WORK elements)."""
+    from graphc.codegen import grouped
+    monkeypatch.setattr(grouped, "SHORT_WORK", 0)
 DTYPES = ["f32", "bf16", "f16"]
 EPS = {"epsilon": 0.0625}
 #: a common offset each src element gets: large against the spread of a row
@@ -140,3 +147,14 @@ def test_short_row_sums_are_helpers_over_a_hidden_bound():
     src = cg.compiled[0].source
     assert "hidden_int(28)" in src and src.count("fastmath={'reassoc'}") == 2, src
     assert "in range(28)" not in src, src
+
+
+def test_small_short_row_kernels_keep_plain_loops(monkeypatch):
+    """Under SHORT_WORK elements the plan keeps its plain loops (no helper functions
+    to compile with the kernel), with the same results."""
+    import graphc
+    from graphc.codegen import grouped
+    monkeypatch.setattr(grouped, "SHORT_WORK", 1 << 14)
+    g = layer_norm("f32", 28)
+    assert "fastmath={'reassoc'}" not in graphc.compile(g).compiled[0].source
+    check_compiled(g, offset(make_inputs(g), 0, "f32"))
