@@ -35,18 +35,26 @@ def _offset(g, shift, seed=0):
 
 # ---------------------------------------------------------------- which dims merge
 def test_kept_dims_contiguous_in_src_and_dst_merge():
-    sv, dv, axes = _merged(_ref("a0", (1, 128, 15, 15)), _ref("o1", (1, 1, 15, 15)), (1,), True)
-    assert sv.shape == (128, 225) and sv.strides == (225, 1) and axes == {0}
-    assert dv.shape == (1, 225) and dv.strides[1] == 1
+    sv, dv, axes = _merged(_ref("a0", (1, 8, 150, 150)), _ref("o1", (1, 1, 150, 150)), (1,), True)
+    assert sv.shape == (8, 22500) and sv.strides == (22500, 1) and axes == {0}
+    assert dv.shape == (1, 22500) and dv.strides[1] == 1
 
 
 def test_reduced_dims_merge_and_dst_without_kept_dims():
-    sv, dv, axes = _merged(_ref("a0", (4, 6, 5, 7)), _ref("o1", (4,)), (1, 2, 3), False)
-    assert sv.shape == (4, 210) and axes == {1} and dv.shape == (4, 1) and dv.strides[0] == 1
+    sv, dv, axes = _merged(_ref("a0", (40, 6, 5, 7)), _ref("o1", (40,)), (1, 2, 3), False)
+    assert sv.shape == (40, 210) and axes == {1} and dv.shape == (40, 1) and dv.strides[0] == 1
 
 
 def test_kept_and_reduced_neighbours_do_not_merge():
     assert _merged(_ref("a0", (4, 6, 5)), _ref("o1", (4, 1, 5)), (1,), True) is None
+
+
+def test_no_merge_into_few_groups_of_longer_lanes():
+    """1 group of 3136 kept lanes (rows mode, partials per lane) instead of 56
+    groups of 56; rows of up to 4096 reduced lanes instead of 56: unmerged."""
+    assert _merged(_ref("a0", (1, 256, 56, 56)), _ref("o1", (1, 1, 56, 56)), (1,), True) is None
+    assert _merged(_ref("a0", (1, 512, 56, 56)), _ref("o1", (1,)), (1, 2, 3), False) is None
+    assert _merged(_ref("a0", (64, 2048, 7, 7)), _ref("o1", (64, 2048)), (2, 3), False) is not None
 
 
 def test_a_dim_not_contiguous_in_src_or_dst_stays_apart():
@@ -68,8 +76,8 @@ def test_a_fused_ref_keeps_the_tensor_dims():
 # (shape, src strides or None, axes, keep_dims): merging kept lanes longer than the
 # planner's tiles, merging reduced dims, nothing to merge, permuted src, size-1 dims
 REDUCE_CASES = [
-    ([1, 24, 70, 75], None, [1], True),
-    ([2, 24, 70, 75], None, [1], False),
+    ([1, 6, 150, 150], None, [1], True),
+    ([2, 3, 100, 90], None, [1], False),
     ([6, 5, 40, 3], None, [1, 2], True),
     ([6, 5, 40, 3], None, [0, 1], False),
     ([3, 4, 5, 6], None, [1, 3], True),
