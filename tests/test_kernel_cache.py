@@ -10,6 +10,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -422,3 +423,43 @@ def test_memory_stays_bounded_over_300_graphs(root):
     m = json.loads(r.stdout.strip().splitlines()[-1])
     print(f"RSS after 5 graphs {m['base']:.0f} MB, after 300 {m['after']:.0f} MB")
     assert m["after"] - m["base"] < 150, m
+
+
+def test_stale_version_folders_are_pruned(root, monkeypatch):
+    """Version folders of other builds unused for GRAPHC_CACHE_MAX_AGE_DAYS go; recent
+    ones, the current one, and anything not named as graphc names them stay."""
+    root.mkdir(mode=0o700)
+    old = time.time() - 40 * 86400
+
+    def folder(name, age=old, mode=0o700):
+        p = root / name
+        p.mkdir(mode=mode)
+        (p / "k.py").write_text("x = 1\n")
+        os.chmod(p, mode)
+        os.utime(p, (age, age))
+        return p
+
+    stale = folder("c2-py311-numba0.68.1-rt0123456789ab")
+    older_format = folder("py311-numba0.61.0-rt0123456789ab")
+    recent = folder("c2-py311-numba0.68.1-rtba9876543210", age=time.time() - 5 * 86400)
+    foreign = folder("mine-keep-out", age=old)
+    shared = folder("c2-py311-numba0.68.1-rtaaaaaaaaaaaa", mode=0o777)   # not graphc's to trust
+    monkeypatch.setenv("GRAPHC_CACHE_MAX_AGE_DAYS", "30")
+    cache._dirs.pop(str(root), None)
+    current = cache.cache_dir()
+    assert current is not None and current.exists()
+    assert not stale.exists() and not older_format.exists()
+    assert recent.exists() and foreign.exists() and shared.exists()
+    assert time.time() - current.stat().st_mtime < 60     # marked used
+
+
+def test_pruning_can_be_turned_off(root, monkeypatch):
+    root.mkdir(mode=0o700)
+    stale = root / "c2-py311-numba0.68.1-rt0123456789ab"
+    stale.mkdir(mode=0o700)
+    old = time.time() - 400 * 86400
+    os.utime(stale, (old, old))
+    monkeypatch.setenv("GRAPHC_CACHE_MAX_AGE_DAYS", "0")
+    cache._dirs.pop(str(root), None)
+    assert cache.cache_dir() is not None
+    assert stale.exists()

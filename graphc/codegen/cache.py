@@ -30,9 +30,12 @@ import contextlib
 import hashlib
 import os
 import pickle
+import re
+import shutil
 import stat
 import sys
 import threading
+import time
 import types
 import uuid
 import warnings
@@ -138,6 +141,45 @@ def _prepare(root: Path) -> Path:
     return d
 
 
+#: version folders of any graphc build: c<format>-py<ver>-numba<ver>-rt<digest> (older
+#: builds left out the c<format>- part)
+_VERSION_FOLDER = re.compile(r"(c\d+-)?py\d+-numba[0-9A-Za-z.+_-]+-rt[0-9a-f]{12}")
+#: days a version folder no build used may stay (GRAPHC_CACHE_MAX_AGE_DAYS; 0: forever)
+DEFAULT_MAX_AGE_DAYS = 30
+
+
+def max_age_days() -> float:
+    raw = os.environ.get("GRAPHC_CACHE_MAX_AGE_DAYS")
+    try:
+        return float(raw) if raw else DEFAULT_MAX_AGE_DAYS
+    except ValueError:
+        return DEFAULT_MAX_AGE_DAYS
+
+
+def _prune(root: Path, current: Path) -> None:
+    """Marks ``current`` used now and removes the version folders of other graphc
+    builds (another runtime, numba or Python) that no process has used for
+    max_age_days(): each runtime-helper change starts a new folder, and nothing
+    else would ever remove the old ones.  Only this user's folders that group and
+    others cannot write, named as graphc names them; never a failure of its own."""
+    try:
+        os.utime(current)
+        days = max_age_days()
+        if days <= 0:
+            return
+        cutoff = time.time() - days * 86400
+        with os.scandir(root) as entries:
+            for e in entries:
+                if e.name == current.name or not _VERSION_FOLDER.fullmatch(e.name):
+                    continue
+                if not e.is_dir(follow_symlinks=False) or _dir_problem(e.path) is not None:
+                    continue
+                if e.stat(follow_symlinks=False).st_mtime < cutoff:
+                    shutil.rmtree(e.path, ignore_errors=True)
+    except OSError:
+        pass
+
+
 def cache_dir() -> Path | None:
     """The checked version folder of the current cache root, or None (after one
     warning) when it cannot be used: kernels are then compiled in memory."""
@@ -147,6 +189,7 @@ def cache_dir() -> Path | None:
         return _dirs[key]
     try:
         d = _prepare(root)
+        _prune(root, d)
     except _Refused as e:
         _warn_once(root, str(e))
         d = None
