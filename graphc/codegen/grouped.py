@@ -395,6 +395,57 @@ class ColumnAcc:
         return self.name[ir.const(0), self._index]
 
 
+@dataclass
+class Plan:
+    """How a Nest lays out its vdims (see the module doc): the lane (None: no live
+    dim), a long lane split in two dims ((lane, factor, extent), the outer dim
+    appended to vdims), the group and row dims, and the extents of the lane, the
+    groups and the rows."""
+
+    vdims: list
+    lane: int | None
+    split: tuple | None
+    group_dims: list
+    row_dims: list
+    L: int
+    G: int
+    R: int
+
+    @property
+    def lane_kept(self) -> bool:
+        return self.lane is None or self.vdims[self.lane].kept
+
+
+def plan(vdims: list[VDim]) -> Plan:
+    """The planner's layout of ``vdims``: the live dim of smallest stride the lane,
+    a long kept lane cut into LANE_TILE tiles (a group dim), a long reduced lane
+    alone into rows of a divisor of its length."""
+    live = [i for i, d in enumerate(vdims) if d.extent != 1]
+    order = sorted(live, key=lambda i: (-abs(vdims[i].stride), i))
+    lane = order[-1] if order else None
+    split = None
+    if lane is not None:
+        n, st = vdims[lane].extent, vdims[lane].stride
+        if vdims[lane].kept and n > MAX_LANES and any(not vdims[i].kept for i in live):
+            # a long kept lane: tiles of LANE_TILE lanes (the last one shorter), a group dim
+            split = (lane, LANE_TILE, n)
+        elif not vdims[lane].kept and n > MAX_LANES and all(vdims[i].kept for i in order[:-1]):
+            # a long reduced lane alone: rows of f lanes (a divisor of n), which
+            # f32 lanes sum and threads can share
+            f = _divisor(n)
+            if f is not None:
+                split = (lane, f, n)
+        if split is not None:
+            f = split[1]
+            vdims = list(vdims) + [VDim(-(-n // f), st * f, vdims[lane].kept)]
+            vdims[lane] = VDim(f, st, vdims[lane].kept)
+            order = sorted(order[:-1] + [len(vdims) - 1], key=lambda i: (-abs(vdims[i].stride), i)) + [lane]
+    group_dims = [i for i in order[:-1] if vdims[i].kept]
+    row_dims = [i for i in order[:-1] if not vdims[i].kept]
+    return Plan(vdims, lane, split, group_dims, row_dims, vdims[lane].extent if order else 1,
+                _prod(vdims[i].extent for i in group_dims), _prod(vdims[i].extent for i in row_dims))
+
+
 class Nest:
     """Plans and emits the loops (see the module doc).  ``to_real`` maps the
     loop indices (one expression per vdim, None where the extent is 1) to index
@@ -406,35 +457,12 @@ class Nest:
         for a lowering that emits code only in those blocks."""
         self.kb = kb
         self.to_real = to_real or list
-        live = [i for i, d in enumerate(vdims) if d.extent != 1]
-        order = sorted(live, key=lambda i: (-abs(vdims[i].stride), i))
-        lane = order[-1] if order else None
-        # a long lane split in two dims: (lane, factor, extent), the outer dim appended
-        self.split = None
-        if lane is not None:
-            n, st = vdims[lane].extent, vdims[lane].stride
-            if vdims[lane].kept and n > MAX_LANES and any(not vdims[i].kept for i in live):
-                # a long kept lane: tiles of LANE_TILE lanes (the last one shorter), a group dim
-                self.split = (lane, LANE_TILE, n)
-            elif not vdims[lane].kept and n > MAX_LANES and all(vdims[i].kept for i in order[:-1]):
-                # a long reduced lane alone: rows of f lanes (a divisor of n), which
-                # f32 lanes sum and threads can share
-                f = _divisor(n)
-                if f is not None:
-                    self.split = (lane, f, n)
-            if self.split is not None:
-                f = self.split[1]
-                vdims = list(vdims) + [VDim(-(-n // f), st * f, vdims[lane].kept)]
-                vdims[lane] = VDim(f, st, vdims[lane].kept)
-                order = sorted(order[:-1] + [len(vdims) - 1], key=lambda i: (-abs(vdims[i].stride), i)) + [lane]
-        self.vdims = vdims
-        self.lane = lane
-        self.lane_kept = self.lane is None or vdims[self.lane].kept
-        self.group_dims = [i for i in order[:-1] if vdims[i].kept]
-        self.row_dims = [i for i in order[:-1] if not vdims[i].kept]
-        self.L = vdims[self.lane].extent if order else 1
-        self.G = _prod(vdims[i].extent for i in self.group_dims)
-        self.R = _prod(vdims[i].extent for i in self.row_dims)
+        p = plan(vdims)
+        vdims = p.vdims
+        self.vdims, self.lane, self.split = vdims, p.lane, p.split
+        self.lane_kept = p.lane_kept
+        self.group_dims, self.row_dims = p.group_dims, p.row_dims
+        self.L, self.G, self.R = p.L, p.G, p.R
         if not worth_parallel(self.G * self.R * self.L):
             self.mode, self.chunks = "groups", 1
         elif self.G >= MIN_GROUPS:

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..codegen import ir
-from ..codegen.grouped import LANE_TILE, MAX_LANES, MIN_GROUPS, MergedView, Nest, each_element, tensor_vdims
+from ..codegen.grouped import MIN_GROUPS, MergedView, Nest, VDim, each_element, plan, tensor_vdims
 from ..codegen.kernel import ArrayRef
 from ..errors import InvalidGraphOp, RuntimeFault, Unimplemented
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape
@@ -39,21 +39,10 @@ def _normalized_axes(op, axes, rank, error=InvalidGraphOp, where="attribute 'axe
 
 
 def _groups_and_lanes(shape, strides, axes) -> tuple:
-    """The planner's groups and lanes (Nest) for a src of ``shape`` and
-    ``strides`` reduced over ``axes``: the lane the live dim of smallest stride,
-    a kept lane longer than MAX_LANES cut into LANE_TILE tiles that are groups,
-    a reduced one split into rows of at most MAX_LANES."""
-    live = [k for k, d in enumerate(shape) if d != 1]
-    if not live:
-        return 1, 1
-    lane = sorted(live, key=lambda k: (-abs(strides[k]), k))[-1]
-    groups = math.prod(shape[k] for k in live if k not in axes and k != lane)
-    n = shape[lane]
-    if lane in axes:
-        return groups, min(n, MAX_LANES)
-    if n > MAX_LANES and any(k in axes for k in live):
-        return groups * -(-n // LANE_TILE), LANE_TILE
-    return groups, n
+    """The planner's group count and lane extent (grouped.plan) for a src of
+    ``shape`` and ``strides`` reduced over ``axes``."""
+    p = plan([VDim(d, st, k not in axes) for k, (d, st) in enumerate(zip(shape, strides))])
+    return p.G, p.L
 
 
 def _merged(src, dst, axes, keep_dims):
