@@ -254,10 +254,9 @@ class Acc:
 
     @property
     def looped(self) -> bool:
-        """A direct sum over a lane shorter than SHORT_LANE, in groups mode: its
-        pass may run as a reassociating helper over the lane (Nest._looped_pass)."""
-        n = self.nest
-        return self.direct and self.kind == "sum" and n.L < SHORT_LANE and n.mode == "groups"
+        """A sum over a short lane (Nest.short_lane): its pass may run as a
+        reassociating helper over the lane (Nest._looped_pass)."""
+        return self.kind == "sum" and self.nest.short_lane
 
     @property
     def buffered(self) -> bool:
