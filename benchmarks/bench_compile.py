@@ -289,7 +289,7 @@ def child(profile: int) -> None:
             if prof:
                 prof.disable()
         new = [fn.py_func.__globals__.get("__graphc_source__") or "" for fn in list(cache._mem.values())[n0:]]
-        rows.append({"case": name, "kernels": len(new), "parallel": sum("prange(" in s for s in new),
+        rows.append({"case": name, "kernels": len(new), "parallel": sum("prange(" in s or "launch(" in s for s in new),
                      "phases": clock.acc})
     if prof:
         import io

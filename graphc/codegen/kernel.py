@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba.core import config as numba_config
 
-from . import ir
+from . import ir, outline
 from .blas_import import IMPORT as blas_import
 from .fastmath import BITS_IMPORT, use_helpers_called
 from .printer import print_body
@@ -223,6 +223,7 @@ class KernelBuilder:
         #: (name, elements, elem) of the workspaces: buffers the compiled partition
         #: allocates once and passes after the arguments (see :meth:`workspace`)
         self.workspaces: list[tuple] = []
+        self.consts: set[str] = set()   # module-level constant arrays (const_array)
 
     def arg(self, lt: LogicalTensor, prefix: str = "a") -> ArrayRef:
         ref = ArrayRef(f"{prefix}{len(self.args)}", lt)
@@ -317,6 +318,7 @@ class KernelBuilder:
         as an array expression: numba freezes it into the kernel as constant data (a
         list in the kernel body compiles very slowly when long)."""
         name = self.fresh(prefix)
+        self.consts.add(name)
         conv = float if elem in ir.FLOATS else int
         self.helpers.append(f"{name} = np.array([{', '.join(num(conv(v)) for v in values)}], "
                             f"{ir.TYPE_CTOR[elem]})")
@@ -400,11 +402,19 @@ class KernelBuilder:
         for line in sorted({EXTRA_IMPORTS[f] for f in called if f in EXTRA_IMPORTS}, reverse=True):
             if line not in self.helpers:
                 self.helpers.insert(0, line)
-        opts = KERNEL_JIT + (", parallel=True" if self.parallel else "")
-        params = ", ".join([a.name for a in self.args] + [w[0] for w in self.workspaces])
-        body = print_body(self.body, 1, self._taken()) if self.body else ["    pass"]
-        return (HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in self.helpers) +
-                f"\n@njit({opts})\ndef {entry}({params}):\n" + "\n".join(body) + "\n")
+        params = [a.name for a in self.args] + [w[0] for w in self.workspaces]
+        stmts, helpers, functions, opts = self.body, list(self.helpers), [], KERNEL_JIT
+        out = outline.outline(self) if self.parallel else None
+        if out is not None:
+            # the parallel loops outlined: functions of the module run on numba's threads
+            stmts, functions = out.body, out.functions
+            helpers.insert(0, outline.IMPORT)
+        elif self.parallel:
+            opts += ", parallel=True"
+        body = print_body(stmts, 1, self._taken()) if stmts else ["    pass"]
+        return (HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in helpers) +
+                "".join(f + "\n\n" for f in functions) +
+                f"\n@njit({opts})\ndef {entry}({', '.join(params)}):\n" + "\n".join(body) + "\n")
 
 
 def helper_source(text: str) -> str:

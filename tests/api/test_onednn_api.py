@@ -17,6 +17,7 @@ from graphc import compiled as compiled_mod
 from graphc.fill import make_inputs
 from graphc.numerics import round_to
 from graphc.reference import run as reference_run
+from graphc.codegen.outline import runs_parallel
 from support.compare import assert_outputs
 from support.compiled import check_compiled
 
@@ -166,7 +167,7 @@ def test_inplace_parallel_kernel_reading_the_input_twice():
                   [LogicalTensor(4, "f32", shape)]))
     (p,) = g.get_partitions()
     cp = p.compile()
-    assert "prange(" in cp.source and cp.get_inplace_ports() == [(0, 4)]
+    assert runs_parallel(cp.source) and cp.get_inplace_ports() == [(0, 4)]
     ins = make_inputs(g, seed=2)
     separate = cp.execute({0: ins[0].copy(), 1: ins[1]})[4]
     x = ins[0].copy()

@@ -9,6 +9,7 @@ import numpy as np
 import graphc
 from graphc import reference
 from graphc.fill import make_inputs
+from graphc.codegen.outline import runs_parallel
 
 from .compare import assert_outputs
 from .graphs import laid_out
@@ -29,11 +30,11 @@ def compiled_vs_reference(g, inputs=None, exact=False, what="", seed=0, parallel
     bit for bit when ``exact``, else within graphc.tolerances.COMPILED.  A graph
     of one partition runs that partition into junk-filled output buffers; each
     output of a whole-graph run must have its tensor's layout.  With
-    ``parallel``, the kernels must have a prange."""
+    ``parallel``, the kernels must run loops on several threads."""
     inputs = make_inputs(g, seed) if inputs is None else inputs
     inputs = {tid: laid_out(np.asarray(a), g.tensors[tid].strides) for tid, a in inputs.items()}
     cg = graphc.compile(g, policy)
-    assert not parallel or "prange(" in cg.source, what
+    assert not parallel or runs_parallel(cg.source), what
     want = reference.run(g, inputs)
     got = cg.run(inputs)
     for tid, a in got.items():  # every compiled output in its tensor's layout (an empty one has none)

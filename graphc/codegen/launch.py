@@ -1,0 +1,148 @@
+"""graphc's own parallel loops: how a kernel runs a loop on numba's threads
+(graphc.codegen.outline writes such kernels).
+
+A parallel loop of a kernel is a serial function of its own (the loop over
+[start, stop) taking the names its body reads; its array arguments marked
+``noalias`` for LLVM, as numba marks its parfor gufuncs').  The kernel calls
+:func:`launch` with that function, the loop's range and a tuple of the names:
+the intrinsic compiles, into the kernel, a C function that numba's threading
+layer (parallel_for, as for a prange) calls on each thread with its part of
+the iterations and the tuple, and that calls the loop function.  numba's own
+prange lowering compiles each loop a second time, as a gufunc, with its
+scheduling code: about as long again as the whole serial kernel.
+
+Kernels link what this module generates: the kernel cache's version folder is
+keyed by this file's text.
+"""
+from __future__ import annotations
+
+from llvmlite import ir as llvm_ir
+from numba import types
+from numba.core import cgutils, config as numba_config
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
+from numba.core.compiler_machinery import FunctionPass, register_pass
+from numba.core.typed_passes import NopythonTypeInference
+from numba.extending import intrinsic
+from numba.np.ufunc.parallel import _launch_threads
+
+# numba's thread pool, and the symbols of its threading layer the kernels link
+# (numba_parallel_for, get_num_threads) registered for the JIT
+_launch_threads()
+
+#: the most threads numba's pool has (get_num_threads() is at most this)
+NUM_THREADS = numba_config.NUMBA_NUM_THREADS
+
+
+def _dispatch_function(context, module, cres, tupty, members):
+    """The C function numba's threading layer calls on each thread (as
+    parallel_for's callback: args, dims, steps, data): for each of its rows of
+    the schedule (args[0], dims[0] rows of (start, stop)), the loop function of
+    ``cres`` on those iterations with the values of the tuple at ``data``."""
+    name = f"graphc_parallel_{cres.fndesc.mangled_name}"
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    i8p = cgutils.voidptr_t
+    intp = context.get_value_type(types.intp)
+    i64 = llvm_ir.IntType(64)
+    fnty = llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p.as_pointer(), intp.as_pointer(), intp.as_pointer(), i8p])
+    fn = llvm_ir.Function(module, fnty, name)
+    fn.linkage = "internal"
+    b = llvm_ir.IRBuilder(fn.append_basic_block("entry"))
+    a_args, a_dims, _, a_data = fn.args
+    rows = b.load(a_dims)
+    sched = b.bitcast(b.load(a_args), i64.as_pointer())
+    tup = b.load(b.bitcast(a_data, context.get_value_type(tupty).as_pointer()))
+    values = [b.extract_value(tup, i) for i in range(len(members))]
+    callee = context.declare_function(module, cres.fndesc)
+    with cgutils.for_range(b, rows) as r:
+        at = b.mul(r.index, intp(2))
+        lo = b.load(b.gep(sched, [at]))
+        hi = b.load(b.gep(sched, [b.add(at, intp(1))]))
+        # (a loop function raises nothing: its status is not looked at)
+        context.call_conv.call_function(b, callee, types.none, (types.int64, types.int64) + members, [lo, hi] + values)
+    b.ret_void()
+    return fn
+
+
+@intrinsic
+def launch(typingctx, loop, lo, hi, values):
+    """Run ``loop(start, stop, *values)`` (a loop function: compiled serial, its
+    iterations [start, stop) a part of [lo, hi)) on numba's threads, the
+    iterations split evenly over them as numba schedules a prange (one part per
+    thread, at most one iteration apart); returns 0 once all have run.  The
+    values stay the caller's (arguments of this call) until then."""
+    if not isinstance(loop, types.Dispatcher) or not isinstance(values, types.BaseTuple):
+        return None
+    members = tuple(types.unliteral(t) for t in values.types)
+    loop_sig = loop.get_call_type(typingctx, (types.int64, types.int64) + members, {})
+    tupty = types.Tuple(members)
+
+    def codegen(context, builder, signature, args):
+        _, lo_v, hi_v, vals = args
+        lo_v = context.cast(builder, lo_v, signature.args[1], types.int64)
+        hi_v = context.cast(builder, hi_v, signature.args[2], types.int64)
+        if tuple(signature.args[3].types) != members:
+            vals = context.cast(builder, vals, signature.args[3], tupty)
+        cres = loop.dispatcher.overloads[loop_sig.args]
+        context.active_code_library.add_linking_library(cres.library)
+        fn = _dispatch_function(context, builder.module, cres, tupty, members)
+
+        i8p = cgutils.voidptr_t
+        intp = context.get_value_type(types.intp)
+        i64 = llvm_ir.IntType(64)
+        data = cgutils.alloca_once_value(builder, vals)
+        gnt = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(intp, []), "get_num_threads")
+        nt = builder.call(gnt, [])
+        most = intp(max(1, NUM_THREADS))
+        nt = builder.select(builder.icmp_signed(">", nt, most), most, nt)
+        nt = builder.select(builder.icmp_signed("<", nt, intp(1)), intp(1), nt)
+        sched = cgutils.alloca_once(builder, i64, size=intp(2 * max(1, NUM_THREADS)))
+        n = builder.sub(hi_v, lo_v)
+        n = builder.select(builder.icmp_signed("<", n, i64(0)), i64(0), n)
+        nt64 = builder.sext(nt, i64) if nt.type != i64 else nt
+        with cgutils.for_range(builder, nt) as t:
+            t64 = builder.sext(t.index, i64) if t.index.type != i64 else t.index
+            start = builder.add(lo_v, builder.sdiv(builder.mul(t64, n), nt64))
+            stop = builder.add(lo_v, builder.sdiv(builder.mul(builder.add(t64, i64(1)), n), nt64))
+            at = builder.mul(t.index, intp(2))
+            builder.store(start, builder.gep(sched, [at]))
+            builder.store(stop, builder.gep(sched, [builder.add(at, intp(1))]))
+        argv = cgutils.alloca_once(builder, i8p)
+        builder.store(builder.bitcast(sched, i8p), argv)
+        dims = cgutils.alloca_once(builder, intp)
+        builder.store(nt, dims)
+        steps = cgutils.alloca_once(builder, intp)
+        builder.store(intp(16), steps)            # a row of the schedule: (start, stop) int64
+        pfty = llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p] * 5 + [intp] * 3)
+        pf = cgutils.get_or_insert_function(builder.module, pfty, "numba_parallel_for")
+        builder.call(pf, [builder.bitcast(fn, i8p), builder.bitcast(argv, i8p), builder.bitcast(dims, i8p),
+                          builder.bitcast(steps, i8p), builder.bitcast(data, i8p),
+                          intp(0), intp(1), nt])   # no inner dims; one array (the schedule) split by rows
+        return context.get_constant(types.int64, 0)
+    return types.int64(loop, lo, hi, values), codegen
+
+
+@register_pass(mutates_CFG=False, analysis_only=False)
+class _NoAlias(FunctionPass):
+    _name = "graphc_noalias_arrays"
+
+    def __init__(self):
+        FunctionPass.__init__(self)
+
+    def run_pass(self, state):
+        state.flags.noalias = True
+        return False
+
+
+class NoAliasCompiler(CompilerBase):
+    """numba's nopython pipeline with the function's array arguments marked
+    ``noalias`` (numba's flag for its parfor gufuncs, whose arguments are the
+    same arrays): the pipeline_class of a loop's function."""
+
+    def define_pipelines(self):
+        pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
+        pm._finalized = False
+        pm.add_pass_after(_NoAlias, NopythonTypeInference)
+        pm.finalize()
+        return [pm]
