@@ -1,6 +1,7 @@
 """Cold compile time per kernel, split by phase, on a representative set of kernels.
 
     python benchmarks/bench_compile.py [--runs N] [--src DIR ...] [--per-kernel] [--profile N]
+    python benchmarks/bench_compile.py --corpus BATCH [--corpus BATCH ...] [--runs N] [--src DIR ...]
 
 Each run is a fresh process with an empty kernel cache (a temporary
 GRAPHC_CACHE_DIR) that compiles the graphs of CASES, test-suite sized
@@ -21,6 +22,13 @@ inside lowering):
 - LLVM function passes, LLVM module optimisation, machine code;
 - cache write: numba saving the overload to its on-disk cache;
 - rest: numba's dispatcher around all this (and whatever is not above).
+
+``--corpus BATCH`` (repeatable) compiles the graphs of a ``graphc bench``
+batch file instead (e.g. ../shared/onednn/benchdnn/inputs/graph/op/harness_f32_ci:
+the shared corpus' cases, at their sizes, most of them large enough for
+parallel loops), each tree building them with its own driver; a kernel two
+cases share is compiled once, and a case a tree cannot compile is left out for
+every tree.
 
 ``--src DIR`` (repeatable) times the graphc tree in DIR instead of this one
 (e.g. ``git archive HEAD | tar -x -C /tmp/base``): one column per tree, over
@@ -300,6 +308,78 @@ def child(profile: int) -> None:
     print(json.dumps(rows))
 
 
+def child_corpus(batches: list) -> None:
+    """Cold compile of every case of the batch files: per case, the CPU time of
+    graphc.compile and the kernels it compiled (new sources in the in-process cache)."""
+    import warnings
+    warnings.simplefilter("ignore")
+    import numba
+    import graphc
+    from graphc.bench.driver import Run, parse
+    from graphc.builder import GraphBuilder
+    from graphc.codegen import cache
+
+    cache.COLD_IN_PROCESS = 10 ** 9          # every kernel here, none by the compile worker
+    numba.njit(lambda x: x + 1)(1)
+    b = GraphBuilder()                       # numba's first-kernel costs (registries, threads)
+    b.op("Abs", [b.tensor("f32", [600, 1000])])
+    graphc.compile(b.finalize())
+    rows = []
+    for batch in batches:
+        run = Run(parse([f"--batch={batch}"]))
+        for i, case in enumerate(run.cases):
+            key = f"{Path(batch).name}:{i}"
+            graph, _ = run.graph(case)
+            if graph is None:
+                rows.append({"case": key, "skipped": True})
+                continue
+            n0 = len(cache._mem)
+            t0 = time.thread_time()
+            try:
+                graphc.compile(graph)
+            except graphc.GraphcError:
+                rows.append({"case": key, "skipped": True})
+                continue
+            dt = time.thread_time() - t0
+            new = [fn.py_func.__globals__.get("__graphc_source__") or "" for fn in list(cache._mem.values())[n0:]]
+            rows.append({"case": key, "kernels": len(new), "seconds": dt,
+                         "parallel": sum("prange(" in s or "launch(" in s for s in new)})
+    print(json.dumps(rows))
+
+
+def _spawn_corpus(src: Path, tmp: str, i: int, batches: list) -> list:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "NUMBA_CACHE_DIR")}
+    env["PYTHONPATH"] = str(src) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["GRAPHC_CACHE_DIR"] = os.path.join(tmp, f"cold-{i}")
+    cmd = [sys.executable, __file__, *[a for b in batches for a in ("--child-corpus", str(b))]]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=env)
+    if out.returncode:
+        sys.exit(f"child failed ({src}):\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def corpus(srcs: list, batches: list, runs: int) -> None:
+    print(f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(runs):
+            for j, src in enumerate(srcs):
+                results.setdefault(src, []).append(_spawn_corpus(src, tmp, r * len(srcs) + j, batches))
+    cases = [row["case"] for row in results[srcs[0]][0]]
+    common = [k for k, c in enumerate(cases)
+              if all(not run[k].get("skipped") for s in srcs for run in results[s])]
+    print(f"{', '.join(Path(b).name for b in batches)}: {len(common)} of {len(cases)} cases compiled by every "
+          f"tree; CPU s, median of {runs} cold processes")
+    print(f"{'tree':40s}{'kernels':>8s}{'parallel':>9s}{'total s':>9s}{'s/kernel':>9s}")
+    for s in srcs:
+        totals = [sum(run[k]["seconds"] for k in common) for run in results[s]]
+        kernels = sum(results[s][0][k]["kernels"] for k in common)
+        par = sum(results[s][0][k]["parallel"] for k in common)
+        med = statistics.median(totals)
+        print(f"{str(s)[-40:]:40s}{kernels:8d}{par:9d}{med:9.2f}{med / max(1, kernels):9.3f}")
+    print(f"load average {os.getloadavg()[0]:.2f}")
+
+
 # ------------------------------------------------------------------ the parent
 def _spawn(src: Path, tmp: str, i: int, profile: int = 0) -> list:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "NUMBA_CACHE_DIR")}
@@ -320,11 +400,17 @@ def main():
     ap.add_argument("--src", action="append", type=Path, help="graphc tree(s) to time (default: this one)")
     ap.add_argument("--per-kernel", action="store_true", help="each case's compile time")
     ap.add_argument("--profile", type=int, default=0, help="print the N top cumulative functions (cProfile)")
+    ap.add_argument("--corpus", action="append", type=Path, help="compile the cases of this bench batch file")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-corpus", action="append", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args.profile)
+    if args.child_corpus:
+        return child_corpus(args.child_corpus)
     srcs = [p.resolve() for p in (args.src or [ROOT])]
+    if args.corpus:
+        return corpus(srcs, [b.resolve() for b in args.corpus], args.runs)
     print(f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
