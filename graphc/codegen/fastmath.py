@@ -250,6 +250,14 @@ HELPERS = {"bits": ((), BITS_IMPORT),
                ("erf_f32", ("fma_f32",)), ("gelu_erf_f32", ("erf_f32",)), ("hidden_int", ()))}}
 
 
+def count_arg(n) -> ir.Expr:
+    """A trip count ``n`` as an argument of a helper here: ``np.int64(n)``, not the
+    literal (numba compiles a helper once per literal value it is called with;
+    LLVM still sees the number once it has inlined the helper)."""
+    n = ir.const(int(n)) if not isinstance(n, ir.Expr) else n
+    return ir.Expr("cast", ("int", n), "int") if n.op == "const" else n
+
+
 def use_helpers_called(kb, names) -> None:
     """Emit the helpers among ``names`` (functions a kernel's IR calls)."""
     for n in sorted(names):

@@ -49,7 +49,7 @@ import numba
 
 from . import ir
 from .elementwise import aligned_strides, collapse, emit_elementwise
-from .fastmath import loop_sum_helper, sum_helper, use_helper
+from .fastmath import count_arg, loop_sum_helper, sum_helper, use_helper
 from .kernel import ArrayRef, KernelBuilder, worth_parallel
 from .loops import linear, unravel
 from ..types import DataType
@@ -764,7 +764,7 @@ class Nest:
                     # f32 terms in f32 runs (fastmath.fsum32), f64 ones in f64
                     fsum = "fsum32" if a.terms.dt == "arr:f32" else "fsum"
                     use_helper(kb, fsum)
-                    kb.assign(a.local, ir.call(fsum, a.terms, self.L))
+                    kb.assign(a.local, ir.call(fsum, a.terms, count_arg(self.L)))
             return
         inner, outer = self.row_dims[-1], self.row_dims[:-1]
         ext = self.vdims[inner].extent
@@ -806,9 +806,10 @@ class Nest:
                 kb.assign(a.scalar, a.local_value)
             elif not self.lane_kept and a.kind == "sum" and self.lane_stop.op == "const":
                 # the lanes' f64 sum reassociated (vectorized; a strict sum of L terms is a
-                # chain of L dependent adds)
+                # chain of L dependent adds): fastmath.fsum, compiled once per process,
+                # not a helper of the kernel's own
                 arr = a.total if a.folds else a.lanes
-                kb.assign(a.scalar, sum_helper(kb, self.L, lambda j: ir.f64(arr[j])))
+                kb.assign(a.scalar, ir.call("fsum", arr, count_arg(self.L)))
             elif not self.lane_kept:
                 kb.assign(a.scalar, a.identity(a.scalar.dt))
                 with self._lanes():

@@ -35,18 +35,19 @@ def test_loop_reads_the_kernels_scalars_and_arrays():
         shift = kb.let(ir.u64(ir.i64(xr.load(ir.const(2)))), "sh")  # u64
         wide = kb.let(ir.f64(xr.load(ir.const(3))) * 0.5, "w")     # f64
         count = kb.let(ir.i64(xr.load(ir.const(2))) + 3, "n")      # int
+        two = kb.var(ir.const(2.0), "two")                          # a number numba may type as a literal
         buf = kb.alloc(N, "f32")
         with kb.for_(N) as i:
             kb.store(buf, i, xr.load(i) + 1.0)
         with kb.for_(N, parallel=True) as i:
             v = ir.select(flag, xr.load(i) * scale + buf[i], ir.const(0.0, "f32"))
-            kb.emit(o.store(i, ir.f64(v) + ir.f64(shift) + wide + ir.f64(count)))
+            kb.emit(o.store(i, ir.f64(v) + ir.f64(shift) + wide + ir.f64(count) + two))
         # the scratch array is read again after the loop
         kb.emit(o.store(ir.const(0), o.load(ir.const(0)) + buf[N - 1]))
 
     src = _kernel(build, x, out)
     assert "launch(kernel_loop0" in src and "prange(" not in src and "parallel=True" not in src, src
-    v = (x * (x[0] * np.float32(2)) + (x + np.float32(1))).astype(np.float64) + 7 + x[3] * 0.5 + 10
+    v = (x * (x[0] * np.float32(2)) + (x + np.float32(1))).astype(np.float64) + 7 + np.float64(x[3]) * 0.5 + 10 + 2
     want = v.astype(np.float32)
     want[0] = np.float32(np.float32(v[0]) + (x[N - 1] + np.float32(1)))
     np.testing.assert_allclose(out, want, rtol=1e-6)
