@@ -250,14 +250,27 @@ def _pass_phase(_pm, _index, pss, _state):
                 "bytecode/IR" if untyped else "other typed passes")
 
 
+def _phase_clock() -> _Clock:
+    """A clock of the phases of PHASES around numba's and graphc's functions."""
+    from numba.core import caching, codegen, compiler_machinery
+    import graphc.compiled as compiled
+    import graphc.lowering as lowering
+    clock = _Clock()
+    clock.wrap(compiler_machinery.PassManager, "_runPass", _pass_phase)
+    clock.wrap(codegen.CPUCodeLibrary, "_optimize_functions", "LLVM function passes")
+    clock.wrap(codegen.CPUCodeLibrary, "_optimize_final_module", "LLVM module opt")
+    clock.wrap(codegen.JITCodeLibrary, "_finalize_specific", "machine code")
+    clock.wrap(caching.Cache, "save_overload", "cache write")
+    clock.wrap(lowering, "build_kernel", "source")
+    clock.wrap(compiled, "compile_kernel", "rest")
+    return clock
+
+
 def child(profile: int) -> None:
     import warnings
     warnings.simplefilter("ignore")
     import numba
-    from numba.core import caching, codegen, compiler_machinery
     import graphc
-    import graphc.compiled as compiled
-    import graphc.lowering as lowering
     from graphc.builder import GraphBuilder
     from graphc.codegen import cache
 
@@ -267,14 +280,7 @@ def child(profile: int) -> None:
     b.op("Abs", [b.tensor("f32", [600, 1000])])
     graphc.compile(b.finalize())
 
-    clock = _Clock()
-    clock.wrap(compiler_machinery.PassManager, "_runPass", _pass_phase)
-    clock.wrap(codegen.CPUCodeLibrary, "_optimize_functions", "LLVM function passes")
-    clock.wrap(codegen.CPUCodeLibrary, "_optimize_final_module", "LLVM module opt")
-    clock.wrap(codegen.JITCodeLibrary, "_finalize_specific", "machine code")
-    clock.wrap(caching.Cache, "save_overload", "cache write")
-    clock.wrap(lowering, "build_kernel", "source")
-    clock.wrap(compiled, "compile_kernel", "rest")
+    clock = _phase_clock()
     prof = None
     if profile:
         import cProfile
@@ -324,6 +330,7 @@ def child_corpus(batches: list) -> None:
     b = GraphBuilder()                       # numba's first-kernel costs (registries, threads)
     b.op("Abs", [b.tensor("f32", [600, 1000])])
     graphc.compile(b.finalize())
+    clock = _phase_clock()
     rows = []
     for batch in batches:
         run = Run(parse([f"--batch={batch}"]))
@@ -334,6 +341,7 @@ def child_corpus(batches: list) -> None:
                 rows.append({"case": key, "skipped": True})
                 continue
             n0 = len(cache._mem)
+            clock.acc = {}
             t0 = time.thread_time()
             try:
                 graphc.compile(graph)
@@ -342,7 +350,7 @@ def child_corpus(batches: list) -> None:
                 continue
             dt = time.thread_time() - t0
             new = [fn.py_func.__globals__.get("__graphc_source__") or "" for fn in list(cache._mem.values())[n0:]]
-            rows.append({"case": key, "kernels": len(new), "seconds": dt,
+            rows.append({"case": key, "kernels": len(new), "seconds": dt, "phases": clock.acc,
                          "parallel": sum("prange(" in s or "launch(" in s for s in new)})
     print(json.dumps(rows))
 
@@ -377,6 +385,14 @@ def corpus(srcs: list, batches: list, runs: int) -> None:
         par = sum(results[s][0][k]["parallel"] for k in common)
         med = statistics.median(totals)
         print(f"{str(s)[-40:]:40s}{kernels:8d}{par:9d}{med:9.2f}{med / max(1, kernels):9.3f}")
+    print(f"\n{'phase (s per kernel)':22s}" + "".join(f"{str(s)[-14:]:>15s}" for s in srcs))
+    for ph in PHASES:
+        vals = []
+        for s in srcs:
+            kernels = max(1, sum(results[s][0][k]["kernels"] for k in common))
+            vals.append(statistics.median(sum(run[k]["phases"].get(ph, 0.0) for k in common)
+                                          for run in results[s]) / kernels)
+        print(f"{ph:22s}" + "".join(f"{v:15.4f}" for v in vals))
     print(f"load average {os.getloadavg()[0]:.2f}")
 
 

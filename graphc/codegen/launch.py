@@ -2,14 +2,16 @@
 (graphc.codegen.outline writes such kernels).
 
 A parallel loop of a kernel is a serial function of its own (the loop over
-[start, stop) taking the names its body reads; its array arguments marked
-``noalias`` for LLVM, as numba marks its parfor gufuncs').  The kernel calls
+[start, stop) taking the names its body reads).  The kernel calls
 :func:`launch` with that function, the loop's range and a tuple of the names:
-the intrinsic compiles, into the kernel, a C function that numba's threading
-layer (parallel_for, as for a prange) calls on each thread with its part of
-the iterations and the tuple, and that calls the loop function.  numba's own
-prange lowering compiles each loop a second time, as a gufunc, with its
-scheduling code: about as long again as the whole serial kernel.
+the intrinsic compiles the function as a subroutine of the kernel (its array
+arguments marked ``noalias`` for LLVM, as numba marks its parfor gufuncs';
+optimized and turned into machine code once, within the kernel), and a C
+function that numba's threading layer (parallel_for, as for a prange) calls
+on each thread with its part of the iterations and the tuple, and that calls
+the loop function.  numba's own prange lowering compiles each loop a second
+time, as a gufunc, with its scheduling code: about as long again as the whole
+serial kernel.
 
 Kernels link what this module generates: the kernel cache's version folder is
 keyed by this file's text.
@@ -19,9 +21,7 @@ from __future__ import annotations
 from llvmlite import ir as llvm_ir
 from numba import types
 from numba.core import cgutils, config as numba_config
-from numba.core.compiler import CompilerBase, DefaultPassBuilder
-from numba.core.compiler_machinery import FunctionPass, register_pass
-from numba.core.typed_passes import NopythonTypeInference
+from numba.core import compiler
 from numba.extending import intrinsic
 from numba.np.ufunc.parallel import _launch_threads
 
@@ -65,6 +65,52 @@ def _dispatch_function(context, module, cres, tupty, members):
     return fn
 
 
+def _loop_function(context, builder, loop, members):
+    """The loop function ``loop`` (a dispatcher whose Python function graphc
+    wrote) compiled as a subroutine of the kernel being lowered: its array
+    arguments noalias, numpy's error model, linked into the kernel."""
+    flags = compiler.Flags()
+    flags.nrt = True
+    flags.noalias = True
+    flags.error_model = "numpy"
+    sig = types.none(types.int64, types.int64, *members)
+    impl = loop.dispatcher.py_func
+    compile_once = getattr(context, "_compile_subroutine_no_cache", None)
+    if compile_once is None:   # (numba without it: its cached path, which keeps every result)
+        return context.compile_subroutine(builder, impl, sig, flags=flags, caching=False)
+    cres = compile_once(builder, impl, sig, flags=flags)
+    _optimized_once(cres.library)
+    context.active_code_library.add_linking_library(cres.library)
+    return cres
+
+
+def _optimized_once(library) -> None:
+    """Let the loop function's library, which only the kernel links, skip its
+    own module optimization and machine code: numba would optimize and compile
+    it alone, then again inside the kernel.  Its finalization then only links
+    what it links (helpers) and checks its globals.  Left as numba has it when
+    its internals are not as expected."""
+    needed = ("_raise_if_finalized", "_linking_libraries", "_reload_init", "_final_module",
+              "_finalize_dynamic_globals", "_verify_declare_only_symbols", "_finalized")
+    if not all(hasattr(library, n) for n in needed):
+        return
+
+    def finalize():
+        library._raise_if_finalized()
+        seen = set()
+        for lib in library._linking_libraries:
+            if lib not in seen:
+                seen.add(lib)
+                library._reload_init.update(lib._reload_init)
+                library._final_module.link_in(lib._get_module_for_linking(), preserve=True)
+        library._final_module.verify()
+        library._finalize_dynamic_globals()
+        library._verify_declare_only_symbols()
+        library._finalized = True
+
+    library.finalize = finalize
+
+
 @intrinsic
 def launch(typingctx, loop, lo, hi, values):
     """Run ``loop(start, stop, *values)`` (a loop function: compiled serial, its
@@ -75,7 +121,6 @@ def launch(typingctx, loop, lo, hi, values):
     if not isinstance(loop, types.Dispatcher) or not isinstance(values, types.BaseTuple):
         return None
     members = tuple(types.unliteral(t) for t in values.types)
-    loop_sig = loop.get_call_type(typingctx, (types.int64, types.int64) + members, {})
     tupty = types.Tuple(members)
 
     def codegen(context, builder, signature, args):
@@ -84,8 +129,7 @@ def launch(typingctx, loop, lo, hi, values):
         hi_v = context.cast(builder, hi_v, signature.args[2], types.int64)
         if tuple(signature.args[3].types) != members:
             vals = context.cast(builder, vals, signature.args[3], tupty)
-        cres = loop.dispatcher.overloads[loop_sig.args]
-        context.active_code_library.add_linking_library(cres.library)
+        cres = _loop_function(context, builder, loop, members)
         fn = _dispatch_function(context, builder.module, cres, tupty, members)
 
         i8p = cgutils.voidptr_t
@@ -121,28 +165,3 @@ def launch(typingctx, loop, lo, hi, values):
                           intp(0), intp(1), nt])   # no inner dims; one array (the schedule) split by rows
         return context.get_constant(types.int64, 0)
     return types.int64(loop, lo, hi, values), codegen
-
-
-@register_pass(mutates_CFG=False, analysis_only=False)
-class _NoAlias(FunctionPass):
-    _name = "graphc_noalias_arrays"
-
-    def __init__(self):
-        FunctionPass.__init__(self)
-
-    def run_pass(self, state):
-        state.flags.noalias = True
-        return False
-
-
-class NoAliasCompiler(CompilerBase):
-    """numba's nopython pipeline with the function's array arguments marked
-    ``noalias`` (numba's flag for its parfor gufuncs, whose arguments are the
-    same arrays): the pipeline_class of a loop's function."""
-
-    def define_pipelines(self):
-        pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
-        pm._finalized = False
-        pm.add_pass_after(_NoAlias, NopythonTypeInference)
-        pm.finalize()
-        return [pm]

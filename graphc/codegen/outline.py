@@ -26,10 +26,10 @@ from . import ir
 from .printer import print_body
 
 LOOP = "kernel_loop"
-#: options of a loop function: no entry for Python or C callers (only a kernel calls it)
-LOOP_JIT = ("cache=True, nogil=True, error_model='numpy', no_cpython_wrapper=True, no_cfunc_wrapper=True, "
-            "pipeline_class=NoAliasCompiler")
-IMPORT = "from graphc.codegen.launch import NoAliasCompiler, launch"
+#: a loop function's decorator: numba compiles it only as the subroutine the
+#: kernel's launch makes of it (graphc.codegen.launch), never on its own
+LOOP_JIT = "no_cpython_wrapper=True, no_cfunc_wrapper=True"
+IMPORT = "from graphc.codegen.launch import launch"
 
 
 def runs_parallel(source: str) -> bool:
