@@ -22,6 +22,7 @@ from numba.np.numpy_support import from_dtype
 
 from .errors import GraphcError, InvalidArguments, RuntimeFault, Unimplemented
 from .codegen.cache import compile_kernel, load_kernel
+from .codegen.entry import Kernel, kernel_entry
 from .codegen.kernel import KERNEL_VIEW
 from .reference import check_input_array
 from .types import LogicalTensor, check_extent, dense_strides, overlaps, span as _span
@@ -139,15 +140,15 @@ _LAYER_SAFE = None   # numba's threading layer is thread-safe (tbb, omp); None u
 
 
 def call_kernel(kernel, args):
-    """Run a kernel.  numba's workqueue threading layer aborts the process when
+    """Run a kernel (graphc.codegen.entry.kernel_entry) on ``args``.  numba's workqueue threading layer aborts the process when
     parallel kernels launch from several threads at once: until numba reports a
     thread-safe layer (tbb or omp, which it prefers when available), kernel calls
     take one lock."""
     global _LAYER_SAFE
     if _LAYER_SAFE:
-        return kernel(*args)
+        return kernel(tuple(args))
     with _KERNEL_LOCK:
-        status = kernel(*args)
+        status = kernel(tuple(args))
         if _LAYER_SAFE is None:
             try:
                 _LAYER_SAFE = numba.threading_layer() in ("tbb", "omp")
@@ -296,7 +297,7 @@ class CompiledPartition:
     values checked first) and kept in ``specializations``."""
 
     def __init__(self, partition, inputs, outputs, ops, known, source, kernel, arg_plan, runner=None,
-                 view_at=None):
+                 view_at=None, entry=None):
         self._view_at = view_at        # a partition of views (graphc.views): the input its output views
         self._fast = None              # the per-run work done once (see _fast_plan); False: no fast path
         self.partition = partition
@@ -305,7 +306,8 @@ class CompiledPartition:
         self.ops = ops
         self._known = known
         self.source = source
-        self.kernel = kernel
+        self.kernel = kernel           # the kernel (graphc.codegen.entry.Kernel: its numba dispatcher)
+        self._entry = entry            # what runs it (graphc.codegen.entry.kernel_entry)
         self._plan = arg_plan          # kernel args: ("in", i) / ("out", i) / ("tmp", LogicalTensor)
         self._runner = runner          # a non-kernel executor (collectives)
         self.compile_seconds = 0.0
@@ -511,9 +513,6 @@ class CompiledPartition:
                 or any(self._overlapping_inputs()) \
                 or not all(lt.is_complete and lt.is_dense for lt in list(self.inputs) + list(self.outputs)):
             return False
-        overloads = list(self.kernel.overloads.values())
-        if len(overloads) != 1:
-            return False
         slots = []
         for k, (kind, ref) in enumerate(self._plan):
             if kind == "in":
@@ -526,7 +525,7 @@ class CompiledPartition:
                 slots.append((1, ref, flat, lt.nelems, (lt.dtype.np, tuple(lt.shape))))
             else:
                 slots.append((2, self._workspace(k, ref) if kind == "ws" else self._scratch_tensor(k, ref)))
-        return slots, overloads[0].entry_point, len(self.outputs)
+        return slots, self._entry, len(self.outputs)
 
     def _run_fast(self, arrays, given=None):
         """The run of a plain kernel on ``arrays`` (inputs in order) into fresh
@@ -665,9 +664,9 @@ class CompiledPartition:
                     args.append(self._scratch_tensor(k, ref))
             if self._workspaces:   # one run at a time uses them
                 with self._ws_lock:
-                    status = call_kernel(self.kernel, args)
+                    status = call_kernel(self._entry, args)
             else:
-                status = call_kernel(self.kernel, args)
+                status = call_kernel(self._entry, args)
             if status is not None and status >= 0:
                 raise self._fault(status, ins)
         if user_outs is not None:
@@ -741,9 +740,9 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
         cp._wanted = outputs
         return cp
     source, plan, runner = build_kernel(partition, ops, in_lts, out_lts)
-    kernel = None
+    kernel = entry = None
     if source is not None:
-        kernel = load_kernel(source)
+        dispatcher = load_kernel(source)
         sig = []
         for kind, ref in plan:
             if kind == "ws":
@@ -752,8 +751,9 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
                 lt = in_lts[ref] if kind == "in" else out_lts[ref] if kind == "out" else ref
                 dt = np.dtype(KERNEL_VIEW.get(lt.dtype, lt.dtype.np))
             sig.append(nbtypes.Array(from_dtype(dt), 1, "C"))
-        compile_kernel(kernel, tuple(sig))
-    cp = CompiledPartition(partition, in_lts, out_lts, ops, known, source, kernel, plan, runner)
+        compile_kernel(dispatcher, tuple(sig))
+        kernel, entry = Kernel(dispatcher), kernel_entry(dispatcher, tuple(sig))
+    cp = CompiledPartition(partition, in_lts, out_lts, ops, known, source, kernel, plan, runner, entry=entry)
     cp.compile_seconds = time.perf_counter() - t0
     return cp
 

@@ -313,7 +313,7 @@ def test_kernel_cache_is_a_bounded_lru(root, monkeypatch):
     first = _kernel(held)
     name = first.py_func.__globals__["__name__"]
     assert sys.modules.get(name) is not None
-    dropped = weakref.ref(_kernel(_check((2, 3))))
+    dropped = weakref.ref(_kernel(_check((2, 3))).dispatcher)
     for n in range(4, 9):
         _check((2, n))
     assert len(cache._mem) == 3

@@ -41,9 +41,10 @@ EXTRA_IMPORTS = {"gemm_f32": blas_import, "gemm_bf16": blas_import, "gemm_u8s8":
 NUM_THREADS = numba_config.NUMBA_NUM_THREADS
 
 #: options of a kernel function: cached on disk; no GIL (a caller's threads may run kernels at
-#: once); numpy's error model (no division-by-zero checks); no C entry point (graphc calls a
-#: kernel from Python only: numba would build and compile that wrapper for every kernel)
-KERNEL_JIT = "cache=True, nogil=True, error_model='numpy', no_cfunc_wrapper=True"
+#: once); numpy's error model (no division-by-zero checks); no entry points for C or Python
+#: callers (numba would build and compile both for every kernel: graphc calls a kernel through
+#: a trampoline shared by the kernels of the same argument types, graphc.codegen.entry)
+KERNEL_JIT = "cache=True, nogil=True, error_model='numpy', no_cfunc_wrapper=True, no_cpython_wrapper=True"
 #: the start of a helper's decorator (see :func:`helper_source`)
 HELPER_JIT = "@njit(no_cpython_wrapper=True, no_cfunc_wrapper=True, "
 

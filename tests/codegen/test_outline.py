@@ -6,7 +6,10 @@ handles stays numba's prange."""
 import numpy as np
 
 from graphc.codegen import ir
-from graphc.codegen.cache import load_kernel
+from numba.core import types as nbtypes
+
+from graphc.codegen.cache import compile_kernel, load_kernel
+from graphc.codegen.entry import kernel_entry
 from graphc.codegen.kernel import NUM_THREADS, KernelBuilder
 from graphc.codegen.outline import runs_parallel
 from graphc.types import LogicalTensor
@@ -18,8 +21,11 @@ def _kernel(build, *arrays):
     kb = KernelBuilder()
     refs = [kb.arg(LogicalTensor(i, "f32", a.shape), "a") for i, a in enumerate(arrays)]
     build(kb, *refs)
+    kb.ret(-1)
     src = kb.source()
-    load_kernel(src)(*arrays)
+    fn, sig = load_kernel(src), (nbtypes.Array(nbtypes.float32, 1, "C"),) * len(arrays)
+    compile_kernel(fn, sig)
+    assert kernel_entry(fn, sig)(arrays) == -1
     return src
 
 
