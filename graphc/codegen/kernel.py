@@ -45,6 +45,8 @@ NUM_THREADS = numba_config.NUMBA_NUM_THREADS
 #: callers (numba would build and compile both for every kernel: graphc calls a kernel through
 #: a trampoline shared by the kernels of the same argument types, graphc.codegen.entry)
 KERNEL_JIT = "cache=True, nogil=True, error_model='numpy', no_cfunc_wrapper=True, no_cpython_wrapper=True"
+#: a kernel without numba's prange compiles with graphc's lean pipeline (graphc.codegen.pipeline)
+LEAN = ", pipeline_class=KernelCompiler"
 #: the start of a helper's decorator (see :func:`helper_source`)
 HELPER_JIT = "@njit(no_cpython_wrapper=True, no_cfunc_wrapper=True, "
 
@@ -410,8 +412,11 @@ class KernelBuilder:
             # the parallel loops outlined: functions of the module run on numba's threads
             stmts, functions = out.body, out.functions
             helpers.insert(0, outline.IMPORT)
-        elif self.parallel:
+        if self.parallel and out is None:
             opts += ", parallel=True"
+        else:
+            opts += LEAN
+            helpers.insert(0, "from graphc.codegen.pipeline import KernelCompiler")
         body = print_body(stmts, 1, self._taken()) if stmts else ["    pass"]
         return (HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in helpers) +
                 "".join(f + "\n\n" for f in functions) +
