@@ -457,6 +457,20 @@ def _release(fn) -> None:
                 disp._reset_overloads()
 
 
+def load_function(source: str, entry: str):
+    """The dispatcher ``entry`` of a module graphc generated, backed by the kernel
+    cache folder as a kernel's is, but not kept in the in-process LRU (the caller
+    keeps it: graphc.codegen.entry's trampolines)."""
+    key = kernel_key(source)
+    d = cache_dir()
+    if d is not None:
+        try:
+            return getattr(_on_disk(source, key, d), entry)
+        except (OSError, RuntimeError) as e:
+            _refuse(d, e)
+    return getattr(_in_memory(source, key), entry)
+
+
 def load_kernel(source: str, entry: str = "kernel"):
     """Return the compiled-on-demand numba dispatcher for ``source``'s ``entry``."""
     key = kernel_key(source)
