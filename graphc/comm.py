@@ -239,12 +239,14 @@ def _abort_at_exit(comm) -> None:
     if _abort_registered or not _is_mpi(comm):
         return
     _abort_registered = True
+    # said now, not in the exit handler: MPI_Abort ends the processes at once, and the
+    # launcher could lose a line written just before it
+    sys.stderr.write(f"graphc: rank {comm.Get_rank()}: a collective timed out; aborting the MPI job at exit "
+                     "(MPI_Finalize would wait for the member that stopped answering)\n")
+    sys.stderr.flush()
 
     def abort():
         from mpi4py import MPI
         if MPI.Is_initialized() and not MPI.Is_finalized():
-            sys.stderr.write(f"graphc: rank {comm.Get_rank()}: a collective timed out; aborting the MPI job "
-                             "(MPI_Finalize would wait for the member that stopped answering)\n")
-            sys.stderr.flush()
             comm.Abort(3)
     atexit.register(abort)
