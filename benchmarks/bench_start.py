@@ -49,10 +49,6 @@ HEAVY = ("numba", "networkx", "scipy", "torch")
 
 # ------------------------------------------------------------------ children
 
-def _runs_parallel(source: str) -> bool:
-    """A kernel with parallel loops: numba's prange, or graphc's launch (graphc.codegen.outline)."""
-    return "parallel=True" in source or "launch(kernel_loop" in source
-
 def child_start() -> None:
     t0 = time.perf_counter()
     import graphc
@@ -79,6 +75,7 @@ def child_compile(in_process: bool) -> None:
     import graphc.compiled as compiled
     import graphc.lowering as lowering
     from graphc.codegen import cache
+    from graphc.codegen.outline import runs_parallel
 
     cache.COLD_IN_PROCESS = 10 ** 9 if in_process else 0
     numba.njit(lambda x: x + 1)(1)          # numba's one-time start, not a kernel's
@@ -111,7 +108,7 @@ def child_compile(in_process: bool) -> None:
         _orig(fn, sig)
         kids2 = _worker_cpu(cache)
         row = {"source": cur.pop("source", 0.0), "compile_cpu": clock() - c, "compile_wall": time.perf_counter() - w,
-               "llvm": llvm[0], "parallel": _runs_parallel(fn.py_func.__globals__.get("__graphc_source__", "")),
+               "llvm": llvm[0], "parallel": runs_parallel(fn.py_func.__globals__.get("__graphc_source__", "")),
                "worker_cpu": kids2 - kids if kids2 >= kids else kids2}   # (a new worker: from 0)
         stages = {}
         ns = fn.py_func.__globals__

@@ -140,10 +140,10 @@ _LAYER_SAFE = None   # numba's threading layer is thread-safe (tbb, omp); None u
 
 
 def call_kernel(kernel, args):
-    """Run a kernel (graphc.codegen.entry.kernel_entry) on ``args``.  numba's workqueue threading layer aborts the process when
-    parallel kernels launch from several threads at once: until numba reports a
-    thread-safe layer (tbb or omp, which it prefers when available), kernel calls
-    take one lock."""
+    """Run a kernel (graphc.codegen.entry.kernel_entry) on ``args``.  numba's
+    workqueue threading layer aborts the process when parallel kernels launch
+    from several threads at once: until numba reports a thread-safe layer (tbb or
+    omp, which it prefers when available), kernel calls take one lock."""
     global _LAYER_SAFE
     if _LAYER_SAFE:
         return kernel(tuple(args))

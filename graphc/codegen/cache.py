@@ -457,18 +457,23 @@ def _release(fn) -> None:
                 disp._reset_overloads()
 
 
+def _module(source: str, key: str):
+    """The module of ``source``: backed by the cache folder, or in memory when the
+    folder cannot be used."""
+    d = cache_dir()
+    if d is not None:
+        try:
+            return _on_disk(source, key, d)
+        except (OSError, RuntimeError) as e:   # RuntimeError: numba finds no cache locator
+            _refuse(d, e)
+    return _in_memory(source, key)
+
+
 def load_function(source: str, entry: str):
     """The dispatcher ``entry`` of a module graphc generated, backed by the kernel
     cache folder as a kernel's is, but not kept in the in-process LRU (the caller
     keeps it: graphc.codegen.entry's trampolines)."""
-    key = kernel_key(source)
-    d = cache_dir()
-    if d is not None:
-        try:
-            return getattr(_on_disk(source, key, d), entry)
-        except (OSError, RuntimeError) as e:
-            _refuse(d, e)
-    return getattr(_in_memory(source, key), entry)
+    return getattr(_module(source, kernel_key(source)), entry)
 
 
 def load_kernel(source: str, entry: str = "kernel"):
@@ -483,16 +488,7 @@ def load_kernel(source: str, entry: str = "kernel"):
     with _lock:
         fn = _mem.get(key)
         if fn is None:
-            d = cache_dir()
-            module = None
-            if d is not None:
-                try:
-                    module = _on_disk(source, key, d)
-                except (OSError, RuntimeError) as e:   # RuntimeError: numba finds no cache locator
-                    _refuse(d, e)
-            if module is None:
-                module = _in_memory(source, key)
-            fn = getattr(module, entry)
+            fn = getattr(_module(source, key), entry)
             _mem[key] = fn
             size = kernel_cache_size()
             while len(_mem) > size:

@@ -471,6 +471,33 @@ def _bodies(stmt):
     return []
 
 
+def children(stmt) -> list:
+    """The statements nested in ``stmt`` (a loop's body, an if's two branches)."""
+    return [s for body in _bodies(stmt) for s in body]
+
+
+def all_stmts(stmts):
+    """Every statement, nested ones after the one holding them."""
+    for s in stmts:
+        yield s
+        yield from all_stmts(children(s))
+
+
+def stmt_exprs(s) -> list:
+    """The expressions a statement evaluates itself, not its nested bodies' (a
+    while's condition is evaluated on every turn)."""
+    if isinstance(s, (Let, Assign, Return)):
+        return [s.value]
+    if isinstance(s, Store):
+        idx = list(s.idx) if isinstance(s.idx, tuple) else [s.idx]
+        return idx + [s.value]
+    if isinstance(s, For):
+        return [s.start, s.stop]
+    if isinstance(s, (If, While)):
+        return [s.cond]
+    return []
+
+
 def calls(stmts) -> set:
     """Names of the functions the statements (and their nested bodies) call."""
     out = set()
@@ -502,4 +529,4 @@ def walk(e: Expr):
 
 __all__ = ["Expr", "const", "var", "array", "typename", "binop", "compare", "select", "cast", "f32", "f64", "i64",
            "u64", "call", "load", "promote", "Let", "Assign", "Store", "For", "While", "If", "Return",
-           "writes", "walk", "FUNCS"]
+           "writes", "walk", "children", "all_stmts", "stmt_exprs", "FUNCS"]

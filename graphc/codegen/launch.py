@@ -20,17 +20,17 @@ from __future__ import annotations
 
 from llvmlite import ir as llvm_ir
 from numba import types
-from numba.core import cgutils, config as numba_config
+from numba.core import cgutils
 from numba.core import compiler
 from numba.extending import intrinsic
 from numba.np.ufunc.parallel import _launch_threads
+
+from .kernel import NUM_THREADS   # (numba's pool: get_num_threads() is at most this)
 
 # numba's thread pool, and the symbols of its threading layer the kernels link
 # (numba_parallel_for, get_num_threads) registered for the JIT
 _launch_threads()
 
-#: the most threads numba's pool has (get_num_threads() is at most this)
-NUM_THREADS = numba_config.NUMBA_NUM_THREADS
 
 
 def _dispatch_function(context, module, cres, tupty, members):

@@ -62,7 +62,7 @@ class _Outliner:
         self.functions = []
         # names another name's value is (a let of a name): two names of one
         # array would be passed as two noalias arguments
-        self.aliases = {s.target.args[0] for s in _all_stmts(kb.body)
+        self.aliases = {s.target.args[0] for s in ir.all_stmts(kb.body)
                         if isinstance(s, ir.Let) and s.value.op == "var"}
 
     def run(self) -> Outlined:
@@ -88,10 +88,10 @@ class _Outliner:
         """The loop's function (kept), and the statement launching it."""
         k = len(self.functions)
         reads, private, assigned = set(), {loop.target.args[0]}, set()
-        for s in _all_stmts(loop.body):
+        for s in ir.all_stmts(loop.body):
             if isinstance(s, ir.Return):
                 raise _Unsupported
-            for e in _exprs(s):
+            for e in ir.stmt_exprs(s):
                 reads |= e.reads
             if isinstance(s, ir.Store):
                 reads.add(s.buf.args[0])
@@ -126,34 +126,6 @@ class _Outliner:
 
 
 # -- walking statements ----------------------------------------------------------------
-def _children(s):
-    if isinstance(s, (ir.For, ir.While)):
-        return s.body
-    if isinstance(s, ir.If):
-        return s.body + s.orelse
-    return []
-
-
-def _all_stmts(stmts):
-    for s in stmts:
-        yield s
-        yield from _all_stmts(_children(s))
-
-
-def _exprs(s):
-    """The expressions a statement evaluates itself (not its nested bodies')."""
-    if isinstance(s, (ir.Let, ir.Assign, ir.Return)):
-        return [s.value]
-    if isinstance(s, ir.Store):
-        idx = list(s.idx) if isinstance(s.idx, tuple) else [s.idx]
-        return idx + [s.value]
-    if isinstance(s, ir.For):
-        return [s.start, s.stop]
-    if isinstance(s, (ir.If, ir.While)):
-        return [s.cond]
-    return []
-
-
 def _set_first(body, name) -> bool:
     """Whether each turn of a loop of ``body`` assigns ``name`` before anything
     reads it (a name numba's prange makes private to each turn, like one only
@@ -170,12 +142,12 @@ def _names_outside(stmts, skip) -> set:
     """Names read or written by the statements, not counting ``skip``'s body."""
     out = set()
     for s in stmts:
-        for e in _exprs(s):
+        for e in ir.stmt_exprs(s):
             out |= e.reads
         if isinstance(s, (ir.Let, ir.Assign, ir.For)):
             out.add(s.target.args[0])
         elif isinstance(s, ir.Store):
             out.add(s.buf.args[0])
         if s is not skip:
-            out |= _names_outside(_children(s), skip)
+            out |= _names_outside(ir.children(s), skip)
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from .ir import Assign, Expr, For, If, Let, Return, Store, While, writes
+from .ir import Assign, Expr, For, If, Let, Return, Store, While, children, stmt_exprs, writes
 
 #: binding strength of each operator (higher binds tighter)
 _PREC = {"|": 4, "^": 5, "&": 6, "<<": 7, ">>": 7, "+": 8, "-": 8, "*": 9, "/": 9, "//": 9, "%": 9, "**": 11}
@@ -125,20 +125,6 @@ class Names:
         return name
 
 
-def _stmt_exprs(s):
-    """The expressions a statement evaluates before its nested bodies (hoistable)."""
-    if isinstance(s, (Let, Assign, Return)):
-        return [s.value]
-    if isinstance(s, Store):
-        idx = list(s.idx) if isinstance(s.idx, tuple) else [s.idx]
-        return idx + [s.value]
-    if isinstance(s, For):
-        return [s.start, s.stop]
-    if isinstance(s, If):
-        return [s.cond]
-    return []
-
-
 def _occurrences(e: Expr, out: list, guarded: bool = False):
     """(node, guarded) for every non-leaf node of ``e``, children first."""
     if e.is_leaf:
@@ -183,7 +169,7 @@ class BlockPrinter:
             if isinstance(s, While):
                 pass   # its condition is evaluated each turn: nothing hoisted from it
             else:
-                for e in _stmt_exprs(s):
+                for e in stmt_exprs(s):
                     occ: list = []
                     _occurrences(e, occ)
                     for node, guarded in occ:
@@ -237,7 +223,7 @@ class BlockPrinter:
         seen: set = set()
         for s in stmts:
             if not isinstance(s, While):
-                for e in _stmt_exprs(s):
+                for e in stmt_exprs(s):
                     visit(e, False)
             for n in writes(s):
                 version[n] = version.get(n, 0) + 1
@@ -302,7 +288,7 @@ def names_in(stmts) -> set:
                 out.add(n.args[0])
 
     for s in stmts:
-        for e in _stmt_exprs(s):
+        for e in stmt_exprs(s):
             expr_names(e)
         if isinstance(s, (Let, Assign)):
             out.add(s.target.args[0])
@@ -310,10 +296,7 @@ def names_in(stmts) -> set:
             out.add(s.buf.args[0])
         if isinstance(s, For):
             out.add(s.target.args[0])
-        if isinstance(s, While):
-            expr_names(s.cond)
-        for body in ([s.body] if isinstance(s, (For, While)) else [s.body, s.orelse] if isinstance(s, If) else []):
-            out |= names_in(body)
+        out |= names_in(children(s))
     return out
 
 
