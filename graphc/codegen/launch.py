@@ -67,20 +67,27 @@ def _dispatch_function(context, module, cres, tupty, members):
 
 def _loop_function(context, builder, loop, members):
     """The loop function ``loop`` (a dispatcher whose Python function graphc
-    wrote) compiled as a subroutine of the kernel being lowered: its array
-    arguments noalias, numpy's error model, linked into the kernel."""
+    wrote) compiled as a subroutine of the kernel being lowered (graphc's lean
+    pipeline; its array arguments noalias, numpy's error model), linked into
+    the kernel, its library optimized and made machine code only there.
+    (numba's own _compile_subroutine_no_cache links the library in itself,
+    which finalizes it before it could be told to skip both.)"""
+    from numba.core.compiler_lock import global_compiler_lock
+    from .pipeline import KernelCompiler
     flags = compiler.Flags()
     flags.nrt = True
     flags.noalias = True
     flags.error_model = "numpy"
-    sig = types.none(types.int64, types.int64, *members)
+    flags.no_compile = True
+    flags.no_cpython_wrapper = True
+    flags.no_cfunc_wrapper = True
     impl = loop.dispatcher.py_func
-    compile_once = getattr(context, "_compile_subroutine_no_cache", None)
-    if compile_once is None:   # (numba without it: its cached path, which keeps every result)
-        return context.compile_subroutine(builder, impl, sig, flags=flags, caching=False)
-    cres = compile_once(builder, impl, sig, flags=flags)
-    _optimized_once(cres.library)
-    context.active_code_library.add_linking_library(cres.library)
+    with global_compiler_lock:
+        library = context.codegen().create_library(impl.__name__)
+        _optimized_once(library)
+        cres = KernelCompiler(context.typing_context, context, library, (types.int64, types.int64) + members,
+                              types.none, flags, {}).compile_extra(impl)
+        context.active_code_library.add_linking_library(cres.library)
     return cres
 
 

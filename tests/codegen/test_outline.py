@@ -100,3 +100,33 @@ def test_a_loop_assigning_a_kernel_scalar_stays_numbas_prange():
     src = _kernel(build, x, out)
     assert "prange(" in src and "parallel=True" in src and "launch(" not in src
     assert out[0] == x.sum()
+
+
+def test_the_loop_function_is_made_machine_code_only_within_the_kernel(monkeypatch):
+    """A loop function's library is optimized and made machine code as part of
+    the kernel that links it, never alone (that would be compile time spent for
+    nothing: the kernel calls its own copy)."""
+    from numba.core import codegen
+    made = []
+    finalize = codegen.JITCodeLibrary._finalize_specific
+
+    def recorded(library):
+        made.append(library.name)
+        return finalize(library)
+
+    monkeypatch.setattr(codegen.JITCodeLibrary, "_finalize_specific", recorded)
+    x = np.arange(N, dtype=np.float32)
+    out = np.zeros(N, np.float32)
+    kb = KernelBuilder()
+    xr, o = (kb.arg(LogicalTensor(i, "f32", (N,)), "a") for i in range(2))
+    with kb.for_(N, parallel=True) as i:
+        kb.emit(o.store(i, xr.load(i) * 3.0 + 0.25))
+    kb.ret(-1)
+    ns = {}            # compiled afresh (no kernel cache in memory or on disk)
+    exec(compile(kb.source().replace("cache=True", "cache=False"), "<kernel>", "exec"), ns)
+    sig = (nbtypes.Array(nbtypes.float32, 1, "C"),) * 2
+    ns["kernel"].compile(sig)
+    assert kernel_entry(ns["kernel"], sig)((x, out)) == -1
+    np.testing.assert_allclose(out, x * 3 + 0.25)
+    assert "kernel" in made
+    assert not [name for name in made if name.startswith("kernel_loop")], made
