@@ -1,15 +1,24 @@
 """How Python calls a compiled kernel: through a trampoline shared by every
-kernel of the same argument types, not an entry point of the kernel's own.
+kernel taking as many arrays of the same dimensions, not an entry point of the
+kernel's own.
 
 numba builds, for every function callable from Python, a CPython wrapper that
 unboxes its arguments: about 0.02 s of each kernel's cold compile (16% of a
 small LayerNorm's).  Kernels are compiled without it (KERNEL_JIT); a
 trampoline ``call(address, args)`` is an ordinary numba function of the
-kernel's native address and the tuple of its arrays, one per tuple of array
-types (a module of the kernel cache, compiled once), whose code calls the
+kernel's native address and the tuple of its arrays, whose code calls the
 kernel through numba's own calling convention: unboxing and the call cost
 what calling the kernel's own wrapper cost.  A kernel returns its int64 status
 (graphc's kernels end with ``return -1``; a faulting one returns a position).
+
+The trampoline unboxes each array as an :class:`AnyArray` of its dimensions:
+numba's array structure, whatever the dtype and layout (at the machine level
+an array of any dtype is passed alike), so one trampoline serves every kernel
+of as many arrays of those dimensions: a handful in all, where one per tuple
+of array types made about one for every four kernels, each 0.06 s of a cold
+compile.  The arrays are not checked against the kernel's types there: graphc
+checks what it passes (CompiledPartition's plans), and :class:`Kernel` types
+the arrays it is given.
 """
 from __future__ import annotations
 
@@ -18,7 +27,33 @@ import threading
 
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.core.datamodel.models import ArrayModel
+from numba.extending import NativeValue, intrinsic, register_model, unbox
+
+
+class AnyArray(types.Type):
+    """A numpy array of ``ndim`` dimensions, any dtype and layout, as a trampoline
+    takes it: numba's array structure (its pointers typed as bytes)."""
+
+    def __init__(self, ndim: int):
+        self.ndim = ndim
+        self.dtype = types.uint8     # (the data and meminfo pointers' type in ArrayModel)
+        super().__init__(name=f"graphc.AnyArray({ndim})")
+
+
+register_model(AnyArray)(ArrayModel)
+
+
+@unbox(AnyArray)
+def _unbox_any_array(typ, obj, c):
+    """numba's unboxing of an array (NRT's adapter), without its itemsize check."""
+    native = cgutils.create_struct_proxy(typ)(c.context, c.builder)
+    at = native._getpointer()
+    err = c.pyapi.nrt_adapt_ndarray_from_python(obj, c.builder.bitcast(at, c.pyapi.voidptr))
+    failed = cgutils.is_not_null(c.builder, err)
+    with c.builder.if_then(failed, likely=False):
+        c.pyapi.err_set_string("PyExc_TypeError", "a kernel's arguments are numpy arrays")
+    return NativeValue(c.builder.load(at), is_error=failed)
 
 
 @intrinsic
@@ -47,9 +82,9 @@ _lock = threading.Lock()
 
 
 def _trampoline(tsig: tuple):
-    """The trampoline dispatcher for ``tsig`` (int64 address, tuple of arrays), compiled.
-    Each is a module of its own in the kernel cache folder, named by its text,
-    which names its argument types: numba's on-disk index of one function
+    """The trampoline dispatcher for ``tsig`` (int64 address, tuple of AnyArray),
+    compiled.  Each is a module of its own in the kernel cache folder, named by
+    its text, which names its argument types: numba's on-disk index of one function
     shared by every signature is rewritten by each process adding one, and two
     processes adding at once can leave an entry pointing at the other's code."""
     fn = _trampolines.get(tsig)
@@ -80,8 +115,10 @@ def kernel_entry(kernel, sig: tuple):
     cres = kernel.overloads[sig]
     if types.unliteral(cres.signature.return_type) != types.int64:   # (a literal -1: the same int64)
         raise TypeError(f"a kernel returns int64, not {cres.signature.return_type}")
+    if not all(isinstance(t, types.Array) for t in sig):
+        raise TypeError(f"a kernel takes arrays, not {sig}")
     address = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
-    tsig = (types.int64, types.Tuple(sig))
+    tsig = (types.int64, types.Tuple(tuple(AnyArray(t.ndim) for t in sig)))
     call = _trampoline(tsig).overloads[tsig]
     entry = functools.partial(call.entry_point, address)
     entry.compiled = (cres, call)   # (keeps both machine codes for as long as the entry)
