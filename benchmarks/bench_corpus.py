@@ -222,7 +222,15 @@ def main():
         if not case_file(knobs).is_file():
             print(f"| {name} | not in the corpus here ({knobs[-1][7:]}) |" + " |" * (len(HEAD) - 2), flush=True)
             continue
-        print("| " + " | ".join(row(name, measure(name, args.repeat, args.rounds))) + " |", flush=True)
+        try:
+            r = measure(name, args.repeat, args.rounds)
+        except SystemExit as e:        # a contender failed: say so in its row (the whole text on stderr), go on
+            print(str(e.code), file=sys.stderr)
+            lines = [ln for ln in str(e.code).splitlines() if ln.strip()] or ["failed"]
+            said = lines[0] + (" " + lines[-1] if len(lines) > 1 else "")
+            print(f"| {name} | {said} |" + " |" * (len(HEAD) - 2), flush=True)
+            continue
+        print("| " + " | ".join(row(name, r)) + " |", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
