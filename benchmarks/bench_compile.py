@@ -1,7 +1,7 @@
 """Cold compile time per kernel, split by phase, on a representative set of kernels.
 
-    python benchmarks/bench_compile.py [--runs N] [--src DIR ...] [--per-kernel] [--profile N]
-    python benchmarks/bench_compile.py --corpus BATCH [--corpus BATCH ...] [--runs N] [--src DIR ...]
+    python benchmarks/bench_compile.py [--runs N] [--src DIR ...] [--per-kernel] [--profile N] [--trampolines-made]
+    python benchmarks/bench_compile.py --corpus BATCH [--corpus BATCH ...] [--runs N] [--src DIR ...] [--trampolines-made]
 
 Each run is a fresh process with an empty kernel cache (a temporary
 GRAPHC_CACHE_DIR) that compiles the graphs of CASES, test-suite sized
@@ -29,6 +29,11 @@ the shared corpus' cases, at their sizes, most of them large enough for
 parallel loops), each tree building them with its own driver; a kernel two
 cases share is compiled once, and a case a tree cannot compile is left out for
 every tree.
+
+``--trampolines-made`` makes, in each process's start, the trampolines of
+kernels of 1 to 16 flat arrays (graphc.codegen.entry; a tree without them
+makes none): they are compiled once per kernel cache, not per kernel, so this
+times the kernels alone.
 
 ``--src DIR`` (repeatable) times the graphc tree in DIR instead of this one
 (e.g. ``git archive HEAD | tar -x -C /tmp/base``): one column per tree, over
@@ -266,6 +271,19 @@ def _phase_clock() -> _Clock:
     return clock
 
 
+def _make_trampolines() -> None:
+    """The trampolines of kernels of 1 to 16 flat arrays, made (if this tree has them)."""
+    if not os.environ.get("BENCH_TRAMPOLINES_MADE"):
+        return
+    try:
+        from numba import types
+        from graphc.codegen.entry import AnyArray, _trampoline
+    except ImportError:
+        return
+    for n in range(1, 17):
+        _trampoline((types.int64, types.Tuple((AnyArray(1),) * n)))
+
+
 def child(profile: int) -> None:
     import warnings
     warnings.simplefilter("ignore")
@@ -279,6 +297,7 @@ def child(profile: int) -> None:
     b = GraphBuilder()                       # numba's first-kernel costs (registries, parfor setup)
     b.op("Abs", [b.tensor("f32", [600, 1000])])
     graphc.compile(b.finalize())
+    _make_trampolines()
 
     clock = _phase_clock()
     prof = None
@@ -330,6 +349,7 @@ def child_corpus(batches: list) -> None:
     b = GraphBuilder()                       # numba's first-kernel costs (registries, threads)
     b.op("Abs", [b.tensor("f32", [600, 1000])])
     graphc.compile(b.finalize())
+    _make_trampolines()
     clock = _phase_clock()
     rows = []
     for batch in batches:
@@ -417,9 +437,13 @@ def main():
     ap.add_argument("--per-kernel", action="store_true", help="each case's compile time")
     ap.add_argument("--profile", type=int, default=0, help="print the N top cumulative functions (cProfile)")
     ap.add_argument("--corpus", action="append", type=Path, help="compile the cases of this bench batch file")
+    ap.add_argument("--trampolines-made", action="store_true",
+                    help="make the trampolines before timing (once per kernel cache, not per kernel)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-corpus", action="append", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.trampolines_made:
+        os.environ["BENCH_TRAMPOLINES_MADE"] = "1"
     if args.child:
         return child(args.profile)
     if args.child_corpus:
