@@ -18,22 +18,29 @@ _NIBBLES = (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4))
 def assert_same(actual, expected, what=""):
     """Equal dtype, shape and bit patterns, except that any NaN matches any NaN:
     every dtype (floats of each width, ints, int4/uint4 by value, booleans by
-    their byte, c64 per real and imaginary part)."""
-    a, e = np.ascontiguousarray(actual), np.ascontiguousarray(expected)
+    their byte, c64 per real and imaginary part).  Arrays of any strides are
+    compared in place; values are widened only where the bits differ."""
+    a, e = np.asarray(actual), np.asarray(expected)
     assert a.dtype == e.dtype and a.shape == e.shape, f"{what}: {a.dtype}{a.shape} != {e.dtype}{e.shape}"
     if a.dtype in _NIBBLES:
-        bad = a.astype(np.int64) != e.astype(np.int64)
+        bad = a.astype(np.int8) != e.astype(np.int8)
+    elif a.dtype.kind == "c":  # (..., 2) real and imaginary parts, each compared as a float
+        pa, pe = (np.ascontiguousarray(x).view(x.real.dtype).reshape(*x.shape, 2) for x in (a, e))
+        bad = ~_same_bits(pa, pe).all(axis=-1)
     else:
-        if a.dtype.kind == "c":  # (..., 2) real and imaginary parts
-            pa, pe = (x.view(x.real.dtype).reshape(*x.shape, 2) for x in (a, e))
-        else:
-            pa, pe = a[..., None], e[..., None]
-        bits = np.dtype(f"u{pa.dtype.itemsize}")  # view: ml_dtypes types have no bit ops
-        bad = pa.view(bits) != pe.view(bits)
-        if a.dtype.kind not in "biu":
-            bad &= ~(np.isnan(pa.astype(np.float64)) & np.isnan(pe.astype(np.float64)))
-        bad = bad.any(axis=-1)
+        bad = ~_same_bits(a, e)
     assert not bad.any(), f"{what}: {bad.sum()} differences: actual {a[bad][:6]}, expected {e[bad][:6]}"
+
+
+def _same_bits(a, e):
+    """Where ``a`` and ``e`` (one dtype and shape) hold the same bits, or NaN both
+    (views: ml_dtypes types have no bit ops)."""
+    bits = np.dtype(f"u{a.dtype.itemsize}")
+    same = a.view(bits) == e.view(bits)
+    if a.dtype.kind not in "biu" and not same.all():
+        at = np.nonzero(~same)
+        same[at] = np.isnan(a[at].astype(np.float64)) & np.isnan(e[at].astype(np.float64))
+    return same
 
 
 def assert_close(actual, expected, dt, table=None, what=""):
