@@ -1,0 +1,68 @@
+"""graphc.tolerances.compare: the scaled error |a - e| / (atol + rtol * max|e|)
+(written out here in float64, element by element), NaN and inf placements, in
+every block of a big tensor, in any layout."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from graphc import tolerances
+from graphc.tolerances import COMPILED, compare
+from graphc.types import DataType
+
+
+def _scaled(a, e, dt):
+    rtol, atol = COMPILED[dt]
+    a, e = np.asarray(a, np.float64).ravel(), np.asarray(e, np.float64).ravel()
+    return max(abs(x - y) for x, y in zip(a, e)) / (atol + rtol * max(abs(y) for y in e))
+
+
+@pytest.mark.parametrize("dt, npdt", [(DataType.f32, np.float32), (DataType.f16, np.float16),
+                                      (DataType.bf16, ml_dtypes.bfloat16), (DataType.f64, np.float64)])
+def test_scaled_error_anywhere_in_a_big_tensor(dt, npdt):
+    n = 3 * tolerances._BLOCK + 5
+    e = np.linspace(-3, 5, n).astype(npdt)
+    for at in (0, tolerances._BLOCK + 7, n - 1):          # a block's first, a middle, the last element
+        a = e.copy()
+        rtol, atol = COMPILED[dt]
+        a[at] = np.float64(e[at]) + 0.5 * (atol + rtol * 5)     # half the tolerance off
+        ok, err = compare(a, e, dt)
+        want = abs(float(a[at]) - float(e[at])) / (atol + rtol * 5)   # (max|e| is 5)
+        assert ok and err == pytest.approx(want, rel=1e-3) and 0.3 < err < 0.7
+        a[at] = np.float64(e[at]) + 3 * (atol + rtol * 5)        # three times off
+        ok, err = compare(a, e, dt)
+        assert not ok and err == pytest.approx(3, rel=0.05)
+
+
+def test_small_cases_against_the_formula():
+    e = np.array([1.0, -2.0, 0.5], np.float32)
+    a = np.array([1.00001, -2.0, 0.5], np.float32)
+    ok, err = compare(a, e, DataType.f32)
+    assert err == pytest.approx(_scaled(a, e, DataType.f32), rel=1e-3) and ok == (err <= 1)
+    ok, err = compare(a.astype(np.float64) + 1e-3, e, DataType.f32)    # a float64 side: compared in float64
+    assert not ok and err == pytest.approx(_scaled(a.astype(np.float64) + 1e-3, e, DataType.f32), rel=1e-6)
+
+
+def test_nan_and_inf_must_sit_where_the_reference_has_them():
+    e = np.array([1.0, np.nan, np.inf, -np.inf, 2.0], np.float32)
+    assert compare(e.copy(), e, DataType.f32) == (True, 0.0)
+    for k, v in ((0, np.nan), (1, 1.0), (2, -np.inf), (4, np.inf)):
+        a = e.copy()
+        a[k] = v
+        assert compare(a, e, DataType.f32) == (False, float("inf")), k
+    allnan = np.full(5, np.nan, np.float32)
+    assert compare(allnan, allnan.copy(), DataType.f32) == (True, 0.0)
+
+
+def test_layouts_shapes_and_integers():
+    x = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    y = np.ascontiguousarray(x.transpose(2, 0, 1)).transpose(1, 2, 0)     # same values, other strides
+    assert compare(x, y, DataType.f32) == (True, 0.0)
+    y = y.copy()
+    y[2, 3, 4] += 1
+    assert not compare(x, y, DataType.f32)[0]
+    assert compare(x, x[:2], DataType.f32) == (False, float("inf"))
+    assert compare(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32), DataType.f32) == (True, 0.0)
+    i = np.array([1, 2, 3], np.int32)
+    assert compare(i, i + np.array([0, 0, 1], np.int32), DataType.s32) == (False, 1.0)
+    c = np.array([1 + 1j, 2 - 1j], np.complex64)
+    assert compare(c, c * np.complex64(1 + 1e-3), DataType.c64)[0] is False
