@@ -463,3 +463,21 @@ def test_pruning_can_be_turned_off(root, monkeypatch):
     cache._dirs.pop(str(root), None)
     assert cache.cache_dir() is not None
     assert stale.exists()
+
+
+@pytest.mark.parametrize("name", ["runtime.py", "fastmath.py", "launch.py", "blas.py", "entry.py"])
+def test_version_folder_changes_with_code_compiled_into_cached_kernels(monkeypatch, name):
+    """A change to a module whose code cached kernels or trampolines hold (helpers
+    they inline, the thread launch, the BLAS binding, the trampolines' call and
+    unboxing) gives a new version folder: no stale machine code is loaded."""
+    monkeypatch.setattr(cache, "_runtime_tag", None)
+    before = cache._runtime_digest()
+    read = Path.read_bytes
+
+    def edited(path):
+        data = read(path)
+        return data + b"\n# edited\n" if Path(path).name == name else data
+
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    monkeypatch.setattr(cache, "_runtime_tag", None)
+    assert cache._runtime_digest() != before

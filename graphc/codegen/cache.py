@@ -71,6 +71,8 @@ def _runtime_digest() -> str:
             h.update(Path(mod.__file__).read_bytes())
         # parallel kernels link graphc's thread launch (not imported here: it starts numba's threads)
         h.update(Path(runtime.__file__).with_name("launch.py").read_bytes())
+        # the trampolines (modules of this cache) are compiled from graphc's call and unboxing code
+        h.update(Path(runtime.__file__).with_name("entry.py").read_bytes())
         # kernels that multiply link the BLAS binding: its code and library
         h.update(Path(runtime.__file__).with_name("blas.py").read_bytes())
         h.update(b"mkl" if mkl_path() else b"openblas")

@@ -76,7 +76,7 @@ def _native_call(typingctx, fn, args):
     return types.int64(types.int64, args), codegen
 
 
-#: the trampolines made so far, by argument types (kept for the life of the process)
+#: the trampolines made so far, by argument types (a few: kept for the life of the process)
 _trampolines: dict = {}
 _lock = threading.Lock()
 

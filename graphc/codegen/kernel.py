@@ -43,7 +43,7 @@ NUM_THREADS = numba_config.NUMBA_NUM_THREADS
 #: options of a kernel function: cached on disk; no GIL (a caller's threads may run kernels at
 #: once); numpy's error model (no division-by-zero checks); no entry points for C or Python
 #: callers (numba would build and compile both for every kernel: graphc calls a kernel through
-#: a trampoline shared by the kernels of the same argument types, graphc.codegen.entry)
+#: a trampoline shared by the kernels of as many arrays of the same dimensions, graphc.codegen.entry)
 KERNEL_JIT = "cache=True, nogil=True, error_model='numpy', no_cfunc_wrapper=True, no_cpython_wrapper=True"
 #: a kernel without numba's prange compiles with graphc's lean pipeline (graphc.codegen.pipeline)
 LEAN = ", pipeline_class=KernelCompiler"
