@@ -69,12 +69,11 @@ def _runtime_digest() -> str:
         h = hashlib.sha256()
         for mod in (runtime, fastmath):   # helpers kernels link (and inline)
             h.update(Path(mod.__file__).read_bytes())
-        # parallel kernels link graphc's thread launch (not imported here: it starts numba's threads)
-        h.update(Path(runtime.__file__).with_name("launch.py").read_bytes())
-        # the trampolines (modules of this cache) are compiled from graphc's call and unboxing code
-        h.update(Path(runtime.__file__).with_name("entry.py").read_bytes())
-        # kernels that multiply link the BLAS binding: its code and library
-        h.update(Path(runtime.__file__).with_name("blas.py").read_bytes())
+        # code compiled into what this cache holds, read rather than imported (launch starts
+        # numba's threads): parallel kernels' thread launch, the trampolines' call and
+        # unboxing, the BLAS binding of kernels that multiply (and its library, below)
+        for name in ("launch.py", "entry.py", "blas.py"):
+            h.update(Path(runtime.__file__).with_name(name).read_bytes())
         h.update(b"mkl" if mkl_path() else b"openblas")
         _runtime_tag = h.hexdigest()[:12]
     return _runtime_tag

@@ -22,15 +22,16 @@ from llvmlite import ir as llvm_ir
 from numba import types
 from numba.core import cgutils
 from numba.core import compiler
+from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 from numba.np.ufunc.parallel import _launch_threads
 
 from .kernel import NUM_THREADS   # (numba's pool: get_num_threads() is at most this)
+from .pipeline import KernelCompiler
 
 # numba's thread pool, and the symbols of its threading layer the kernels link
 # (numba_parallel_for, get_num_threads) registered for the JIT
 _launch_threads()
-
 
 
 def _dispatch_function(context, module, cres, tupty, members):
@@ -72,8 +73,6 @@ def _loop_function(context, builder, loop, members):
     the kernel, its library optimized and made machine code only there.
     (numba's own _compile_subroutine_no_cache links the library in itself,
     which finalizes it before it could be told to skip both.)"""
-    from numba.core.compiler_lock import global_compiler_lock
-    from .pipeline import KernelCompiler
     flags = compiler.Flags()
     flags.nrt = True
     flags.noalias = True

@@ -16,7 +16,8 @@ _LEFT_OUT = (WithLifting, InlineClosureLikes, MakeFunctionToJitFunction, DeadBra
 
 class KernelCompiler(CompilerBase):
     """numba's nopython pipeline less the passes of _LEFT_OUT (the pipeline_class
-    of a serial kernel)."""
+    of a kernel without numba's prange, and the compiler of its loop functions:
+    graphc.codegen.launch)."""
 
     def define_pipelines(self):
         pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
