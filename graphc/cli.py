@@ -39,8 +39,8 @@ def _cmd_partitions(args) -> int:
     from .jsonio import load_graph_file
     g = load_graph_file(args.file)
     if getattr(args, "passes", False):
-        from .passes import run_pipeline
-        run_pipeline(g, policy=args.policy, verbose=True, out=sys.stdout)
+        from .partition import run_passes
+        run_passes(g, policy=args.policy, verbose=True, out=sys.stdout)
     for p in g.get_partitions(args.policy):
         sup = "supported" if p.is_supported() else "unsupported"
         print(f"partition {p.id}: {p.kind} [{sup}]" + (f" pattern {p.pattern}" if p.pattern else ""))

@@ -21,6 +21,7 @@ from numba.core import types as nbtypes
 from numba.np.numpy_support import from_dtype
 
 from .errors import GraphcError, InvalidArguments, RuntimeFault, Unimplemented
+from .codegen import rules
 from .codegen.cache import compile_kernel, load_kernel
 from .codegen.entry import Kernel, kernel_entry
 from .codegen.kernel import KERNEL_VIEW
@@ -495,8 +496,7 @@ class CompiledPartition:
         """The kernel can stop on bad data (reporting a status) after writing part of an output."""
         f = self.__dict__.get("_faulting")
         if f is None:
-            f = self.__dict__["_faulting"] = any(getattr(op.schema, "kernel_fault", None) is not None
-                                                 for op in self.ops)
+            f = self.__dict__["_faulting"] = any(rules.may_fault(op) for op in self.ops)
         return f
 
     # ------------------------------------------------------------ the fast path
@@ -678,9 +678,8 @@ class CompiledPartition:
 
     def _fault(self, status: int, ins) -> GraphcError:
         for op in self.ops:
-            f = getattr(op.schema, "kernel_fault", None)
-            if f is not None:
-                return f(op, status, {lt.id: a for lt, a in zip(self.inputs, ins)})
+            if rules.may_fault(op):
+                return rules.kernel_fault(op, status, {lt.id: a for lt, a in zip(self.inputs, ins)})
         return RuntimeFault("kernel reported bad input data", op=self.ops[0], found=f"status {status}")
 
     def __repr__(self):

@@ -1,11 +1,12 @@
 """Lowering partitions to one generated kernel each.
 
-Each op kind lowers itself (``OpSchema.lower``, next to its reference); this
-module assigns kernel arguments (partition inputs, outputs, and scratch buffers
-for intermediates) and asks each op, in order, to emit its code.
+Each op kind has a lowering rule (graphc/codegen/rules, registered by kind);
+this module assigns kernel arguments (partition inputs, outputs, and scratch
+buffers for intermediates) and asks each op's rule, in order, to emit its code.
 """
 from __future__ import annotations
 
+from .codegen import rules
 from .codegen.fusion import lower_fused
 from .codegen.kernel import ArrayRef, KernelBuilder
 from .types import LogicalTensor
@@ -13,7 +14,16 @@ from .views import view_strides
 
 
 def op_lowerable(op) -> bool:
-    return op.schema.supports_lowering(op)
+    return rules.can_lower(op)
+
+
+def op_values(op) -> dict:
+    """{port name: tuple} of the values ``op``'s kernel is specialised on."""
+    return getattr(op, "input_values", {})
+
+
+def lower_op(op, kb, refs_in, refs_out) -> None:
+    rules.lower(op, kb, refs_in, refs_out, op_values(op))
 
 
 def value_inputs(ops) -> list[tuple]:
@@ -82,7 +92,7 @@ def build_kernel(partition, ops, in_lts, out_lts):
         kb, refs, plan = _builder(in_lts, out_lts)
         if fold_views(ops, refs, fusion.views_in[:-1], []) is not None:
             last = ops[-1]
-            last.schema.lower(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs])
+            lower_op(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs])
             kb.ret(-1)
             return kb.source(), plan + workspace_plan(kb), None
     # one op after another, through scratch buffers
@@ -92,7 +102,7 @@ def build_kernel(partition, ops, in_lts, out_lts):
             if t.id not in refs:
                 refs[t.id] = kb.arg(t, "t")
                 plan.append(("tmp", t))
-        op.schema.lower(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs])
+        lower_op(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs])
     kb.ret(-1)
     return kb.source(), plan + workspace_plan(kb), None
 

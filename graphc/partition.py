@@ -69,14 +69,21 @@ class Partition:
                 f"in={[t.id for t in self.inputs]}, out={[t.id for t in self.outputs]})")
 
 
-def partition_graph(graph, policy: str = "fusion") -> list[Partition]:
-    """Partitions from the pass pipeline (passes/): fused patterns under
-    policy "fusion", one op per partition under "debug"."""
+def run_passes(graph, policy: str = "fusion", verbose: bool = False, out=None):
+    """The pass pipeline (graphc.passes) over ``graph`` finalized, with code
+    generation's lowering rules deciding which ops have kernels."""
     from .errors import InvalidArguments
     if policy not in ("fusion", "debug"):
         raise InvalidArguments("unknown partition policy", expected="'fusion' or 'debug'", found=repr(policy))
+    from .codegen.rules import can_lower
     from .passes import run_pipeline
-    ctx = run_pipeline(graph.finalize(), policy)
+    return run_pipeline(graph.finalize(), policy, can_lower, verbose=verbose, out=out)
+
+
+def partition_graph(graph, policy: str = "fusion") -> list[Partition]:
+    """Partitions from the pass pipeline (passes/): fused patterns under
+    policy "fusion", one op per partition under "debug"."""
+    ctx = run_passes(graph, policy)
     parts = [Partition(i, graph, ops, kind=name, plan=plan) for i, (name, ops, plan) in enumerate(ctx.groups)]
     for p in parts:
         p.constant = all(op.id in ctx.constant_ops for op in p.ops)

@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from . import ir
+from . import ir, rules
 from .fastmath import use_helper
 from .fusion import PrologueRef, Values
 from .gemm import Matrix, direct, fpmath_rounding, pack
@@ -661,7 +661,7 @@ def _output_store(ops, local, epilogue, t):
         if is_narrow_float(first.dtype):
             value = as_stored(value, first.dtype)
         for o in pointwise:   # TypeCasts, a Quantize: each value as its tensor holds it
-            value = o.schema.source(o, value)
+            value = rules.source(o, value)
             if is_narrow_float(o.outputs[0].dtype):
                 value = as_stored(value, o.outputs[0].dtype)
         return out.store_nd(ivars, value)

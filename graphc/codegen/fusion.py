@@ -28,7 +28,7 @@ go through scratch, is decided in one place, the legality pass
 """
 from __future__ import annotations
 
-from . import ir
+from . import ir, rules
 from .elementwise import emit_elementwise
 from .kernel import ArrayRef, as_stored, is_narrow_float
 from .loops import aligned
@@ -73,9 +73,9 @@ class Values:
                 own = aligned(ivars, shape, lt.shape)
                 args.append(self.at(t.id, t, [own[d] for d in dims], tuple(t.shape)))
         if indexed:
-            value = op.schema.source_at(op, self.kb, aligned(ivars, shape, lt.shape), *args)
+            value = rules.source_at(op, self.kb, aligned(ivars, shape, lt.shape), *args)
         else:
-            value = op.schema.source(op, *args)
+            value = rules.source(op, *args)
         if is_narrow_float(lt.dtype):
             # a bf16/f16/f8 tensor holds its values rounded, also when it stays in
             # registers: its consumers (a TypeCast to f32, an f32-output op) see them so
@@ -251,7 +251,8 @@ def _lower_anchor(kb, ops, anchor, refs, values) -> bool:
     if after:
         stored = [t for o in ops for t in o.outputs if t.id in refs and (t.id in after or t.id == out0.id)]
         local[out0.id] = EpilogueRef(out0, values, stored, kb)
-    anchor.schema.lower(anchor, kb, [local[t.id] for t in anchor.inputs], [local[t.id] for t in anchor.outputs])
+    rules.lower(anchor, kb, [local[t.id] for t in anchor.inputs], [local[t.id] for t in anchor.outputs],
+                getattr(anchor, "input_values", {}))
     kb.ret(-1)
     return True
 
@@ -269,6 +270,6 @@ def _lower_staged(kb, ops, refs, values) -> bool:
                 _emit_pointwise(kb, refs, values, stored)
             continue
         ins = [refs[t.id] if t.id in refs or t.id not in produced else PrologueRef(t, values) for t in op.inputs]
-        op.schema.lower(op, kb, ins, [refs[t.id] for t in op.outputs])
+        rules.lower(op, kb, ins, [refs[t.id] for t in op.outputs], getattr(op, "input_values", {}))
     kb.ret(-1)
     return True

@@ -1,14 +1,11 @@
 """Binary elementwise ops with numpy broadcasting, GreaterEqual and Select
 (docs: Add.md, Subtract.md, Multiply.md, Divide.md, Maximum.md, Minimum.md,
-SquaredDifference.md, GreaterEqual.md, Select.md).
-
-Kernels compute in the widened type the loads give (f32 for floats, int64 for
-s32, so s32 sums are exact before the saturating store, as in the reference)."""
+SquaredDifference.md, GreaterEqual.md, Select.md); their lowering is
+graphc/codegen/rules/binary.py."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..codegen import ir
 from .common import AUTO_BROADCAST, Binary, Elementwise, binary_shape
 from .schema import DtypeTable, In, Out, bad_shape
 
@@ -26,18 +23,12 @@ class Add(Binary):
     def fn(self, op, a, b):
         return a + b
 
-    def expr(self, op, a, b):
-        return a + b
-
 
 class Subtract(Binary):
     kind = "Subtract"
     doc = "dst = src_0 - src_1"
 
     def fn(self, op, a, b):
-        return a - b
-
-    def expr(self, op, a, b):
         return a - b
 
 
@@ -49,9 +40,6 @@ class Multiply(Binary):
     def fn(self, op, a, b):
         return a * b
 
-    def expr(self, op, a, b):
-        return a * b
-
 
 class Divide(Binary):
     kind = "Divide"
@@ -59,9 +47,6 @@ class Divide(Binary):
     dtypes = MIXED_FLOAT
 
     def fn(self, op, a, b):
-        return a / b
-
-    def expr(self, op, a, b):
         return a / b
 
 
@@ -73,9 +58,6 @@ class Maximum(Binary):
     def fn(self, op, a, b):
         return np.maximum(a, b)
 
-    def expr(self, op, a, b):
-        return ir.call("np.maximum", a, b)
-
 
 class Minimum(Binary):
     kind = "Minimum"
@@ -84,9 +66,6 @@ class Minimum(Binary):
 
     def fn(self, op, a, b):
         return np.minimum(a, b)
-
-    def expr(self, op, a, b):
-        return ir.call("np.minimum", a, b)
 
 
 class SquaredDifference(Binary):
@@ -97,9 +76,6 @@ class SquaredDifference(Binary):
     def fn(self, op, a, b):
         return (a - b) ** 2
 
-    def expr(self, op, a, b):
-        return (a - b) * (a - b)
-
 
 class GreaterEqual(Binary):
     kind = "GreaterEqual"
@@ -108,9 +84,6 @@ class GreaterEqual(Binary):
                         [("f32", "boolean"), ("bf16", "boolean"), ("f16", "boolean"), ("s32", "boolean")])
 
     def fn(self, op, a, b):
-        return a >= b
-
-    def expr(self, op, a, b):
         return a >= b
 
 
@@ -142,6 +115,3 @@ class Select(Elementwise):
 
     def reference(self, op, cond, a, b):
         return (np.where(cond, a, b),)
-
-    def expr(self, op, cond, a, b):
-        return ir.select(cond, a, b)

@@ -70,10 +70,11 @@ class Elementwise(OpSchema):
 
 def is_pointwise(op) -> bool:
     """Whether ``op`` computes each output element from the matching input elements
-    alone, as ``op.schema.source(op, *values)`` (fusion substitutes it into its
-    consumers): an Elementwise op that lowers, unless its ``pointwise(op)`` says
-    otherwise (per-channel Quantize/Dequantize)."""
-    if not (isinstance(op.schema, Elementwise) and op.schema.supports_lowering(op)):
+    alone (fusion substitutes its expression into its consumers): an Elementwise
+    op, unless its ``pointwise(op)`` says otherwise (per-channel
+    Quantize/Dequantize).  A semantic fact: whether this build lowers it is code
+    generation's (graphc.codegen.rules.can_lower), which legality also asks."""
+    if not isinstance(op.schema, Elementwise):
         return False
     own = getattr(op.schema, "pointwise", None)
     return own is None or bool(own(op))
@@ -83,8 +84,7 @@ def is_indexed(op) -> bool:
     """Whether ``op`` is elementwise given the output index: not pointwise, but a
     fused kernel that knows the index it loads or stores at may compute it in
     registers (``op.schema.source_at``).  Legality decides where it may."""
-    return (isinstance(op.schema, Elementwise) and op.schema.supports_lowering(op)
-            and not is_pointwise(op) and op.schema.indexed(op))
+    return isinstance(op.schema, Elementwise) and not is_pointwise(op) and op.schema.indexed(op)
 
 
 class Unary(Elementwise):

@@ -16,8 +16,11 @@ def pipeline() -> PassManager:
     return PassManager([Verify(), Propagate(), RemoveDeadOps(), MarkConstants(), Fuse(), Partitioner()])
 
 
-def run_pipeline(graph, policy: str = "fusion", verbose: bool = False, out=None) -> PassContext:
-    ctx = pipeline().run(PassContext(graph, policy))
+def run_pipeline(graph, policy: str, can_lower, verbose: bool = False, out=None) -> PassContext:
+    """Run the passes over a finalized graph; ``can_lower(op)`` tells legality
+    which ops this build has kernels for (the compile step passes code
+    generation's answer: passes never import code generation)."""
+    ctx = pipeline().run(PassContext(graph, policy, can_lower))
     if verbose:
         out = out or sys.stdout
         for name, changes in ctx.log:

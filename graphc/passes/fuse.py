@@ -16,7 +16,7 @@ class Fuse(Pass):
             return ["policy 'debug': no fusion, one partition per op"]
         g = ctx.graph
         rejected: list = []
-        ctx.matches = match_all(g, list(catalog()), accept(g, ctx.live, ctx.constant_ops, rejected))
+        ctx.matches = match_all(g, list(catalog()), accept(g, ctx.can_lower, ctx.live, ctx.constant_ops, rejected))
         taken = {o.id for m in ctx.matches for o in m.ops}
         return [f"{m.pattern.name}: ops {[o.id for o in m.ops]} ({' -> '.join(o.kind for o in m.ops)}); "
                 f"{m.plan.describe()}" for m in ctx.matches] + \

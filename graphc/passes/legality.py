@@ -71,13 +71,15 @@ class Illegal(Exception):
     """Why a set of ops cannot fuse (a reason for the pass log)."""
 
 
-def plan(graph, ops) -> FusionPlan:
-    """The kernel plan of ``ops`` fused, or raise :class:`Illegal`."""
+def plan(graph, ops, can_lower) -> FusionPlan:
+    """The kernel plan of ``ops`` fused, or raise :class:`Illegal`.
+    ``can_lower(op)`` says whether this build has a kernel for an op (code
+    generation's answer, handed down by the compile step)."""
     ids = {o.id for o in ops}
     for o in ops:
         if o.kind == "End" or hasattr(o.schema, "runner"):
             raise Illegal(f"op {o.id} ({o.kind}) is not computation")
-        if not o.schema.supports_lowering(o):
+        if not can_lower(o):
             raise Illegal(f"op {o.id} ({o.kind}) has no kernel in this build")
     if not convex(graph, ids):
         raise Illegal("a path leaves the ops and comes back")
@@ -590,15 +592,16 @@ def convex(graph, ids: set) -> bool:
     return True
 
 
-def accept(graph, live=None, constant=(), rejected=None):
+def accept(graph, can_lower, live=None, constant=(), rejected=None):
     """The engine's ``accept``: a match is taken when its ops are live, not
-    folded constants, and legal together; the plan is kept on the match, and
-    why a match was refused appended to ``rejected`` (a list) if given."""
+    folded constants, and legal together (``can_lower`` as in :func:`plan`); the
+    plan is kept on the match, and why a match was refused appended to
+    ``rejected`` (a list) if given."""
     def judge(m) -> bool:
         if any((live is not None and o.id not in live) or o.id in constant for o in m.ops):
             return False
         try:
-            m.plan = plan(graph, m.ops)
+            m.plan = plan(graph, m.ops, can_lower)
         except Illegal as e:
             if rejected is not None:
                 rejected.append((m, str(e)))

@@ -8,12 +8,14 @@ which fuse, and how ops group into partitions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
 class PassContext:
     graph: object
-    policy: str = "fusion"
+    policy: str
+    can_lower: Callable[[object], bool]               # code generation's answer: does this build lower an op?
     live: set = field(default_factory=set)            # op ids that contribute to an output
     constant_ops: set = field(default_factory=set)    # op ids computable from constant tensors only
     matches: list = field(default_factory=list)       # passes.pattern.Match

@@ -4,11 +4,12 @@ partitions compute what the reference computes."""
 import numpy as np
 import pytest
 
+from graphc.codegen.rules import can_lower
 import graphc
 from graphc import reference
 from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
-from graphc.passes import run_pipeline
+from graphc.partition import run_passes
 from graphc.passes.pattern import Pattern, match_all
 from support import assert_outputs, check_compiled
 from support.compiled import compiled_vs_reference
@@ -288,7 +289,7 @@ def test_pipeline_reports_every_pass():
     x = b.tensor("f32", [8], property_type="constant")
     r = b.op("ReLU", [x])[0]
     b.op("Exp", [r])
-    ctx = run_pipeline(b.finalize(), "fusion")
+    ctx = run_passes(b.finalize(), "fusion")
     names = [n for n, _ in ctx.log]
     assert names == ["verify", "propagate", "dead-op-removal", "constant-folding", "fusion", "partition"]
     assert ctx.constant_ops == {0, 1}
@@ -533,7 +534,7 @@ def test_staged_plan_runs_several_anchors_in_one_kernel():
     b.op("ReLU", [r])
     g = b.finalize()
     ops = g.topo_ops()
-    fp = plan(g, ops)
+    fp = plan(g, ops, can_lower)
     assert fp.shape == "staged" and fp.anchors == [0, 1]
     assert fp.roles == {s.id: "scratch", r.id: "scratch", 3: "written"}
     cp = Partition(0, g, ops, "staged", fp).compile()
@@ -559,7 +560,7 @@ def test_a_prologue_reread_too_often_stays_apart(monkeypatch):
     monkeypatch.setattr(bn, "input_passes", lambda self, op, port: 2, raising=False)
     assert len(g.get_partitions()) == 1        # 2 passes over 2 prologue inputs: 4 reads against 5 apart
     monkeypatch.setattr(bn, "input_passes", lambda self, op, port: 4, raising=False)
-    ctx = run_pipeline(g, "fusion")
+    ctx = run_passes(g, "fusion")
     assert not ctx.matches                     # 8 reads against 7 apart
     (log,) = [c for name, changes in ctx.log if name == "fusion" for c in changes]
     assert "relu_bwd_bnorm_bwd" in log and "not fused" in log and "reads input 1 4 times" in log
@@ -570,7 +571,7 @@ def _fused_by(g, pattern):
     """The one partition ``pattern`` makes of ``g`` (with its legality plan)."""
     from graphc.partition import Partition
     from graphc.passes.legality import accept
-    (m,) = match_all(g, [pattern], accept(g))
+    (m,) = match_all(g, [pattern], accept(g, can_lower))
     return Partition(0, g, m.ops, pattern.name, m.plan)
 
 

@@ -11,6 +11,7 @@ compiled u8 outputs equal the reference bit for bit."""
 import numpy as np
 import pytest
 
+from graphc.codegen.rules import can_lower
 from graphc.codegen.blas_import import int8_gemm
 
 from graphc.builder import GraphBuilder
@@ -166,7 +167,7 @@ def test_legality_keeps_a_per_channel_dequantize_apart_from_other_anchors():
     reader loads it at its full multi-index (MatMul / convolution packing); in
     front of SoftMax it stays an anchor of its own (staged through scratch)."""
     g = _dq_into("SoftMax")
-    fp = plan(g, g.topo_ops())
+    fp = plan(g, g.topo_ops(), can_lower)
     assert fp.shape == "staged" and fp.anchors == [0, 1]
     cp = Partition(0, g, g.topo_ops(), "staged", fp).compile()
     inputs = make_inputs(g, seed=7)
@@ -176,7 +177,7 @@ def test_legality_keeps_a_per_channel_dequantize_apart_from_other_anchors():
     from support import assert_outputs
     assert_outputs({k: got[k] for k in want}, want, {k: g.tensors[k].dtype for k in want})
     g = _qmatmul(out_q=None, post=None)
-    assert plan(g, g.topo_ops()).anchors == [2]          # only the MatMul
+    assert plan(g, g.topo_ops(), can_lower).anchors == [2]          # only the MatMul
 
 
 def test_legality_staged_plan_writes_no_indexed_value():
@@ -189,9 +190,9 @@ def test_legality_staged_plan_writes_no_indexed_value():
     y = b.op("MatMul", [x, dw], out=[("f32", [8, 12])])[0]
     b.op("MatMul", [y, w2], out=[("f32", [8, 4])])
     g = b.finalize()
-    assert plan(g, g.topo_ops()).anchors == [1, 2]
+    assert plan(g, g.topo_ops(), can_lower).anchors == [1, 2]
     g.set_ports(outputs=[dw.id, 5])
-    assert plan(g, g.topo_ops()).anchors == [0, 1, 2]
+    assert plan(g, g.topo_ops(), can_lower).anchors == [0, 1, 2]
 
 
 def test_dequantize_typecast_into_bf16_matmul():
