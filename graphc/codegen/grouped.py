@@ -112,17 +112,17 @@ def _divisor(n: int):
     return None
 
 
-def _i64(v: ir.Expr) -> ir.Expr:
+def i64(v: ir.Expr) -> ir.Expr:
     """``np.int64(v)`` even for an int-typed name (a prange index LLVM cannot bound)."""
     return ir.Expr("cast", ("int", v), "int")
 
 
-def _min(*xs) -> ir.Expr:
+def min_of(*xs) -> ir.Expr:
     return ir.call("min", *xs)
 
 
-def _clamp(v, hi: int) -> ir.Expr:
-    return _min(ir.call("max", v, 0), hi)
+def clamp(v, hi: int) -> ir.Expr:
+    return min_of(ir.call("max", v, 0), hi)
 
 
 def _lets_read(lets, term) -> list:
@@ -381,7 +381,7 @@ class ColumnAcc:
         n = self.nest
         if n.R == 1:
             return ir.const(0) if n.lane_kept else n.lv
-        row = _clamp(n.row_index, n.R - 1)   # bounded, as Nest._loop_chunks explains
+        row = clamp(n.row_index, n.R - 1)   # bounded, as Nest._loop_chunks explains
         return row if n.lane_kept else row * n.L + n.lv
 
     def add(self, expr) -> None:
@@ -535,7 +535,7 @@ class Nest:
         negative indices, which turns vector loads and stores into gathers."""
         kb = self.kb
         with kb.for_(self.chunks, self.chv.args[0] + "_", self.chunks > 1) as raw:
-            kb.assign(self.chv, _clamp(_i64(raw), self.chunks - 1))
+            kb.assign(self.chv, clamp(i64(raw), self.chunks - 1))
             yield
 
     def _chunk(self, total: int):
@@ -556,7 +556,7 @@ class Nest:
         outer = len(self.vdims) - 1
         if self.split is not None and outer in dims and self.split[2] % self.split[1]:
             _, f, n = self.split
-            self.lane_stop = kb.let(_min(f, n - self.names[outer] * f), "nl")
+            self.lane_stop = kb.let(min_of(f, n - self.names[outer] * f), "nl")
 
     def _alloc(self, accs) -> None:
         kb = self.kb
@@ -603,7 +603,7 @@ class Nest:
             lo, hi = self._chunk(-(-self.G // B))
             with kb.for_(hi, "b", start=lo) as blk:
                 self.block_start = kb.let(blk * B, "gb")
-                self.block_size = kb.let(_min(B, self.G - self.block_start), "bn")
+                self.block_size = kb.let(min_of(B, self.G - self.block_start), "bn")
                 yield
             return
         lo, hi = self._chunk(self.G)
@@ -775,7 +775,7 @@ class Nest:
             j0 = kb.let(r - q * ext, "j")
             if outer:
                 self._decompose(q, outer)
-            n = kb.let(_min(ext - j0, hi - r, FOLD_ROWS) if sums and ext > FOLD_ROWS else _min(ext - j0, hi - r),
+            n = kb.let(min_of(ext - j0, hi - r, FOLD_ROWS) if sums and ext > FOLD_ROWS else min_of(ext - j0, hi - r),
                        "n")
             j = self.names[inner]
             self.row_index = r + j - j0

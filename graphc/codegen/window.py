@@ -25,6 +25,7 @@ import numpy as np
 from . import ir
 from .kernel import worth_parallel
 from .loops import unravel
+from ..ops.pool import tap_counts
 
 #: the most elements of a row that the channels-inner loops store along the spatial axis at its end
 ROW_STORE_MAX = 1 << 18
@@ -38,16 +39,6 @@ def _z(v) -> ir.Expr:
 def _ceil_div(a, d: int):
     """ceil(a / d) for an integer expression ``a`` of any sign and d > 0 (floor division)."""
     return a if d == 1 else (a + (d - 1)) // d
-
-
-def tap_counts(win, big, small) -> list:
-    """Per spatial axis: for each small-side position, how many taps of its window
-    meet the big side (not the padding)."""
-    counts = []
-    for i, o, k, s, d, b in zip(big, small, win.kernel, win.strides, win.dilations, win.begin):
-        at = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - b
-        counts.append(((at >= 0) & (at < i)).sum(axis=1))
-    return counts
 
 
 def prefers_channels(nxc: bool, tensor) -> bool:

@@ -4,21 +4,13 @@ RMSNorm.md).
 
 All of them normalize ``x`` over some ``axes`` as ``(x - mean) / sqrt(var + eps)``
 with the biased variance; the backward ops differentiate that through the
-statistics (which were computed from ``x`` itself).
+statistics (which were computed from ``x`` itself).  Their lowering is
+graphc/codegen/rules/norm.py.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..codegen import ir
-from contextlib import contextmanager
-
-from ..codegen.grouped import (FOLD_ROWS, MAX_CHUNKS, Nest, VDim, _clamp, _i64, _min, each_element, merged_views,
-                               tensor_vdims)
-from ..codegen.kernel import NUM_THREADS, worth_parallel
-from ..codegen.loops import unravel
 from ..errors import InvalidGraphOp
 from .common import merged_shape
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, merge_dim,
@@ -121,57 +113,6 @@ def other_axes(ndim, axis):
     return tuple(i for i in range(ndim) if i != axis)
 
 
-# ------------------------------------------------------------------ lowering
-class Moments:
-    """Each group's mean and biased variance, in two passes over ``x`` (the
-    second about the mean rounded to f32, then corrected); declare before
-    ``nest.groups()``, ``emit`` inside it."""
-
-    def __init__(self, nest: Nest):
-        self.nest = nest
-        self.sum, self.sq = nest.acc(short_scalar=True), nest.acc(short_scalar=True)
-        self.mean, self.var = nest.stat("f64"), nest.stat("f64")
-        self.mean32 = nest.stat()
-
-    def emit(self, kb, x):
-        nest, n = self.nest, self.nest.reduced_count
-        with nest.pass_(self.sum) as iv:
-            self.sum.add(x.load_nd(iv))
-        with nest.per_group():
-            self.mean.set(self.sum.value / n)
-            self.mean32.set(self.mean.ref)
-        with nest.pass_(self.sq) as iv:
-            d = kb.let(x.load_nd(iv) - self.mean32.ref, "d")
-            self.sq.add(d * d)
-        with nest.per_group():
-            self.var.set(self.sq.value / n - (self.mean.ref - self.mean32.ref) ** 2)
-
-    def normalized(self, x: ir.Expr, inv, shift) -> ir.Expr:
-        """(x - mean) * inv as (x - mean32) * inv + shift, ``shift`` set by ``set_shift``."""
-        return (x - self.mean32.ref) * inv.ref + shift.ref
-
-    def shift(self, inv: ir.Expr) -> ir.Expr:
-        """The value of the shift of ``normalized``, rounded to f32."""
-        return ir.f32((self.mean32.ref - self.mean.ref) * inv)
-
-
-def inv_std(var: ir.Expr, eps) -> ir.Expr:
-    return 1.0 / ir.call("np.sqrt", var + float(eps))
-
-
-def aligned_ivars(iv, shape) -> list:
-    """The index expressions of a tensor of ``shape`` broadcasting (numpy) against
-    one indexed by ``iv``: its dims align with the trailing ones, size-1 dims at 0."""
-    lead = len(iv) - len(shape)
-    return [None if d == 1 else iv[lead + j] for j, d in enumerate(shape)]
-
-
-def trailing_nest(kb, ref, begin: int) -> Nest:
-    """Groups over dims ..begin-1 of ``ref``, reduced over begin.. (LayerNorm style);
-    short rows go together (the lowerings emit code only in passes and per_group)."""
-    return Nest(kb, tensor_vdims(ref, set(range(begin))), rows_together=True)
-
-
 # -------------------------------------------------------------------- BatchNorm
 class _BatchNorm(OpSchema):
     family = "norm"
@@ -207,18 +148,6 @@ class BatchNormInference(_BatchNorm):
         gamma, beta, mean, variance = (channel_view(v, src.ndim, ca) for v in (gamma, beta, mean, variance))
         return (gamma * normalize(src, mean, variance, op.attr("epsilon")) + beta,)
 
-    def lower(self, op, kb, ins, outs):
-        # dst = (src - mean) * scale + beta, scale = gamma / sqrt(variance + epsilon) first
-        src, gamma, beta, mean, variance = ins
-        ca = channel_dim(op)
-        scale = kb.alloc(src.shape[ca], "f32", prefix="scale")
-        with kb.for_(src.shape[ca], "c") as c:
-            kb.store(scale, c, gamma.load_nd([c]) * inv_std(ir.f64(variance.load_nd([c])), op.attr("epsilon")))
-        with each_element(kb, src) as iv:
-            c = [iv[ca]]
-            at = iv[ca] if iv[ca] is not None else 0
-            kb.emit(outs[0].store_nd(iv, (src.load_nd(iv) - mean.load_nd(c)) * scale[at] + beta.load_nd(c)))
-
 
 class BatchNormForwardTraining(_BatchNorm):
     kind = "BatchNormForwardTraining"
@@ -251,35 +180,6 @@ class BatchNormForwardTraining(_BatchNorm):
         bmean, bvar = bmean.reshape(-1), bvar.reshape(-1)
         m = op.attr("momentum", DEFAULT_MOMENTUM)
         return dst, m * mean + (1 - m) * bmean, m * variance + (1 - m) * bvar, bmean, bvar
-
-    def lower(self, op, kb, ins, outs):
-        src, mean, variance = ins[:3]
-        gamma, beta = ins[3:] if len(ins) == 5 else (None, None)
-        dst, running_mean, running_var, batch_mean, batch_var = outs
-        ca = channel_dim(op)
-        (src, dst), where = merged_views([src, dst], {ca})   # the other dims as one where contiguous
-        ca = where[ca]
-        nest = Nest(kb, tensor_vdims(src, {ca}))
-        mom = Moments(nest)
-        scale, shift = nest.stat(), nest.stat()
-        m = float(op.attr("momentum", DEFAULT_MOMENTUM))
-        with nest.groups():
-            mom.emit(kb, src)
-            with nest.per_group():
-                c = [nest.iv[ca]]
-                inv = inv_std(mom.var.ref, op.attr("epsilon"))
-                if gamma is not None:
-                    inv = inv * gamma.load_nd(c)
-                inv = kb.let(inv, "inv")
-                scale.set(inv)
-                sh = mom.shift(inv)
-                shift.set(sh + beta.load_nd(c) if beta is not None else sh)
-                kb.emit(running_mean.store_nd(c, m * ir.f64(mean.load_nd(c)) + (1 - m) * mom.mean.ref))
-                kb.emit(running_var.store_nd(c, m * ir.f64(variance.load_nd(c)) + (1 - m) * mom.var.ref))
-                kb.emit(batch_mean.store_nd(c, mom.mean.ref))
-                kb.emit(batch_var.store_nd(c, mom.var.ref))
-            with nest.pass_() as iv:
-                kb.emit(dst.store_nd(iv, mom.normalized(src.load_nd(iv), scale, shift)))
 
 
 class BatchNormTrainingBackward(_BatchNorm):
@@ -317,38 +217,6 @@ class BatchNormTrainingBackward(_BatchNorm):
             return (dx,)
         return dx, (diff_dst * xhat).sum(axis=axes), diff_dst.sum(axis=axes)
 
-    def lower(self, op, kb, ins, outs):
-        # dx = a * dy + b * (x - mean) + k per channel, from the sums of dy and dy * (x - mean)
-        src, diff_dst, mean, variance = ins[:4]
-        with_affine = len(outs) == 3
-        gamma = ins[4] if with_affine and len(ins) == 5 else None
-        ca = channel_dim(op)
-        (src, diff_dst, diff_src), where = merged_views([src, diff_dst, outs[0]], {ca})
-        ca = where[ca]
-        nest = Nest(kb, tensor_vdims(src, {ca}))
-        s_dy, s_dyx = nest.acc(), nest.acc()
-        m, a, b, k = (nest.stat() for _ in range(4))
-        count = nest.reduced_count
-        with nest.groups():
-            c = [nest.iv[ca]]
-            with nest.per_group():
-                m.set(mean.load_nd(c))
-            with nest.pass_(s_dy, s_dyx) as iv:
-                d = kb.let(diff_dst.load_nd(iv), "d")
-                s_dy.add(d)
-                s_dyx.add(d * (src.load_nd(iv) - m.ref))
-            with nest.per_group():
-                inv = kb.let(inv_std(ir.f64(variance.load_nd(c)), op.attr("epsilon")), "inv")
-                g = inv if gamma is None else kb.let(gamma.load_nd(c) * inv, "g")
-                a.set(g)
-                b.set(-g * inv * inv * s_dyx.value / count)
-                k.set(-g * s_dy.value / count)
-                if with_affine:
-                    kb.emit(outs[1].store_nd(c, s_dyx.value * inv))
-                    kb.emit(outs[2].store_nd(c, s_dy.value))
-            with nest.pass_() as iv:
-                kb.emit(diff_src.store_nd(iv, a.ref * diff_dst.load_nd(iv) + b.ref * (src.load_nd(iv) - m.ref) + k.ref))
-
 
 # -------------------------------------------------------------------- LayerNorm
 class _LayerNorm(OpSchema):
@@ -367,20 +235,6 @@ class _LayerNorm(OpSchema):
 
     def axes(self, op):
         return tuple(range(self.begin(op), op.input("src").ndim))
-
-    @staticmethod
-    def merged(b: int, rows, stats=()):
-        """``rows`` (kernel arguments of src's shape) and ``stats`` (of its leading
-        shape [:b]) as views whose leading dims are one where contiguous in all
-        (grouped.merged_views: a row's offset from one index, not from each dim's);
-        returns (rows, stats, begin in the views).  Unchanged unless the leading
-        dims of both merge alike."""
-        nd = len(rows[0].shape)
-        views, where = merged_views(rows, set(range(b, nd)))
-        svs, swhere = merged_views(stats, set()) if stats else (list(stats), where[:b])
-        if where == list(range(nd)) or swhere != where[:b]:
-            return list(rows), list(stats), b
-        return views, svs, (where[b] if b < nd else len(views[0].shape))
 
 
 class LayerNorm(_LayerNorm):
@@ -408,25 +262,6 @@ class LayerNorm(_LayerNorm):
             dst = affine[0] * dst + affine[1]
         lead = src.shape[:self.begin(op)]
         return (dst, mean.reshape(lead), var.reshape(lead))[:len(op.outputs)]
-
-    def lower(self, op, kb, ins, outs):
-        gamma, beta = ins[1:] if len(ins) == 3 and op.attr("use_affine") else (None, None)
-        (src, dst), stats, b = self.merged(self.begin(op), [ins[0], outs[0]], outs[1:])
-        nest = trailing_nest(kb, src, b)
-        mom = Moments(nest)
-        inv, shift = nest.stat(), nest.stat()
-        with nest.groups():
-            mom.emit(kb, src)
-            with nest.per_group():
-                inv.set(inv_std(mom.var.ref, op.attr("epsilon")))
-                shift.set(mom.shift(inv.ref))
-                for out, v in zip(stats, (mom.mean, mom.var)):
-                    kb.emit(out.store_nd(nest.iv[:b], v.ref))
-            with nest.pass_() as iv:
-                y = mom.normalized(src.load_nd(iv), inv, shift)
-                if gamma is not None:
-                    y = y * gamma.load_nd(iv[b:]) + beta.load_nd(iv[b:])
-                kb.emit(dst.store_nd(iv, y))
 
 
 class LayerNormBackward(_LayerNorm):
@@ -465,46 +300,6 @@ class LayerNormBackward(_LayerNorm):
             return (dx,)
         lead = tuple(range(self.begin(op)))
         return dx, (diff_dst * xhat).sum(axis=lead), diff_dst.sum(axis=lead)
-
-    def lower(self, op, kb, ins, outs):
-        # dx = inv * g + b * (x - mean) + k, g = dy * gamma, from the sums of g and g * (x - mean)
-        gamma = ins[4] if op.attr("use_affine") else None
-        (src, diff_dst, diff_src), (mean, variance), b = self.merged(self.begin(op), [ins[0], ins[1], outs[0]],
-                                                                     ins[2:4])
-        nest = trailing_nest(kb, src, b)
-        s_g, s_gx = nest.acc(), nest.acc()
-        m, inv, bx, k = (nest.stat() for _ in range(4))
-        d_gamma, d_beta = (nest.column_acc(), nest.column_acc()) if len(outs) == 3 else (None, None)
-        count = nest.reduced_count
-        with nest.groups():
-            with nest.per_group():
-                lead = nest.iv[:b]
-                m.set(mean.load_nd(lead))
-                inv.set(inv_std(ir.f64(variance.load_nd(lead)), op.attr("epsilon")))
-
-            def g_and_x(iv):
-                dy = kb.let(diff_dst.load_nd(iv), "dy")
-                g = dy if gamma is None else kb.let(dy * gamma.load_nd(iv[b:]), "g")
-                xm = kb.let(src.load_nd(iv) - m.ref, "xm")
-                return dy, g, xm
-
-            with nest.pass_(s_g, s_gx) as iv:
-                dy, g, xm = g_and_x(iv)
-                s_g.add(g)
-                s_gx.add(g * xm)
-                if d_gamma is not None:
-                    d_gamma.add(dy * xm * inv.ref)
-                    d_beta.add(dy)
-            with nest.per_group():
-                bx.set(-inv.ref * inv.ref * inv.ref * s_gx.value / count)
-                k.set(-inv.ref * s_g.value / count)
-            with nest.pass_() as iv:
-                dy, g, xm = g_and_x(iv)
-                kb.emit(diff_src.store_nd(iv, inv.ref * g + bx.ref * xm + k.ref))
-        if d_gamma is not None:
-            with nest.columns() as iv:
-                kb.emit(outs[1].store_nd(iv[b:], d_gamma.value))
-                kb.emit(outs[2].store_nd(iv[b:], d_beta.value))
 
 
 # -------------------------------------------------------------------- GroupNorm
@@ -546,229 +341,6 @@ class GroupNorm(OpSchema):
             dst = gamma * dst + beta
         return (dst, mean.reshape(n, g), var.reshape(n, g))[:len(op.outputs)]
 
-    def lower(self, op, kb, ins, outs):
-        src, dst = ins[0], outs[0]
-        gamma, beta = ins[1:] if len(ins) == 3 and op.attr("use_affine") else (None, None)
-        ca, groups = channel_dim(op), op.attr("groups")
-        (src, dst), where = merged_views([src, dst], {0, ca})   # the spatial dims as one where contiguous
-        ca = where[ca]
-        if channels_innermost(src, ca):
-            _ChannelsLast(kb, src, ca, groups).emit(op, dst, gamma, beta, outs[1:])
-            return
-        per = src.shape[ca] // groups
-        # the channel dim as two loop dims: its group (kept) and the channel in the group
-        vdims, pos = [], []
-        for i, (d, st) in enumerate(zip(src.shape, src.strides)):
-            pos.append(len(vdims))
-            if i == ca:
-                vdims += [VDim(groups, per * st, True), VDim(per, st, False)]
-            else:
-                vdims.append(VDim(d, st, i == 0))
-
-        def to_real(names):
-            real = [names[p] for p in pos]
-            g, c = names[pos[ca]], names[pos[ca] + 1]
-            if g is not None and c is not None:
-                real[ca] = g * per + c
-            else:
-                real[ca] = g if g is not None else c
-            return real
-
-        nest = Nest(kb, vdims, to_real)
-        mom = Moments(nest)
-        inv, shift = nest.stat(), nest.stat()
-        with nest.groups():
-            mom.emit(kb, src)
-            with nest.per_group():
-                inv.set(inv_std(mom.var.ref, op.attr("epsilon")))
-                shift.set(mom.shift(inv.ref))
-                for out, v in zip(outs[1:], (mom.mean, mom.var)):
-                    kb.emit(out.store_nd([nest.names[pos[0]], nest.names[pos[ca]]], v.ref))
-            with nest.pass_() as iv:
-                y = mom.normalized(src.load_nd(iv), inv, shift)
-                if gamma is not None:
-                    y = y * gamma.load_nd([iv[ca]]) + beta.load_nd([iv[ca]])
-                kb.emit(dst.store_nd(iv, y))
-
-
-def channels_innermost(ref, ca: int) -> bool:
-    """Whether the channel dim of ``ref`` (longer than 1) has a smaller stride than
-    every other dim longer than 1 (channels-last memory), and ``ref`` is not empty."""
-    shape, st = ref.shape, ref.strides
-    return shape[ca] > 1 and 0 not in shape and any(d != 1 for i, d in enumerate(shape) if i != ca) and all(
-        abs(st[ca]) < abs(st[i]) for i, d in enumerate(shape) if i != ca and d != 1)
-
-
-class _ChannelsLast:
-    """GroupNorm whose channels are innermost in memory: each pass sweeps the
-    positions (the dims but batch and channel) in memory order with the C
-    channels as the vector lane.  Chunks of positions (of one batch item each)
-    run in parallel.  One read of ``src`` gives both moments: per chunk and
-    channel, blocks of FOLD_ROWS positions sum ``x - pivot`` and its square in
-    f32 lanes (``pivot``: the chunk's running mean rounded to f32; for its first
-    block, the mean of LEAD leading positions), each block folded in f64 into
-    the chunk's running mean and M2 (Chan's formula); after the chunks, each group's mean and variance combine
-    its chunks per channel, then its channels, the same way (in f64).  Then the
-    normalizing pass with a per-channel scale and shift.  When the batch items
-    alone keep the threads equally busy (or the kernel is serial), a chunk is a
-    whole batch item and runs all of it in one loop, its normalizing pass
-    sweeping the positions backward (what the statistics read last is in cache)."""
-
-    #: positions whose mean is the first block's pivot
-    LEAD = 4
-
-    def __init__(self, kb, src, ca: int, groups: int):
-        self.kb, self.src, self.ca, self.groups = kb, src, ca, groups
-        self.N, self.C = src.shape[0], src.shape[ca]
-        self.per = self.C // groups
-        # the position dims, outermost in memory first
-        self.pos = sorted((i for i in range(1, len(src.shape)) if i != ca), key=lambda i: -abs(src.strides[i]))
-        self.pshape = [src.shape[i] for i in self.pos]
-        self.S = math.prod(self.pshape)
-        self.count = self.per * self.S
-        self.par = worth_parallel(self.N * self.C * self.S)
-        self.whole = not self.par or self.N % NUM_THREADS == 0 or self.N >= 8 * NUM_THREADS
-        # position blocks per batch item
-        self.B = 1 if self.whole else max(1, min(self.S, MAX_CHUNKS // self.N))
-        self.K = self.N * self.B
-
-    def _bounds(self, b):
-        """The first and past-the-last position of position block ``b`` of a batch item."""
-        B, S = self.B, self.S
-        return b * S // B, (b + 1) * S // B
-
-    @contextmanager
-    def _chunks(self):
-        """A loop over the chunks (parallel when worth it); yields (chunk, batch index,
-        first position, past the last)."""
-        kb = self.kb
-        with kb.for_(self.K, "k", self.par and self.K > 1) as raw:
-            k = kb.let(_clamp(_i64(raw), self.K - 1), "k")
-            n = kb.let(k // self.B, "n")
-            lo, hi = (kb.let(v, nm) for v, nm in zip(self._bounds(k - n * self.B), ("lo", "hi")))
-            yield k, n, lo, hi
-
-    @contextmanager
-    def _positions(self, n, lo, hi, backward=False):
-        """A loop over positions lo..hi-1 (``backward``: hi-1 down to lo) and the channels;
-        yields (index of the element, channel)."""
-        kb = self.kb
-        with kb.for_(hi, "p", start=lo) as p:
-            pv = unravel(kb, lo + hi - 1 - p if backward else p, self.pshape)
-            with kb.for_(self.C, "c") as c:
-                iv = [None] * len(self.src.shape)
-                iv[0], iv[self.ca] = n, c
-                for i, v in zip(self.pos, pv):
-                    iv[i] = v
-                yield iv, c
-
-    def _moments(self, k, n, lo, hi):
-        """Chunk ``k``'s position count and each channel's running mean and M2 (at
-        k * C + channel in ``self.mean`` and ``self.m2``, zero before)."""
-        kb, C, src, mean, m2 = self.kb, self.C, self.src, self.mean, self.m2
-        kb.store(self.cnt, k, ir.f64(hi - lo))
-        pivot, s1, s2 = (kb.alloc(C, "f32", fill=0, prefix=p) for p in ("pivot", "dsum", "dsq"))
-        lead = kb.let(_min(hi, lo + self.LEAD), "lead")
-        with self._positions(n, lo, lead) as (iv, c):
-            kb.store(pivot, c, pivot[c] + src.load_nd(iv))
-        with kb.for_(C, "c") as c:
-            kb.store(pivot, c, pivot[c] / ir.f32(lead - lo))
-        with kb.for_((hi - lo + (FOLD_ROWS - 1)) // FOLD_ROWS, "u") as u:
-            p0 = kb.let(lo + u * FOLD_ROWS, "p")
-            p1 = kb.let(_min(hi, p0 + FOLD_ROWS), "p")
-            with self._positions(n, p0, p1) as (iv, c):
-                d = kb.let(src.load_nd(iv) - pivot[c], "d")
-                kb.store(s1, c, s1[c] + d)
-                kb.store(s2, c, s2[c] + d * d)
-            # Chan: the block (nb positions) joins the na before it (no division per channel)
-            nb, na = kb.let(ir.f64(p1 - p0), "nb"), kb.let(ir.f64(p0 - lo), "na")
-            w, rnb = kb.let(nb / (na + nb), "w"), kb.let(1.0 / nb, "rnb")
-            cross = kb.let(na * w, "cw")
-            with kb.for_(C, "c") as c:
-                at = kb.let(k * C + c, "at")
-                t, ma = kb.let(ir.f64(s1[c]), "t"), kb.let(mean[at], "ma")
-                delta = kb.let(ir.f64(pivot[c]) + t * rnb - ma, "dl")
-                mk = kb.let(ma + delta * w, "mk")
-                kb.store(mean, at, mk)
-                kb.store(m2, at, m2[at] + (ir.f64(s2[c]) - t * t * rnb) + delta * delta * cross)
-                kb.store(pivot, c, ir.f32(mk))
-                kb.store(s1, c, ir.const(0.0, "f32"))
-                kb.store(s2, c, ir.const(0.0, "f32"))
-
-    def _per_group(self, op, n, gamma, beta, stat_outs):
-        """Batch item ``n``'s group statistics (Chan, in f64: its chunks per channel with
-        the channel as the vector lane, then the group's channels), stored in
-        ``stat_outs``, and each channel's f32 mean, scale and shift."""
-        kb, C, per, B, S = self.kb, self.C, self.per, self.B, self.S
-        chm, chq = self.chm, self.chq
-        with kb.for_(B, "b") as b, kb.for_(C, "c") as c:
-            k = kb.let(n * B + b, "k")
-            kb.store(chm, n * C + c, chm[n * C + c] + self.cnt[k] * self.mean[k * C + c])
-        with kb.for_(C, "c") as c:
-            kb.store(chm, n * C + c, chm[n * C + c] / S)
-        with kb.for_(B, "b") as b, kb.for_(C, "c") as c:
-            k, at = kb.let(n * B + b, "k"), kb.let(n * C + c, "at")
-            dm = kb.let(self.mean[k * C + c] - chm[at], "dm")
-            kb.store(chq, at, chq[at] + self.m2[k * C + c] + self.cnt[k] * dm * dm)
-        with kb.for_(self.groups, "g") as g:
-            tot = kb.var(ir.const(0.0), "tot")
-            with kb.for_(per, "j") as j:
-                kb.assign(tot, tot + chm[n * C + g * per + j])
-            m = kb.let(tot / per, "m")
-            kb.assign(tot, ir.const(0.0))
-            with kb.for_(per, "j") as j:
-                at = kb.let(n * C + g * per + j, "at")
-                dm = kb.let(chm[at] - m, "dm")
-                kb.assign(tot, tot + chq[at] + S * dm * dm)
-            var = kb.let(ir.call("max", tot / self.count, 0.0), "var")
-            m32 = kb.let(ir.f64(ir.f32(m)), "m32")
-            inv = kb.let(ir.f64(ir.f32(inv_std(var, op.attr("epsilon")))), "inv")
-            sh = kb.let(ir.f64(ir.f32((m32 - m) * inv)), "sh")
-            for out, v in zip(stat_outs, (m, var)):
-                kb.emit(out.store_nd([n, g], v))
-            with kb.for_(per, "j") as j:
-                c = kb.let(g * per + j, "c")
-                a, b = inv, sh
-                if gamma is not None:
-                    gm = kb.let(ir.f64(gamma.load_nd([c])), "gm")
-                    a, b = inv * gm, sh * gm + ir.f64(beta.load_nd([c]))
-                at = kb.let(n * C + c, "at")
-                kb.store(self.mc, at, ir.f32(m32))
-                kb.store(self.scale, at, ir.f32(a))
-                kb.store(self.shift, at, ir.f32(b))
-
-    def emit(self, op, dst, gamma, beta, stat_outs):
-        kb, C, N, K = self.kb, self.C, self.N, self.K
-        # per chunk: positions; per chunk and channel: running mean and M2
-        self.cnt = kb.alloc(K, "f64", prefix="cnt")
-        self.mean, self.m2 = (kb.alloc(K * C, "f64", fill=0, prefix=p) for p in ("mean", "m2"))
-        # per batch item and channel: mean and M2 over the positions (f64); the group
-        # mean rounded to f32, scale and shift (f32)
-        self.chm, self.chq = (kb.alloc(N * C, "f64", fill=0, prefix=p) for p in ("chm", "chq"))
-        self.mc, self.scale, self.shift = (kb.alloc(N * C, "f32", prefix=p) for p in ("mc", "scale", "shift"))
-
-        def normalize(n, lo, hi):
-            # a whole batch item backward: the positions its statistics read last are the
-            # likeliest still in cache (corpus gnorm 0.32 -> 0.27 ms); chunks of positions
-            # (in cache whole) forward
-            with self._positions(n, lo, hi, backward=self.whole) as (iv, c):
-                at = n * C + c
-                y = (self.src.load_nd(iv) - self.mc[at]) * self.scale[at] + self.shift[at]
-                kb.emit(dst.store_nd(iv, y))
-
-        if self.whole:
-            with self._chunks() as (k, n, lo, hi):
-                self._moments(k, n, lo, hi)
-                self._per_group(op, n, gamma, beta, stat_outs)
-                normalize(n, lo, hi)
-            return
-        with self._chunks() as (k, n, lo, hi):
-            self._moments(k, n, lo, hi)
-        with kb.for_(N, "n") as n:
-            self._per_group(op, n, gamma, beta, stat_outs)
-        with self._chunks() as (k, n, lo, hi):
-            normalize(n, lo, hi)
-
 
 # ---------------------------------------------------------------------- RMSNorm
 class RMSNorm(_LayerNorm):
@@ -793,23 +365,3 @@ class RMSNorm(_LayerNorm):
         ms = (src * src).mean(axis=self.axes(op), keepdims=True)
         dst = src / np.sqrt(ms + op.attr("epsilon"))
         return (dst * gamma[0] if gamma else dst,)
-
-    def lower(self, op, kb, ins, outs):
-        src, gamma, dst = ins[0], ins[1] if len(ins) == 2 else None, outs[0]
-        b = self.begin(op)
-        if gamma is None or len(gamma.shape) <= len(src.shape) - b:   # gamma indexed by the trailing dims alone
-            (src, dst), _, b = self.merged(b, [src, dst])
-        nest = trailing_nest(kb, src, b)
-        sq = nest.acc()
-        inv = nest.stat()
-        with nest.groups():
-            with nest.pass_(sq) as iv:
-                x = kb.let(src.load_nd(iv), "x")
-                sq.add(x * x)
-            with nest.per_group():
-                inv.set(inv_std(sq.value / nest.reduced_count, op.attr("epsilon")))
-            with nest.pass_() as iv:
-                y = src.load_nd(iv) * inv.ref
-                if gamma is not None:
-                    y = y * gamma.load_nd(aligned_ivars(iv, gamma.shape))
-                kb.emit(dst.store_nd(iv, y))

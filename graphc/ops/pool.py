@@ -5,9 +5,11 @@ The window, data_format and auto_pad rules are the convolutions' (conv.py).
 MaxPool's dilations count like a convolution's (1 is dense, the doc formula's
 ``DH + 1``).  ``rounding_type`` ceil lets the last window overhang the padded
 src, but no window starts in the end pad (as in PyTorch and ONNX); the
-backward ops have no rounding_type and accept a diff_dst of either size.  AvgPool divides by the kernel size, or with ``exclude_pad`` by the
-number of src elements the window meets.  MaxPoolBackward routes each
+backward ops have no rounding_type and accept a diff_dst of either size.
+AvgPool divides by the kernel size, or with ``exclude_pad`` by the number of
+src elements the window meets.  MaxPoolBackward routes each
 diff_dst element to the first maximum of its window (taps in C order).
+Their lowering is graphc/codegen/rules/pool.py.
 """
 from __future__ import annotations
 
@@ -16,9 +18,6 @@ import math
 
 import numpy as np
 
-from ..codegen import ir
-from ..codegen.window import Geometry, tap_counts
-from ..errors import RuntimeFault
 from .conv import (AUTO_PAD, DATA_FORMAT, PADS_BEGIN, PADS_END, STRIDES, agree, check_shape_source,
                    check_window_attrs, from_ncx, given_shape, join_data, runtime_shape, shape_attr, shape_input,
                    spatial_rank, split_data, to_ncx, window)
@@ -30,9 +29,14 @@ ROUNDING_TYPE = Attr("rounding_type", "string", "floor", choices=("floor", "ceil
 DILATIONS = Attr("dilations", "s64[]", None, check=all_positive, check_doc="positive values, all 1s by default")
 
 
-#: kernels sum in float32 up to this many terms (taps of a window, or windows
-#: covering an element), in float64 beyond (the reference sums in float64)
-F32_TERMS = 64
+def tap_counts(win, big, small) -> list:
+    """Per spatial axis: for each small-side position, how many taps of its window
+    meet the big side (not the padding)."""
+    counts = []
+    for i, o, k, s, d, b in zip(big, small, win.kernel, win.strides, win.dilations, win.begin):
+        at = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - b
+        counts.append(((at >= 0) & (at < i)).sum(axis=1))
+    return counts
 
 
 def _divisor(win, sizes, out, exclude_pad):
@@ -40,10 +44,6 @@ def _divisor(win, sizes, out, exclude_pad):
     if not exclude_pad:
         return math.prod(win.kernel)
     return functools.reduce(np.multiply.outer, tap_counts(win, sizes, out))
-
-
-def _acc_type(terms: int) -> str:
-    return "f32" if terms <= F32_TERMS else "f64"
 
 
 def _first_max_taps(xp, win, out):
@@ -75,13 +75,6 @@ class _Pool(OpSchema):
 
     def window(self, op, sizes):
         return window(op, sizes, tuple(op.attr("kernel")))
-
-    def geometry(self, op, big, small, reads, written) -> Geometry:
-        """The kernel's windows: ``big`` the src side (an input or diff_src), ``small``
-        the dst side; loops follow the layouts of the ``reads`` and the ``written``."""
-        n, c, sizes = split_data(op, big.shape)
-        return Geometry(self.window(op, sizes), op.attr("data_format") == "NXC", n, c, sizes,
-                        split_data(op, small.shape)[2], reads, written)
 
     def forward_shape(self, op, src_shape):
         n, c, sp = split_data(op, src_shape)
@@ -128,21 +121,6 @@ class AvgPool(_PoolForward):
         total = sum(xp[sl] for sl in win.slices(out))
         return (from_ncx(op, total / _divisor(win, x.shape[2:], out, op.attr("exclude_pad"))),)
 
-    def lower(self, op, kb, ins, outs):
-        """Window sums (float32, float64 past F32_TERMS taps) divided by the kernel
-        size or, with exclude_pad, by the number of taps meeting src."""
-        src, dst = ins[0], outs[0]
-        geo = self.geometry(op, src, dst, [src], dst)
-        elem = _acc_type(math.prod(geo.win.kernel))
-
-        def update(rows, v, n, c, o, i, tap):
-            kb.store(rows[0], v, rows[0][v] + src.load_nd(geo.index(n, c, i)))
-
-        def finish(rows, v, n, c, o):
-            div = geo.divisor(kb, o) if op.attr("exclude_pad") else math.prod(geo.win.kernel)
-            kb.emit(dst.store_nd(geo.index(n, c, o), rows[0][v] / ir.cast(div, elem)))
-        geo.windows(kb, [(elem, 0.0)], update, finish)
-
 
 class AvgPoolBackward(_Pool):
     kind = "AvgPoolBackward"
@@ -175,38 +153,6 @@ class AvgPoolBackward(_Pool):
             dxp[sl] += share
         return (from_ncx(op, win.cropped(dxp, sizes)),)
 
-    def lower(self, op, kb, ins, outs):
-        """Each diff_src element gathers diff_dst / divisor (times a reciprocal) of the
-        windows covering it.
-        A src_shape input must hold diff_src's shape (else status: the first dim that differs)."""
-        dy, dx = ins[0], outs[0]
-        if op.input("src_shape") is not None:
-            shape = ins[op.input_names.index("src_shape")]
-            for k, dim in enumerate(dx.shape):
-                with kb.if_(shape.load_nd([ir.const(k)]).ne(dim)):
-                    kb.ret(k)
-        geo = self.geometry(op, dx, dy, [dy], dx)
-        elem = _acc_type(geo.overlap())
-
-        def contribute(rows, v, n, c, i, o, tap):
-            scale = geo.reciprocal(kb, o, elem) if op.attr("exclude_pad") else \
-                ir.const(1.0 / math.prod(geo.win.kernel), elem)
-            kb.store(rows[0], v, rows[0][v] + ir.cast(dy.load_nd(geo.index(n, c, o)), elem) * scale)
-
-        def finish(rows, v, n, c, i):
-            kb.emit(dx.store_nd(geo.index(n, c, i), rows[0][v]))
-        geo.gather(kb, [(elem, 0.0)], contribute, finish)
-
-    def kernel_fault(self, op, status, inputs_by_id):
-        value = inputs_by_id[op.input("src_shape").id]
-        dy = op.input("diff_dst")
-        try:
-            shape = runtime_shape(op, "src_shape", value, dy.ndim, lambda s: self.backward_shape(op, s, dy.shape))
-        except RuntimeFault as e:
-            return e
-        return RuntimeFault("input 'src_shape' differs from the diff_src shape the kernel was compiled for", op=op,
-                            where="input 'src_shape'", expected=list(op.outputs[0].shape), found=list(shape))
-
 
 class MaxPool(_PoolForward):
     kind = "MaxPool"
@@ -218,19 +164,6 @@ class MaxPool(_PoolForward):
     def reference(self, op, src):
         _, win, out, xp = self.padded_windows(op, src, -np.inf)
         return (from_ncx(op, functools.reduce(np.maximum, (xp[sl] for sl in win.slices(out)))),)
-
-    def lower(self, op, kb, ins, outs):
-        """Window maxima; NaN propagates (as np.maximum), a window only in the padding is -inf."""
-        src, dst = ins[0], outs[0]
-        geo = self.geometry(op, src, dst, [src], dst)
-
-        def update(rows, v, n, c, o, i, tap):
-            x, best = kb.let(src.load_nd(geo.index(n, c, i)), "x"), rows[0][v]
-            kb.store(rows[0], v, ir.select((x > best) | x.ne(x), x, best))
-
-        def finish(rows, v, n, c, o):
-            kb.emit(dst.store_nd(geo.index(n, c, o), rows[0][v]))
-        geo.windows(kb, [("f32", -np.inf)], update, finish)
 
 
 class MaxPoolBackward(_Pool):
@@ -254,32 +187,3 @@ class MaxPoolBackward(_Pool):
         for j, sl in enumerate(win.slices(out)):
             dxp[sl] += np.where(tap == j, dy, 0.0)
         return (from_ncx(op, win.cropped(dxp, x.shape[2:])),)
-
-    def lower(self, op, kb, ins, outs):
-        """Two passes: the first maximal tap of each window (C order; taps in the
-        padding are -inf and never win, tap 0 when none is above -inf), into an int32
-        scratch array; then each diff_src element gathers the diff_dst of the windows
-        whose first maximum it is."""
-        src, dy = ins
-        dx = outs[0]
-        geo = self.geometry(op, src, dy, [src, dy], dx)
-        first = kb.alloc(geo.n * geo.c * math.prod(geo.small), "i32", prefix="argmax")
-
-        def update(rows, v, n, c, o, i, tap):
-            x = kb.let(src.load_nd(geo.index(n, c, i)), "x")
-            better = kb.let(x > rows[0][v], "gt")
-            kb.store(rows[0], v, ir.select(better, x, rows[0][v]))
-            kb.store(rows[1], v, ir.select(better, tap, rows[1][v]))
-
-        def keep(rows, v, n, c, o):
-            kb.store(first, geo.small_flat(n, c, o), rows[1][v])
-        geo.windows(kb, [("f32", -np.inf), ("i32", 0)], update, keep)
-        elem = _acc_type(geo.overlap())
-
-        def contribute(rows, v, n, c, i, o, tap):
-            hit = first[geo.small_flat(n, c, o)].eq(tap)
-            kb.store(rows[0], v, rows[0][v] + ir.select(hit, dy.load_nd(geo.index(n, c, o)), 0.0))
-
-        def finish(rows, v, n, c, i):
-            kb.emit(dx.store_nd(geo.index(n, c, i), rows[0][v]))
-        geo.gather(kb, [(elem, 0.0)], contribute, finish)

@@ -331,8 +331,8 @@ def test_constant_cache_controls_checked(cache_state, monkeypatch):
 @pytest.fixture
 def no_interpolate_kernel(monkeypatch):
     """A build whose Interpolate has no kernel (every op of this one has one)."""
-    from graphc.ops.schema import get_schema
-    monkeypatch.setattr(type(get_schema("Interpolate")), "supports_lowering", lambda self, op: False)
+    from graphc.codegen.rules.interpolate import Interpolate
+    monkeypatch.setattr(Interpolate, "supports", lambda self, op: False)
 
 
 def _interpolate_with_sizes():

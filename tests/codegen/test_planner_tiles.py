@@ -1,5 +1,5 @@
-"""The Reduce ops over merged dims (ops.reduce._merged: adjacent dims of src both
-reduced, or both kept and contiguous in dst too, run as one planner dim, e.g.
+"""The Reduce ops over merged dims (codegen.rules.reduce._merged: adjacent dims
+of src both reduced, or both kept and contiguous in dst too, run as one planner dim, e.g.
 ReduceSum over the channels of NCHW: kept lanes of H*W cut into tiles), checked
 against the reference where dims merge and where they must not (strided,
 permuted, fused); and BatchNorm (forward, inference, backward) over channels
@@ -10,8 +10,8 @@ import pytest
 
 from graphc.builder import GraphBuilder
 from graphc.codegen.kernel import ArrayRef
+from graphc.codegen.rules.reduce import _merged
 from graphc.fill import make_inputs
-from graphc.ops.reduce import _merged
 from graphc.types import LogicalTensor
 
 from support import check_compiled, compiled_vs_reference, one_op, strides
