@@ -137,7 +137,7 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     ``out`` (a Matrix over the output with strides and base) lets BLAS write
     C in place when ``store`` would only store the value as it is.
     ``exact_k``: A and B hold integers whose products summed over runs of at
-    most exact_k stay exact in f32 (graphc.ops.quant.exact_chunk); a longer K is
+    most exact_k stay exact in f32 (graphc.codegen.quant.exact_chunk); a longer K is
     multiplied a run at a time and the runs added in f64, so C is the exact
     integer sum, as an s32 accumulator holds it."""
     M, K, N = a.rows, a.cols, b.cols

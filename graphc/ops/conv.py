@@ -24,6 +24,7 @@ also the transposed convolution) and its gradient w.r.t. weights
 ``conv_backward_weights``.  A transposed convolution from C to OC channels is
 the data gradient of the convolution from OC to C channels whose weights are
 the transposed one's with O and I swapped inside each group (``swap_io``).
+Their lowering is graphc/codegen/rules/conv.py.
 """
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ import math
 
 import numpy as np
 
-from ..codegen import ir
 from ..errors import InvalidGraphOp, InvalidShape, RuntimeFault
 from ..types import dense_strides
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, all_non_negative, all_positive, bad_shape, dims_equal,
@@ -114,7 +114,7 @@ def from_ncx(op, x):
     return np.moveaxis(x, 1, -1) if op.attr("data_format") == "NXC" else x
 
 
-def _oix_axes(fmt, rank) -> tuple:
+def oix_axes(fmt, rank) -> tuple:
     """Axes of a weights tensor in ``fmt``, listed as O, I, then the spatial axes."""
     first = rank - 2 if fmt[0] == "X" else 0
     spatial = range(rank - 2) if fmt[0] == "X" else range(2, rank)
@@ -132,7 +132,7 @@ def io_grouped(op) -> bool:
 def split_weights(op, shape):
     """(O, I, kernel dims) of a weights shape in weights_format: O all groups'
     output channels, I one group's input channels, whatever the format."""
-    axes = _oix_axes(op.attr("weights_format"), len(shape))
+    axes = oix_axes(op.attr("weights_format"), len(shape))
     o, i, k = shape[axes[0]], shape[axes[1]], tuple(shape[a] for a in axes[2:])
     if io_grouped(op):
         g = op.attr("groups")
@@ -144,7 +144,7 @@ def split_weights(op, shape):
 
 
 def join_weights(op, o, i, kernel) -> tuple:
-    axes = _oix_axes(op.attr("weights_format"), len(kernel) + 2)
+    axes = oix_axes(op.attr("weights_format"), len(kernel) + 2)
     if io_grouped(op):
         g = op.attr("groups")
         o, i = (o // g if o != -1 else -1), (i * g if i != -1 else -1)
@@ -156,7 +156,7 @@ def join_weights(op, o, i, kernel) -> tuple:
 
 def weights_to_oix(op, w):
     """Weights as (O, I, *K) with O all groups' outputs and I one group's inputs."""
-    w = np.transpose(w, _oix_axes(op.attr("weights_format"), w.ndim))
+    w = np.transpose(w, oix_axes(op.attr("weights_format"), w.ndim))
     if io_grouped(op):
         g = op.attr("groups")
         a, gi, *k = w.shape
@@ -169,7 +169,7 @@ def weights_from_oix(op, w):
         g = op.attr("groups")
         ga, i, *k = w.shape
         w = w.reshape(g, ga // g, i, *k).swapaxes(0, 1).reshape(ga // g, g * i, *k)
-    return np.transpose(w, np.argsort(_oix_axes(op.attr("weights_format"), w.ndim)))
+    return np.transpose(w, np.argsort(oix_axes(op.attr("weights_format"), w.ndim)))
 
 
 def swap_io(w, groups):
@@ -429,9 +429,6 @@ class _Conv(OpSchema):
         if self.shape_name:
             check_shape_source(op, self.shape_name, nsp + 2)
 
-    def lower(self, op, kb, ins, outs):
-        lower_conv(self, op, kb, ins, outs)
-
     def flops(self, op):
         """2 * N * OC * C/groups * out-spatial * kernel-spatial of the convolution
         the op is, transposes or differentiates: two per multiply-add, every
@@ -648,110 +645,3 @@ class ConvTransposeBackwardWeights(_Conv):
         win = self.transposed_window(op, x.shape[2:], split_weights(op, shape)[2])
         dw = conv_backward_weights(to_ncx(op, diff_dst), x, g, win)
         return (weights_from_oix(op, swap_io(dw, g)),)
-
-
-# ------------------------------------------------------------------ lowering
-def _geometry(op, n, c, oc, big, small, win):
-    from ..codegen.conv import Geometry
-    return Geometry(n, c, oc, op.attr("groups"), tuple(big), tuple(small), win.kernel, win.strides, win.dilations,
-                    win.begin)
-
-
-def _views(op, ins, outs):
-    """Data/Weights views of the op's ports by name, and the fpmath rounding."""
-    from ..codegen.conv import Data, Weights
-    from ..codegen.gemm import fpmath_rounding
-    nxc = op.attr("data_format") == "NXC"
-    swapped = op.kind.startswith("ConvTranspose")
-    named = dict(zip(op.input_names, ins)) | dict(zip(op.output_names, outs))
-    views = {}
-    for name, ref in named.items():
-        if "weights" in name:
-            views[name] = Weights(ref, _oix_axes(op.attr("weights_format"), len(ref.shape)), op.attr("groups"),
-                                  swapped, io_grouped(op))
-        elif "shape" not in name and name != "bias":
-            views[name] = Data(ref, nxc)
-    return views, named.get("bias"), fpmath_rounding(op)
-
-
-def _data_store(view, bias, scale=None):
-    """``scale(c)``: the factor of an integer convolution's sums (see _integer_operands)."""
-    def store(n, c, sp, value):
-        if scale is not None:
-            value = ir.f64(value) * scale(c)
-        if bias is not None:
-            value = value + bias.load_nd([c])
-        return view.store(n, c, sp, value)
-    return store
-
-
-def _integer_operands(op, kb, v, x):
-    """A Convolution's (ConvTranspose's) src and weights as graphc.ops.quant.Factored operands (static
-    s8/u8 Dequantizes computed in the kernel, src per tensor, weights per tensor
-    or per output channel): its views then read the integers, summed exactly as
-    oneDNN's s32 accumulator sums them; returns (the K run that stays exact,
-    the scale of dst channel c), or None."""
-    from ..codegen.conv import Data, Weights
-    from .quant import exact_chunk, integer_operands
-    w = v["weights"]
-    pair = None if w.io_grouped else integer_operands(kb, v[x].ref, w.ref, w.axes[0])
-    if pair is None:
-        return None
-    fx, fw = pair
-    v[x] = Data(fx.ints, v[x].nxc)
-    v["weights"] = Weights(fw.ints, w.axes, w.groups, w.swapped, w.io_grouped)
-    return exact_chunk(fx, fw), lambda c: fx.scale(None) * fw.scale(c)
-
-
-def _sizes(op, ref):
-    return split_data(op, ref.shape)
-
-
-def lower_conv(self, op, kb, ins, outs):
-    """Any of the six ops as a forward convolution, its data gradient or its weight
-    gradient (graphc.codegen.conv picks the kernel)."""
-    from ..codegen import conv as cg
-    v, bias, rounding = _views(op, ins, outs)
-    kind = op.kind
-    if kind in ("Convolution", "ConvTransposeBackwardData"):
-        x, y = ("src", "dst") if kind == "Convolution" else ("diff_dst", "diff_src")
-        n, c, big = _sizes(op, v[x].ref)
-        _, oc, small = _sizes(op, v[y].ref)
-        kernel = split_weights(op, v["weights"].ref.shape)[2]
-        extra = None if kind == "Convolution" else output_padding(op, len(kernel))
-        win = window(op, big, kernel, extra)
-        ints = _integer_operands(op, kb, v, x) if kind == "Convolution" else None
-        if ints is None:
-            cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
-                                _data_store(v[y], bias), rounding, v[y] if bias is None else None)
-        else:
-            cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
-                                _data_store(v[y], bias, ints[1]), None, None, ints[0])
-    elif kind in ("ConvolutionBackwardData", "ConvTranspose"):
-        dy, dx = ("diff_dst", "diff_src") if kind == "ConvolutionBackwardData" else ("src", "dst")
-        n, oc, small = _sizes(op, v[dy].ref)
-        _, c, big = _sizes(op, v[dx].ref)
-        kernel = split_weights(op, v["weights"].ref.shape)[2]
-        if kind == "ConvTranspose":
-            win = self.transposed_window(op, small, kernel)
-        else:
-            win = window(op, big, kernel, output_padding(op, len(kernel)))
-        ints = _integer_operands(op, kb, v, dy) if kind == "ConvTranspose" else None
-        if ints is None:
-            cg.emit_backward_data(kb, _geometry(op, n, c, oc, big, small, win), v[dy], v["weights"],
-                                  _data_store(v[dx], bias), rounding)
-        else:
-            cg.emit_backward_data(kb, _geometry(op, n, c, oc, big, small, win), v[dy], v["weights"],
-                                  _data_store(v[dx], bias, ints[1]), None, ints[0])
-    else:
-        x, dy = ("src", "diff_dst") if kind == "ConvolutionBackwardWeights" else ("diff_dst", "src")
-        n, c, big = _sizes(op, v[x].ref)
-        _, oc, small = _sizes(op, v[dy].ref)
-        kernel = split_weights(op, v["diff_weights"].ref.shape)[2]
-        if kind == "ConvolutionBackwardWeights":
-            win = window(op, big, kernel)
-        else:
-            win = self.transposed_window(op, small, kernel)
-        cg.emit_backward_weights(kb, _geometry(op, n, c, oc, big, small, win), v[x], v[dy],
-                                 v["diff_weights"].store, rounding)
-

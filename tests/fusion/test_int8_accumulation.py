@@ -1,6 +1,6 @@
 """int8 MatMul and Convolution accumulate as oneDNN does, in s32: the kernels
 multiply the integers ``q - zp`` and apply the scales to the exact sums
-(graphc.ops.quant.Factored).  The sums here pass 2^24, where an f32
+(graphc.codegen.quant.Factored).  The sums here pass 2^24, where an f32
 accumulator (the GEMM of the dequantized values) loses bits: each test first
 shows that, then that the compiled result equals the exact integer sum scaled,
 computed independently with int64 numpy."""
@@ -9,7 +9,7 @@ import pytest
 
 import graphc
 from graphc.builder import GraphBuilder
-from graphc.ops.quant import F32_EXACT
+from graphc.codegen.quant import F32_EXACT
 
 SX, ZX = 2.0 ** -6, 3           # src: u8, per tensor
 ZW = [1, 0, -1, 2]              # weights: s8, per output channel (cycled)
