@@ -55,7 +55,7 @@ from .fusion import PrologueRef, Values
 from .gemm import Matrix, direct, fpmath_rounding, pack
 from .kernel import NUM_THREADS, ArrayRef, as_stored, is_narrow_float, worth_parallel
 from .loops import aligned, linear, unravel
-from ..ops.misc import dropout_keep, dropout_params, philox_words
+from .rules.misc import dropout_keep, dropout_params, philox_words
 from ..types import DataType, LogicalTensor, dense_strides
 from ..views import view_strides
 

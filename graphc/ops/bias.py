@@ -1,11 +1,9 @@
 """BiasAdd, PReLU and their backward ops (docs: BiasAdd.md, BiasAddBackward.md,
-PReLU.md, PReLUBackward.md)."""
+PReLU.md, PReLUBackward.md); their lowering is graphc/codegen/rules/bias.py."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..codegen import ir
-from ..codegen.grouped import Nest, each_element, tensor_vdims
 from .common import Elementwise, merged_shape, same_shape_as, unbroadcast
 from .norm import DATA_FORMAT, channel_dim, channel_view, other_axes, per_channel, with_dim
 from .schema import Attr, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, same_dtype
@@ -27,19 +25,8 @@ class BiasAdd(Elementwise):
     def reference(self, op, src, bias):
         return (src + channel_view(bias, src.ndim, channel_dim(op)),)
 
-    def expr(self, op, x, b):
-        """Pointwise (fused kernels substitute it, e.g. as a MatMul or Convolution
-        epilogue), bias read along the channel dim."""
-        return x + b
-
     def input_dims(self, op, port):
         return [channel_dim(op)] if port == 1 else None
-
-    def lower(self, op, kb, ins, outs):
-        src, bias = ins
-        ca = channel_dim(op)
-        with each_element(kb, src) as iv:
-            kb.emit(outs[0].store_nd(iv, src.load_nd(iv) + bias.load_nd([iv[ca]])))
 
 
 class BiasAddBackward(OpSchema):
@@ -57,24 +44,6 @@ class BiasAddBackward(OpSchema):
 
     def reference(self, op, diff_dst):
         return (diff_dst.sum(axis=other_axes(diff_dst.ndim, channel_dim(op, "diff_dst"))),)
-
-    def lower(self, op, kb, ins, outs):
-        diff_dst = ins[0]
-        ca = channel_dim(op, "diff_dst")
-        nest = Nest(kb, tensor_vdims(diff_dst, {ca}))
-        s = nest.acc()
-        with nest.groups():
-            with nest.pass_(s) as iv:
-                s.add(diff_dst.load_nd(iv))
-            with nest.per_group():
-                kb.emit(outs[0].store_nd([nest.iv[ca]], s.value))
-
-
-def slope_ivars(view, slope_shape, iv) -> list:
-    """Index expressions of the slope (its shape, its broadcast ``view`` against src)
-    at src's index ``iv``: its dims other than 1 are view's, in order."""
-    picked = iter([v for v, d in zip(iv, view) if d != 1])
-    return [next(picked) if d != 1 else None for d in slope_shape]
 
 
 def slope_view(op, src, slope, per_channel_1d: bool) -> tuple:
@@ -116,14 +85,6 @@ class PReLU(OpSchema):
     def reference(self, op, src, slope):
         return (np.where(src >= 0, src, slope.reshape(self.view(op, src.shape, slope.shape)) * src),)
 
-    def lower(self, op, kb, ins, outs):
-        src, slope = ins
-        view = self.view(op, src.shape, slope.shape)
-        with each_element(kb, src) as iv:
-            x = kb.let(src.load_nd(iv), "x")
-            a = slope.load_nd(slope_ivars(view, slope.shape, iv))
-            kb.emit(outs[0].store_nd(iv, ir.select(x >= 0, x, a * x)))
-
 
 class PReLUBackward(OpSchema):
     kind = "PReLUBackward"
@@ -146,18 +107,3 @@ class PReLUBackward(OpSchema):
         diff_src = np.where(src >= 0, diff_dst, slope.reshape(view) * diff_dst)
         diff_slope = unbroadcast(np.where(src < 0, src * diff_dst, 0.0), view)
         return diff_src, diff_slope.reshape(slope.shape)
-
-    def lower(self, op, kb, ins, outs):
-        src, slope, diff_dst = ins
-        view = slope_view(op, src.shape, slope.shape, True)
-        nest = Nest(kb, tensor_vdims(src, {i for i, d in enumerate(view) if d != 1}))
-        s = nest.acc()
-        with nest.groups():
-            with nest.pass_(s) as iv:
-                x = kb.let(src.load_nd(iv), "x")
-                dy = kb.let(diff_dst.load_nd(iv), "dy")
-                a = slope.load_nd(slope_ivars(view, slope.shape, iv))
-                kb.emit(outs[0].store_nd(iv, ir.select(x >= 0, dy, a * dy)))
-                s.add(ir.select(x < 0, x * dy, 0.0))
-            with nest.per_group():
-                kb.emit(outs[1].store_nd(slope_ivars(view, slope.shape, nest.iv), s.value))

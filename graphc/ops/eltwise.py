@@ -1,7 +1,8 @@
 """Unary elementwise ops and their backward ops (docs: Abs.md ... TanhBackward.md).
 
 Each forward op gives ``fn`` (numpy, float64 in and out); each backward op
-gives ``grad(x, dy)`` where x is src, or dst when ``use_dst`` is true.
+gives ``grad(x, dy)`` where x is src, or dst when ``use_dst`` is true.  Their
+lowering is graphc/codegen/rules/eltwise.py.
 """
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import math
 import numpy as np
 
 from .common import Unary, UnaryBackward
-from ..codegen import ir
 from ..errors import InvalidGraphOp
 from .schema import Attr, In, non_negative
 
@@ -28,16 +28,6 @@ class PositiveSrc:
 
     def input_range(self, op, index):
         return (0.25, 4.0) if index == 0 else super().input_range(op, index)
-
-
-def tanh(x):
-    """tanh in the kernel: the vectorizable float32 helper for float32 math."""
-    return ir.call("tanh_f32", x) if x.dt == "f32" else ir.call("math.tanh", x)
-
-
-def sigmoid(x):
-    """sigmoid in the kernel: the vectorizable float32 helper for float32 math."""
-    return ir.call("sigmoid_f32", x) if x.dt == "f32" else ir.call("sigmoid", x)
 
 
 def _sigmoid(x):
@@ -60,9 +50,6 @@ class Abs(Unary):
     def fn(self, op, x):
         return np.abs(x)
 
-    def expr(self, op, x):
-        return ir.call("abs", x)
-
 
 def check_min_max(op):
     """Clamp's bounds: min <= max (both finite, as every f32 attribute)."""
@@ -83,9 +70,6 @@ class Clamp(Unary):
     def fn(self, op, x):
         return np.minimum(np.maximum(x, op.attr("min")), op.attr("max"))
 
-    def expr(self, op, x):
-        return ir.call("np.minimum", ir.call("np.maximum", x, float(op.attr("min"))), float(op.attr("max")))
-
 
 class Elu(Unary):
     kind = "Elu"
@@ -94,18 +78,12 @@ class Elu(Unary):
     def fn(self, op, x):
         return np.where(x >= 0, x, op.attr("alpha") * np.expm1(np.minimum(x, 0)))
 
-    def expr(self, op, x):
-        return ir.select(x >= 0, x, float(op.attr("alpha")) * ir.call("math.expm1", x))
-
 
 class Exp(Unary):
     kind = "Exp"
 
     def fn(self, op, x):
         return np.exp(x)
-
-    def expr(self, op, x):
-        return ir.call("math.exp", x)
 
 
 class GELU(Unary):
@@ -117,13 +95,6 @@ class GELU(Unary):
             return 0.5 * x * (1.0 + np.tanh(SQRT_2_PI * (x + 0.044715 * x ** 3)))
         return 0.5 * x * (1.0 + _erf_arr(x / math.sqrt(2.0)))
 
-    def expr(self, op, x):
-        if op.attr("mode") == "gelu_tanh":
-            return 0.5 * x * (1.0 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x)))
-        if x.dt == "f32":
-            return ir.call("gelu_erf_f32", x)
-        return 0.5 * x * (1.0 + ir.call("math.erf", x * (1 / math.sqrt(2.0))))
-
 
 class HardSigmoid(Unary):
     kind = "HardSigmoid"
@@ -132,18 +103,12 @@ class HardSigmoid(Unary):
     def fn(self, op, x):
         return np.clip(op.attr("alpha") * x + op.attr("beta"), 0.0, 1.0)
 
-    def expr(self, op, x):
-        return ir.call("np.minimum", ir.call("np.maximum", float(op.attr("alpha")) * x + float(op.attr("beta")), 0.0), 1.0)
-
 
 class HardSwish(Unary):
     kind = "HardSwish"
 
     def fn(self, op, x):
         return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
-
-    def expr(self, op, x):
-        return x * ir.call("np.minimum", ir.call("np.maximum", x + 3.0, 0.0), 6.0) / 6.0
 
 
 class LeakyReLU(Unary):
@@ -153,9 +118,6 @@ class LeakyReLU(Unary):
     def fn(self, op, x):
         return np.where(x >= 0, x, op.attr("alpha") * x)
 
-    def expr(self, op, x):
-        return ir.select(x >= 0, x, float(op.attr("alpha")) * x)
-
 
 class Log(PositiveSrc, Unary):
     kind = "Log"
@@ -164,18 +126,12 @@ class Log(PositiveSrc, Unary):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(x)
 
-    def expr(self, op, x):
-        return ir.call("np.log", x)
-
 
 class Mish(Unary):
     kind = "Mish"
 
     def fn(self, op, x):
         return x * np.tanh(_softplus(x))
-
-    def expr(self, op, x):
-        return x * tanh(ir.call("softplus", x, 1.0))
 
 
 class Pow(PositiveSrc, Unary):
@@ -186,9 +142,6 @@ class Pow(PositiveSrc, Unary):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.power(x, op.attr("beta"))
 
-    def expr(self, op, x):
-        return ir.call("np.power", x, float(op.attr("beta")))
-
 
 class Reciprocal(PositiveSrc, Unary):
     kind = "Reciprocal"
@@ -197,18 +150,12 @@ class Reciprocal(PositiveSrc, Unary):
         with np.errstate(divide="ignore"):
             return 1.0 / x
 
-    def expr(self, op, x):
-        return 1.0 / x
-
 
 class ReLU(Unary):
     kind = "ReLU"
 
     def fn(self, op, x):
         return np.maximum(x, 0.0)
-
-    def expr(self, op, x):
-        return ir.call("np.maximum", x, 0.0)
 
 
 class Round(Unary):
@@ -218,18 +165,12 @@ class Round(Unary):
         # half away from zero, as oneDNN's round
         return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
-    def expr(self, op, x):
-        return ir.call("round_half_away", x)
-
 
 class Sigmoid(Unary):
     kind = "Sigmoid"
 
     def fn(self, op, x):
         return _sigmoid(x)
-
-    def expr(self, op, x):
-        return sigmoid(x)
 
 
 class SoftPlus(Unary):
@@ -239,9 +180,6 @@ class SoftPlus(Unary):
     def fn(self, op, x):
         return _softplus(x, op.attr("beta"))
 
-    def expr(self, op, x):
-        return ir.call("softplus", x, float(op.attr("beta")))
-
 
 class Sqrt(PositiveSrc, Unary):
     kind = "Sqrt"
@@ -250,17 +188,11 @@ class Sqrt(PositiveSrc, Unary):
         with np.errstate(invalid="ignore"):
             return np.sqrt(x)
 
-    def expr(self, op, x):
-        return ir.call("np.sqrt", x)
-
 
 class Square(Unary):
     kind = "Square"
 
     def fn(self, op, x):
-        return x * x
-
-    def expr(self, op, x):
         return x * x
 
 
@@ -270,9 +202,6 @@ class Tanh(Unary):
     def fn(self, op, x):
         return np.tanh(x)
 
-    def expr(self, op, x):
-        return tanh(x)
-
 
 # ------------------------------------------------------------------ backward ops
 class AbsBackward(UnaryBackward):
@@ -281,9 +210,6 @@ class AbsBackward(UnaryBackward):
 
     def grad(self, op, x, dy):
         return dy * np.sign(x)
-
-    def expr(self, op, x, dy):
-        return dy * ir.call("np.sign", x)
 
 
 class ClampBackward(UnaryBackward):
@@ -301,9 +227,6 @@ class ClampBackward(UnaryBackward):
         # with use_dst, x = clamp(src): the same open interval selects the gradient
         return np.where((x > lo) & (x < hi), dy, 0.0)
 
-    def expr(self, op, x, dy):
-        return ir.select((x > float(op.attr("min"))) & (x < float(op.attr("max"))), dy, 0.0)
-
 
 class EluBackward(UnaryBackward):
     kind = "EluBackward"
@@ -316,12 +239,6 @@ class EluBackward(UnaryBackward):
         if op.attr("use_dst"):
             return np.where(x > 0, dy, dy * (x + a))
         return np.where(x > 0, dy, dy * a * np.exp(np.minimum(x, 0)))
-
-    def expr(self, op, x, dy):
-        a = float(op.attr("alpha"))
-        if op.attr("use_dst"):
-            return ir.select(x > 0, dy, dy * (x + a))
-        return ir.select(x > 0, dy, dy * a * ir.call("math.exp", x))
 
 
 class GELUBackward(UnaryBackward):
@@ -339,13 +256,6 @@ class GELUBackward(UnaryBackward):
         pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
         return dy * (cdf + x * pdf)
 
-    def expr(self, op, x, dy):
-        if op.attr("mode") == "gelu_tanh":
-            return ir.call("gelu_tanh_grad", x) * dy
-        cdf = 0.5 * (1.0 + ir.call("math.erf", x * (1 / math.sqrt(2.0))))
-        pdf = ir.call("math.exp", -0.5 * x * x) * (1 / math.sqrt(2.0 * math.pi))
-        return dy * (cdf + x * pdf)
-
 
 class HardSigmoidBackward(UnaryBackward):
     kind = "HardSigmoidBackward"
@@ -357,11 +267,6 @@ class HardSigmoidBackward(UnaryBackward):
         v = a * x + b
         return np.where((v > 0) & (v < 1), dy * a, 0.0)
 
-    def expr(self, op, x, dy):
-        a, b = float(op.attr("alpha")), float(op.attr("beta"))
-        v = a * x + b
-        return ir.select((v > 0.0) & (v < 1.0), dy * a, 0.0)
-
 
 class HardSwishBackward(UnaryBackward):
     kind = "HardSwishBackward"
@@ -369,9 +274,6 @@ class HardSwishBackward(UnaryBackward):
 
     def grad(self, op, x, dy):
         return np.where(x < -3, 0.0, np.where(x > 3, dy, dy * (2 * x + 3) / 6.0))
-
-    def expr(self, op, x, dy):
-        return ir.select(x < -3.0, ir.const(0.0, dy.dt), ir.select(x > 3.0, dy, dy * (2.0 * x + 3.0) / 6.0))
 
 
 class MishBackward(UnaryBackward):
@@ -383,9 +285,6 @@ class MishBackward(UnaryBackward):
         t = np.tanh(sp)
         return dy * (t + x * (1 - t * t) * _sigmoid(x))
 
-    def expr(self, op, x, dy):
-        return ir.call("mish_grad", x) * dy
-
 
 class ReLUBackward(UnaryBackward):
     kind = "ReLUBackward"
@@ -395,9 +294,6 @@ class ReLUBackward(UnaryBackward):
 
     def grad(self, op, x, dy):
         return np.where(x > 0, dy, 0.0)
-
-    def expr(self, op, x, dy):
-        return ir.select(x > 0, dy, 0.0)
 
 
 class SigmoidBackward(UnaryBackward):
@@ -410,11 +306,6 @@ class SigmoidBackward(UnaryBackward):
         s = x if op.attr("use_dst") else _sigmoid(x)
         return dy * s * (1 - s)
 
-    def expr(self, op, x, dy):
-        if op.attr("use_dst"):
-            return dy * x * (1.0 - x)
-        return dy * sigmoid(x) * (1.0 - sigmoid(x))
-
 
 class SoftPlusBackward(UnaryBackward):
     kind = "SoftPlusBackward"
@@ -423,9 +314,6 @@ class SoftPlusBackward(UnaryBackward):
 
     def grad(self, op, x, dy):
         return dy * _sigmoid(op.attr("beta") * x)
-
-    def expr(self, op, x, dy):
-        return dy * sigmoid(float(op.attr("beta")) * x)
 
 
 class SqrtBackward(PositiveSrc, UnaryBackward):
@@ -439,11 +327,6 @@ class SqrtBackward(PositiveSrc, UnaryBackward):
             s = x if op.attr("use_dst") else np.sqrt(x)
             return dy / (2 * s)
 
-    def expr(self, op, x, dy):
-        if op.attr("use_dst"):
-            return dy / (2.0 * x)
-        return dy / (2.0 * ir.call("np.sqrt", x))
-
 
 class TanhBackward(UnaryBackward):
     kind = "TanhBackward"
@@ -454,8 +337,3 @@ class TanhBackward(UnaryBackward):
     def grad(self, op, x, dy):
         t = x if op.attr("use_dst") else np.tanh(x)
         return dy * (1 - t * t)
-
-    def expr(self, op, x, dy):
-        if op.attr("use_dst"):
-            return dy * (1.0 - x * x)
-        return dy * (1.0 - tanh(x) ** 2)

@@ -2,21 +2,13 @@
 Reorder.md, TypeCast.md).  The reference works on logical arrays, so layout
 (strides) never changes values: Reorder and TypeCast are the identity there,
 TypeCast's rounding to nearest even being the executor's one rounding to dst.
-
-Kernels copy through the tensors' ArrayRefs (load_nd widens, store_nd narrows
-with RNE), looping in dst's memory order, so StaticTranspose and Concat can
-anchor fusion; StaticReshape moves runs of elements by flat offsets.  Reorder
-and TypeCast are elementwise (the identity expression): fused into a chain,
-the value rounds once, where it is stored."""
+Their lowering is graphc/codegen/rules/shuffle.py."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from ..codegen.elementwise import collapse, transposes
-from ..codegen.kernel import as_stored, worth_parallel
-from ..codegen.loops import linear, memory_order_nest, unravel
 from ..errors import InvalidGraphOp
 from .common import Elementwise, merged_shape
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, norm_axis, same_dtype
@@ -55,27 +47,9 @@ class Concat(OpSchema):
     def reference(self, op, *srcs):
         return (np.concatenate(srcs, axis=norm_axis(op, op.attr("axis"), srcs[0].ndim)),)
 
-    def lower(self, op, kb, ins, outs):
-        """Each src in turn, walked in dst's memory order, lands at its offset on axis."""
-        dst = outs[0]
-        axis = norm_axis(op, op.attr("axis"), len(dst.shape))
-        start = 0
-        for src in ins:
-            with memory_order_nest(kb, src.shape, dst.strides, worth_parallel(src.lt.nelems)) as ivars:
-                at = list(ivars)
-                if start:
-                    at[axis] = ivars[axis] + start if ivars[axis] is not None else start
-                kb.emit(dst.store_nd(at, src.load_nd(ivars)))
-            start += src.shape[axis]
-
 
 def _volume(shape) -> int:
     return -1 if -1 in shape else math.prod(shape)
-
-
-def _run_start(kb, flat, dims, strides):
-    """(the offset of element ``flat``, bound to a name, and the stride of the innermost merged dim)."""
-    return kb.let(linear(unravel(kb, flat, dims), strides), "b"), strides[-1]
 
 
 class StaticReshape(OpSchema):
@@ -126,26 +100,6 @@ class StaticReshape(OpSchema):
     def reference(self, op, src):
         return (src.reshape(self.target(op, src.shape)),)
 
-    def lower(self, op, kb, ins, outs):
-        """Both tensors walk the same row-major element order.  On each side, dims
-        that step evenly through memory merge; a run of ``m`` elements (m divides
-        the innermost merged dim of both sides) then moves with one stride each."""
-        (src,), (dst,) = ins, outs
-        n = dst.lt.nelems
-        if n == 0:
-            return
-        sides = []
-        for ref in (src, dst):
-            dims, (strides,) = collapse(ref.shape, [ref.strides])
-            sides.append((dims or [1], strides or [0]))
-        m = math.gcd(sides[0][0][-1], sides[1][0][-1])
-        runs = n // m
-        par = worth_parallel(n)
-        with kb.for_(runs, "c", par and runs > 1) as c:
-            (sb, ss), (db, ds) = (_run_start(kb, c * m, dims, strides) for dims, strides in sides)
-            with kb.for_(m, "j", par and runs == 1) as j:
-                kb.emit(dst.store(linear([j], [ds], db), src.load(linear([j], [ss], sb))))
-
 
 class StaticTranspose(OpSchema):
     kind = "StaticTranspose"
@@ -172,14 +126,6 @@ class StaticTranspose(OpSchema):
     def reference(self, op, src):
         return (np.transpose(src, self.order(op)),)
 
-    def lower(self, op, kb, ins, outs):
-        (src,), (dst,) = ins, outs
-        with memory_order_nest(kb, dst.shape, dst.strides, worth_parallel(dst.lt.nelems)) as ivars:
-            src_vars = [None] * len(ivars)
-            for v, o in zip(ivars, self.order(op)):
-                src_vars[o] = v
-            kb.emit(dst.store_nd(ivars, src.load_nd(src_vars)))
-
 
 class SameShape(Elementwise):
     """dst has src's shape and values; only strides or dtype may differ (the
@@ -196,22 +142,6 @@ class SameShape(Elementwise):
 
     def reference(self, op, src):
         return (src,)
-
-    def expr(self, op, x):
-        """The value as dst holds it (a narrowing TypeCast rounds here, so a fused
-        consumer sees what the reference's TypeCast gives)."""
-        return as_stored(x, op.outputs[0].dtype)
-
-    def lower(self, op, kb, ins, outs):
-        """Walks dst in its memory order, rows by columns (a dense f32 -> bf16 cast
-        runs ~7% faster this way than as one flat prange, the shared elementwise
-        loop), or in tiles through that loop when src is read across its layout."""
-        (src,), (dst,) = ins, outs
-        if transposes(outs, ins):
-            super().lower(op, kb, ins, outs)
-            return
-        with memory_order_nest(kb, dst.shape, dst.strides, worth_parallel(dst.lt.nelems)) as ivars:
-            kb.emit(dst.store_nd(ivars, self.source(op, src.load_nd(ivars))))
 
 
 class Reorder(SameShape):

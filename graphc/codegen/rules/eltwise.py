@@ -1,0 +1,265 @@
+"""Lowering of the unary elementwise ops and their backward ops
+(graphc/ops/eltwise.py): each is an IR expression of the loaded src (and
+diff_dst), computed through the shared elementwise loop nest or substituted by
+fused kernels into their consumers."""
+from __future__ import annotations
+
+import math
+
+from .. import ir
+from . import ElementwiseRule
+
+SQRT_2_PI = math.sqrt(2.0 / math.pi)
+
+
+def tanh(x):
+    """tanh in the kernel: the vectorizable float32 helper for float32 math."""
+    return ir.call("tanh_f32", x) if x.dt == "f32" else ir.call("math.tanh", x)
+
+
+def sigmoid(x):
+    """sigmoid in the kernel: the vectorizable float32 helper for float32 math."""
+    return ir.call("sigmoid_f32", x) if x.dt == "f32" else ir.call("sigmoid", x)
+
+
+def clamp(x, lo, hi):
+    """min(max(x, lo), hi) in the kernel."""
+    return ir.call("np.minimum", ir.call("np.maximum", x, lo), hi)
+
+
+class Abs(ElementwiseRule):
+    kinds = ("Abs",)
+
+    def expr(self, op, x):
+        return ir.call("abs", x)
+
+
+class Clamp(ElementwiseRule):
+    kinds = ("Clamp",)
+
+    def expr(self, op, x):
+        return clamp(x, float(op.attr("min")), float(op.attr("max")))
+
+
+class Elu(ElementwiseRule):
+    kinds = ("Elu",)
+
+    def expr(self, op, x):
+        return ir.select(x >= 0, x, float(op.attr("alpha")) * ir.call("math.expm1", x))
+
+
+class Exp(ElementwiseRule):
+    kinds = ("Exp",)
+
+    def expr(self, op, x):
+        return ir.call("math.exp", x)
+
+
+class GELU(ElementwiseRule):
+    kinds = ("GELU",)
+
+    def expr(self, op, x):
+        if op.attr("mode") == "gelu_tanh":
+            return 0.5 * x * (1.0 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x)))
+        if x.dt == "f32":
+            return ir.call("gelu_erf_f32", x)
+        return 0.5 * x * (1.0 + ir.call("math.erf", x * (1 / math.sqrt(2.0))))
+
+
+class HardSigmoid(ElementwiseRule):
+    kinds = ("HardSigmoid",)
+
+    def expr(self, op, x):
+        return clamp(float(op.attr("alpha")) * x + float(op.attr("beta")), 0.0, 1.0)
+
+
+class HardSwish(ElementwiseRule):
+    kinds = ("HardSwish",)
+
+    def expr(self, op, x):
+        return x * clamp(x + 3.0, 0.0, 6.0) / 6.0
+
+
+class LeakyReLU(ElementwiseRule):
+    kinds = ("LeakyReLU",)
+
+    def expr(self, op, x):
+        return ir.select(x >= 0, x, float(op.attr("alpha")) * x)
+
+
+class Log(ElementwiseRule):
+    kinds = ("Log",)
+
+    def expr(self, op, x):
+        return ir.call("np.log", x)
+
+
+class Mish(ElementwiseRule):
+    kinds = ("Mish",)
+
+    def expr(self, op, x):
+        return x * tanh(ir.call("softplus", x, 1.0))
+
+
+class Pow(ElementwiseRule):
+    kinds = ("Pow",)
+
+    def expr(self, op, x):
+        return ir.call("np.power", x, float(op.attr("beta")))
+
+
+class Reciprocal(ElementwiseRule):
+    kinds = ("Reciprocal",)
+
+    def expr(self, op, x):
+        return 1.0 / x
+
+
+class ReLU(ElementwiseRule):
+    kinds = ("ReLU",)
+
+    def expr(self, op, x):
+        return ir.call("np.maximum", x, 0.0)
+
+
+class Round(ElementwiseRule):
+    kinds = ("Round",)
+
+    def expr(self, op, x):
+        return ir.call("round_half_away", x)
+
+
+class Sigmoid(ElementwiseRule):
+    kinds = ("Sigmoid",)
+
+    def expr(self, op, x):
+        return sigmoid(x)
+
+
+class SoftPlus(ElementwiseRule):
+    kinds = ("SoftPlus",)
+
+    def expr(self, op, x):
+        return ir.call("softplus", x, float(op.attr("beta")))
+
+
+class Sqrt(ElementwiseRule):
+    kinds = ("Sqrt",)
+
+    def expr(self, op, x):
+        return ir.call("np.sqrt", x)
+
+
+class Square(ElementwiseRule):
+    kinds = ("Square",)
+
+    def expr(self, op, x):
+        return x * x
+
+
+class Tanh(ElementwiseRule):
+    kinds = ("Tanh",)
+
+    def expr(self, op, x):
+        return tanh(x)
+
+
+# ------------------------------------------------------------------ backward ops
+# x is src, or dst when the op's use_dst is true; dy is diff_dst
+class AbsBackward(ElementwiseRule):
+    kinds = ("AbsBackward",)
+
+    def expr(self, op, x, dy):
+        return dy * ir.call("np.sign", x)
+
+
+class ClampBackward(ElementwiseRule):
+    kinds = ("ClampBackward",)
+
+    def expr(self, op, x, dy):
+        return ir.select((x > float(op.attr("min"))) & (x < float(op.attr("max"))), dy, 0.0)
+
+
+class EluBackward(ElementwiseRule):
+    kinds = ("EluBackward",)
+
+    def expr(self, op, x, dy):
+        a = float(op.attr("alpha"))
+        if op.attr("use_dst"):
+            return ir.select(x > 0, dy, dy * (x + a))
+        return ir.select(x > 0, dy, dy * a * ir.call("math.exp", x))
+
+
+class GELUBackward(ElementwiseRule):
+    kinds = ("GELUBackward",)
+
+    def expr(self, op, x, dy):
+        if op.attr("mode") == "gelu_tanh":
+            return ir.call("gelu_tanh_grad", x) * dy
+        cdf = 0.5 * (1.0 + ir.call("math.erf", x * (1 / math.sqrt(2.0))))
+        pdf = ir.call("math.exp", -0.5 * x * x) * (1 / math.sqrt(2.0 * math.pi))
+        return dy * (cdf + x * pdf)
+
+
+class HardSigmoidBackward(ElementwiseRule):
+    kinds = ("HardSigmoidBackward",)
+
+    def expr(self, op, x, dy):
+        a, b = float(op.attr("alpha")), float(op.attr("beta"))
+        v = a * x + b
+        return ir.select((v > 0.0) & (v < 1.0), dy * a, 0.0)
+
+
+class HardSwishBackward(ElementwiseRule):
+    kinds = ("HardSwishBackward",)
+
+    def expr(self, op, x, dy):
+        return ir.select(x < -3.0, ir.const(0.0, dy.dt), ir.select(x > 3.0, dy, dy * (2.0 * x + 3.0) / 6.0))
+
+
+class MishBackward(ElementwiseRule):
+    kinds = ("MishBackward",)
+
+    def expr(self, op, x, dy):
+        return ir.call("mish_grad", x) * dy
+
+
+class ReLUBackward(ElementwiseRule):
+    kinds = ("ReLUBackward",)
+
+    def expr(self, op, x, dy):
+        return ir.select(x > 0, dy, 0.0)
+
+
+class SigmoidBackward(ElementwiseRule):
+    kinds = ("SigmoidBackward",)
+
+    def expr(self, op, x, dy):
+        if op.attr("use_dst"):
+            return dy * x * (1.0 - x)
+        return dy * sigmoid(x) * (1.0 - sigmoid(x))
+
+
+class SoftPlusBackward(ElementwiseRule):
+    kinds = ("SoftPlusBackward",)
+
+    def expr(self, op, x, dy):
+        return dy * sigmoid(float(op.attr("beta")) * x)
+
+
+class SqrtBackward(ElementwiseRule):
+    kinds = ("SqrtBackward",)
+
+    def expr(self, op, x, dy):
+        if op.attr("use_dst"):
+            return dy / (2.0 * x)
+        return dy / (2.0 * ir.call("np.sqrt", x))
+
+
+class TanhBackward(ElementwiseRule):
+    kinds = ("TanhBackward",)
+
+    def expr(self, op, x, dy):
+        if op.attr("use_dst"):
+            return dy * (1.0 - x * x)
+        return dy * (1.0 - tanh(x) ** 2)
