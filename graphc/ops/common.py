@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codegen.elementwise import emit_elementwise
-from ..codegen import ir
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, same_dtype
 
 F = "f32,bf16,f16"
@@ -30,21 +28,8 @@ def merged_shape(*shapes):
 
 class Elementwise(OpSchema):
     """An op computing each output element from the matching (broadcast) input
-    elements: it gives ``expr`` (an IR expression over the loaded input values)
-    and lowers through the shared elementwise loop nest; fused kernels
-    (graphc.codegen.fusion) substitute its expression for its output."""
-
-    def expr(self, op, *values: ir.Expr) -> ir.Expr:
-        raise NotImplementedError
-
-    def source(self, op, *values: ir.Expr) -> ir.Expr:
-        """``expr`` over the input values as kernels compute it: over f32 or narrower
-        floats (the loads widen to float32) in float32, the IR typing literals like
-        the other operand; integers, booleans, f64 and c64 as they are."""
-        return self.expr(op, *values)
-
-    def supports_lowering(self, op) -> bool:
-        return type(self).expr is not Elementwise.expr
+    elements.  Its lowering rule (graphc.codegen.rules) gives the element's
+    expression, which fused kernels substitute for its output."""
 
     def input_dims(self, op, port: int):
         """The dims of dst along which input ``port``'s dims run, when not numpy's
@@ -52,20 +37,16 @@ class Elementwise(OpSchema):
         numpy broadcasting."""
         return None
 
-    def lower(self, op, kb, ins, outs):
-        emit_elementwise(kb, outs, ins, lambda kb_, vals: [self.source(op, *vals)])
+    def pointwise(self, op) -> bool:
+        """Whether each output element depends on the matching input elements
+        alone (False for per-channel Quantize/Dequantize)."""
+        return True
 
     def indexed(self, op) -> bool:
         """Whether an op that is not pointwise still computes each output element
-        from its input element and the element's multi-index alone
-        (``source_at``): per-channel Quantize/Dequantize, whose scale is picked
-        by the channel index."""
+        from its input element and the element's multi-index alone: per-channel
+        Quantize/Dequantize, whose scale is picked by the channel index."""
         return False
-
-    def source_at(self, op, kb, ivars, *values: ir.Expr) -> ir.Expr:
-        """The output value at multi-index ``ivars`` (one index expression or
-        None per output dim) from the input values there; ``kb`` for constants."""
-        raise NotImplementedError
 
 
 def is_pointwise(op) -> bool:
@@ -74,16 +55,13 @@ def is_pointwise(op) -> bool:
     op, unless its ``pointwise(op)`` says otherwise (per-channel
     Quantize/Dequantize).  A semantic fact: whether this build lowers it is code
     generation's (graphc.codegen.rules.can_lower), which legality also asks."""
-    if not isinstance(op.schema, Elementwise):
-        return False
-    own = getattr(op.schema, "pointwise", None)
-    return own is None or bool(own(op))
+    return isinstance(op.schema, Elementwise) and bool(op.schema.pointwise(op))
 
 
 def is_indexed(op) -> bool:
     """Whether ``op`` is elementwise given the output index: not pointwise, but a
     fused kernel that knows the index it loads or stores at may compute it in
-    registers (``op.schema.source_at``).  Legality decides where it may."""
+    registers (its rule's ``source_at``).  Legality decides where it may."""
     return isinstance(op.schema, Elementwise) and not is_pointwise(op) and op.schema.indexed(op)
 
 
