@@ -1,4 +1,5 @@
-"""`graphc demo`: compile, run and check every bundled spec (specs/*.json).
+"""`graphc demo`: compile, run and check every bundled spec (specs/*.json,
+installed as the package data of graphc.specs).
 
 Prints one row per spec: partitions, compile and execute time, the largest
 output error (scaled so that 1 is the tolerance) and the verdict.  Specs whose
@@ -19,7 +20,7 @@ COLUMNS = (("case", 30), ("partitions", 10), ("compile ms", 10), ("execute ms", 
 
 
 def spec_files() -> list:
-    return sorted((f for f in files("specs").iterdir() if f.name.endswith(".json")), key=lambda f: f.name)
+    return sorted((f for f in files("graphc.specs").iterdir() if f.name.endswith(".json")), key=lambda f: f.name)
 
 
 def run_spec(f) -> Outcome:

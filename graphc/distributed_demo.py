@@ -106,7 +106,7 @@ def _check(args, comm, rank: int, size: int, tag: str) -> int:
                                expected=f"--hidden a multiple of {size}", found=f"{args.tokens} x {args.hidden}")
     width = args.hidden // size
     try:
-        text = (files("specs") / "layernorm_distributed.json" if args.spec is None else Path(args.spec)).read_text()
+        text = (files("graphc.specs") / "layernorm_distributed.json" if args.spec is None else Path(args.spec)).read_text()
         spec = json.loads(text)
     except (OSError, ValueError) as e:
         raise InvalidArguments("cannot read the spec", found=f"{args.spec or 'the bundled spec'}: {e}") from None

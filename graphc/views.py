@@ -10,7 +10,7 @@ need no copy).  graphc moves no data for them:
 * inside a fused partition, a view of a partition input is read through the
   composed strides, and a computed value whose only use is a view chain into a
   partition output is stored through the inverse strides of that output
-  (graphc/passes/legality.py decides, graphc/lowering.py binds the buffers);
+  (passes/legality.py decides, graphc/lowering.py binds the buffers);
 * a tensor with layout ``any`` gets the strides that make the views around it
   free (graphc/compiled.py, CompiledGraph).
 

@@ -1,7 +1,4 @@
 """graphc.reference.run executes every corpus JSON and every bundled spec."""
-from importlib import resources
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -10,9 +7,10 @@ from graphc import reference
 from graphc.fill import make_inputs
 
 from conftest import OP_CORPUS
+from support import SPECS as SPEC_DIR
 
 CORPUS = sorted(OP_CORPUS.rglob("*.json")) if OP_CORPUS.is_dir() else []
-SPECS = sorted(Path(str(resources.files("specs"))).glob("*.json"))
+SPECS = sorted(SPEC_DIR.glob("*.json"))
 
 
 def _check(path):

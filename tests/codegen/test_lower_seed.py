@@ -6,7 +6,6 @@ rank 0, output subsets, every split dim, repeated and padding indices,
 non-contiguous tensors, sizes that take the parallel paths, data faults, and
 every JSON under specs/ with one of these ops."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,12 +15,12 @@ from graphc import reference
 from graphc.codegen import kernel
 from graphc.fill import make_inputs
 from graphc.types import DataType
-from support import assert_close, assert_same, check_compiled, one_op
+from support import SPECS as SPEC_DIR, assert_close, assert_same, check_compiled, one_op
 
 SEED_KINDS = {"AddBackward", "EmbeddingBackward", "SwiGlu", "SwiGluGrad", "LayerNormPreAllGather", "AllGather",
               "LayerNormPostAllGather"}
 #: the JSON graphs under specs/ with a seed op (the others belong to other families' tests)
-SPECS = [p for p in sorted((Path(__file__).resolve().parents[2] / "specs").glob("*.json"))
+SPECS = [p for p in sorted(SPEC_DIR.glob("*.json"))
          if SEED_KINDS & {op["kind"] for op in json.loads(p.read_text())["graph"]}]
 FLOATS = ("f32", "bf16", "f16")
 

@@ -6,8 +6,6 @@ import os
 import re
 import sys
 import threading
-from importlib.resources import files
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,10 +15,10 @@ from graphc import GraphcError, InvalidArguments, RuntimeFault
 from graphc.builder import single_op_graph
 from graphc.comm import default_comm
 from graphc.distributed_demo import sharded_spec
-from support import NP, assert_close
+from support import NP, SPECS, assert_close
 from support.mpi import ROOT, needs_mpi, run_mpiexec
 
-SPEC = json.loads((files("specs") / "layernorm_distributed.json").read_text())
+SPEC = json.loads((SPECS / "layernorm_distributed.json").read_text())
 
 
 def layernorm64(x, gamma, beta, eps):

@@ -1,8 +1,6 @@
 """Validation rules, shape inference and data faults of the seed ops
 (AddBackward, EmbeddingBackward, SwiGlu, SwiGluGrad) and the distributed
 LayerNorm ops (LayerNormPreAllGather, AllGather, LayerNormPostAllGather)."""
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -10,9 +8,7 @@ import graphc
 from graphc import InvalidDataType, InvalidGraphOp, InvalidShape, LogicalTensor, Op, RuntimeFault
 from graphc.builder import single_op_graph
 from graphc.reference import run
-from support import inferred_shape, run_single
-
-SPECS = Path(__file__).resolve().parents[2] / "specs"
+from support import SPECS, inferred_shape, run_single
 
 
 # ------------------------------------------------------------------ AddBackward

@@ -6,7 +6,8 @@
   reference, or reference vs torch);
 - ``graphs``: one-op graphs (``one_op``, ``single_op_graph``), running one op in
   the reference (``run_single``, ``run_one``, ``run_graph``, ``reference64``),
-  inferred shapes, strided layouts (``laid_out``, ``strides``), corpus files;
+  inferred shapes, strided layouts (``laid_out``, ``strides``), corpus files,
+  the bundled specs (``SPECS``);
 - ``compiled``: ``check_compiled``, compiled partitions vs the reference with
   junk in input gaps and output buffers;
 - ``torch_conv``: storage dtypes, random data and exact torch <-> numpy copies;
@@ -16,11 +17,11 @@ Tolerances are not written here: they come from graphc.tolerances."""
 from .compare import assert_close, assert_outputs, assert_same
 from .compiled import check_compiled, compiled_vs_reference, kernel_params
 from .gradcheck import assert_grad_close, numeric_grad
-from .graphs import (channels, corpus_files, inferred_shape, inferred_shapes, laid_out, one_op, reference64,
+from .graphs import (SPECS, channels, corpus_files, inferred_shape, inferred_shapes, laid_out, one_op, reference64,
                      run_graph, run_one, run_single, single_op_graph, strides)
 from .torch_conv import NP, data, n64, t64, to_numpy, to_torch, torch_dtype
 
-__all__ = ["NP", "assert_close", "assert_grad_close", "assert_outputs", "assert_same", "channels", "check_compiled",
-           "compiled_vs_reference", "corpus_files", "data", "inferred_shape", "inferred_shapes", "kernel_params",
-           "laid_out", "n64", "numeric_grad", "one_op", "reference64", "run_graph", "run_one", "run_single",
-           "single_op_graph", "strides", "t64", "to_numpy", "to_torch", "torch_dtype"]
+__all__ = ["NP", "SPECS", "assert_close", "assert_grad_close", "assert_outputs", "assert_same", "channels",
+           "check_compiled", "compiled_vs_reference", "corpus_files", "data", "inferred_shape", "inferred_shapes",
+           "kernel_params", "laid_out", "n64", "numeric_grad", "one_op", "reference64", "run_graph", "run_one",
+           "run_single", "single_op_graph", "strides", "t64", "to_numpy", "to_torch", "torch_dtype"]

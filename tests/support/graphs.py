@@ -3,6 +3,9 @@ graphc's reference, the shapes graphc infers for them, and strided layouts of
 their inputs."""
 from __future__ import annotations
 
+from importlib.resources import files
+from pathlib import Path
+
 import numpy as np
 
 from graphc.builder import GraphBuilder, single_op_graph
@@ -12,8 +15,8 @@ from graphc.types import DataType
 
 from conftest import OP_CORPUS
 
-__all__ = ["channels", "corpus_files", "inferred_shape", "inferred_shapes", "laid_out", "one_op", "reference64",
-           "run_graph", "run_one", "run_single", "single_op_graph", "strides"]
+__all__ = ["SPECS", "channels", "corpus_files", "inferred_shape", "inferred_shapes", "laid_out", "one_op",
+           "reference64", "run_graph", "run_one", "run_single", "single_op_graph", "strides"]
 
 
 def one_op(kind, ins, outs, attrs=None):
@@ -104,6 +107,10 @@ def strides(shape, order, pad=1):
 def channels(shape, fmt):
     """The channel count of an NCX or NXC shape."""
     return shape[1] if fmt == "NCX" else shape[-1]
+
+
+#: the folder of the JSON graphs bundled with graphc (specs/, installed as graphc.specs), found through the package
+SPECS = Path(str(files("graphc.specs")))
 
 
 def corpus_files(names, dtypes=("f32", "bf16", "f16")):
