@@ -21,6 +21,8 @@ from numba.core import types as nbtypes
 from numba.np.numpy_support import from_dtype
 
 from .errors import GraphcError, InvalidArguments, RuntimeFault, Unimplemented
+from .lowering import value_inputs
+from .ops.schema import OpSchema
 from .codegen import rules
 from .codegen.cache import compile_kernel, load_kernel
 from .codegen.entry import Kernel, kernel_entry
@@ -39,22 +41,40 @@ def _concrete(lt: LogicalTensor, where: str) -> LogicalTensor:
     return lt
 
 
+def values_by_op(ops, values: dict | None) -> dict[int, dict[str, tuple]]:
+    """``values`` ({tensor id: tuple}) of value inputs as ``{op id: {port name: tuple}}``."""
+    out: dict[int, dict[str, tuple]] = {}
+    for op, name, t in value_inputs(ops):
+        if values is not None and t.id in values:
+            out.setdefault(op.id, {})[name] = values[t.id]
+    return out
+
+
+def _reads_attribute(schema) -> bool:
+    """Transitional: a schema with value inputs that does not override
+    ``check_values`` still reads them from ``op.input_values`` in its check,
+    infer and lowering (graphc/ops/reduce.py, conv.py, interpolate.py): its op
+    copy gets that attribute until the schema takes the values as an argument."""
+    return bool(schema.value_inputs) and type(schema).check_values is OpSchema.check_values
+
+
 def specialize(partition, inputs: list[LogicalTensor], values: dict | None = None):
-    """Copies of the partition's ops with shapes re-inferred from concrete inputs.
-    ``values`` ({tensor id: tuple of ints}) are the values of value inputs (see
-    graphc.lowering.value_inputs): an op copy sees those of its ports in
-    ``op.input_values`` ({port name: tuple}), and its schema checks them."""
-    from .lowering import value_inputs
+    """(ops, known): copies of the partition's ops with shapes re-inferred from
+    the concrete ``inputs``, and {tensor id: LogicalTensor} of every tensor.
+    ``values`` ({op id: {port name: tuple}}) are the values of value inputs the
+    kernel is specialised on: each op's schema checks its own and gives the
+    output shapes they imply."""
+    values = values or {}
     known = {t.id: t for t in inputs}
-    given = {} if values is None else {(op.id, name): values[t.id]
-                                       for op, name, t in value_inputs(partition.ops) if t.id in values}
     ops = []
     for op in partition.ops:
         new = copy.copy(op)
-        new.input_values = {name: v for (oid, name), v in given.items() if oid == op.id}
+        given = values.get(op.id, {})
+        if given and _reads_attribute(op.schema):
+            new.input_values = given
         new.inputs = [known.get(t.id, t) for t in op.inputs]
         new.outputs = [t.with_shape(tuple(-1 if d == -1 else d for d in t.shape)) for t in op.outputs]
-        new.rebind_inputs(new.inputs)
+        new.rebind_inputs(new.inputs, given)
         for t in new.outputs:
             known[t.id] = _concrete(t, f"op {op.id}") if t.is_complete else t
         ops.append(new)
@@ -708,7 +728,8 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
         kinds = ", ".join(op.kind for op in partition.ops)
         raise Unimplemented(f"this build cannot compile partition {partition.id} ({kinds})",
                             op=partition.ops[0])
-    ops, known = specialize(partition, in_lts, values)
+    op_values = values_by_op(partition.ops, values)
+    ops, known = specialize(partition, in_lts, op_values)
     value_ids = {t.id for _, _, t in value_inputs(ops)}
     per_values = bool(value_ids) and values is None  # compiled at run, per values of the value inputs
     collective = collective_runner(ops) is not None  # its output dims may be known only at run
@@ -738,7 +759,7 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
         cp._value_at = [i for i, lt in enumerate(in_lts) if lt.id in value_ids]
         cp._wanted = outputs
         return cp
-    source, plan, runner = build_kernel(partition, ops, in_lts, out_lts)
+    source, plan, runner = build_kernel(partition, ops, in_lts, out_lts, op_values)
     kernel = entry = None
     if source is not None:
         dispatcher = load_kernel(source)

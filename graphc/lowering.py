@@ -17,13 +17,9 @@ def op_lowerable(op) -> bool:
     return rules.can_lower(op)
 
 
-def op_values(op) -> dict:
-    """{port name: tuple} of the values ``op``'s kernel is specialised on."""
-    return getattr(op, "input_values", {})
-
-
-def lower_op(op, kb, refs_in, refs_out) -> None:
-    rules.lower(op, kb, refs_in, refs_out, op_values(op))
+def lower_op(op, kb, refs_in, refs_out, values: dict) -> None:
+    """``op``'s code by its rule; ``values`` ({op id: {port name: tuple}}) as in build_kernel."""
+    rules.lower(op, kb, refs_in, refs_out, values.get(op.id, {}))
 
 
 def value_inputs(ops) -> list[tuple]:
@@ -65,9 +61,11 @@ def collective_runner(ops):
     return None
 
 
-def build_kernel(partition, ops, in_lts, out_lts):
+def build_kernel(partition, ops, in_lts, out_lts, values: dict):
     """(source, arg plan, runner).  ``runner`` replaces the kernel for ops that are
-    not computation (collectives); source is then None."""
+    not computation (collectives); source is then None.  ``values`` ({op id:
+    {port name: tuple}}) are the values of value inputs the kernel is
+    specialised on; each op's rule receives its own."""
     runner = collective_runner(ops)
     if runner is not None:
         return None, [], runner
@@ -83,7 +81,7 @@ def build_kernel(partition, ops, in_lts, out_lts):
                 if t.id not in refs and fusion.roles.get(t.id) == "scratch":
                     refs[t.id] = kb.arg(t, "t")
                     plan.append(("tmp", t))
-        if folded is not None and lower_fused(kb, ops, refs, fusion):
+        if folded is not None and lower_fused(kb, ops, refs, fusion, values):
             return kb.source(), plan + workspace_plan(kb), None
         ops = partition_ops
     if fusion is not None and fusion.shape == "views":
@@ -92,7 +90,7 @@ def build_kernel(partition, ops, in_lts, out_lts):
         kb, refs, plan = _builder(in_lts, out_lts)
         if fold_views(ops, refs, fusion.views_in[:-1], []) is not None:
             last = ops[-1]
-            lower_op(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs])
+            lower_op(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs], values)
             kb.ret(-1)
             return kb.source(), plan + workspace_plan(kb), None
     # one op after another, through scratch buffers
@@ -102,7 +100,7 @@ def build_kernel(partition, ops, in_lts, out_lts):
             if t.id not in refs:
                 refs[t.id] = kb.arg(t, "t")
                 plan.append(("tmp", t))
-        lower_op(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs])
+        lower_op(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs], values)
     kb.ret(-1)
     return kb.source(), plan + workspace_plan(kb), None
 
