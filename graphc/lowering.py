@@ -52,23 +52,11 @@ def _builder(in_lts, out_lts):
     return kb, refs, plan
 
 
-def collective_runner(ops):
-    """The executor that replaces the kernel of a partition of one op that is not
-    computation (a collective), else None.  ``runner(cp, ins, outs, comm, failure)``
-    returns the outputs; see CompiledPartition.execute."""
-    if len(ops) == 1 and hasattr(ops[0].schema, "runner"):
-        return ops[0].schema.runner(ops[0])
-    return None
-
-
 def build_kernel(partition, ops, in_lts, out_lts, values: dict):
-    """(source, arg plan, runner).  ``runner`` replaces the kernel for ops that are
-    not computation (collectives); source is then None.  ``values`` ({op id:
-    {port name: tuple}}) are the values of value inputs the kernel is
-    specialised on; each op's rule receives its own."""
-    runner = collective_runner(ops)
-    if runner is not None:
-        return None, [], runner
+    """(source, arg plan) of the one kernel of ``partition``: ``ops`` are its
+    ops specialised for the inputs ``in_lts`` (and values), writing ``out_lts``.
+    ``values`` ({op id: {port name: tuple}}) are the values of value inputs the
+    kernel is specialised on; each op's rule receives its own."""
     partition_ops = ops
     fusion = getattr(partition, "plan", None)
     if fusion is not None and len(ops) > 1 and fusion.shape != "views":
@@ -82,7 +70,7 @@ def build_kernel(partition, ops, in_lts, out_lts, values: dict):
                     refs[t.id] = kb.arg(t, "t")
                     plan.append(("tmp", t))
         if folded is not None and lower_fused(kb, ops, refs, fusion, values):
-            return kb.source(), plan + workspace_plan(kb), None
+            return kb.source(), plan + workspace_plan(kb)
         ops = partition_ops
     if fusion is not None and fusion.shape == "views":
         # no view of the input as the output's strides: one copy, in the last op,
@@ -92,7 +80,7 @@ def build_kernel(partition, ops, in_lts, out_lts, values: dict):
             last = ops[-1]
             lower_op(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs], values)
             kb.ret(-1)
-            return kb.source(), plan + workspace_plan(kb), None
+            return kb.source(), plan + workspace_plan(kb)
     # one op after another, through scratch buffers
     kb, refs, plan = _builder(in_lts, out_lts)
     for op in ops:
@@ -102,7 +90,7 @@ def build_kernel(partition, ops, in_lts, out_lts, values: dict):
                 plan.append(("tmp", t))
         lower_op(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs], values)
     kb.ret(-1)
-    return kb.source(), plan + workspace_plan(kb), None
+    return kb.source(), plan + workspace_plan(kb)
 
 
 def fold_views(ops, refs, views_in, views_out):

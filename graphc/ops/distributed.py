@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..comm import agree, allgather_array, default_comm, group_wide, rank_and_size
-from ..errors import GraphcError, InvalidArguments, InvalidDataType, InvalidGraphOp, RuntimeFault
+from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
 from .common import F
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
                      same_dtype)
@@ -100,55 +99,13 @@ class AllGather(OpSchema):
             raise RuntimeFault("the output dim along axis disagrees with the group size", op=op, where="port 'dst'",
                                expected=f"{n} x {size} members = {size * n}", found=declared)
 
-    def gather(self, op, src, comm, failure=None):
-        """src of every member of comm's group (None: a group of one) concatenated
-        along axis in rank order.  First every member checks its part and learns
-        whether all can go on: a fault on any member (``failure``: any exception,
-        or one found here) raises a RuntimeFault on every member instead of
-        leaving them waiting; a member that does not answer in time makes the
-        others raise a CollectiveTimeout (see graphc.comm)."""
-        if failure is None:
-            try:
-                self.check_group(op, src, rank_and_size(comm)[1])
-            except GraphcError as e:
-                failure = e
-        parts = agree(op, comm, failure, None if failure else (src.shape, str(src.dtype)))
-        for rank, part in enumerate(parts):
-            if part != parts[0]:
-                raise group_wide(RuntimeFault("the members' src differ in shape or dtype", op=op,
-                                              where=f"port 'src' of rank {rank}", expected=f"rank 0's {parts[0]}",
-                                              found=part))
-        return allgather_array(comm, src, self.axis(op), op)
-
     def reference(self, op, src, comm=None):
-        comm = comm if comm is not None else default_comm()
+        """On ``comm``, the group's communicator (mpi4py-like: ``Get_size``,
+        ``allgather``), None for a group of one; the reference executor passes
+        graphc's default (graphc.comm.default_comm) when given none."""
         self.check_group(op, src, 1 if comm is None else comm.Get_size())
         parts = [src] if comm is None else comm.allgather(src)
         return (np.concatenate(parts, axis=self.axis(op)),)
-
-    def runner(self, op):
-        """A compiled AllGather runs here, not in a kernel, since the group is known
-        only at run: on the communicator given to run (default: graphc.comm.default_comm()).
-        ``ins``/``outs`` are None when this member failed earlier (``failure``); an
-        output whose dims were unknown at compile comes as None and is returned."""
-        def run(cp, ins, outs, comm, failure=None):
-            comm = comm if comm is not None else default_comm()
-            if comm is None and failure is None and outs[0] is not None:
-                self.check_group(op, ins[0], 1)
-                np.copyto(outs[0], ins[0])  # a group of one: the gather is one copy
-                return outs
-            dst = self.gather(op, ins[0] if ins else None, comm, failure)
-            if outs[0] is None:
-                return [dst]
-            if outs[0].shape != dst.shape:
-                raise InvalidArguments("the output array has the wrong shape", op=op, where="port 'dst'",
-                                       expected=list(dst.shape), found=list(outs[0].shape))
-            outs[0][...] = dst
-            return outs
-        return run
-
-    def supports_lowering(self, op):
-        return True  # through runner(), for any group
 
 
 class LayerNormPostAllGather(OpSchema):

@@ -1,7 +1,7 @@
 """Lowering of the distributed LayerNorm's local ops (graphc/ops/distributed.py):
 LayerNormPreAllGather's per-row statistics and LayerNormPostAllGather's merge
 and normalisation.  AllGather between them is a collective, not a kernel: the
-compile step runs it on the group's communicator."""
+compile step runs it (graphc.compiler.executables.collective)."""
 from __future__ import annotations
 
 import math
