@@ -340,7 +340,7 @@ class OpSchema:
 
     def preferred_strides(self, op):
         """The strides this op writes output 0 fastest in, for an output whose
-        layout is ``any`` (graphc chooses it: graphc/compiled.py); None for the
+        layout is ``any`` (graphc chooses it: graphc/compiler/any_layout.py); None for the
         dense layout."""
         return None
 
