@@ -11,11 +11,11 @@
 All implement :class:`Executable` (base.py); graphc.compiler.build chooses one
 when a partition compiles, and the CompiledPartition holds it."""
 from .base import Executable
-from .collective import AllGatherExecutable, CollectiveExecutable, collective_of, is_collective
+from .collective import AllGatherExecutable, CollectiveExecutable, collective_of
 from .kernel import KernelExecutable
 from .per_values import PerValuesExecutable
 from .reference import ReferenceExecutable
 from .view import ViewExecutable
 
 __all__ = ["Executable", "KernelExecutable", "ViewExecutable", "CollectiveExecutable", "AllGatherExecutable",
-           "PerValuesExecutable", "ReferenceExecutable", "collective_of", "is_collective"]
+           "PerValuesExecutable", "ReferenceExecutable", "collective_of"]

@@ -20,7 +20,7 @@ class Executable(ABC):
     #: the compiled kernel (graphc.codegen.entry.Kernel); None without one
     kernel = None
     #: the kernel's arguments in order: ("in", i), ("out", i), ("tmp", LogicalTensor), ("ws", (elements, elem))
-    arg_plan: list = []
+    arg_plan: list | tuple = ()
     #: the output is a view of an input's buffer: no data moves
     is_view = False
     #: the compiled partition allocates the outputs ``run`` writes; False: ``run``

@@ -75,7 +75,3 @@ def collective_of(ops) -> CollectiveExecutable | None:
     if len(ops) == 1 and ops[0].kind in COLLECTIVES:
         return COLLECTIVES[ops[0].kind](ops[0])
     return None
-
-
-def is_collective(op) -> bool:
-    return op.kind in COLLECTIVES
