@@ -258,7 +258,10 @@ def _pass_phase(_pm, _index, pss, _state):
 def _phase_clock() -> _Clock:
     """A clock of the phases of PHASES around numba's and graphc's functions."""
     from numba.core import caching, codegen, compiler_machinery
-    import graphc.compiled as compiled
+    try:
+        import graphc.compiler.jit as jit      # where the compile step calls compile_kernel
+    except ImportError:                        # an older tree (--src)
+        import graphc.compiled as jit
     import graphc.lowering as lowering
     clock = _Clock()
     clock.wrap(compiler_machinery.PassManager, "_runPass", _pass_phase)
@@ -267,7 +270,7 @@ def _phase_clock() -> _Clock:
     clock.wrap(codegen.JITCodeLibrary, "_finalize_specific", "machine code")
     clock.wrap(caching.Cache, "save_overload", "cache write")
     clock.wrap(lowering, "build_kernel", "source")
-    clock.wrap(compiled, "compile_kernel", "rest")
+    clock.wrap(jit, "compile_kernel", "rest")
     return clock
 
 

@@ -72,7 +72,7 @@ def child_compile(in_process: bool) -> None:
     import numba
     from numba.core import codegen
     import graphc
-    import graphc.compiled as compiled
+    import graphc.compiler.jit as jit
     import graphc.lowering as lowering
     from graphc.codegen import cache
     from graphc.codegen.outline import runs_parallel
@@ -101,7 +101,7 @@ def child_compile(in_process: bool) -> None:
         cur["source"] = cur.get("source", 0.0) + clock() - t
         return out
 
-    def compile_kernel(fn, sig, _orig=compiled.compile_kernel):
+    def compile_kernel(fn, sig, _orig=jit.compile_kernel):
         llvm[0] = 0.0
         c, w = clock(), time.perf_counter()
         kids = _worker_cpu(cache)
@@ -122,7 +122,7 @@ def child_compile(in_process: bool) -> None:
         rows.append(row)
 
     lowering.build_kernel = build_kernel
-    compiled.compile_kernel = compile_kernel
+    jit.compile_kernel = compile_kernel
     failed = 0
     for case in CASES:
         try:

@@ -1,7 +1,7 @@
 """graphc: a oneDNN-Graph-style operation graph compiler lowering to Numba.
 
 ``import graphc`` loads what building and loading graphs needs; numba (about
-0.15 s to import) comes with the first use of a name of graphc.compiled
+0.15 s to import) comes with the first use of a name of graphc.compiler
 (compile, run, CompiledGraph, ...), and any other submodule with its first use
 as an attribute (``graphc.reference.run``)."""
 from .errors import (GraphcError, InvalidArguments, InvalidDataType, InvalidGraph, InvalidGraphOp,
@@ -15,7 +15,7 @@ from .types import UNKNOWN_NDIMS, DataType, LayoutType, LogicalTensor, PropertyT
 __version__ = "0.1.0"
 
 #: names imported from their module on first use
-_LAZY = {name: "compiled" for name in (
+_LAZY = {name: "compiler" for name in (
     "CompiledGraph", "CompiledPartition", "FallbackWarning", "ReferencePartition", "compile", "run",
     "get_constant_tensor_cache", "get_constant_tensor_cache_capacity", "set_constant_tensor_cache",
     "set_constant_tensor_cache_capacity")}

@@ -17,13 +17,9 @@ def op_lowerable(op) -> bool:
     return rules.can_lower(op)
 
 
-def op_values(op) -> dict:
-    """{port name: tuple} of the values ``op``'s kernel is specialised on."""
-    return getattr(op, "input_values", {})
-
-
-def lower_op(op, kb, refs_in, refs_out) -> None:
-    rules.lower(op, kb, refs_in, refs_out, op_values(op))
+def lower_op(op, kb, refs_in, refs_out, values: dict) -> None:
+    """``op``'s code by its rule; ``values`` ({op id: {port name: tuple}}) as in build_kernel."""
+    rules.lower(op, kb, refs_in, refs_out, values.get(op.id, {}))
 
 
 def value_inputs(ops) -> list[tuple]:
@@ -56,21 +52,11 @@ def _builder(in_lts, out_lts):
     return kb, refs, plan
 
 
-def collective_runner(ops):
-    """The executor that replaces the kernel of a partition of one op that is not
-    computation (a collective), else None.  ``runner(cp, ins, outs, comm, failure)``
-    returns the outputs; see CompiledPartition.execute."""
-    if len(ops) == 1 and hasattr(ops[0].schema, "runner"):
-        return ops[0].schema.runner(ops[0])
-    return None
-
-
-def build_kernel(partition, ops, in_lts, out_lts):
-    """(source, arg plan, runner).  ``runner`` replaces the kernel for ops that are
-    not computation (collectives); source is then None."""
-    runner = collective_runner(ops)
-    if runner is not None:
-        return None, [], runner
+def build_kernel(partition, ops, in_lts, out_lts, values: dict):
+    """(source, arg plan) of the one kernel of ``partition``: ``ops`` are its
+    ops specialised for the inputs ``in_lts`` (and values), writing ``out_lts``.
+    ``values`` ({op id: {port name: tuple}}) are the values of value inputs the
+    kernel is specialised on; each op's rule receives its own."""
     partition_ops = ops
     fusion = getattr(partition, "plan", None)
     if fusion is not None and len(ops) > 1 and fusion.shape != "views":
@@ -83,8 +69,8 @@ def build_kernel(partition, ops, in_lts, out_lts):
                 if t.id not in refs and fusion.roles.get(t.id) == "scratch":
                     refs[t.id] = kb.arg(t, "t")
                     plan.append(("tmp", t))
-        if folded is not None and lower_fused(kb, ops, refs, fusion):
-            return kb.source(), plan + workspace_plan(kb), None
+        if folded is not None and lower_fused(kb, ops, refs, fusion, values):
+            return kb.source(), plan + workspace_plan(kb)
         ops = partition_ops
     if fusion is not None and fusion.shape == "views":
         # no view of the input as the output's strides: one copy, in the last op,
@@ -92,9 +78,9 @@ def build_kernel(partition, ops, in_lts, out_lts):
         kb, refs, plan = _builder(in_lts, out_lts)
         if fold_views(ops, refs, fusion.views_in[:-1], []) is not None:
             last = ops[-1]
-            lower_op(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs])
+            lower_op(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs], values)
             kb.ret(-1)
-            return kb.source(), plan + workspace_plan(kb), None
+            return kb.source(), plan + workspace_plan(kb)
     # one op after another, through scratch buffers
     kb, refs, plan = _builder(in_lts, out_lts)
     for op in ops:
@@ -102,9 +88,9 @@ def build_kernel(partition, ops, in_lts, out_lts):
             if t.id not in refs:
                 refs[t.id] = kb.arg(t, "t")
                 plan.append(("tmp", t))
-        lower_op(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs])
+        lower_op(op, kb, [refs[t.id] for t in op.inputs], [refs[t.id] for t in op.outputs], values)
     kb.ret(-1)
-    return kb.source(), plan + workspace_plan(kb), None
+    return kb.source(), plan + workspace_plan(kb)
 
 
 def fold_views(ops, refs, views_in, views_out):

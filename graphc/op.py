@@ -78,8 +78,10 @@ class Op:
                     out[spec.name] = spec.default
         return out
 
-    def _resolve_outputs(self, outputs):
-        shapes = self.schema.infer(self)
+    def _resolve_outputs(self, outputs, shapes=None):
+        """``outputs`` with the shapes the schema infers (or ``shapes``) merged in."""
+        if shapes is None:
+            shapes = self.schema.infer(self)
         if shapes is None:
             shapes = [None] * len(outputs)
         resolved = []
@@ -108,11 +110,18 @@ class Op:
             resolved.append(t)
         return resolved
 
-    def rebind_inputs(self, inputs: list[LogicalTensor]) -> None:
-        """Replace input tensors with resolved versions (same ids) and re-infer."""
+    def rebind_inputs(self, inputs: list[LogicalTensor], values: dict | None = None) -> None:
+        """Replace input tensors with resolved versions (same ids) and re-infer.
+        ``values`` ({port name: tuple}): the values of value inputs a kernel is
+        specialised on (``OpSchema.value_inputs``), which the schema checks
+        (``OpSchema.check_values``) and whose output shapes it gives."""
         self.inputs = list(inputs)
         self.schema.check(self)
         self.outputs = self._resolve_outputs(self.outputs)
+        if values:
+            shapes = self.schema.check_values(self, dict(values))
+            if shapes is not None:
+                self.outputs = self._resolve_outputs(self.outputs, shapes)
 
     # -------------------------------------------------------------------- access
     def input(self, name: str) -> LogicalTensor | None:

@@ -36,8 +36,8 @@ class Partition:
 
     def is_supported(self) -> bool:
         """True when graphc can compile this partition to machine code."""
-        from .lowering import can_lower
-        return can_lower(self)
+        from .compiler.build import can_compile
+        return can_compile(self)
 
     # oneDNN's accessor names
     def get_id(self) -> int:
@@ -61,7 +61,7 @@ class Partition:
 
     def compile(self, inputs=None, outputs=None):
         """Compile for concrete input (and optionally output) logical tensors."""
-        from .compiled import compile_partition
+        from .compiler.build import compile_partition
         return compile_partition(self, inputs, outputs)
 
     def __repr__(self) -> str:

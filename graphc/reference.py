@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .comm import default_comm
 from .errors import GraphcError, InvalidArguments, RuntimeFault
 from .numerics import fpmath_down, fpmath_round, round_to, widen
 from .types import DataType, LogicalTensor
@@ -60,9 +61,10 @@ def run(graph, inputs: dict, comm=None) -> dict:
 
 
 def run_op(op, arrays: list, comm=None) -> dict:
-    """Run one op's reference on storage-format arrays; returns {tensor id: array}."""
+    """Run one op's reference on storage-format arrays; returns {tensor id: array}.
+    A collective (``needs_comm``) runs on ``comm``, by default graphc.comm.default_comm()."""
     schema = op.schema
-    kw = {"comm": comm} if getattr(schema, "needs_comm", False) else {}
+    kw = {"comm": comm if comm is not None else default_comm()} if getattr(schema, "needs_comm", False) else {}
     try:
         ins = [widen(a, t.dtype) for a, t in zip(arrays, op.inputs)]
         down = fpmath_down(op)

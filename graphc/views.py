@@ -6,13 +6,13 @@ shape and other strides (as ``np.reshape`` / ``np.transpose`` give when they
 need no copy).  graphc moves no data for them:
 
 * a partition of views only runs no kernel: it returns a numpy view of its
-  input (graphc/compiled.py);
+  input (graphc/compiler/executables/view.py);
 * inside a fused partition, a view of a partition input is read through the
   composed strides, and a computed value whose only use is a view chain into a
   partition output is stored through the inverse strides of that output
   (passes/legality.py decides, graphc/lowering.py binds the buffers);
 * a tensor with layout ``any`` gets the strides that make the views around it
-  free (graphc/compiled.py, CompiledGraph).
+  free (graphc/compiler/any_layout.py).
 
 This module is the one place that knows which ops are views and what strides a
 view has.

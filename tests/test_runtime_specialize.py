@@ -129,3 +129,22 @@ def test_partition_execute_takes_a_list():
     got = cp.execute([ins[0], ins[1]])
     assert_outputs(got, reference.run(g, ins), what="ReduceL1 [2]")
     assert cp.query_logical_tensor(2).shape == (-1, -1)  # known per run only
+
+
+def test_lowering_rules_receive_the_values(monkeypatch):
+    """The values of the value inputs reach each op's lowering rule as the
+    ``values`` argument ({port name: tuple}), per compiled specialisation."""
+    from graphc.codegen import rules
+    seen = []
+    real = rules.lower
+
+    def lower(op, kb, ins, outs, values=None):
+        seen.append((op.kind, values))
+        return real(op, kb, ins, outs, values)
+    monkeypatch.setattr(rules, "lower", lower)
+    g = _axes_graph("ReduceSum")
+    cg = graphc.compile(g)
+    assert seen == []   # nothing lowered before the values are known
+    _check(cg, g, _inputs(g, [0, 2]), "ReduceSum [0, 2]")
+    _check(cg, g, _inputs(g, [-1, 1]), "ReduceSum [-1, 1]")
+    assert seen == [("ReduceSum", {"axes": (0, 2)}), ("ReduceSum", {"axes": (-1, 1)})]

@@ -57,7 +57,7 @@ def partitions_run(cg) -> list:
                 raise InvalidArguments("run the compiled graph once before counting its cost: partition "
                                        f"{p.id} compiles at its first run", found="not run")
             cp = at_run[-1]
-        if getattr(cp, "_value_at", None) is not None:   # compiled at run per values of its value inputs
+        if getattr(cp, "per_values", False):   # compiled at run per values of its value inputs
             by_values = list(cp.specializations.values())
             if not by_values:
                 raise InvalidArguments("run the compiled graph once before counting its cost: partition "
@@ -74,7 +74,7 @@ def partition_bytes(cp) -> int:
     if getattr(cp, "kernel", None) is None:   # a collective or the numpy reference
         return sum(tensor_bytes(lt) for lt in list(cp.inputs) + list(cp.outputs) if lt.is_complete)
     total = 0
-    for kind, ref in cp._plan:
+    for kind, ref in cp.arg_plan:
         if kind == "in":
             total += tensor_bytes(cp.inputs[ref])
         elif kind == "out":

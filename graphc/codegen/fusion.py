@@ -150,11 +150,13 @@ class EpilogueRef(_Virtual):
         return stmts
 
 
-def lower_fused(kb, ops, refs, plan) -> bool:
+def lower_fused(kb, ops, refs, plan, values_of: dict) -> bool:
     """Emit the partition ``ops`` as one fused kernel into ``kb`` following its
     ``plan`` (passes.legality.FusionPlan: the kernel's shape, its anchors and which
     tensors stay in registers); ``refs`` maps tensor ids to kernel arguments
-    (partition inputs and outputs, and scratch buffers of a staged plan).
+    (partition inputs and outputs, and scratch buffers of a staged plan);
+    ``values_of`` ({op id: {port name: tuple}}) the values of value inputs each
+    op's kernel is specialised on (graphc.lowering.build_kernel).
     False when an anchor's lowering reads or writes a fused tensor other than
     through load_nd / store_nd (the caller then lowers op by op)."""
     if plan.shape == "attention":
@@ -170,8 +172,8 @@ def lower_fused(kb, ops, refs, plan) -> bool:
             return _lower_eltwise(kb, ops, refs, values, outs)
         anchors = [o for o in ops if o.id in plan.anchors]
         if plan.shape == "anchor":
-            return _lower_anchor(kb, ops, anchors[0], refs, values)
-        return _lower_staged(kb, ops, refs, values)
+            return _lower_anchor(kb, ops, anchors[0], refs, values, values_of.get(anchors[0].id, {}))
+        return _lower_staged(kb, ops, refs, values, values_of)
     except NotFusable:
         return False
 
@@ -238,9 +240,10 @@ def _downstream(ops, tids) -> set:
     return seen
 
 
-def _lower_anchor(kb, ops, anchor, refs, values) -> bool:
-    """The anchor lowers itself; its inputs computed in the partition are
-    PrologueRefs, its output 0 an EpilogueRef when pointwise ops consume it."""
+def _lower_anchor(kb, ops, anchor, refs, values, anchor_values) -> bool:
+    """The anchor lowers itself (its rule given ``anchor_values``, {port name:
+    tuple}); its inputs computed in the partition are PrologueRefs, its output 0
+    an EpilogueRef when pointwise ops consume it."""
     produced = {t.id for o in ops for t in o.outputs}
     local = dict(refs)
     for t in anchor.inputs:
@@ -252,12 +255,12 @@ def _lower_anchor(kb, ops, anchor, refs, values) -> bool:
         stored = [t for o in ops for t in o.outputs if t.id in refs and (t.id in after or t.id == out0.id)]
         local[out0.id] = EpilogueRef(out0, values, stored, kb)
     rules.lower(anchor, kb, [local[t.id] for t in anchor.inputs], [local[t.id] for t in anchor.outputs],
-                getattr(anchor, "input_values", {}))
+                anchor_values)
     kb.ret(-1)
     return True
 
 
-def _lower_staged(kb, ops, refs, values) -> bool:
+def _lower_staged(kb, ops, refs, values, values_of) -> bool:
     """Ops in order: each anchor lowers itself (inputs computed in registers as
     PrologueRefs, outputs into scratch or partition outputs); a pointwise op whose
     value must be stored gets a loop over its shape; other pointwise values are
@@ -270,6 +273,6 @@ def _lower_staged(kb, ops, refs, values) -> bool:
                 _emit_pointwise(kb, refs, values, stored)
             continue
         ins = [refs[t.id] if t.id in refs or t.id not in produced else PrologueRef(t, values) for t in op.inputs]
-        rules.lower(op, kb, ins, [refs[t.id] for t in op.outputs], getattr(op, "input_values", {}))
+        rules.lower(op, kb, ins, [refs[t.id] for t in op.outputs], values_of.get(op.id, {}))
     kb.ret(-1)
     return True

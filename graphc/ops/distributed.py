@@ -9,16 +9,9 @@ the sum / sum of squares form cancels) and normalizes the local slice.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..codegen import ir
-from ..codegen.kernel import worth_parallel
-from ..codegen.fastmath import sum_helper
-from ..codegen.loops import linear, unravel
-from ..comm import agree, allgather_array, default_comm, group_wide, rank_and_size
-from ..errors import GraphcError, InvalidArguments, InvalidDataType, InvalidGraphOp, RuntimeFault
+from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
 from .common import F
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
                      same_dtype)
@@ -30,14 +23,6 @@ def _check_rows(op, port="src"):
     if t.ndim == 0 or t.shape[-1] == 0:
         raise bad_shape(op, "rows must be non-empty: the shape must be [..., W] with W > 0", where=f"port '{port}'",
                         found=list(t.shape))
-
-
-def emit_rows(kb, x, body):
-    """A loop over the rows of ``x`` ([..., W]), in parallel when worth it;
-    ``body(lead)`` emits one row's code given the indices of its leading dims."""
-    rows = math.prod(x.shape[:-1])
-    with kb.for_(rows, "r", worth_parallel(rows * x.shape[-1]) and rows > 1) as r:
-        body(unravel(kb, r, x.shape[:-1]))
 
 
 def merge_stats(stats: np.ndarray, width: int):
@@ -70,23 +55,6 @@ class LayerNormPreAllGather(OpSchema):
         mean = x.mean(axis=-1, keepdims=True)
         m2 = ((x - mean) ** 2).sum(axis=-1, keepdims=True)
         return (np.concatenate([mean, m2], axis=-1),)
-
-    def lower(self, op, kb, ins, outs):
-        """Per row (rows in parallel): the mean, then M2 around it, both summed in
-        float64 by vectorized helpers (the row is in cache for the second sum)."""
-        x, stats = ins[0], outs[0]
-        w = x.shape[-1]
-
-        def row(lead):
-            bx = kb.let(x.offset(lead + [None]), "bx")
-
-            def at(j):
-                return x.load(linear([j], [x.strides[-1]], bx))
-            mean = kb.let(sum_helper(kb, w, at) / w, "mean")
-            m2 = kb.let(sum_helper(kb, w, lambda j: (at(j) - mean) ** 2), "m2")
-            kb.emit(stats.store(stats.offset(lead + [0]), mean))
-            kb.emit(stats.store(stats.offset(lead + [1]), m2))
-        emit_rows(kb, x, row)
 
 
 class AllGather(OpSchema):
@@ -131,55 +99,13 @@ class AllGather(OpSchema):
             raise RuntimeFault("the output dim along axis disagrees with the group size", op=op, where="port 'dst'",
                                expected=f"{n} x {size} members = {size * n}", found=declared)
 
-    def gather(self, op, src, comm, failure=None):
-        """src of every member of comm's group (None: a group of one) concatenated
-        along axis in rank order.  First every member checks its part and learns
-        whether all can go on: a fault on any member (``failure``: any exception,
-        or one found here) raises a RuntimeFault on every member instead of
-        leaving them waiting; a member that does not answer in time makes the
-        others raise a CollectiveTimeout (see graphc.comm)."""
-        if failure is None:
-            try:
-                self.check_group(op, src, rank_and_size(comm)[1])
-            except GraphcError as e:
-                failure = e
-        parts = agree(op, comm, failure, None if failure else (src.shape, str(src.dtype)))
-        for rank, part in enumerate(parts):
-            if part != parts[0]:
-                raise group_wide(RuntimeFault("the members' src differ in shape or dtype", op=op,
-                                              where=f"port 'src' of rank {rank}", expected=f"rank 0's {parts[0]}",
-                                              found=part))
-        return allgather_array(comm, src, self.axis(op), op)
-
     def reference(self, op, src, comm=None):
-        comm = comm if comm is not None else default_comm()
+        """On ``comm``, the group's communicator (mpi4py-like: ``Get_size``,
+        ``allgather``), None for a group of one; the reference executor passes
+        graphc's default (graphc.comm.default_comm) when given none."""
         self.check_group(op, src, 1 if comm is None else comm.Get_size())
         parts = [src] if comm is None else comm.allgather(src)
         return (np.concatenate(parts, axis=self.axis(op)),)
-
-    def runner(self, op):
-        """A compiled AllGather runs here, not in a kernel, since the group is known
-        only at run: on the communicator given to run (default: graphc.comm.default_comm()).
-        ``ins``/``outs`` are None when this member failed earlier (``failure``); an
-        output whose dims were unknown at compile comes as None and is returned."""
-        def run(cp, ins, outs, comm, failure=None):
-            comm = comm if comm is not None else default_comm()
-            if comm is None and failure is None and outs[0] is not None:
-                self.check_group(op, ins[0], 1)
-                np.copyto(outs[0], ins[0])  # a group of one: the gather is one copy
-                return outs
-            dst = self.gather(op, ins[0] if ins else None, comm, failure)
-            if outs[0] is None:
-                return [dst]
-            if outs[0].shape != dst.shape:
-                raise InvalidArguments("the output array has the wrong shape", op=op, where="port 'dst'",
-                                       expected=list(dst.shape), found=list(outs[0].shape))
-            outs[0][...] = dst
-            return outs
-        return run
-
-    def supports_lowering(self, op):
-        return True  # through runner(), for any group
 
 
 class LayerNormPostAllGather(OpSchema):
@@ -236,34 +162,3 @@ class LayerNormPostAllGather(OpSchema):
         if gamma is not None:
             y = y * gamma + beta
         return (y,)
-
-    def lower(self, op, kb, ins, outs):
-        """Per row (rows in parallel): Chan's merge of the P (mean, M2) pairs in
-        float64, then dst = (x - mean) * rstd [* gamma + beta] along the row, in
-        float64 rounded to float32 (then to bf16/f16: the loop stays vectorized).
-        src is read through load_nd and dst written through store_nd (fusion)."""
-        x, y = ins[0], outs[0]
-        stats, *affine = ins[1:]
-        w, shards = x.shape[-1], stats.shape[-1] // 2
-        eps = float(op.attr("epsilon"))
-
-        def row(lead):
-            bs = kb.let(stats.offset(lead + [None]), "bs")
-
-            def stat(p, k):
-                return stats.load(linear([2 * p + k], stats.strides[-1:], bs))
-            mean = kb.var(ir.const(0.0, "f64"), "mean")
-            with kb.for_(shards, "p") as p:
-                kb.assign(mean, mean + stat(p, 0))
-            kb.assign(mean, mean / shards)
-            m2 = kb.var(ir.const(0.0, "f64"), "m2")
-            with kb.for_(shards, "p") as p:
-                kb.assign(m2, m2 + (stat(p, 1) + w * (stat(p, 0) - mean) ** 2))
-            rstd = kb.let(1.0 / ir.call("math.sqrt", m2 / (shards * w) + eps), "rstd")
-            with kb.for_(w, "j") as j:
-                v = (x.load_nd(lead + [j]) - mean) * rstd
-                if affine:
-                    g, b = (t.load(t.offset([j])) for t in affine)
-                    v = v * g + b
-                kb.emit(y.store_nd(lead + [j], ir.f32(v)))
-        emit_rows(kb, x, row)

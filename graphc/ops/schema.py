@@ -311,6 +311,14 @@ class OpSchema:
         the declared shape.  Raise InvalidShape when inputs disagree."""
         return [None] * len(op.outputs)
 
+    def check_values(self, op, values: dict) -> list | None:
+        """The values of ``value_inputs`` a kernel is about to be specialised on,
+        ``values`` {port name: tuple of ints} (read from the inputs at run, passed
+        by the compile step, never stored on the op): raise a RuntimeFault naming
+        the op when they do not fit, and return the output shapes they give (as
+        ``infer``; None keeps an output's shape), or None when they give none."""
+        return None
+
     def reference(self, op, *inputs):
         raise Unimplemented("this op has no reference implementation", op=op)
 
@@ -332,7 +340,7 @@ class OpSchema:
 
     def preferred_strides(self, op):
         """The strides this op writes output 0 fastest in, for an output whose
-        layout is ``any`` (graphc chooses it: graphc/compiled.py); None for the
+        layout is ``any`` (graphc chooses it: graphc/compiler/any_layout.py); None for the
         dense layout."""
         return None
 

@@ -14,6 +14,7 @@ import graphc
 from graphc import (DataType, FallbackWarning, Graph, InvalidArguments, InvalidShape, LogicalTensor, Op,
                     RuntimeFault, Unimplemented)
 from graphc import compiled as compiled_mod
+from graphc.compiler import compiled_partition
 from graphc.fill import make_inputs
 from graphc.numerics import round_to
 from graphc.reference import run as reference_run
@@ -150,7 +151,7 @@ def test_inplace_ports_honoured(dt, monkeypatch):
 
     def no_temporaries(lt):
         raise AssertionError(f"a temporary for tensor {lt.id}")
-    monkeypatch.setattr(compiled_mod, "allocate", no_temporaries)
+    monkeypatch.setattr(compiled_partition, "allocate", no_temporaries)
     got = cp.execute({0: x, 1: ins[1]}, outputs={3: x})
     assert got[3] is x
     assert_outputs({3: x}, {3: separate}, exact=True)

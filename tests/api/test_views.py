@@ -166,10 +166,10 @@ def test_matmul_reads_and_writes_through_the_views():
     (p,) = g.get_partitions()
     assert p.plan.shape == "anchor" and len(p.plan.views_in) == 2 and len(p.plan.views_out) == 2
     cp = p.compile()
-    assert [k for k, _ in cp._plan] == ["in", "in", "out"]       # no scratch: nothing is copied
+    assert [k for k, _ in cp.arg_plan] == ["in", "in", "out"]       # no scratch: nothing is copied
     assert "gemm_f32(" in cp.source and ", 64, " in cp.source     # rows of the heads 64 floats apart
     plain = _heads_matmul(with_views=False).get_partitions()[0].compile()
-    assert [k for k, _ in plain._plan] == ["in", "in", "out"]
+    assert [k for k, _ in plain.arg_plan] == ["in", "in", "out"]
     check_compiled(g)
 
 
@@ -183,7 +183,7 @@ def test_eltwise_chain_folds_views_into_its_loop():
     g.finalize()
     (p,) = g.get_partitions()
     cp = p.compile()
-    assert p.plan.shape == "eltwise" and [k for k, _ in cp._plan] == ["in", "in", "out"]
+    assert p.plan.shape == "eltwise" and [k for k, _ in cp.arg_plan] == ["in", "in", "out"]
     check_compiled(g)
 
 

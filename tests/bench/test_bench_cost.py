@@ -63,7 +63,7 @@ def test_staged_scratch_tensors_are_written_and_read():
     b.op("SoftMax", [b.op("Subtract", [x, m])[0]], attrs={"axis": 1})
     g = b.finalize()
     cp = Partition(0, g, g.topo_ops(), "staged", plan(g, g.topo_ops(), can_lower)).compile()
-    assert [k for k, _ in cp._plan] == ["in", "out", "tmp"]
+    assert [k for k, _ in cp.arg_plan] == ["in", "out", "tmp"]
     x_bytes, m_bytes = 4 * 8 * 16 * 4, 4 * 8 * 4
     # x read, SoftMax's output written, the maxima written and read again
     assert cost.partition_bytes(cp) == x_bytes + x_bytes + 2 * m_bytes
@@ -83,9 +83,9 @@ def _lt(tid, shape, dt="f32"):
 
 def test_views_collectives_and_unknown_dims():
     ins, outs = [_lt(0, (3, 5))], [_lt(1, (5, 3))]
-    view = SimpleNamespace(is_view=True, kernel=None, _plan=[], inputs=ins, outputs=outs)
+    view = SimpleNamespace(is_view=True, kernel=None, arg_plan=[], inputs=ins, outputs=outs)
     assert cost.partition_bytes(view) == 0
-    runner = SimpleNamespace(kernel=None, _plan=[], inputs=ins, outputs=[_lt(1, (6, 5), "bf16")])
+    runner = SimpleNamespace(kernel=None, arg_plan=[], inputs=ins, outputs=[_lt(1, (6, 5), "bf16")])
     assert cost.partition_bytes(runner) == 15 * 4 + 30 * 2
     with pytest.raises(InvalidArguments):
         cost.tensor_bytes(_lt(2, (-1, 4)))

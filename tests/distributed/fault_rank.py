@@ -12,13 +12,14 @@ import os
 import sys
 import time
 
-import graphc.compiled as compiled
-import graphc.ops.distributed as distributed
+import graphc.comm as comm
 from graphc.cli import main
+from graphc.compiler import jit
+from graphc.compiler.compiled_graph import CompiledGraph
 
 
 def inject(fault: str) -> None:
-    real_call, real_for = compiled.call_kernel, compiled.CompiledGraph._compiled_for
+    real_call, real_for = jit.call_kernel, CompiledGraph._compiled_for
 
     def call_kernel(kernel, args):
         if fault == "kernel":
@@ -39,10 +40,10 @@ def inject(fault: str) -> None:
         return real_for(self, i, values)
     def allgather_array(*args):
         time.sleep(3600)
-    compiled.call_kernel = call_kernel
+    jit.call_kernel = call_kernel
     if fault == "stuck_data":
-        distributed.allgather_array = allgather_array
-    compiled.CompiledGraph._compiled_for = compiled_for
+        comm.allgather_array = allgather_array
+    CompiledGraph._compiled_for = compiled_for
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import graphc
-import graphc.compiled as compiled
 from graphc import InvalidArguments, RuntimeFault
 from graphc.comm import TIMEOUT_VAR, collective_timeout
+from graphc.compiler import jit
 from graphc.distributed_demo import sharded_spec
 from support.mpi import ROOT, needs_mpi, run_mpiexec
 from test_allgather import SPEC, ThreadComm, ThreadGroup
@@ -31,7 +31,7 @@ def _members(size, bad_rank, fault):
     g = graphc.compile(graphc.load_graph(sharded_spec(SPEC, 3, 8, "f32", -1)))
     group, results = ThreadGroup(size), [None] * size
     bad_thread = {}
-    real = compiled.call_kernel
+    real = jit.call_kernel
 
     def call_kernel(kernel, args):
         if threading.current_thread() is bad_thread.get("t"):
@@ -46,14 +46,14 @@ def _members(size, bad_rank, fault):
             results[rank] = e
     threads = [threading.Thread(target=member, args=(r,)) for r in range(size)]
     bad_thread["t"] = None if bad_rank is None else threads[bad_rank]
-    compiled.call_kernel = call_kernel
+    jit.call_kernel = call_kernel
     try:
         for t in threads:
             t.start()
         for t in threads:
             t.join(120)
     finally:
-        compiled.call_kernel = real
+        jit.call_kernel = real
     assert not any(t.is_alive() for t in threads), "a member is still waiting"
     return results
 

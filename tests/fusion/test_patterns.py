@@ -37,7 +37,7 @@ def test_eltwise_chain_is_one_partition():
     b.op("Tanh", [t])
     p = _check_fused(b.finalize(), 5, "eltwise_chain")
     cp = p.compile()
-    assert [k for k, _ in cp._plan] == ["in", "in", "out"]  # no scratch buffers: one pass over memory
+    assert [k for k, _ in cp.arg_plan] == ["in", "in", "out"]  # no scratch buffers: one pass over memory
 
 
 @pytest.mark.parametrize("port", [0, 1])
@@ -137,7 +137,7 @@ def test_shuffle_chain_is_one_partition_reading_through_the_view():
     (p,) = g.get_partitions()
     assert p.kind == "StaticReshape+StaticTranspose" and p.plan.shape == "views"
     cp = p.compile()
-    assert not cp.is_view and [k for k, _ in cp._plan] == ["in", "out"]   # no scratch tensor
+    assert not cp.is_view and [k for k, _ in cp.arg_plan] == ["in", "out"]   # no scratch tensor
     check_compiled(g)
 
 
@@ -358,7 +358,7 @@ def test_swiglu_with_prologue_and_epilogue():
     b.op("Multiply", [y, s])
     p = _check_fused(b.finalize(), 3, "swiglu_prologue_epilogue")
     assert p.plan.prologue == {0} and p.plan.epilogue == {2}
-    assert [k for k, _ in p.compile()._plan] == ["in", "in", "out"]
+    assert [k for k, _ in p.compile().arg_plan] == ["in", "in", "out"]
 
 
 def test_eltwise_into_dropout():
@@ -435,7 +435,7 @@ def test_residual_and_swish_are_one_eltwise_chain():
     b.op("Add", [m, a])                   # residual
     p = _check_fused(b.finalize(), 4, "eltwise_chain")
     assert p.plan.shape == "eltwise"
-    assert [k for k, _ in p.compile()._plan] == ["in", "in", "out"]
+    assert [k for k, _ in p.compile().arg_plan] == ["in", "in", "out"]
 
 
 def test_two_branches_meeting_in_a_binary_op():
@@ -538,7 +538,7 @@ def test_staged_plan_runs_several_anchors_in_one_kernel():
     assert fp.shape == "staged" and fp.anchors == [0, 1]
     assert fp.roles == {s.id: "scratch", r.id: "scratch", 3: "written"}
     cp = Partition(0, g, ops, "staged", fp).compile()
-    assert [k for k, _ in cp._plan] == ["in", "out", "tmp", "tmp"]
+    assert [k for k, _ in cp.arg_plan] == ["in", "out", "tmp", "tmp"]
     inputs = make_inputs(g, seed=5)
     out = cp.execute(inputs)
     assert_outputs({3: out[3]}, reference.run(g, inputs), {3: g.tensors[3].dtype})

@@ -221,9 +221,9 @@ def check_sdpa(g, ids, seed=0, fill=float("-inf")):
     assert len(part.ops) == len(g.ops)
     cp = part.compile()
     assert "attn_exp_row" in cp.source and "gemm_f32" in cp.source
-    kinds = [k for k, _ in cp._plan]
+    kinds = [k for k, _ in cp.arg_plan]
     assert "tmp" not in kinds                       # no intermediate tensor in memory (no dequantized K/V)
-    ws = [n for k, (n, _) in ((k, r) for k, r in cp._plan if k == "ws")]
+    ws = [n for k, (n, _) in ((k, r) for k, r in cp.arg_plan if k == "ws")]
     # workspaces: tiles, whatever the sequence length (query blocks grow when K/V are dequantized)
     packed = any(o.kind in ("Dequantize", "DynamicDequantize") for o in g.ops.values())
     assert max(ws) <= NUM_THREADS * (BM_PACKED if packed else BM) * BN
@@ -327,9 +327,9 @@ def check_sdpa_backward(g, ids, seed=0):
     (part,) = parts
     assert part.pattern == "sdpa_backward" and part.plan.shape == "attention"
     cp = part.compile()
-    assert "gemm_f32" in cp.source and "tmp" not in [k for k, _ in cp._plan]
+    assert "gemm_f32" in cp.source and "tmp" not in [k for k, _ in cp.arg_plan]
     q = g.tensors[ids["q"]]
-    ws = [n for kind, (n, _) in ((kind, r) for kind, r in cp._plan if kind == "ws")]
+    ws = [n for kind, (n, _) in ((kind, r) for kind, r in cp.arg_plan if kind == "ws")]
     rows = q.shape[0] * q.shape[1] * q.shape[2]
     assert max(ws) <= max(NUM_THREADS * BQ * max(BK, q.shape[-1]), rows)   # tiles and one value per row
     return check_compiled(g, sdpa_backward_inputs(g, ids, seed))

@@ -156,8 +156,8 @@ def check_gqa_backward(g, ids, seed=0):
     assert part.pattern == "sdpa_backward" and part.plan.shape == "attention"
     assert len(part.ops) == len([o for o in g.ops.values() if o.kind != "End"])
     cp = part.compile()
-    assert "gemm_f32" in cp.source and "tmp" not in [k for k, _ in cp._plan]
-    ws = [n for kind, (n, _) in ((kind, r) for kind, r in cp._plan if kind == "ws")]
+    assert "gemm_f32" in cp.source and "tmp" not in [k for k, _ in cp.arg_plan]
+    ws = [n for kind, (n, _) in ((kind, r) for kind, r in cp.arg_plan if kind == "ws")]
     rows = int(np.prod(g.tensors[ids["q"]].shape[:-1]))
     assert max(ws) <= max(NUM_THREADS * BQ * max(BK, g.tensors[ids["q"]].shape[-1]), rows)
     return check_compiled(g, gqa_backward_inputs(g, ids, seed))

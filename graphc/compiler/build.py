@@ -1,0 +1,102 @@
+"""The compile step: a partition, for concrete input (and output) logical
+tensors, becomes a CompiledPartition holding the one executable that runs it
+(graphc.compiler.executables), chosen here once:
+
+* a collective (AllGather) runs on the group's communicator;
+* a partition whose kernel depends on the values of value inputs compiles at
+  run, once per values given (each compile checks them first);
+* a chain of views whose strides allow it moves no data;
+* anything else is one generated kernel (graphc.lowering.build_kernel).
+"""
+from __future__ import annotations
+
+import time
+
+from .. import lowering
+from ..errors import InvalidArguments, Unimplemented
+from ..lowering import value_inputs
+from ..types import LogicalTensor
+from .any_layout import chosen_layout, view_of
+from .compiled_partition import CompiledPartition
+from .executables import KernelExecutable, PerValuesExecutable, ViewExecutable, collective_of
+from .jit import compile_source
+from .specialize import check_memory, concrete, specialize, values_by_op
+
+
+def can_compile(partition) -> bool:
+    """graphc compiles ``partition``: a collective, or ops that each lower into
+    a kernel with every value input coming from outside (graphc.lowering.can_lower)."""
+    return collective_of(partition.ops) is not None or lowering.can_lower(partition)
+
+
+def compile_partition(partition, inputs=None, outputs=None, values=None) -> CompiledPartition:
+    """``partition`` compiled for ``inputs`` (and ``outputs``): LogicalTensors.  A
+    partition with value inputs compiles for ``values`` ({tensor id: tuple of
+    ints}) of every one of them; without, into a CompiledPartition that compiles
+    at run for the values given then."""
+    t0 = time.perf_counter()
+    in_lts = _input_tensors(partition, inputs)
+    if not partition.is_supported():
+        kinds = ", ".join(op.kind for op in partition.ops)
+        raise Unimplemented(f"this build cannot compile partition {partition.id} ({kinds})",
+                            op=partition.ops[0])
+    op_values = values_by_op(partition.ops, values)
+    ops, known = specialize(partition, in_lts, op_values)
+    value_ids = {t.id for _, _, t in value_inputs(ops)}
+    per_values = bool(value_ids) and values is None  # compiled at run, per values of the value inputs
+    collective = collective_of(ops)                  # its output dims may be known only at run
+    wanted = {t.id: t for t in (outputs or [])}
+    out_lts = _output_tensors(partition, ops, known, wanted, unknown_ok=per_values or collective is not None)
+    check_memory(ops, in_lts, out_lts, known)
+    view = None if per_values or collective else view_of(ops, in_lts, out_lts, partition.outputs, wanted)
+    if per_values:
+        value_at = [i for i, lt in enumerate(in_lts) if lt.id in value_ids]
+        executable = PerValuesExecutable(in_lts, out_lts, value_at,
+                                         lambda given: compile_partition(partition, in_lts, outputs, given))
+    elif collective is not None:
+        executable = collective
+    elif view is not None:
+        out_lts = [view[1]]
+        executable = ViewExecutable(*view)
+    else:
+        source, plan = lowering.build_kernel(partition, ops, in_lts, out_lts, op_values)
+        kernel, entry = compile_source(source, plan, in_lts, out_lts)
+        executable = KernelExecutable(ops, in_lts, out_lts, source, kernel, entry, plan, partition.constant)
+    cp = CompiledPartition(partition, in_lts, out_lts, ops, executable)
+    cp.compile_seconds = time.perf_counter() - t0
+    return cp
+
+
+def _input_tensors(partition, inputs) -> list[LogicalTensor]:
+    """The partition's inputs as given (concrete: every dim known), checked against it."""
+    given = {t.id: t for t in (inputs if inputs is not None else partition.inputs)}
+    in_lts = []
+    for t in partition.inputs:
+        lt = given.get(t.id, t)
+        if not isinstance(lt, LogicalTensor):
+            raise InvalidArguments("compile expects LogicalTensors", found=type(lt).__name__)
+        if lt.dtype != t.dtype or len(lt.shape) != len(t.shape):
+            raise InvalidArguments(f"input tensor {t.id} disagrees with the partition", expected=repr(t),
+                                   found=repr(lt))
+        in_lts.append(concrete(lt, "compile"))
+    return in_lts
+
+
+def _output_tensors(partition, ops, known, wanted, unknown_ok: bool) -> list[LogicalTensor]:
+    """The partition's outputs as inferred, with the strides asked for in
+    ``wanted`` ({id: LogicalTensor}) or chosen for layout ``any`` (any_layout);
+    dims may stay unknown when ``unknown_ok`` (known only at run)."""
+    out_lts = []
+    for t in partition.outputs:
+        lt = known[t.id]
+        w = wanted.get(t.id)
+        if w is not None and w.is_complete:
+            if w.shape != lt.shape:
+                raise InvalidArguments(f"output tensor {t.id} shape disagrees with inference",
+                                       expected=list(lt.shape), found=list(w.shape))
+            lt = w if w.strides is not None else lt   # layout any: graphc's choice (below)
+        asked = w if w is not None else t
+        if asked.strides is None and lt.is_complete:
+            lt = chosen_layout(ops, lt)
+        out_lts.append(lt if unknown_ok and not lt.is_complete else concrete(lt, "compile"))
+    return out_lts

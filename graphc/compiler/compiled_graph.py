@@ -1,0 +1,152 @@
+"""A graph compiled: every partition compiled once and run in order, with the
+reference fallback (``fallback="reference"``) and failures told to the other
+members of a group at the collectives still ahead."""
+from __future__ import annotations
+
+import warnings
+
+from ..comm import exchanges
+from ..errors import GraphcError, InvalidArguments, Unimplemented
+from ..types import LogicalTensor
+from .any_layout import any_layouts
+from .compiled_partition import CompiledPartition, ReferencePartition
+from .executables import collective_of
+
+
+class FallbackWarning(UserWarning):
+    """Partitions graphc cannot compile run in the numpy reference (opt-in)."""
+
+
+class CompiledGraph:
+    """Every partition of a graph compiled once, run in order.  A partition with
+    input dims known only at run (after a collective whose output dim is the
+    group's) compiles at its first run, once per set of input shapes."""
+
+    def __init__(self, graph, policy: str = "fusion", fallback: str | None = None):
+        if fallback not in (None, "reference"):
+            raise InvalidArguments("unknown fallback", expected="None or 'reference'", found=repr(fallback))
+        graph.finalize()
+        self.graph = graph
+        self.partitions = graph.get_partitions(policy)
+        bad = [p for p in self.partitions if not p.is_supported()]
+        if bad and fallback is None:
+            kinds = sorted({op.kind for p in bad for op in p.ops})
+            raise Unimplemented("this build cannot compile: " + ", ".join(kinds) +
+                                " (graphc.compile(graph, fallback='reference') runs such partitions in the "
+                                "numpy reference)", op=bad[0].ops[0])
+        #: the partitions run by the reference (fallback="reference")
+        self.fallback_partitions = bad
+        if bad:
+            listed = "; ".join(f"partition {p.id} ({p.kind}: ops {[op.id for op in p.ops]})" for p in bad)
+            warnings.warn(f"graphc cannot compile {len(bad)} of {len(self.partitions)} partitions; they run in "
+                          f"the numpy reference: {listed}", FallbackWarning, stacklevel=3)
+        chosen = any_layouts(graph, self.partitions)
+        resolved: dict[int, LogicalTensor] = {}   # output tensors as compiled (their strides chosen)
+        self.compiled = []
+        for p in self.partitions:
+            if p in bad or not all(t.is_complete for t in p.inputs):
+                self.compiled.append(ReferencePartition(p) if p in bad else None)
+                continue
+            outs = [t if t.id not in chosen else
+                    LogicalTensor(t.id, t.dtype, t.shape, chosen[t.id], "strided", t.property_type)
+                    for t in p.outputs]
+            cp = p.compile([resolved.get(t.id, t) for t in p.inputs], outs)
+            resolved.update((t.id, t) for t in cp.outputs)
+            self.compiled.append(cp)
+        self._at_run: dict[tuple, CompiledPartition] = {}   # (partition id, input shapes) -> compiled
+        self._collectives = [collective_of(p.ops) for p in self.partitions]
+        self._input_ports, self._output_ports = graph.input_ports, graph.output_ports  # (a topological sort each)
+        #: (compiled partition, input ids) in order when no partition is a collective or compiles at run
+        self._steps = None if any(c is None or k is not None for c, k in zip(self.compiled, self._collectives)) else \
+            [(cp, [t.id for t in cp.inputs]) for cp in self.compiled]
+
+    @property
+    def source(self) -> str:
+        """The generated source of every kernel compiled so far (at compile)."""
+        return "\n".join(cp.source or "" for cp in self.compiled if cp is not None)
+
+    def _compiled_for(self, i: int, values: dict) -> CompiledPartition:
+        """Partition i, compiled for the shapes of its input values if not yet known."""
+        if self.compiled[i] is not None:
+            return self.compiled[i]
+        p = self.partitions[i]
+        lts = [_resolved(t, values[t.id]) for t in p.inputs]
+        key = (p.id, tuple(t.shape for t in lts))
+        if key not in self._at_run:
+            self._at_run[key] = p.compile(lts, p.outputs)
+        return self._at_run[key]
+
+    def run(self, inputs: dict, comm=None) -> dict:
+        """Run every partition in order; collectives on ``comm`` (see graphc.comm).
+        Any exception on this member of the group (a GraphcError, a bug, a
+        MemoryError, a KeyboardInterrupt) is raised once the collectives still
+        ahead have told the other members, which then raise a RuntimeFault instead
+        of waiting for this one: this member raises that RuntimeFault too for a
+        GraphcError, and the exception itself otherwise.  A member that does not
+        answer at all is caught by the collectives' timeout (graphc.comm)."""
+        if not isinstance(inputs, dict):
+            raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
+        failure = None
+        missing = [tid for tid in self._input_ports if tid not in inputs]
+        if missing:
+            failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
+                                       expected=repr(self.graph.tensors[missing[0]]))
+        values = {tid: inputs[tid] for tid in self._input_ports if tid in inputs}
+        if failure is None and self._steps is not None:   # no collective: nothing to tell anyone
+            for cp, ids in self._steps:
+                values.update(cp.execute([values[t] for t in ids]))
+            return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy()
+                    for tid in self._output_ports}
+        for i, p in enumerate(self.partitions):
+            collective = self._collectives[i]
+            if failure is None:
+                sent = exchanges()
+                try:
+                    values.update(self._compiled_for(i, values).execute({t.id: values[t.id] for t in p.inputs},
+                                                                         comm=comm))
+                    continue
+                except BaseException as e:  # noqa: BLE001 - whatever it is, the other members must learn of it
+                    if getattr(e, "group_wide", False):
+                        raise  # every member raises it (or the group no longer answers)
+                    failure = e
+                    if collective is not None and exchanges() != sent:
+                        continue  # this collective heard from this member: the next ones tell the others
+            if collective is not None:
+                _tell(collective, comm, failure)
+        if failure is not None:
+            raise failure
+        # (arrays kept in the constant tensor cache are read-only: the caller gets copies)
+        return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy() for tid in self._output_ports}
+
+
+def _tell(collective, comm, failure: BaseException):
+    """Tell the other members at this collective that this one failed: they raise a
+    RuntimeFault; so does this member for a GraphcError, while any other exception
+    is re-raised as it is (its traceback intact)."""
+    try:
+        collective.fail(comm, failure)
+    except GraphcError:
+        if isinstance(failure, GraphcError):
+            raise
+    raise failure
+
+
+def _resolved(lt: LogicalTensor, value) -> LogicalTensor:
+    """lt with its unknown dims taken from the shape of ``value`` (if of lt's rank)."""
+    shape = getattr(value, "shape", ())
+    if lt.is_complete or len(shape) != lt.ndim:
+        return lt
+    return LogicalTensor(lt.id, lt.dtype, tuple(a if d == -1 else d for d, a in zip(lt.shape, shape)), None,
+                         "strided", lt.property_type)
+
+
+def compile(graph, policy: str = "fusion", fallback: str | None = None) -> CompiledGraph:  # noqa: A001
+    """Every partition of ``graph`` compiled.  A partition graphc cannot compile
+    raises Unimplemented, unless ``fallback="reference"``: then such partitions
+    run in the numpy reference, and a FallbackWarning lists them."""
+    return CompiledGraph(graph, policy, fallback)
+
+
+def run(graph, inputs: dict, comm=None, policy: str = "fusion", fallback: str | None = None) -> dict:
+    """``compile(graph, policy, fallback).run(inputs, comm)``."""
+    return CompiledGraph(graph, policy, fallback).run(inputs, comm=comm)

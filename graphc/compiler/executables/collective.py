@@ -1,0 +1,77 @@
+"""Collectives: ops that exchange data between the members of a group (MPI
+ranks, or threads with an mpi4py-like communicator) instead of computing; they
+run here, on the communicator given to the run, never in a kernel.
+
+An op kind is a collective when :data:`COLLECTIVES` names its executable."""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import comm as group
+from ...errors import GraphcError, InvalidArguments, RuntimeFault
+from .base import Executable
+
+
+class CollectiveExecutable(Executable):
+    """A collective op's executable; ``comm`` None means graphc.comm.default_comm()."""
+
+    def __init__(self, op):
+        self.op = op
+
+
+class AllGatherExecutable(CollectiveExecutable):
+    """AllGather (graphc/ops/distributed.py): src of every member concatenated
+    along axis in rank order.  An output whose dims were unknown at compile (the
+    group is known only at run) comes to ``run`` as None and is returned."""
+
+    def run(self, ins, outs, comm):
+        op, schema = self.op, self.op.schema
+        comm = comm if comm is not None else group.default_comm()
+        if comm is None and outs[0] is not None:
+            schema.check_group(op, ins[0], 1)
+            np.copyto(outs[0], ins[0])  # a group of one: the gather is one copy
+            return outs
+        dst = self._gather(ins[0], comm, None)
+        if outs[0] is None:
+            return [dst]
+        if outs[0].shape != dst.shape:
+            raise InvalidArguments("the output array has the wrong shape", op=op, where="port 'dst'",
+                                   expected=list(dst.shape), found=list(outs[0].shape))
+        outs[0][...] = dst
+        return outs
+
+    def fail(self, comm, failure):
+        self._gather(None, comm if comm is not None else group.default_comm(), failure)
+        raise failure
+
+    def _gather(self, src, comm, failure):
+        """src of every member of comm's group (None: a group of one) concatenated
+        along axis in rank order.  First every member checks its part and learns
+        whether all can go on: a fault on any member (``failure``: any exception,
+        or one found here) raises a RuntimeFault on every member instead of
+        leaving them waiting; a member that does not answer in time makes the
+        others raise a CollectiveTimeout (see graphc.comm)."""
+        op, schema = self.op, self.op.schema
+        if failure is None:
+            try:
+                schema.check_group(op, src, group.rank_and_size(comm)[1])
+            except GraphcError as e:
+                failure = e
+        parts = group.agree(op, comm, failure, None if failure else (src.shape, str(src.dtype)))
+        for rank, part in enumerate(parts):
+            if part != parts[0]:
+                raise group.group_wide(RuntimeFault("the members' src differ in shape or dtype", op=op,
+                                                    where=f"port 'src' of rank {rank}",
+                                                    expected=f"rank 0's {parts[0]}", found=part))
+        return group.allgather_array(comm, src, schema.axis(op), op)
+
+
+#: the executable of each collective op kind
+COLLECTIVES: dict[str, type[CollectiveExecutable]] = {"AllGather": AllGatherExecutable}
+
+
+def collective_of(ops) -> CollectiveExecutable | None:
+    """The executable of a partition of one collective op, else None."""
+    if len(ops) == 1 and ops[0].kind in COLLECTIVES:
+        return COLLECTIVES[ops[0].kind](ops[0])
+    return None

@@ -1,0 +1,174 @@
+"""A generated kernel: the partition's one compiled machine-code function."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ...codegen import rules
+from ...codegen.kernel import KERNEL_VIEW
+from ...errors import GraphcError, RuntimeFault
+from ...ops.common import is_pointwise
+from .. import jit
+from ..layout import aligned_empty, allocate, flat_view, overlapping_layouts
+from .base import Executable
+
+
+class KernelExecutable(Executable):
+    """Runs the kernel ``kernel`` (graphc.codegen.entry.Kernel) through its entry
+    point ``entry`` on flat views of the arrays its argument plan names, with
+    intermediate tensors and workspaces allocated at first use and kept."""
+
+    def __init__(self, ops, inputs, outputs, source, kernel, entry, arg_plan, constant: bool):
+        self.ops, self.inputs, self.outputs = ops, inputs, outputs
+        self.source, self.kernel, self.arg_plan = source, kernel, arg_plan
+        self._entry = entry
+        self._constant = constant      # a constant partition: its outputs may be kept (not the fast path)
+        self._overlapping = overlapping_layouts(inputs)
+        self._faulting = any(rules.may_fault(op) for op in ops)
+        self._workspaces: dict[int, np.ndarray] = {}   # plan entries "ws" and "tmp", allocated at first use
+        self._ws_lock = threading.Lock()
+        self._fast = None              # the per-run work done once (_fast_plan); False: no fast path
+
+    def inplace_pairs(self):
+        """A kernel of pointwise ops only (each element of its one output computed
+        from the same element of each input, loaded before the store) may write
+        over an input with the output's shape, data type and strides."""
+        if len(self.outputs) != 1 or not all(is_pointwise(op) for op in self.ops):
+            return []
+        out = self.outputs[0]
+        return [(i, 0) for i, lt in enumerate(self.inputs)
+                if lt.dtype == out.dtype and lt.shape == out.shape and lt.strides == out.strides
+                and not self._overlapping[i]]
+
+    def may_fault(self):
+        return self._faulting
+
+    # ------------------------------------------------------------- buffers
+    def _scratch_tensor(self, k: int, lt) -> np.ndarray:
+        """The flat kernel view of intermediate tensor ``lt`` (plan entry ``k``),
+        allocated once: allocating it per run paid its page faults every run."""
+        buf = self._workspaces.get(k)
+        if buf is None:
+            buf = self._workspaces[k] = flat_view(allocate(lt), lt)
+        return buf
+
+    def _workspace(self, k: int, spec) -> np.ndarray:
+        """The buffer of plan entry ``k`` ((elements, elem)), allocated once."""
+        buf = self._workspaces.get(k)
+        if buf is None:
+            n, elem = spec
+            buf = self._workspaces[k] = aligned_empty(max(1, n), jit.WORKSPACE_DTYPES[elem])
+        return buf
+
+    def _call(self, args):
+        if self._workspaces:   # one run at a time uses them
+            with self._ws_lock:
+                return jit.call_kernel(self._entry, args)
+        return jit.call_kernel(self._entry, args)
+
+    # ------------------------------------------------------------- the general path
+    def run(self, ins, outs, comm):
+        args = []
+        for k, (kind, ref) in enumerate(self.arg_plan):
+            if kind == "in":
+                args.append(flat_view(ins[ref], self.inputs[ref]))
+            elif kind == "out":
+                args.append(flat_view(outs[ref], self.outputs[ref]))
+            elif kind == "ws":
+                args.append(self._workspace(k, ref))
+            else:   # an intermediate tensor: a workspace too (its contents never outlive a run)
+                args.append(self._scratch_tensor(k, ref))
+        status = self._call(args)
+        if status is not None and status >= 0:
+            raise self._fault(status, ins)
+        return outs
+
+    def _fault(self, status: int, ins) -> GraphcError:
+        for op in self.ops:
+            if rules.may_fault(op):
+                return rules.kernel_fault(op, status, {lt.id: a for lt, a in zip(self.inputs, ins)})
+        return RuntimeFault("kernel reported bad input data", op=self.ops[0], found=f"status {status}")
+
+    # ------------------------------------------------------------- the fast path
+    def _fast_plan(self):
+        """What every run of a plain kernel repeats, done once: for each kernel
+        argument, an input's expected dtype and shape (dense), an output's flat
+        type and size, or the workspace itself; the compiled machine code's entry
+        point (no type dispatch: the arguments are checked to be exactly its
+        types).  False for kernels that need the general path (constant caching,
+        strided or overlapping layouts, faulting kernels)."""
+        if self._constant or self._faulting or any(self._overlapping) \
+                or not all(lt.is_complete and lt.is_dense for lt in list(self.inputs) + list(self.outputs)):
+            return False
+        slots = []
+        for k, (kind, ref) in enumerate(self.arg_plan):
+            if kind == "in":
+                lt = self.inputs[ref]
+                view = KERNEL_VIEW.get(lt.dtype)
+                slots.append((0, ref, lt.dtype.np, tuple(lt.shape), None if view is None else np.dtype(view)))
+            elif kind == "out":
+                lt = self.outputs[ref]
+                flat = np.dtype(KERNEL_VIEW.get(lt.dtype, lt.dtype.np))
+                slots.append((1, ref, flat, lt.nelems, (lt.dtype.np, tuple(lt.shape))))
+            else:
+                slots.append((2, self._workspace(k, ref) if kind == "ws" else self._scratch_tensor(k, ref)))
+        return slots
+
+    def fast_run(self, inputs, outputs):
+        if self._fast is None:
+            self._fast = self._fast_plan()
+        if not self._fast:
+            return None
+        arrays, given = _in_order(inputs, self.inputs), None
+        if outputs is not None:
+            given = _in_order(outputs, self.outputs)
+            arrays = None if given is None else arrays
+        outs = None if arrays is None else self._run_fast(arrays, given)
+        return None if outs is None else {lt.id: a for lt, a in zip(self.outputs, outs)}
+
+    def _run_fast(self, arrays, given=None):
+        """The run of a plain kernel on ``arrays`` (inputs in order) into fresh
+        outputs, or into ``given`` ones (in order), or None when an array is not
+        exactly what the kernel takes or an output shares memory with another
+        array (the general path then checks it, converts it, says what is wrong
+        or allows an in-place pair)."""
+        args, outs = [], [None] * len(self.outputs)
+        for slot in self._fast:
+            if slot[0] == 0:
+                a = arrays[slot[1]]
+                if type(a) is not np.ndarray or a.dtype != slot[2] or a.shape != slot[3] \
+                        or not a.flags.c_contiguous or not a.flags.aligned:
+                    return None
+                args.append((a if slot[4] is None else a.view(slot[4])).reshape(-1))
+            elif slot[0] == 1:
+                dt, shape = slot[4]
+                if given is None:
+                    flat = np.empty(slot[3], slot[2])
+                    outs[slot[1]] = flat.view(dt).reshape(shape)
+                else:
+                    u = outs[slot[1]] = given[slot[1]]
+                    if type(u) is not np.ndarray or u.dtype != dt or u.shape != shape or not u.flags.c_contiguous \
+                            or not u.flags.aligned or not u.flags.writeable:
+                        return None
+                    flat = (u if slot[2] == dt else u.view(slot[2])).reshape(-1)
+                args.append(flat)
+            else:
+                args.append(slot[1])
+        if given is not None:
+            for i, u in enumerate(outs):
+                if any(np.may_share_memory(u, a) for a in arrays) or \
+                        any(np.may_share_memory(u, v) for v in outs[:i]):
+                    return None
+        self._call(args)
+        return outs
+
+
+def _in_order(given, lts):
+    """``given`` arrays (a list in order, or {id: array}) in the order of ``lts``,
+    or None when they are not simply so (the general path says what is wrong)."""
+    if isinstance(given, list):
+        return given if len(given) == len(lts) else None
+    if isinstance(given, dict):
+        return [given.get(lt.id) for lt in lts]
+    return None

@@ -1,0 +1,134 @@
+"""Executables: a compiled partition holds one, chosen when it compiles (a
+kernel, a view, a collective, a kernel compiled per values, the numpy
+reference); values a kernel is specialised on reach schemas and lowering as
+arguments, never as attributes of ops."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graphc
+from graphc import FallbackWarning, Graph, LogicalTensor as LT, Op, reference
+from graphc.builder import single_op_graph
+from graphc.compiler.executables import (AllGatherExecutable, Executable, KernelExecutable, PerValuesExecutable,
+                                         ReferenceExecutable, ViewExecutable)
+from graphc.compiler.specialize import specialize
+from graphc.fill import make_inputs
+from graphc.ops.schema import get_schema
+
+from support import assert_outputs, one_op
+
+GRAPHC = Path(graphc.__file__).resolve().parent
+
+
+def _only(g):
+    (p,) = g.get_partitions()
+    return p, p.compile()
+
+
+def _reduce_axes():
+    return one_op("ReduceSum", [("f32", [3, 4, 5]), ("s32", [1])], [("f32", [-1, -1])], {})
+
+
+@pytest.mark.parametrize("make,kind", [
+    (lambda: one_op("ReLU", [("f32", [4, 5])], [("f32", [4, 5])]), KernelExecutable),
+    (lambda: one_op("StaticReshape", [("f32", [4, 6])], [("f32", [2, 12])], {"shape": [2, 12],
+                                                                            "special_zero": False}), ViewExecutable),
+    (lambda: single_op_graph("AllGather", [("f32", [2, 3])], [("f32", [2, 3])]), AllGatherExecutable),
+    (_reduce_axes, PerValuesExecutable),
+])
+def test_each_partition_holds_one_executable_of_its_kind(make, kind):
+    _, cp = _only(make())
+    assert type(cp.executable) is kind and isinstance(cp.executable, Executable)
+    assert (cp.kernel is not None) == (kind is KernelExecutable)
+    assert cp.is_view == (kind is ViewExecutable)
+    assert cp.per_values == (kind is PerValuesExecutable)
+
+
+def test_values_compile_a_kernel_executable_per_values():
+    g = _reduce_axes()
+    _, cp = _only(g)
+    ins = make_inputs(g, seed=0)
+    ins[1] = np.array([1], np.int32)
+    assert_outputs(cp.execute(ins), reference.run(g, ins))
+    (spec,) = cp.specializations.values()
+    assert type(spec.executable) is KernelExecutable and spec.outputs[0].shape == (3, 5)
+
+
+def _relu_abs():
+    g = Graph()
+    g.add_op(Op(0, "ReLU", [LT(0, "f32", [2, 3])], [LT(1, "f32", [2, 3])]))
+    g.add_op(Op(1, "Abs", [LT(1, "f32", [2, 3])], [LT(2, "f32", [2, 3])]))
+    return g.finalize()
+
+
+def test_reference_fallback_is_a_compiled_partition_taking_lists(monkeypatch):
+    """A partition without a kernel runs in the reference; with every shape known
+    at compile the graph runs its partitions in order on lists of arrays."""
+    monkeypatch.setattr(type(get_schema("Abs")), "supports_lowering", lambda self, op: False)
+    g = _relu_abs()
+    with pytest.warns(FallbackWarning):
+        cg = graphc.compile(g, policy="debug", fallback="reference")
+    fallback = cg.compiled[1]
+    assert isinstance(fallback, graphc.ReferencePartition) and isinstance(fallback, graphc.CompiledPartition)
+    assert type(fallback.executable) is ReferenceExecutable and fallback.source is None
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.testing.assert_array_equal(cg.run({0: x})[2], np.maximum(x, 0))
+    out = np.zeros((2, 3), np.float32)
+    assert fallback.execute([x], outputs=[out])[2] is out      # the caller's output, written
+    np.testing.assert_array_equal(out, np.abs(x))
+
+
+def test_check_values_receives_the_values_and_gives_the_shapes(monkeypatch):
+    """A schema that overrides check_values gets the values as an argument and
+    its op copy no attribute; the shapes it returns are the outputs'."""
+    calls = []
+
+    def check_values(self, op, values):
+        calls.append(values)
+        return [(3, 5)]
+    monkeypatch.setattr(type(get_schema("ReduceSum")), "check_values", check_values, raising=False)
+    g = _reduce_axes()
+    (p,) = g.get_partitions()
+    ops, known = specialize(p, list(p.inputs), {p.ops[0].id: {"axes": (1,)}})
+    assert calls == [{"axes": (1,)}]
+    assert not hasattr(ops[0], "input_values")
+    assert ops[0].outputs[0].shape == (3, 5) and known[ops[0].outputs[0].id].shape == (3, 5)
+
+
+def test_transitional_schemas_still_get_their_values():
+    """ReduceX does not override check_values yet: its op copy carries them."""
+    g = _reduce_axes()
+    (p,) = g.get_partitions()
+    ops, _ = specialize(p, list(p.inputs), {p.ops[0].id: {"axes": (1,)}})
+    assert ops[0].input_values == {"axes": (1,)} and ops[0].outputs[0].shape == (3, 5)
+    assert not hasattr(p.ops[0], "input_values")     # the graph's op is untouched
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of the modules ``path`` imports (relative ones resolved)."""
+    package = ".".join(path.relative_to(GRAPHC.parent).with_suffix("").parts[:-1])
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            mod = ".".join(p for p in (base, node.module) if p)
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)
+    return out
+
+
+def test_ops_know_no_mpi_and_no_executables():
+    for path in sorted((GRAPHC / "ops").glob("*.py")):
+        bad = {m for m in _imports(path) if m.startswith(("graphc.comm", "graphc.compiled", "graphc.compiler"))}
+        assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+def test_distributed_ops_import_no_code_generation():
+    bad = {m for m in _imports(GRAPHC / "ops" / "distributed.py") if m.startswith("graphc.codegen")}
+    assert not bad, sorted(bad)
