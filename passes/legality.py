@@ -77,7 +77,7 @@ def plan(graph, ops, can_lower) -> FusionPlan:
     generation's answer, handed down by the compile step)."""
     ids = {o.id for o in ops}
     for o in ops:
-        if o.kind == "End" or hasattr(o.schema, "runner"):
+        if o.kind == "End" or o.schema.family == "collective":
             raise Illegal(f"op {o.id} ({o.kind}) is not computation")
         if not can_lower(o):
             raise Illegal(f"op {o.id} ({o.kind}) has no kernel in this build")

@@ -14,7 +14,6 @@ import copy
 from ..errors import InvalidArguments
 from ..graph import check_output_layout
 from ..lowering import value_inputs
-from ..ops.schema import OpSchema
 from ..types import LogicalTensor, check_extent
 
 
@@ -37,14 +36,6 @@ def values_by_op(ops, values: dict | None) -> dict[int, dict[str, tuple]]:
     return out
 
 
-def _reads_attribute(schema) -> bool:
-    """Transitional: a schema with value inputs that does not override
-    ``check_values`` still reads them from ``op.input_values`` in its check,
-    infer and lowering (graphc/ops/reduce.py, conv.py, interpolate.py): its op
-    copy gets that attribute until the schema takes the values as an argument."""
-    return bool(schema.value_inputs) and type(schema).check_values is OpSchema.check_values
-
-
 def specialize(partition, inputs: list[LogicalTensor], values: dict | None = None):
     """(ops, known): copies of the partition's ops with shapes re-inferred from
     the concrete ``inputs``, and {tensor id: LogicalTensor} of every tensor.
@@ -57,8 +48,6 @@ def specialize(partition, inputs: list[LogicalTensor], values: dict | None = Non
     for op in partition.ops:
         new = copy.copy(op)
         given = values.get(op.id, {})
-        if given and _reads_attribute(op.schema):
-            new.input_values = given
         new.inputs = [known.get(t.id, t) for t in op.inputs]
         new.outputs = [t.with_shape(tuple(-1 if d == -1 else d for d in t.shape)) for t in op.outputs]
         new.rebind_inputs(new.inputs, given)

@@ -228,13 +228,13 @@ def check_shape_source(op, name, rank):
                              expected=f"{rank} values", found=list(v))
 
 
-def given_shape(op, name):
+def given_shape(op, name, values=None):
     """The ``name`` attribute when no input of that name overrides it; else the
-    input's values when a compiled partition specialises on them (value_inputs),
-    else None (unknown)."""
+    input's values when a compiled partition specialises on them (``values``,
+    {port name: tuple}: value_inputs), else None (unknown)."""
     if op.input(name) is None:
         return op.attr(name)
-    values = getattr(op, "input_values", {}).get(name)
+    values = (values or {}).get(name)
     if values is None:
         return None
     shape = tuple(int(v) for v in values)
@@ -499,8 +499,12 @@ class ConvolutionBackwardData(_Conv):
     data_port = "diff_dst"
     shape_name = "dst_shape"
 
-    def infer(self, op):
-        return [self._shape(op, op.input("diff_dst").shape, op.input("weights").shape, given_shape(op, "dst_shape"))]
+    def infer(self, op, values=None):
+        return [self._shape(op, op.input("diff_dst").shape, op.input("weights").shape,
+                            given_shape(op, "dst_shape", values))]
+
+    def check_values(self, op, values):
+        return self.infer(op, values)
 
     def _shape(self, op, dy_shape, w_shape, shape):
         n, oc, small = split_data(op, dy_shape)
@@ -548,9 +552,12 @@ class ConvolutionBackwardWeights(_Conv):
     dtypes = WEIGHTS_GRAD_TYPES
     shape_name = "weights_shape"
 
-    def infer(self, op):
+    def infer(self, op, values=None):
         return [self._shape(op, op.input("src").shape, op.input("diff_dst").shape,
-                            given_shape(op, "weights_shape"))]
+                            given_shape(op, "weights_shape", values))]
+
+    def check_values(self, op, values):
+        return self.infer(op, values)
 
     def _shape(self, op, x_shape, dy_shape, shape):
         c, big, small, o, i, k = _weights_grad_dims(op, x_shape, dy_shape, shape)
@@ -627,9 +634,12 @@ class ConvTransposeBackwardWeights(_Conv):
     dtypes = WEIGHTS_GRAD_TYPES
     shape_name = "weights_shape"
 
-    def infer(self, op):
+    def infer(self, op, values=None):
         return [self._shape(op, op.input("src").shape, op.input("diff_dst").shape,
-                            given_shape(op, "weights_shape"))]
+                            given_shape(op, "weights_shape", values))]
+
+    def check_values(self, op, values):
+        return self.infer(op, values)
 
     def _shape(self, op, x_shape, dy_shape, shape):
         c, small, big, o, i, k = _weights_grad_dims(op, x_shape, dy_shape, shape)

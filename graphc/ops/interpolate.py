@@ -60,8 +60,7 @@ def dst_spatial(op, src_shape, sizes=None) -> list[int]:
                                where="port 'sizes'", expected=n, found=sizes.tolist())
         return [int(s) for s in sizes]
     if op.input("sizes") is not None:
-        values = getattr(op, "input_values", {}).get("sizes")   # a kernel specialised on them (value_inputs)
-        return [-1] * n if values is None else dst_spatial(op, src_shape, np.asarray(values))
+        return [-1] * n   # data: known once a kernel is specialised on them (check_values)
     for name in ("sizes", "scales"):
         values = op.attr(name)
         if values is None:
@@ -159,6 +158,10 @@ class Interpolate(OpSchema):
     def infer(self, op):
         src = op.inputs[0].shape
         return [with_spatial(op, src, dst_spatial(op, src))]
+
+    def check_values(self, op, values):
+        src = op.inputs[0].shape
+        return [with_spatial(op, src, dst_spatial(op, src, np.asarray(values["sizes"])))]
 
     def reference(self, op, src, sizes=None):
         axes = spatial_axes(op, src.ndim)

@@ -6,8 +6,8 @@ docs state.  With ``keep_dims`` the reduced dims stay as 1s, else they go.
 
 The axes-input form is lowered per value of the axes: ``axes`` is a value input
 (``value_inputs``), so the partition compiles at its first run for the axes
-given, and the specialised op copies carry them in ``op.input_values``
-(graphc.compiled.specialize).  Their lowering is graphc/codegen/rules/reduce.py.
+given: the compile step hands them to ``check_values`` and to the lowering
+rule as an argument (graphc.compiler.specialize).  Their lowering is graphc/codegen/rules/reduce.py.
 """
 from __future__ import annotations
 
@@ -42,11 +42,6 @@ def axes_of(op, rank, values) -> tuple | None:
     return normalized_axes(op, given, rank, RuntimeFault, "input 'axes'")
 
 
-def _axes(op, rank):
-    """axes_of with the values the op was specialised on (``op.input_values``)."""
-    return axes_of(op, rank, getattr(op, "input_values", {}))
-
-
 class Reduce(OpSchema):
     family = "reduce"
     inputs = (In("src"), In("axes", optional=True, doc="1-D s32 tensor of axes, instead of the attribute"))
@@ -68,13 +63,11 @@ class Reduce(OpSchema):
         if axes_in.ndim != 1:
             raise bad_shape(op, "axes must be a 1-D tensor", where="port 'axes'", expected="rank 1",
                             found=list(axes_in.shape))
-        _axes(op, op.inputs[0].ndim)  # values given to specialise on: in range and unique
 
     def infer(self, op):
         src = op.inputs[0].shape
-        axes = _axes(op, len(src))
-        if axes is not None:
-            return [self._reduced_shape(op, src, axes)]
+        if op.input("axes") is None:
+            return [self._reduced_shape(op, src, normalized_axes(op, op.attr("axes"), len(src)))]
         n = op.input("axes").shape[0]
         if n == 0:
             return [src]
@@ -82,6 +75,10 @@ class Reduce(OpSchema):
         if op.attr("keep_dims"):
             return [tuple(1 if d == 1 else -1 for d in src)]
         return [(-1,) * (len(src) - n) if n != -1 else None]
+
+    def check_values(self, op, values):
+        src = op.inputs[0].shape
+        return [self._reduced_shape(op, src, axes_of(op, len(src), values))]
 
     @staticmethod
     def _reduced_shape(op, src, axes):

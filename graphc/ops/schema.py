@@ -330,14 +330,6 @@ class OpSchema:
             return (0.25, 4.0)
         return None
 
-    def lower(self, op, kb, ins, outs) -> None:
-        """Emit this op's kernel code into ``kb`` (a KernelBuilder) reading the
-        ArrayRefs ``ins`` and writing ``outs``."""
-        raise Unimplemented("this build cannot lower this op", op=op)
-
-    def supports_lowering(self, op) -> bool:
-        return type(self).lower is not OpSchema.lower
-
     def preferred_strides(self, op):
         """The strides this op writes output 0 fastest in, for an output whose
         layout is ``any`` (graphc chooses it: graphc/compiler/any_layout.py); None for the

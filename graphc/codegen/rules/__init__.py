@@ -25,6 +25,7 @@ from typing import ClassVar
 
 from ...errors import Unimplemented
 from .. import ir
+from ..elementwise import emit_elementwise
 
 _RULES: dict[str, "Rule"] = {}
 _FAMILIES = ("bias", "binary", "conv", "distributed", "eltwise", "interpolate", "matmul", "misc", "norm", "pool",
@@ -82,33 +83,17 @@ class ElementwiseRule(Rule):
         raise NotImplementedError
 
     def lower(self, op, kb, ins, outs, values):
-        from ..elementwise import emit_elementwise
         emit_elementwise(kb, outs, ins, lambda kb_, vals: [self.source(op, *vals)])
 
 
-class _SchemaRule(Rule):
-    """Transitional: an op family whose lowering still sits on its schema."""
+class _NoRule(Rule):
+    """The rule of a kind this build has no kernel for (End, Wildcard)."""
 
     def supports(self, op):
-        return op.schema.supports_lowering(op)
-
-    def lower(self, op, kb, ins, outs, values):
-        op.schema.lower(op, kb, ins, outs)
-
-    def may_fault(self, op):
-        return getattr(op.schema, "kernel_fault", None) is not None
-
-    def kernel_fault(self, op, status, inputs_by_id):
-        return op.schema.kernel_fault(op, status, inputs_by_id)
-
-    def source(self, op, *vals):
-        return op.schema.source(op, *vals)
-
-    def source_at(self, op, kb, ivars, *vals):
-        return op.schema.source_at(op, kb, ivars, *vals)
+        return False
 
 
-_SCHEMA_RULE = _SchemaRule()
+_NO_RULE = _NoRule()
 _loaded = False
 _lock = threading.Lock()
 
@@ -120,18 +105,14 @@ def _load_all() -> None:
     with _lock:
         if not _loaded:
             for family in _FAMILIES:
-                try:
-                    importlib.import_module(f"{__name__}.{family}")
-                except ModuleNotFoundError as e:
-                    if e.name != f"{__name__}.{family}":
-                        raise
+                importlib.import_module(f"{__name__}.{family}")
             _loaded = True
 
 
 def rule(op) -> Rule:
     """The lowering rule of ``op``'s kind."""
     _load_all()
-    return _RULES.get(op.kind) or _RULES.get(op.schema.kind) or _SCHEMA_RULE
+    return _RULES.get(op.schema.kind, _NO_RULE)
 
 
 def can_lower(op) -> bool:
