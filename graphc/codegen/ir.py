@@ -27,6 +27,9 @@ FLOATS = ("f32", "f64", "c64")
 TYPE_CTOR = {"f32": "np.float32", "f64": "np.float64", "int": "np.int64", "u64": "np.uint64", "bool": "np.bool_",
              "c64": "np.complex64", "u32": "np.uint32", "u16": "np.uint16", "u8": "np.uint8", "i8": "np.int8",
              "i32": "np.int32", "c128": "np.complex128"}
+#: the numpy scalar type of each compute type (the one TYPE_CTOR names): the dtype of
+#: a workspace of that element type
+NP_TYPE = {t: getattr(np, ctor.removeprefix("np.")) for t, ctor in TYPE_CTOR.items()}
 #: compute types an array element loads as, by numpy dtype
 ELEM_TYPE = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.complex64): "c64",
              np.dtype(np.bool_): "bool"}

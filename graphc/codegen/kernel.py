@@ -18,6 +18,7 @@ from .blas_import import IMPORT as blas_import
 from .fastmath import BITS_IMPORT, use_helpers_called
 from .printer import print_body
 from . import smallfloat
+from ..dtypes import ROWS
 from ..types import DataType, LogicalTensor
 
 HEADER = """\
@@ -60,13 +61,10 @@ _LOAD = {DataType.bf16: "bf16_to_f32", DataType.f16: "f16_to_f32",
 _STORE = {DataType.bf16: "f32_to_bf16", DataType.f16: "f32_to_f16",
           DataType.f8_e4m3: "f32_to_f8e4m3", DataType.f8_e5m2: "f32_to_f8e5m2",
           DataType.e8m0: "f32_to_e8m0", DataType.f4_e2m1: "f32_to_f4e2m1", DataType.f4_e3m0: "f32_to_f4e3m0"}
-_INT_RANGE = {DataType.s8: (-128, 127), DataType.u8: (0, 255), DataType.s4: (-8, 7), DataType.u4: (0, 15),
-              DataType.s32: (-(2 ** 31), 2 ** 31 - 1), DataType.u32: (0, 2 ** 32 - 1)}
-#: the numpy dtype a kernel sees for each graphc dtype (bit views for narrow floats;
-#: e8m0 and the f4 codes one per byte, graphc.codegen.smallfloat converts them)
-KERNEL_VIEW = {DataType.bf16: np.uint16, DataType.f16: np.uint16, DataType.f8_e4m3: np.uint8,
-               DataType.f8_e5m2: np.uint8, DataType.s4: np.int8, DataType.u4: np.uint8,
-               DataType.e8m0: np.uint8, DataType.f4_e2m1: np.uint8, DataType.f4_e3m0: np.uint8}
+#: the numpy dtype a kernel sees for each graphc dtype whose storage it sees otherwise
+#: (the dtype rows' kernel_view: bit views for narrow floats; e8m0 and the f4 codes
+#: one per byte, graphc.codegen.smallfloat converts them)
+KERNEL_VIEW = {r.dtype: r.kernel_view.type for r in ROWS if r.kernel_view is not None}
 # the kernel IR may call the small-float helpers (their result types)
 ir.FUNCS.update({f: (lambda dt: lambda a: dt)(dt) for f, dt in smallfloat.FUNCS.items()})
 
@@ -131,9 +129,7 @@ class ArrayRef:
 
     @property
     def buf(self) -> ir.Expr:
-        view = KERNEL_VIEW.get(self.dtype)
-        elem = ir.elem_type(view if view is not None else self.dtype.np)
-        return ir.array(self.name, elem)
+        return ir.array(self.name, ir.elem_type(self.dtype.info.kernel_np))
 
     def offset(self, ivars, shape=None) -> ir.Expr:
         """Element offset of multi-index ``ivars`` (expressions, one per dim, None
@@ -175,7 +171,7 @@ class ArrayRef:
                 value = ir.call("f64_to_f32_odd", value)
             return ir.Store(self.buf, at, ir.call(f, value))
         if self.dtype.is_int:
-            lo, hi = _INT_RANGE[self.dtype]
+            lo, hi = self.dtype.info.int_range
             return ir.Store(self.buf, at, ir.call("sat_round", value, lo, hi))
         return ir.Store(self.buf, at, value)
 
@@ -435,13 +431,14 @@ def helper_source(text: str) -> str:
 def _narrowed(value: ir.Expr, dtype: DataType):
     """The stored form of ``value`` when :func:`as_stored` made it for ``dtype``
     (the bits of a narrow float, a saturated integer), else None."""
-    if dtype.is_int and dtype in _INT_RANGE and _int_consts_within(value, *_INT_RANGE[dtype]):
+    int_range = dtype.info.int_range
+    if int_range is not None and _int_consts_within(value, *int_range):
         return value   # (a mask's 0 and 1)
     if value.op != "call":
         return None
     fn, args = value.args
-    if dtype.is_int and fn == "sat_round" and dtype in _INT_RANGE:
-        lo, hi = _INT_RANGE[dtype]
+    if int_range is not None and fn == "sat_round":
+        lo, hi = int_range
         if len(args) == 3 and all(a.op == "const" for a in args[1:]) and (args[1].args[0], args[2].args[0]) == (lo, hi):
             return value
     if _LOAD.get(dtype) == fn and args and args[0].op == "call" and args[0].args[0] == _STORE[dtype]:
@@ -475,7 +472,7 @@ def as_stored(value, dtype: DataType) -> ir.Expr:
             value = ir.call("f64_to_f32_odd", value)
         return ir.call(_LOAD[dtype], ir.call(f, value))
     if dtype.is_int:
-        lo, hi = _INT_RANGE[dtype]
+        lo, hi = dtype.info.int_range
         return ir.call("sat_round", value, lo, hi)
     if dtype is DataType.f32:
         return ir.f32(value)
