@@ -13,11 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba.core import config as numba_config
 
-from . import ir, outline
-from .blas_import import IMPORT as blas_import
-from .fastmath import BITS_IMPORT, use_helpers_called
+from . import helpers, ir, outline
 from .printer import print_body
-from . import smallfloat
 from ..dtypes import ROWS
 from ..types import DataType, LogicalTensor
 
@@ -26,17 +23,7 @@ HEADER = """\
 import math
 import numpy as np
 from numba import njit, prange
-from graphc.codegen.runtime import (bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to_f16, f8e4m3_to_f32,
-                                    f32_to_f8e4m3, f8e5m2_to_f32, f32_to_f8e5m2, sat_round,
-                                    sigmoid, softplus, round_half_away, gelu_tanh_grad, mish_grad,
-                                    f64_to_f32_odd)
-"""
-
-#: imports of the functions HEADER leaves out, added to a kernel that calls them
-EXTRA_IMPORTS = {"gemm_f32": blas_import, "gemm_bf16": blas_import, "gemm_u8s8": blas_import,
-                 "bits_to_f32": BITS_IMPORT, "f32_to_bits": BITS_IMPORT,
-                 "get_thread_id": "from numba import get_thread_id",
-                 **{f: smallfloat.IMPORT for f in smallfloat.FUNCS}}
+""" + helpers.HEADER_IMPORTS.text + "\n"
 
 #: threads of numba's pool (get_thread_id is below it): per-thread workspaces hold this many parts
 NUM_THREADS = numba_config.NUMBA_NUM_THREADS
@@ -65,8 +52,6 @@ _STORE = {DataType.bf16: "f32_to_bf16", DataType.f16: "f32_to_f16",
 #: (the dtype rows' kernel_view: bit views for narrow floats; e8m0 and the f4 codes
 #: one per byte, graphc.codegen.smallfloat converts them)
 KERNEL_VIEW = {r.dtype: r.kernel_view.type for r in ROWS if r.kernel_view is not None}
-# the kernel IR may call the small-float helpers (their result types)
-ir.FUNCS.update({f: (lambda dt: lambda a: dt)(dt) for f, dt in smallfloat.FUNCS.items()})
 
 
 def num(v) -> str:
@@ -396,25 +381,21 @@ class KernelBuilder:
                 | {w[0] for w in self.workspaces})
 
     def source(self, entry: str = "kernel") -> str:
-        called = ir.calls(self.body)
-        use_helpers_called(self, called)
-        for line in sorted({EXTRA_IMPORTS[f] for f in called if f in EXTRA_IMPORTS}, reverse=True):
-            if line not in self.helpers:
-                self.helpers.insert(0, line)
+        helpers.import_called(self, ir.calls(self.body))
         params = [a.name for a in self.args] + [w[0] for w in self.workspaces]
-        stmts, helpers, functions, opts = self.body, list(self.helpers), [], KERNEL_JIT
+        stmts, lines, functions, opts = self.body, list(self.helpers), [], KERNEL_JIT
         out = outline.outline(self) if self.parallel else None
         if out is not None:
             # the parallel loops outlined: functions of the module run on numba's threads
             stmts, functions = out.body, out.functions
-            helpers.insert(0, outline.IMPORT)
+            lines.insert(0, outline.IMPORT)
         if self.parallel and out is None:
             opts += ", parallel=True"
         else:
             opts += LEAN
-            helpers.insert(0, "from graphc.codegen.pipeline import KernelCompiler")
+            lines.insert(0, "from graphc.codegen.pipeline import KernelCompiler")
         body = print_body(stmts, 1, self._taken()) if stmts else ["    pass"]
-        return (HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in helpers) +
+        return (HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in lines) +
                 "".join(f + "\n\n" for f in functions) +
                 f"\n@njit({opts})\ndef {entry}({', '.join(params)}):\n" + "\n".join(body) + "\n")
 
