@@ -201,7 +201,7 @@ class KernelBuilder:
         self.body: list = []
         self._stack: list[list] = [self.body]
         self._names: dict[str, int] = {}
-        self.parallel = False
+        self.parallel = False   # a parallel loop was emitted: the kernel runs on several threads
         self.helpers: list[str] = []
         self._mutable: set[str] = set()   # names assigned more than once
         #: (name, elements, elem) of the workspaces: buffers the compiled partition
@@ -380,7 +380,9 @@ class KernelBuilder:
         return ({f"{p}{i}" for p, n in self._names.items() for i in range(n)} | {a.name for a in self.args}
                 | {w[0] for w in self.workspaces})
 
-    def source(self, entry: str = "kernel") -> str:
+    def source(self, entry: str = "kernel") -> outline.KernelSource:
+        """The kernel module's source, which records whether the kernel runs
+        loops on several threads (``.parallel``: a parallel loop was emitted)."""
         helpers.import_called(self, ir.calls(self.body))
         params = [a.name for a in self.args] + [w[0] for w in self.workspaces]
         stmts, lines, functions, opts = self.body, list(self.helpers), [], KERNEL_JIT
@@ -395,9 +397,10 @@ class KernelBuilder:
             opts += LEAN
             lines.insert(0, "from graphc.codegen.pipeline import KernelCompiler")
         body = print_body(stmts, 1, self._taken()) if stmts else ["    pass"]
-        return (HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in lines) +
-                "".join(f + "\n\n" for f in functions) +
-                f"\n@njit({opts})\ndef {entry}({', '.join(params)}):\n" + "\n".join(body) + "\n")
+        return outline.KernelSource(HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in lines) +
+                                    "".join(f + "\n\n" for f in functions) +
+                                    f"\n@njit({opts})\ndef {entry}({', '.join(params)}):\n" + "\n".join(body)
+                                    + "\n", self.parallel)
 
 
 def helper_source(text: str) -> str:
