@@ -108,7 +108,7 @@ def child_compile(in_process: bool) -> None:
         _orig(fn, sig)
         kids2 = _worker_cpu(cache)
         row = {"source": cur.pop("source", 0.0), "compile_cpu": clock() - c, "compile_wall": time.perf_counter() - w,
-               "llvm": llvm[0], "parallel": runs_parallel(fn.py_func.__globals__.get("__graphc_source__", "")),
+               "llvm": llvm[0], "parallel": runs_parallel(fn.py_func.__globals__.get("__graphc_source__")),
                "worker_cpu": kids2 - kids if kids2 >= kids else kids2}   # (a new worker: from 0)
         stages = {}
         ns = fn.py_func.__globals__

@@ -6,7 +6,7 @@
 as an attribute (``graphc.reference.run``)."""
 from .errors import (GraphcError, InvalidArguments, InvalidDataType, InvalidGraph, InvalidGraphOp,
                      InvalidShape, RuntimeFault, Unimplemented)
-from .graph import Graph
+from .builder import Graph
 from .jsonio import dump_graph, load_graph, save_graph
 from .op import Op
 from .partition import Partition

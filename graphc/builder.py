@@ -1,9 +1,23 @@
-"""Small helpers to build graphs in Python without bookkeeping ids by hand."""
+"""The graph users build in Python (:class:`Graph`, ``graphc.Graph``), and small
+helpers to build graphs without bookkeeping ids by hand."""
 from __future__ import annotations
 
-from .graph import Graph
+from . import graph
 from .op import Op
+from .partition import partition_graph
 from .types import LogicalTensor
+
+
+class Graph(graph.Graph):
+    """``Graph(engine_kind="cpu", fpmath_mode="strict")``: the core graph
+    (graphc.graph.Graph: ops, tensors, checks, shape inference) with oneDNN's
+    ``get_partitions``, which runs the pass pipeline: the core graph knows no
+    partitions."""
+
+    def get_partitions(self, policy: str = "fusion"):
+        """The partitions of the finalized graph: fused patterns under policy
+        "fusion", one op per partition under "debug"."""
+        return partition_graph(self, policy)
 
 
 class GraphBuilder:

@@ -22,7 +22,10 @@ class Graph:
 
     ``add_op`` checks each op against its schema at once; ``finalize`` checks
     the graph as a whole (unique ids, one producer per tensor, consistent
-    tensors, no cycles) and infers every shape it can.
+    tensors, no cycles) and infers every shape it can.  The graph knows no
+    partitions: the public ``graphc.Graph`` (graphc.builder) adds oneDNN's
+    ``get_partitions``, and the compile step partitions any graph
+    (graphc.partition.partition_graph).
     """
 
     def __init__(self, engine_kind: str = "cpu", fpmath_mode: str = "strict",
@@ -268,10 +271,6 @@ class Graph:
     def get_fpmath_mode(self) -> tuple[str, bool]:
         """(fpmath mode, whether it applies to integral types), as oneDNN's graph::get_fpmath_mode."""
         return self.fpmath_mode, self.fpmath_mode_apply_to_int
-
-    def get_partitions(self, policy: str = "fusion"):
-        from .partition import partition_graph
-        return partition_graph(self, policy)
 
     def __repr__(self) -> str:
         return f"Graph({len(self.ops)} ops, inputs={self.input_ports}, outputs={self.output_ports})"

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import GraphcError, InvalidArguments, InvalidGraphOp
-from .graph import Graph
+from .builder import Graph
 from .op import Op
 from .types import ATTR_JSON_TYPES, INT64_MAX, LogicalTensor
 

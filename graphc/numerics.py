@@ -5,8 +5,6 @@ import numpy as np
 
 from .types import DataType
 
-_NARROW_VIA_F32 = (DataType.bf16, DataType.f8_e4m3, DataType.f8_e5m2)
-
 
 def widen(a: np.ndarray, dt: DataType) -> np.ndarray:
     """float types -> float64, c64 -> complex128, integer types -> int64, boolean kept."""
@@ -39,7 +37,7 @@ def round_to(x, dt: DataType) -> np.ndarray:
     target = dt.np
     if dt.is_float:
         x = x.astype(np.float64) if x.dtype != np.float64 else x
-        if dt in _NARROW_VIA_F32:
+        if dt.info.round_via_f32:
             return _f64_to_f32_round_to_odd(x).astype(target)
         with np.errstate(over="ignore", invalid="ignore"):
             return x.astype(target)
@@ -47,15 +45,18 @@ def round_to(x, dt: DataType) -> np.ndarray:
         return x.astype(np.complex64)
     if dt is DataType.boolean:
         return x.astype(np.bool_)
-    info = _int_range(dt)
+    lo, hi = _int_range(dt)
     if x.dtype.kind == "f":
-        x = np.rint(np.nan_to_num(x, nan=0.0, posinf=info[1], neginf=info[0]))
-    return np.clip(x, info[0], info[1]).astype(np.int64).astype(target)
+        x = np.rint(np.nan_to_num(x, nan=0.0, posinf=hi, neginf=lo))
+    return np.clip(x, lo, hi).astype(np.int64).astype(target)
 
 
-def _int_range(dt: DataType):
-    return {DataType.s8: (-128, 127), DataType.u8: (0, 255), DataType.s4: (-8, 7), DataType.u4: (0, 15),
-            DataType.s32: (-(2 ** 31), 2 ** 31 - 1), DataType.u32: (0, 2 ** 32 - 1)}[dt]
+def _int_range(dt: DataType) -> tuple[int, int]:
+    """The range a result rounded to integer type ``dt`` saturates to (its row's)."""
+    r = dt.info.int_range
+    if r is None:
+        raise KeyError(dt)   # (s64, u64: no saturating store)
+    return r
 
 
 # ------------------------------------------------------------------ fpmath_mode

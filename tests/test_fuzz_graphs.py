@@ -37,7 +37,7 @@ import graphc
 from conftest import OP_CORPUS
 from graphc.errors import GraphcError
 from graphc.fill import make_inputs
-from graphc.graph import Graph
+from graphc import Graph   # (the public graph: the core one has no get_partitions)
 from graphc.op import Op
 from graphc.ops import get_schema
 from graphc.types import DataType, LogicalTensor

@@ -411,3 +411,46 @@ def test_bad_partition_policy(policy):
     g, *_ = chain()
     with pytest.raises(InvalidArguments, match="policy"):
         g.get_partitions(policy)
+
+
+def test_the_core_graph_knows_no_partitions():
+    """graphc.Graph is the core graph with oneDNN's get_partitions added by the
+    front layer; the core graph module imports no partitioning."""
+    import ast
+    from pathlib import Path
+
+    from graphc import graph as core
+    assert issubclass(Graph, core.Graph) and Graph is not core.Graph
+    assert not hasattr(core.Graph, "get_partitions")
+    tree = ast.parse(Path(core.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(m and ("partition" in m or m.startswith("passes")) for m in imported)
+    from graphc.partition import partition_graph
+    g, *_ = chain()
+    assert [p.get_ops() for p in partition_graph(g, "debug")] == [p.get_ops() for p in g.get_partitions("debug")]
+
+
+def test_first_graphs_built_at_once_see_every_op_kind():
+    """Two threads building their first graphs at once: the one that does not load
+    the op families waits for them (no 'unknown op kind'); checked in a fresh
+    interpreter, where the families are not loaded yet."""
+    import subprocess
+    import sys
+    code = """
+import threading
+from graphc import Graph, LogicalTensor, Op
+errors, barrier = [], threading.Barrier(4)
+def build():
+    barrier.wait()
+    try:
+        g = Graph()
+        g.add_op(Op(0, "SoftMax", [LogicalTensor(0, "f32", (2, 3))], [LogicalTensor(1, "f32", (2, 3))], {"axis": 1}))
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=build) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(errors)
+"""
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -465,7 +465,7 @@ def test_pruning_can_be_turned_off(root, monkeypatch):
     assert stale.exists()
 
 
-@pytest.mark.parametrize("name", ["runtime.py", "fastmath.py", "launch.py", "blas.py", "entry.py"])
+@pytest.mark.parametrize("name", ["runtime.py", "fastmath.py", "smallfloat.py", "launch.py", "blas.py", "entry.py"])
 def test_version_folder_changes_with_code_compiled_into_cached_kernels(monkeypatch, name):
     """A change to a module whose code cached kernels or trampolines hold (helpers
     they inline, the thread launch, the BLAS binding, the trampolines' call and

@@ -271,7 +271,7 @@ def test_inputs_of_the_wrong_kind(bad):
 def _threaded_runs(n_threads=8, iters=20):
     g = one_op("ReLU", [("f32", [512, 1024])], [("f32", [512, 1024])])
     cg = graphc.compile(g)
-    assert runs_parallel(cg.source)
+    assert runs_parallel(cg)
     x = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)
     want = np.maximum(x, 0)
     bad = []

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from graphc.errors import GraphcError, InvalidArguments, InvalidDataType, InvalidShape
+from graphc.dtypes import INFO, KINDS, ROWS
 from graphc.types import DataType, LayoutType, LogicalTensor, PropertyType
 
 STORAGE = {
@@ -46,6 +47,41 @@ def test_low_precision_storage_rounds_like_the_format():
     assert float(np.float32(1 + 2 ** -4).astype(DataType.f8_e5m2.np)) == 1.0
     assert float(np.float32(448).astype(DataType.f8_e4m3.np)) == 448.0  # e4m3fn max
     assert float(np.float32(57344).astype(DataType.f8_e5m2.np)) == 57344.0  # e5m2 max finite
+
+
+def test_one_row_of_facts_per_data_type():
+    assert [r.dtype for r in ROWS] == list(DataType)
+    for dt in DataType:
+        assert dt.info is INFO[dt] and dt.info.kind in KINDS
+    assert DataType.from_numpy(np.uint8) is DataType.u8 and not DataType.f4_e3m0.info.from_numpy
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r.np is not None], ids=lambda r: r.dtype.value)
+def test_rows_agree_with_their_storage(row):
+    if row.int_range is not None:   # a saturating store's range is the storage's
+        info = ml_dtypes.iinfo(row.np)
+        assert row.kind == "int" and row.int_range == (int(info.min), int(info.max))
+    if row.kernel_view is not None:   # a kernel sees the same bytes
+        assert row.kernel_view.itemsize == row.np.itemsize and row.kernel_np == row.kernel_view
+    else:
+        assert row.kernel_np == row.np
+    assert row.low_precision == (row.kind == "float" and row.np.itemsize < 4)
+    for tol in (row.compiled_tol, row.oracle_tol):
+        assert tol is None or (row.kind in ("float", "complex") and all(t > 0 for t in tol))
+
+
+def test_tables_elsewhere_are_lookups_into_the_rows():
+    from graphc import numerics, tolerances
+    from graphc.codegen import kernel
+    assert tolerances.COMPILED == {r.dtype: r.compiled_tol for r in ROWS if r.compiled_tol}
+    assert tolerances.ORACLE == {r.dtype: r.oracle_tol for r in ROWS if r.oracle_tol}
+    assert tolerances.tolerance("s8") == (0.0, 0.0) and tolerances.tolerance("bf16") == DataType.bf16.info.compiled_tol
+    assert kernel.KERNEL_VIEW == {r.dtype: r.kernel_view.type for r in ROWS if r.kernel_view is not None}
+    for r in ROWS:
+        if r.int_range is not None:   # the reference saturates to the row's range
+            lo, hi = r.int_range
+            got = numerics.round_to(np.array([-1e30, 1e30]), r.dtype)
+            assert [int(v) for v in got] == [lo, hi]
 
 
 def test_undef_has_no_storage():

@@ -31,3 +31,5 @@ def _prefer_512_bit_vectors() -> None:
 
 
 _prefer_512_bit_vectors()
+
+from . import helpers  # noqa: E402,F401  (declares the kernel helpers to the kernel IR)

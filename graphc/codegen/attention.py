@@ -13,7 +13,8 @@ each block it walks the keys in blocks of BN:
   ``Values``), at each element's (batch, row, column) index;
 * online softmax: per row a running max and sum; the accumulator's row is
   rescaled by exp(old max - new max) when the max grows, the tile turned into
-  exp(s - max) (``attn_exp_row``: vectorised f32 exp and a reassociating sum);
+  exp(s - max) (``attn_exp_row`` of graphc.codegen.fastmath: vectorised f32 exp and a
+  reassociating sum);
 * O_blk += P @ V_blk (``gemm_f32`` with beta 1).
 
 At the end O / sum is stored through the output's ``store_nd`` (views of the
@@ -50,7 +51,7 @@ import math
 from dataclasses import replace
 
 from . import ir, rules
-from .fastmath import use_helper
+from .helpers import use_helper
 from .fusion import PrologueRef, Values
 from .gemm import Matrix, direct, fpmath_rounding, pack
 from .kernel import NUM_THREADS, ArrayRef, as_stored, is_narrow_float, worth_parallel
@@ -69,18 +70,6 @@ BN = 128
 BM_PACKED = 256
 
 REORDERS = ("StaticReshape", "StaticTranspose")
-
-_EXP_ROW = """\
-@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc', 'contract'})
-def attn_exp_row(s, off, n, m):
-    # s[off:off+n] = exp(s - m) for s <= m (NaN stays NaN); returns their float32 sum
-    acc = np.float32(0.0)
-    for j in range(n):
-        p = exp_le0_f32(s[np.uint64(off + j)] - m)
-        s[np.uint64(off + j)] = p
-        acc += p
-    return acc"""
-
 
 # -- views --------------------------------------------------------------------------------
 def _view(ref, lt, strides) -> ArrayRef:
@@ -225,9 +214,7 @@ def lower_attention(kb, ops, refs, plan) -> bool:
         bm = min(bm, sq)
     mt, kt = -(-sq // bm), -(-skv // bn)
     parallel = nbatch * mt > 1 and worth_parallel(nbatch * sq * skv * (d + dv) // 8)
-    use_helper(kb, "exp_le0_f32")
-    if _EXP_ROW not in kb.helpers:
-        kb.helpers.append(_EXP_ROW)
+    use_helper(kb, "attn_exp_row")   # (after exp_le0_f32, which it calls)
     ninf = ir.const(-math.inf, "f32")
     dparams = dropout_params(kb, *(local[t.id] for t in drop.inputs[1:])) if drop else None
 

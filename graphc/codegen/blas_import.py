@@ -1,16 +1,14 @@
-"""The import line a generated kernel's module gets when its IR calls ``gemm_f32``
-(kept apart from blas.py so that building kernel source does not load numba's
-BLAS bindings, MKL or scipy; the kernel module's import does, and sets the
-thread limit once), and where MKL's library is: the kernel cache keeps the
-kernels built against MKL apart from those built against OpenBLAS."""
+"""Where MKL's library is, and what it lets kernels do (kept apart from blas.py so
+that building kernel source does not load numba's BLAS bindings, MKL or scipy;
+the kernel module's import of graphc.codegen.blas does, and sets the thread
+limit once: graphc.codegen.helpers declares that line).  The kernel cache keeps
+the kernels built against MKL apart from those built against OpenBLAS."""
 from __future__ import annotations
 
 import functools
 import glob
 import os
 import sys
-
-IMPORT = "from graphc.codegen.blas import gemm_f32, gemm_bf16, gemm_u8s8, single_threaded_blas\nsingle_threaded_blas()"
 
 
 @functools.cache

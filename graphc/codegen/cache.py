@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import os
 import pickle
 import re
@@ -45,7 +46,7 @@ from pathlib import Path
 
 import numba
 
-from . import fastmath, runtime
+from . import helpers
 from .blas_import import mkl_path
 
 #: bumped when the layout or format of the files in the cache folder changes
@@ -63,17 +64,24 @@ class _Refused(Exception):
     """A cache folder graphc will not use (the reason is the message)."""
 
 
+def _linked_files() -> list[Path]:
+    """The files whose code is compiled into what this cache holds, read rather than
+    imported (launch starts numba's threads, blas loads the BLAS library): the
+    modules kernels import helpers from (graphc.codegen.helpers: the runtime
+    helpers, fastmath's, which kernels inline, the small-float conversions, the
+    BLAS binding of kernels that multiply, and its library, see _runtime_digest),
+    then parallel kernels' thread launch and the trampolines' call and unboxing."""
+    here = Path(__file__).parent
+    files = [Path(importlib.util.find_spec(m).origin) for m in helpers.linked_modules()]
+    return files + [here / "launch.py", here / "entry.py"]
+
+
 def _runtime_digest() -> str:
     global _runtime_tag
     if _runtime_tag is None:
         h = hashlib.sha256()
-        for mod in (runtime, fastmath):   # helpers kernels link (and inline)
-            h.update(Path(mod.__file__).read_bytes())
-        # code compiled into what this cache holds, read rather than imported (launch starts
-        # numba's threads): parallel kernels' thread launch, the trampolines' call and
-        # unboxing, the BLAS binding of kernels that multiply (and its library, below)
-        for name in ("launch.py", "entry.py", "blas.py"):
-            h.update(Path(runtime.__file__).with_name(name).read_bytes())
+        for path in _linked_files():
+            h.update(path.read_bytes())
         h.update(b"mkl" if mkl_path() else b"openblas")
         _runtime_tag = h.hexdigest()[:12]
     return _runtime_tag

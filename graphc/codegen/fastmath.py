@@ -37,6 +37,8 @@ tails (tests/codegen/test_fastmath.py; float32 subnormal results flush to 0):
   as the floats are (-0 below +0, NaN with the sign bit clear above +inf), its
   running max, and back (exact): an integer max reduction vectorizes, a float
   one with NaN semantics does not (a 1024-float row's max about 7x faster).
+- attn_exp_row: a row of an attention score tile exponentiated in place
+  (exp_le0_f32) and summed in float32, with 'reassoc' and 'contract'.
 - fsum, and the per-kernel sums of sum_helper: float64 sums with 'reassoc',
   so LLVM vectorizes them into partial sums (a strict running sum, or several
   unrolled by hand, stays scalar).
@@ -54,10 +56,10 @@ from numba.extending import intrinsic
 from llvmlite import ir as llvm_ir
 
 from . import ir
+from .helpers import use_helper, use_helpers_called  # noqa: F401  (use_helper: lowerings still import it here)
 from .printer import print_body
 from .runtime import bits_to_f32, f32_to_bits, llvm_inlined
 
-BITS_IMPORT = "from graphc.codegen.runtime import bits_to_f32, f32_to_bits"
 #: the reassociating sum helpers: float64 sums LLVM vectorizes into partial sums
 _REASSOC = "@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reassoc'})"
 
@@ -241,13 +243,16 @@ def fsum32(buf, n):
     return s
 
 
-#: name -> (the helpers a kernel calling it may call too, the line importing it into a kernel's module)
-HELPERS = {"bits": ((), BITS_IMPORT),
-           **{name: (deps, f"from graphc.codegen.fastmath import {name}") for name, deps in (
-               ("fma_f32", ()), ("exp_neg_f32", ("bits", "fma_f32")), ("exp_le0_f32", ("exp_neg_f32",)),
-               ("sigmoid_f32", ("exp_neg_f32",)), ("fsum", ()), ("fsum32", ()), ("key_f32", ("bits",)), ("key_max_f32", ("key_f32",)),
-               ("f32_of_key", ("bits",)), ("tanh_f32", ("exp_neg_f32",)), ("erfc_f32", ("exp_neg_f32",)),
-               ("erf_f32", ("fma_f32",)), ("gelu_erf_f32", ("erf_f32",)), ("hidden_int", ()))}}
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+def attn_exp_row(s, off, n, m):
+    # s[off:off+n] = exp(s - m) for s <= m (NaN stays NaN); returns their float32 sum
+    # (graphc.codegen.attention: a row of a score tile)
+    acc = np.float32(0.0)
+    for j in range(n):
+        p = exp_le0_f32(s[np.uint64(off + j)] - m)
+        s[np.uint64(off + j)] = p
+        acc += p
+    return acc
 
 
 def count_arg(n) -> ir.Expr:
@@ -256,22 +261,6 @@ def count_arg(n) -> ir.Expr:
     LLVM still sees the number once it has inlined the helper)."""
     n = ir.const(int(n)) if not isinstance(n, ir.Expr) else n
     return ir.Expr("cast", ("int", n), "int") if n.op == "const" else n
-
-
-def use_helpers_called(kb, names) -> None:
-    """Emit the helpers among ``names`` (functions a kernel's IR calls)."""
-    for n in sorted(names):
-        if n in HELPERS:
-            use_helper(kb, n)
-
-
-def use_helper(kb, name: str) -> None:
-    """Emit helper ``name`` (after the helpers it calls) into kb's module, once."""
-    deps, text = HELPERS[name]
-    for d in deps:
-        use_helper(kb, d)
-    if text not in kb.helpers:
-        kb.helpers.append(text)
 
 
 def sum_helper(kb, n: int, term, zero=0.0) -> ir.Expr:

@@ -49,7 +49,8 @@ import numba
 
 from . import ir
 from .elementwise import aligned_strides, collapse, emit_elementwise
-from .fastmath import count_arg, loop_sum_helper, sum_helper, use_helper
+from .fastmath import count_arg, loop_sum_helper, sum_helper
+from .helpers import use_helper
 from .kernel import ArrayRef, KernelBuilder, worth_parallel
 from .loops import linear, unravel
 from ..types import DataType

@@ -27,6 +27,9 @@ FLOATS = ("f32", "f64", "c64")
 TYPE_CTOR = {"f32": "np.float32", "f64": "np.float64", "int": "np.int64", "u64": "np.uint64", "bool": "np.bool_",
              "c64": "np.complex64", "u32": "np.uint32", "u16": "np.uint16", "u8": "np.uint8", "i8": "np.int8",
              "i32": "np.int32", "c128": "np.complex128"}
+#: the numpy scalar type of each compute type (the one TYPE_CTOR names): the dtype of
+#: a workspace of that element type
+NP_TYPE = {t: getattr(np, ctor.removeprefix("np.")) for t, ctor in TYPE_CTOR.items()}
 #: compute types an array element loads as, by numpy dtype
 ELEM_TYPE = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.complex64): "c64",
              np.dtype(np.bool_): "bool"}
@@ -333,34 +336,32 @@ def _promote_all(args):
     return dt
 
 
-def _keep(args):
+def same_as_first(args):
+    """A result type rule: the type of the first argument."""
     return args[0].dt
 
 
-#: every function generated source may call, with its result type from its arguments
+#: every function generated source may call, with its result type from its arguments:
+#: numpy's, math's and builtins here; code generation adds its kernel helpers with
+#: :func:`define` (graphc.codegen.helpers declares them)
 FUNCS = {
-    # numpy / math / builtins
-    "abs": _keep, "max": _promote_all, "min": _promote_all,
-    "np.minimum": _promote_all, "np.maximum": _promote_all, "np.sign": _keep, "np.power": _promote_all,
-    "np.sqrt": _same, "np.log": _same, "np.exp": _same, "np.isnan": lambda a: "bool", "np.round": _keep,
-    "np.floor": _same, "np.ceil": _same, "np.abs": _keep,
+    "abs": same_as_first, "max": _promote_all, "min": _promote_all,
+    "np.minimum": _promote_all, "np.maximum": _promote_all, "np.sign": same_as_first, "np.power": _promote_all,
+    "np.sqrt": _same, "np.log": _same, "np.exp": _same, "np.isnan": lambda a: "bool", "np.round": same_as_first,
+    "np.floor": _same, "np.ceil": _same, "np.abs": same_as_first,
     "math.exp": _same, "math.expm1": _same, "math.log": _same, "math.log1p": _same, "math.erf": _same,
     "math.tanh": _same, "math.sqrt": _same, "math.floor": lambda a: "int", "math.ceil": lambda a: "int",
     "math.isnan": lambda a: "bool", "math.isinf": lambda a: "bool",
     "np.empty": lambda a: "arr", "np.zeros": lambda a: "arr", "np.full": lambda a: "arr",
-    # graphc.codegen.runtime
-    "bf16_to_f32": lambda a: "f32", "f16_to_f32": lambda a: "f32", "f8e4m3_to_f32": lambda a: "f32",
-    "f8e5m2_to_f32": lambda a: "f32", "f32_to_bf16": lambda a: "int", "f32_to_f16": lambda a: "int",
-    "f32_to_f8e4m3": lambda a: "int", "f32_to_f8e5m2": lambda a: "int", "f64_to_f32_odd": lambda a: "f32",
-    "sat_round": lambda a: "int", "sigmoid": lambda a: "f64", "softplus": lambda a: "f64",
-    "round_half_away": _keep, "gelu_tanh_grad": lambda a: "f64", "mish_grad": lambda a: "f64",
-    "bits_to_f32": lambda a: "f32", "f32_to_bits": lambda a: "int",
-    # graphc.codegen.fastmath helpers
-    "exp_neg_f32": lambda a: "f32", "exp_le0_f32": lambda a: "f32", "sigmoid_f32": lambda a: "f32",
-    "fsum": lambda a: "f64", "fsum32": lambda a: "f64",
-    # graphc.codegen.blas, numba
-    "gemm_f32": lambda a: "int", "gemm_bf16": lambda a: "int", "gemm_u8s8": lambda a: "int", "get_thread_id": lambda a: "int", "tanh_f32": lambda a: "f32", "erfc_f32": lambda a: "f32", "gelu_erf_f32": lambda a: "f32",
 }
+
+
+def define(fn: str, rule) -> None:
+    """Let kernels call ``fn``, whose result type ``rule`` gives from the argument
+    expressions (a kernel helper code generation declares); a name is defined once."""
+    if fn in FUNCS:
+        raise ValueError(f"kernel function {fn!r} is defined twice")
+    FUNCS[fn] = rule
 
 
 def call(fn: str, *args, dt: str | None = None) -> Expr:
@@ -529,4 +530,4 @@ def walk(e: Expr):
 
 __all__ = ["Expr", "const", "var", "array", "typename", "binop", "compare", "select", "cast", "f32", "f64", "i64",
            "u64", "call", "load", "promote", "Let", "Assign", "Store", "For", "While", "If", "Return",
-           "writes", "walk", "children", "all_stmts", "stmt_exprs", "FUNCS"]
+           "writes", "walk", "children", "all_stmts", "stmt_exprs", "FUNCS", "define", "same_as_first"]

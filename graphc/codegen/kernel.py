@@ -13,11 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba.core import config as numba_config
 
-from . import ir, outline
-from .blas_import import IMPORT as blas_import
-from .fastmath import BITS_IMPORT, use_helpers_called
+from . import helpers, ir, outline
 from .printer import print_body
-from . import smallfloat
+from ..dtypes import ROWS
 from ..types import DataType, LogicalTensor
 
 HEADER = """\
@@ -25,17 +23,7 @@ HEADER = """\
 import math
 import numpy as np
 from numba import njit, prange
-from graphc.codegen.runtime import (bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to_f16, f8e4m3_to_f32,
-                                    f32_to_f8e4m3, f8e5m2_to_f32, f32_to_f8e5m2, sat_round,
-                                    sigmoid, softplus, round_half_away, gelu_tanh_grad, mish_grad,
-                                    f64_to_f32_odd)
-"""
-
-#: imports of the functions HEADER leaves out, added to a kernel that calls them
-EXTRA_IMPORTS = {"gemm_f32": blas_import, "gemm_bf16": blas_import, "gemm_u8s8": blas_import,
-                 "bits_to_f32": BITS_IMPORT, "f32_to_bits": BITS_IMPORT,
-                 "get_thread_id": "from numba import get_thread_id",
-                 **{f: smallfloat.IMPORT for f in smallfloat.FUNCS}}
+""" + helpers.HEADER_IMPORTS.text + "\n"
 
 #: threads of numba's pool (get_thread_id is below it): per-thread workspaces hold this many parts
 NUM_THREADS = numba_config.NUMBA_NUM_THREADS
@@ -60,15 +48,10 @@ _LOAD = {DataType.bf16: "bf16_to_f32", DataType.f16: "f16_to_f32",
 _STORE = {DataType.bf16: "f32_to_bf16", DataType.f16: "f32_to_f16",
           DataType.f8_e4m3: "f32_to_f8e4m3", DataType.f8_e5m2: "f32_to_f8e5m2",
           DataType.e8m0: "f32_to_e8m0", DataType.f4_e2m1: "f32_to_f4e2m1", DataType.f4_e3m0: "f32_to_f4e3m0"}
-_INT_RANGE = {DataType.s8: (-128, 127), DataType.u8: (0, 255), DataType.s4: (-8, 7), DataType.u4: (0, 15),
-              DataType.s32: (-(2 ** 31), 2 ** 31 - 1), DataType.u32: (0, 2 ** 32 - 1)}
-#: the numpy dtype a kernel sees for each graphc dtype (bit views for narrow floats;
-#: e8m0 and the f4 codes one per byte, graphc.codegen.smallfloat converts them)
-KERNEL_VIEW = {DataType.bf16: np.uint16, DataType.f16: np.uint16, DataType.f8_e4m3: np.uint8,
-               DataType.f8_e5m2: np.uint8, DataType.s4: np.int8, DataType.u4: np.uint8,
-               DataType.e8m0: np.uint8, DataType.f4_e2m1: np.uint8, DataType.f4_e3m0: np.uint8}
-# the kernel IR may call the small-float helpers (their result types)
-ir.FUNCS.update({f: (lambda dt: lambda a: dt)(dt) for f, dt in smallfloat.FUNCS.items()})
+#: the numpy dtype a kernel sees for each graphc dtype whose storage it sees otherwise
+#: (the dtype rows' kernel_view: bit views for narrow floats; e8m0 and the f4 codes
+#: one per byte, graphc.codegen.smallfloat converts them)
+KERNEL_VIEW = {r.dtype: r.kernel_view.type for r in ROWS if r.kernel_view is not None}
 
 
 def num(v) -> str:
@@ -131,9 +114,7 @@ class ArrayRef:
 
     @property
     def buf(self) -> ir.Expr:
-        view = KERNEL_VIEW.get(self.dtype)
-        elem = ir.elem_type(view if view is not None else self.dtype.np)
-        return ir.array(self.name, elem)
+        return ir.array(self.name, ir.elem_type(self.dtype.info.kernel_np))
 
     def offset(self, ivars, shape=None) -> ir.Expr:
         """Element offset of multi-index ``ivars`` (expressions, one per dim, None
@@ -175,7 +156,7 @@ class ArrayRef:
                 value = ir.call("f64_to_f32_odd", value)
             return ir.Store(self.buf, at, ir.call(f, value))
         if self.dtype.is_int:
-            lo, hi = _INT_RANGE[self.dtype]
+            lo, hi = self.dtype.info.int_range
             return ir.Store(self.buf, at, ir.call("sat_round", value, lo, hi))
         return ir.Store(self.buf, at, value)
 
@@ -220,7 +201,7 @@ class KernelBuilder:
         self.body: list = []
         self._stack: list[list] = [self.body]
         self._names: dict[str, int] = {}
-        self.parallel = False
+        self.parallel = False   # a parallel loop was emitted: the kernel runs on several threads
         self.helpers: list[str] = []
         self._mutable: set[str] = set()   # names assigned more than once
         #: (name, elements, elem) of the workspaces: buffers the compiled partition
@@ -399,28 +380,27 @@ class KernelBuilder:
         return ({f"{p}{i}" for p, n in self._names.items() for i in range(n)} | {a.name for a in self.args}
                 | {w[0] for w in self.workspaces})
 
-    def source(self, entry: str = "kernel") -> str:
-        called = ir.calls(self.body)
-        use_helpers_called(self, called)
-        for line in sorted({EXTRA_IMPORTS[f] for f in called if f in EXTRA_IMPORTS}, reverse=True):
-            if line not in self.helpers:
-                self.helpers.insert(0, line)
+    def source(self, entry: str = "kernel") -> outline.KernelSource:
+        """The kernel module's source, which records whether the kernel runs
+        loops on several threads (``.parallel``: a parallel loop was emitted)."""
+        helpers.import_called(self, ir.calls(self.body))
         params = [a.name for a in self.args] + [w[0] for w in self.workspaces]
-        stmts, helpers, functions, opts = self.body, list(self.helpers), [], KERNEL_JIT
+        stmts, lines, functions, opts = self.body, list(self.helpers), [], KERNEL_JIT
         out = outline.outline(self) if self.parallel else None
         if out is not None:
             # the parallel loops outlined: functions of the module run on numba's threads
             stmts, functions = out.body, out.functions
-            helpers.insert(0, outline.IMPORT)
+            lines.insert(0, outline.IMPORT)
         if self.parallel and out is None:
             opts += ", parallel=True"
         else:
             opts += LEAN
-            helpers.insert(0, "from graphc.codegen.pipeline import KernelCompiler")
+            lines.insert(0, "from graphc.codegen.pipeline import KernelCompiler")
         body = print_body(stmts, 1, self._taken()) if stmts else ["    pass"]
-        return (HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in helpers) +
-                "".join(f + "\n\n" for f in functions) +
-                f"\n@njit({opts})\ndef {entry}({', '.join(params)}):\n" + "\n".join(body) + "\n")
+        return outline.KernelSource(HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in lines) +
+                                    "".join(f + "\n\n" for f in functions) +
+                                    f"\n@njit({opts})\ndef {entry}({', '.join(params)}):\n" + "\n".join(body)
+                                    + "\n", self.parallel)
 
 
 def helper_source(text: str) -> str:
@@ -435,13 +415,14 @@ def helper_source(text: str) -> str:
 def _narrowed(value: ir.Expr, dtype: DataType):
     """The stored form of ``value`` when :func:`as_stored` made it for ``dtype``
     (the bits of a narrow float, a saturated integer), else None."""
-    if dtype.is_int and dtype in _INT_RANGE and _int_consts_within(value, *_INT_RANGE[dtype]):
+    int_range = dtype.info.int_range
+    if int_range is not None and _int_consts_within(value, *int_range):
         return value   # (a mask's 0 and 1)
     if value.op != "call":
         return None
     fn, args = value.args
-    if dtype.is_int and fn == "sat_round" and dtype in _INT_RANGE:
-        lo, hi = _INT_RANGE[dtype]
+    if int_range is not None and fn == "sat_round":
+        lo, hi = int_range
         if len(args) == 3 and all(a.op == "const" for a in args[1:]) and (args[1].args[0], args[2].args[0]) == (lo, hi):
             return value
     if _LOAD.get(dtype) == fn and args and args[0].op == "call" and args[0].args[0] == _STORE[dtype]:
@@ -475,7 +456,7 @@ def as_stored(value, dtype: DataType) -> ir.Expr:
             value = ir.call("f64_to_f32_odd", value)
         return ir.call(_LOAD[dtype], ir.call(f, value))
     if dtype.is_int:
-        lo, hi = _INT_RANGE[dtype]
+        lo, hi = dtype.info.int_range
         return ir.call("sat_round", value, lo, hi)
     if dtype is DataType.f32:
         return ir.f32(value)

@@ -32,9 +32,34 @@ LOOP_JIT = "no_cpython_wrapper=True, no_cfunc_wrapper=True"
 IMPORT = "from graphc.codegen.launch import launch"
 
 
-def runs_parallel(source: str) -> bool:
-    """Whether a kernel module's source runs loops on several threads."""
-    return "launch(" in source or "prange(" in source
+class KernelSource(str):
+    """A kernel module's source as KernelBuilder.source makes it, carrying what the
+    builder knows of it: ``parallel``, whether its kernel runs loops on several
+    threads (the builder emitted a parallel loop)."""
+
+    def __new__(cls, text: str, parallel: bool):
+        self = super().__new__(cls, text)
+        self.parallel = bool(parallel)
+        return self
+
+    def __reduce__(self):
+        return KernelSource, (str(self), self.parallel)
+
+
+def runs_parallel(compiled) -> bool:
+    """Whether a compiled partition or graph (or a kernel's KernelSource) runs
+    loops on several threads, as the KernelBuilder of its kernels recorded; False
+    for one without a kernel.  Source text is not searched: plain text is refused."""
+    parts = getattr(compiled, "compiled", None)
+    if parts is not None:   # a compiled graph: any of its partitions
+        return any(runs_parallel(cp) for cp in parts if cp is not None)
+    source = getattr(compiled, "source", compiled)
+    if source is None:
+        return False
+    if not isinstance(source, KernelSource):
+        raise TypeError("runs_parallel reads what the kernel builder recorded: give a compiled partition or "
+                        f"graph, or KernelBuilder.source()'s result, not {type(source).__name__}")
+    return source.parallel
 
 
 @dataclasses.dataclass

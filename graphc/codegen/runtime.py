@@ -1,4 +1,5 @@
-"""Scalar helpers that generated kernels call: storage-format conversions.
+"""Scalar helpers that generated kernels call: storage-format conversions,
+saturation, a few activations and their derivatives, Dropout's Philox rounds.
 
 bf16, f16 and f8 tensors reach kernels as unsigned-integer views of their bits;
 these helpers widen them to f32 and narrow f32 back with round-to-nearest-even.
@@ -256,3 +257,18 @@ def gelu_tanh_grad(x):
 def mish_grad(x):
     t = math.tanh(softplus(x, 1.0))
     return t + x * (1.0 - t * t) * sigmoid(x)
+
+
+@njit(cache=True, inline="always", nogil=True)
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    # Philox4x32-10 (graphc.ops.misc.philox4x32_10, the reference's) on uint64-held
+    # 32-bit words: Dropout's random words.  Inlined in numba's IR (a tuple result)
+    lo = np.uint64(0xFFFFFFFF)
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & lo,
+                          (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & lo)
+        k0 = (k0 + np.uint64(0x9E3779B9)) & lo
+        k1 = (k1 + np.uint64(0xBB67AE85)) & lo
+    return c0, c1, c2, c3

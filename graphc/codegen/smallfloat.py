@@ -1,6 +1,7 @@
 """Kernel helpers of oneDNN's one-byte and half-byte floats: e8m0, f4_e2m1, f4_e3m0.
 
-Each reaches a kernel as a uint8 view of its bytes (kernel.KERNEL_VIEW); an f4
+Each reaches a kernel as a uint8 view of its bytes (its dtype row's kernel_view,
+graphc.dtypes; kernels import these helpers as graphc.codegen.helpers declares); an f4
 code sits in the low nibble of its byte, as ml_dtypes keeps float4_e2m1fn.
 ``*_to_f32`` widen a code exactly; ``f32_to_*`` round an f32 as the reference
 does (ml_dtypes' float8_e8m0fnu / float4_e2m1fn conversions, graphc.types'
@@ -22,13 +23,6 @@ import numpy as np
 from numba import njit
 
 from .runtime import _JIT, _bitcast_f32_u32, _bitcast_u32_f32
-
-#: the generated source's import of these helpers (kernel.EXTRA_IMPORTS)
-IMPORT = ("from graphc.codegen.smallfloat import (e8m0_to_f32, f32_to_e8m0, f4e2m1_to_f32, f32_to_f4e2m1, "
-          "f4e3m0_to_f32, f32_to_f4e3m0)")
-#: their result types, for the kernel IR's function table
-FUNCS = {"e8m0_to_f32": "f32", "f4e2m1_to_f32": "f32", "f4e3m0_to_f32": "f32",
-         "f32_to_e8m0": "int", "f32_to_f4e2m1": "int", "f32_to_f4e3m0": "int"}
 
 
 @njit(**_JIT)

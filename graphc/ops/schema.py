@@ -11,11 +11,13 @@ its family (``graphc/ops/<family>.py``).  The class states, in one place:
 * ``reference(op, *inputs)``: the numpy reference semantics (the oracle).
 
 Defining the class registers it (``__init_subclass__``); ``get_schema(kind)``
-finds it, aliases included.
+finds it, aliases included.  The families register when graphc.ops loads them
+(its loader, :func:`set_family_loader`), before the registry is first read.
 """
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Sequence
 
@@ -393,13 +395,35 @@ def aliases() -> dict[str, str]:
 
 
 _loaded = False
+_loading = False   # the thread holding _load_lock runs the loader
+_loader: Callable[[], None] | None = None
+_load_lock = threading.RLock()
+
+
+def set_family_loader(load: Callable[[], None] | None) -> None:
+    """Have ``load()`` run once, before the registry is first read: it registers the
+    op families (graphc.ops sets it: this module knows no family)."""
+    global _loader, _loaded
+    with _load_lock:
+        _loader, _loaded = load, False
 
 
 def _load_all():
-    global _loaded
-    if not _loaded:
+    """Run the family loader once.  A thread reading the registry while another
+    loads it waits for the load to finish, so it never finds a kind missing; the
+    loading thread itself reads it as it is (families read it as they register)."""
+    global _loaded, _loading
+    if _loaded:
+        return
+    with _load_lock:
+        if _loaded or _loading or _loader is None:
+            return
+        _loading = True
+        try:
+            _loader()
+        finally:
+            _loading = False
         _loaded = True
-        from . import _families  # noqa: F401  (imports every family module)
 
 
 # ------------------------------------------------------------------ shape helpers

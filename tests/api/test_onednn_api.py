@@ -168,7 +168,7 @@ def test_inplace_parallel_kernel_reading_the_input_twice():
                   [LogicalTensor(4, "f32", shape)]))
     (p,) = g.get_partitions()
     cp = p.compile()
-    assert runs_parallel(cp.source) and cp.get_inplace_ports() == [(0, 4)]
+    assert runs_parallel(cp) and cp.get_inplace_ports() == [(0, 4)]
     ins = make_inputs(g, seed=2)
     separate = cp.execute({0: ins[0].copy(), 1: ins[1]})[4]
     x = ins[0].copy()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from graphc.codegen import fastmath
+from graphc.codegen import helpers
 from graphc.codegen.runtime import bits_to_f32, f32_to_bits
 
 _erfc = np.vectorize(math.erfc, otypes=[np.float64])
@@ -17,7 +17,7 @@ def _helpers():
     ns = {"np": np, "njit": njit, "bits_to_f32": bits_to_f32, "f32_to_bits": f32_to_bits}
     for name in ("fma_f32", "exp_neg_f32", "exp_le0_f32", "sigmoid_f32", "tanh_f32", "erfc_f32", "erf_f32", "gelu_erf_f32", "key_f32",
                  "key_max_f32", "f32_of_key"):
-        exec(fastmath.HELPERS[name][1].replace("cache=True", "cache=False"), ns)
+        exec(helpers.HELPERS[name].imports.text, ns)   # the line a kernel imports it with
     return ns
 
 

@@ -147,3 +147,12 @@ def test_store_to_an_element_read_twice_is_kept():
     b = np.array([3.0])
     got, src = _run(body, (b,), ["b"])
     assert b[0] == 10.0 and got == 10.0, src
+
+
+def test_each_compute_type_has_its_numpy_type():
+    """ir.NP_TYPE is the type TYPE_CTOR names; the compile step allocates workspaces
+    of the element types it knows (compiled.WORKSPACE_DTYPES must agree with it)."""
+    from graphc import compiled
+    for t, ctor in ir.TYPE_CTOR.items():
+        assert f"np.{ir.NP_TYPE[t].__name__}" in (ctor, ctor.rstrip("_"))
+    assert all(ir.NP_TYPE[t] is v for t, v in compiled.WORKSPACE_DTYPES.items())

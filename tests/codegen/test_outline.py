@@ -3,7 +3,10 @@ graphc (graphc.codegen.launch): the values a loop reads from the kernel reach
 every thread, each iteration runs once on a thread of the pool, ranges
 smaller than the pool or empty run right, and a loop outside what outlining
 handles stays numba's prange."""
+import pickle
+
 import numpy as np
+import pytest
 
 from graphc.codegen import ir
 from numba.core import types as nbtypes
@@ -130,3 +133,28 @@ def test_the_loop_function_is_made_machine_code_only_within_the_kernel(monkeypat
     np.testing.assert_allclose(out, x * 3 + 0.25)
     assert "kernel" in made
     assert not [name for name in made if name.startswith("kernel_loop")], made
+
+
+def test_the_builder_records_whether_a_kernel_runs_parallel():
+    """runs_parallel reads the flag KernelBuilder.source records (a parallel loop was
+    emitted), whether the loop is outlined or left to prange; it never reads text."""
+    def source(parallel, reduction=False):
+        kb = KernelBuilder()
+        a = kb.arg(LogicalTensor(0, "f32", (N,)))
+        s = kb.var(ir.const(0.0, "f32"))
+        with kb.for_(N, parallel=parallel) as i:
+            if reduction:   # a scalar of the kernel read then assigned: prange, not outlined
+                kb.assign(s, s + a.load(i))
+            else:
+                kb.emit(a.store(i, a.load(i) + 1.0))
+        kb.ret(0)
+        return kb.source()
+    serial, launched, pranged = source(False), source(True), source(True, reduction=True)
+    assert (serial.parallel, launched.parallel, pranged.parallel) == (False, True, True)
+    assert "launch(" in launched and "prange(" in pranged and "launch(" not in pranged
+    assert [runs_parallel(s) for s in (serial, launched, pranged)] == [False, True, True]
+    back = pickle.loads(pickle.dumps(launched))
+    assert back == launched and back.parallel
+    with pytest.raises(TypeError, match="not str"):
+        runs_parallel(str(launched))
+    assert runs_parallel(None) is False

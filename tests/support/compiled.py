@@ -34,7 +34,7 @@ def compiled_vs_reference(g, inputs=None, exact=False, what="", seed=0, parallel
     inputs = make_inputs(g, seed) if inputs is None else inputs
     inputs = {tid: laid_out(np.asarray(a), g.tensors[tid].strides) for tid, a in inputs.items()}
     cg = graphc.compile(g, policy)
-    assert not parallel or runs_parallel(cg.source), what
+    assert not parallel or runs_parallel(cg), what
     want = reference.run(g, inputs)
     got = cg.run(inputs)
     for tid, a in got.items():  # every compiled output in its tensor's layout (an empty one has none)
