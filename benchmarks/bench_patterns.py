@@ -240,7 +240,7 @@ def child(case, policy, repeat):
     g = CASES[case]().finalize()
     parts = g.get_partitions(policy)
     pattern = parts[0].pattern if len(parts) == 1 else None
-    from graphc.compiled import into_layout
+    from graphc.compiler.layout import into_layout
     # inputs in the layouts their tensors declare, as a caller passes them
     inputs = {tid: into_layout(a, g.tensors[tid]) for tid, a in make_inputs(g, seed=0).items()}
     for op in g.ops.values():   # a dropout probability in [0, 1]

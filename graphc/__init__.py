@@ -6,6 +6,7 @@
 as an attribute (``graphc.reference.run``)."""
 from .errors import (GraphcError, InvalidArguments, InvalidDataType, InvalidGraph, InvalidGraphOp,
                      InvalidShape, RuntimeFault, Unimplemented)
+from . import ops  # noqa: F401  (registers every op kind)
 from .builder import Graph
 from .jsonio import dump_graph, load_graph, save_graph
 from .op import Op

@@ -131,7 +131,7 @@ def _check(args, comm, rank: int, size: int, tag: str) -> int:
         gamma, beta = np.ones_like(gamma), np.zeros_like(beta)
     else:
         inputs.update({post.input("gamma").id: gamma[cols].copy(), post.input("beta").id: beta[cols].copy()})
-    from .compiled import run
+    from .compiler import run
     y = run(graph, inputs, comm=comm)[post.outputs[0].id]
 
     expected = layernorm(*(a.astype(np.float64) for a in (x, gamma, beta)), post.attr("epsilon"))[:, cols]

@@ -5,7 +5,7 @@ its numpy storage type, its kind, whether it is computed in f32, the range a
 store to it saturates to, the numpy type a kernel sees its buffers as, how the
 reference rounds to it, and its tolerances (written down here, in one place;
 graphc.tolerances compares with them).  The tables other modules keep
-(``tolerances.COMPILED``, ``codegen.kernel.KERNEL_VIEW``, ...) are lookups into
+(``tolerances.COMPILED``, ``numerics``' ranges, ...) are lookups into
 these rows; a new data type is a new member and a new row.
 """
 from __future__ import annotations

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import compiled, reference
+from .. import compiler, reference
+from ..compiler.layout import into_layout
 from ..errors import GraphcError, Unimplemented
 from ..fill import make_inputs
 from ..tolerances import compare
@@ -72,7 +73,7 @@ def _compile(graph, expected: int, out: Outcome):
         return None
     t0 = time.perf_counter()
     try:
-        cg = compiled.compile(graph)
+        cg = compiler.compile(graph)
     except Unimplemented as e:
         out.status, out.reason = UNIMPLEMENTED, e.message
         return None
@@ -141,7 +142,7 @@ def _laid_out(graph, inputs: dict) -> dict:
     for tid, a in inputs.items():
         lt = graph.tensors[tid]
         shared = any(st == 0 and d > 1 for d, st in zip(lt.shape, lt.strides or ()))
-        out[tid] = a if shared or not lt.is_complete else compiled.into_layout(a, lt)
+        out[tid] = a if shared or not lt.is_complete else into_layout(a, lt)
     return out
 
 
@@ -157,7 +158,7 @@ def measure(graph, expected_partitions: int, fix_times: int, max_ms: float, seed
         if cg is None:
             return out, None
         t0 = time.perf_counter()
-        compiled.compile(graph)
+        compiler.compile(graph)
         cached = (time.perf_counter() - t0) * 1e3
         inputs = _laid_out(graph, make_inputs(graph, seed))
         cg.run(inputs)

@@ -56,7 +56,7 @@ from numba.extending import intrinsic
 from llvmlite import ir as llvm_ir
 
 from . import ir
-from .helpers import use_helper, use_helpers_called  # noqa: F401  (use_helper: lowerings still import it here)
+from .helpers import use_helpers_called
 from .printer import print_body
 from .runtime import bits_to_f32, f32_to_bits, llvm_inlined
 

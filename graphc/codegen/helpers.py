@@ -123,6 +123,8 @@ for _name, _dt in (("bf16_to_f32", "f32"), ("f16_to_f32", "f32"), ("f8e4m3_to_f3
                    ("round_half_away", ir.same_as_first), ("gelu_tanh_grad", "f64"), ("mish_grad", "f64")):
     declare(_name, _dt, HEADER_IMPORTS)
 
+declare("philox4x32_10", "arr:u64", _RUNTIME)   # Dropout's random words
+
 _BITS = Imports(_RUNTIME, "from graphc.codegen.runtime import bits_to_f32, f32_to_bits", TOP)
 declare("bits_to_f32", "f32", _BITS)
 declare("f32_to_bits", "int", _BITS)

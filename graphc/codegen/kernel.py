@@ -51,7 +51,6 @@ _STORE = {DataType.bf16: "f32_to_bf16", DataType.f16: "f32_to_f16",
 #: the numpy dtype a kernel sees for each graphc dtype whose storage it sees otherwise
 #: (the dtype rows' kernel_view: bit views for narrow floats; e8m0 and the f4 codes
 #: one per byte, graphc.codegen.smallfloat converts them)
-KERNEL_VIEW = {r.dtype: r.kernel_view.type for r in ROWS if r.kernel_view is not None}
 
 
 def num(v) -> str:

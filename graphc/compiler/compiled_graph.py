@@ -7,6 +7,7 @@ import warnings
 
 from ..comm import exchanges
 from ..errors import GraphcError, InvalidArguments, Unimplemented
+from ..partition import partition_graph
 from ..types import LogicalTensor
 from .any_layout import any_layouts
 from .compiled_partition import CompiledPartition, ReferencePartition
@@ -27,7 +28,7 @@ class CompiledGraph:
             raise InvalidArguments("unknown fallback", expected="None or 'reference'", found=repr(fallback))
         graph.finalize()
         self.graph = graph
-        self.partitions = graph.get_partitions(policy)
+        self.partitions = partition_graph(graph, policy)
         bad = [p for p in self.partitions if not p.is_supported()]
         if bad and fallback is None:
             kinds = sorted({op.kind for p in bad for op in p.ops})

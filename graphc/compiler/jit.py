@@ -15,11 +15,8 @@ from numba.np.numpy_support import from_dtype
 
 from ..codegen.cache import compile_kernel, load_kernel
 from ..codegen.entry import Kernel, kernel_entry
-from ..codegen.kernel import KERNEL_VIEW
+from ..codegen.ir import NP_TYPE
 
-#: numpy dtypes of kernel workspaces by IR element type
-WORKSPACE_DTYPES = {"f32": np.float32, "f64": np.float64, "int": np.int64, "u16": np.uint16, "u8": np.uint8,
-                    "i8": np.int8, "i32": np.int32}
 
 
 def signature(arg_plan, in_lts, out_lts) -> tuple:
@@ -29,10 +26,10 @@ def signature(arg_plan, in_lts, out_lts) -> tuple:
     sig = []
     for kind, ref in arg_plan:
         if kind == "ws":
-            dt = np.dtype(WORKSPACE_DTYPES[ref[1]])
+            dt = np.dtype(NP_TYPE[ref[1]])
         else:
             lt = in_lts[ref] if kind == "in" else out_lts[ref] if kind == "out" else ref
-            dt = np.dtype(KERNEL_VIEW.get(lt.dtype, lt.dtype.np))
+            dt = np.dtype(lt.dtype.info.kernel_np)
         sig.append(nbtypes.Array(from_dtype(dt), 1, "C"))
     return tuple(sig)
 

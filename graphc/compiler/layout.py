@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codegen.kernel import KERNEL_VIEW
 from ..errors import InvalidArguments, RuntimeFault
 from ..types import LogicalTensor, dense_strides, overlaps, span as _span
 
@@ -13,7 +12,7 @@ from ..types import LogicalTensor, dense_strides, overlaps, span as _span
 def flat_view(arr: np.ndarray, lt: LogicalTensor) -> np.ndarray:
     """A 1-D view of ``arr``'s buffer, indexable with lt's element strides, in the
     dtype the kernel sees (bit views for bf16/f16/f8)."""
-    view_dt = KERNEL_VIEW.get(lt.dtype)
+    view_dt = lt.dtype.info.kernel_view
     if view_dt is not None:
         arr = arr.view(view_dt)
     if arr.size == 0:

@@ -49,7 +49,7 @@ class Reduce(OpSchema):
     attrs = (Attr("axes", "s64[]", (), doc="axes to reduce; empty means the identity"),
              Attr("keep_dims", "bool", False))
     dtypes = DtypeTable(["src|dst", "axes"], [("f32", "s32"), ("bf16", "s32"), ("f16", "s32")])
-    #: input ports whose values the kernel is specialised on (graphc.compiled)
+    #: input ports whose values the kernel is specialised on (graphc.compiler.specialize)
     value_inputs = ("axes",)
 
     def check(self, op):

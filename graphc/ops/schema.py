@@ -11,13 +11,12 @@ its family (``graphc/ops/<family>.py``).  The class states, in one place:
 * ``reference(op, *inputs)``: the numpy reference semantics (the oracle).
 
 Defining the class registers it (``__init_subclass__``); ``get_schema(kind)``
-finds it, aliases included.  The families register when graphc.ops loads them
-(its loader, :func:`set_family_loader`), before the registry is first read.
+finds it, aliases included.  The families register when ``graphc.ops`` imports
+them, which ``import graphc`` does (this module knows no family).
 """
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Sequence
 
@@ -371,7 +370,6 @@ class OpSchema:
 
 
 def get_schema(kind: str, op=None) -> OpSchema:
-    _load_all()
     if not isinstance(kind, str):
         raise InvalidGraphOp("op kind must be a string", op=op, found=repr(kind))
     k = _ALIASES.get(kind, kind)
@@ -385,45 +383,11 @@ def get_schema(kind: str, op=None) -> OpSchema:
 
 
 def all_kinds() -> list[str]:
-    _load_all()
     return sorted(_REGISTRY)
 
 
 def aliases() -> dict[str, str]:
-    _load_all()
     return dict(_ALIASES)
-
-
-_loaded = False
-_loading = False   # the thread holding _load_lock runs the loader
-_loader: Callable[[], None] | None = None
-_load_lock = threading.RLock()
-
-
-def set_family_loader(load: Callable[[], None] | None) -> None:
-    """Have ``load()`` run once, before the registry is first read: it registers the
-    op families (graphc.ops sets it: this module knows no family)."""
-    global _loader, _loaded
-    with _load_lock:
-        _loader, _loaded = load, False
-
-
-def _load_all():
-    """Run the family loader once.  A thread reading the registry while another
-    loads it waits for the load to finish, so it never finds a kind missing; the
-    loading thread itself reads it as it is (families read it as they register)."""
-    global _loaded, _loading
-    if _loaded:
-        return
-    with _load_lock:
-        if _loaded or _loading or _loader is None:
-            return
-        _loading = True
-        try:
-            _loader()
-        finally:
-            _loading = False
-        _loaded = True
 
 
 # ------------------------------------------------------------------ shape helpers

@@ -13,7 +13,7 @@ import pytest
 import graphc
 from graphc import (DataType, FallbackWarning, Graph, InvalidArguments, InvalidShape, LogicalTensor, Op,
                     RuntimeFault, Unimplemented)
-from graphc import compiled as compiled_mod
+from graphc import compiler as compiled_mod
 from graphc.compiler import compiled_partition
 from graphc.fill import make_inputs
 from graphc.numerics import round_to

@@ -150,9 +150,7 @@ def test_store_to_an_element_read_twice_is_kept():
 
 
 def test_each_compute_type_has_its_numpy_type():
-    """ir.NP_TYPE is the type TYPE_CTOR names; the compile step allocates workspaces
-    of the element types it knows (compiled.WORKSPACE_DTYPES must agree with it)."""
-    from graphc import compiled
+    """ir.NP_TYPE is the type TYPE_CTOR names (the compile step allocates workspaces
+    of each element type from it)."""
     for t, ctor in ir.TYPE_CTOR.items():
         assert f"np.{ir.NP_TYPE[t].__name__}" in (ctor, ctor.rstrip("_"))
-    assert all(ir.NP_TYPE[t] is v for t, v in compiled.WORKSPACE_DTYPES.items())

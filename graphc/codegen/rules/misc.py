@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...errors import RuntimeFault
 from ...ops.schema import norm_axis
 from .. import ir
+from ..helpers import use_helper
 from ..kernel import worth_parallel
 from ..loops import index_nest, unravel
 from . import Rule
@@ -28,21 +29,6 @@ def _u64(v: int) -> ir.Expr:
     return ir.cast(ir.const(v), "u64")
 
 
-#: philox4x32_10 (graphc.ops.misc) for kernels: the same rounds on uint64-held 32-bit words
-PHILOX_KERNEL_SOURCE = """\
-@njit(cache=True, inline="always", nogil=True)
-def philox4x32_10(c0, c1, c2, c3, k0, k1):
-    lo = np.uint64(0xFFFFFFFF)
-    for _ in range(10):
-        p0 = np.uint64(0xD2511F53) * c0
-        p1 = np.uint64(0xCD9E8D57) * c2
-        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & lo,
-                          (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & lo)
-        k0 = (k0 + np.uint64(0x9E3779B9)) & lo
-        k1 = (k1 + np.uint64(0xBB67AE85)) & lo
-    return c0, c1, c2, c3"""
-
-
 #: pieces of work a parallel Dropout kernel is cut into, at the least
 MIN_PIECES = 64
 
@@ -57,8 +43,7 @@ def dropout_params(kb, seed, offset, prob) -> tuple:
     scale = kb.let(ir.select(p < 1.0, 1.0 / (1.0 - p), 0.0), "scale")
     key = kb.let(ir.u64(seed.load(0)), "key")
     ctr = kb.let(ir.u64(offset.load(0)), "ctr")
-    if PHILOX_KERNEL_SOURCE not in kb.helpers:
-        kb.helpers.append(PHILOX_KERNEL_SOURCE)
+    use_helper(kb, "philox4x32_10")
     return p, scale, key, ctr
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import ir
 from ..elementwise import collapse
-from ..fastmath import use_helper
+from ..helpers import use_helper
 from ..grouped import sum_to
 from ..kernel import worth_parallel
 from ..loops import index_nest, linear, unravel

@@ -7,7 +7,7 @@ import math
 
 from ...types import DataType
 from .. import ir
-from ..fastmath import use_helper
+from ..helpers import use_helper
 from ..grouped import Nest, merged_views, tensor_vdims
 from ..kernel import ArrayRef
 from . import Rule

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 
 from ...codegen import rules
-from ...codegen.kernel import KERNEL_VIEW
+from ...codegen.ir import NP_TYPE
 from ...errors import GraphcError, RuntimeFault
 from ...ops.common import is_pointwise
 from .. import jit
@@ -58,7 +58,7 @@ class KernelExecutable(Executable):
         buf = self._workspaces.get(k)
         if buf is None:
             n, elem = spec
-            buf = self._workspaces[k] = aligned_empty(max(1, n), jit.WORKSPACE_DTYPES[elem])
+            buf = self._workspaces[k] = aligned_empty(max(1, n), NP_TYPE[elem])
         return buf
 
     def _call(self, args):
@@ -105,11 +105,11 @@ class KernelExecutable(Executable):
         for k, (kind, ref) in enumerate(self.arg_plan):
             if kind == "in":
                 lt = self.inputs[ref]
-                view = KERNEL_VIEW.get(lt.dtype)
+                view = lt.dtype.info.kernel_view
                 slots.append((0, ref, lt.dtype.np, tuple(lt.shape), None if view is None else np.dtype(view)))
             elif kind == "out":
                 lt = self.outputs[ref]
-                flat = np.dtype(KERNEL_VIEW.get(lt.dtype, lt.dtype.np))
+                flat = np.dtype(lt.dtype.info.kernel_np)
                 slots.append((1, ref, flat, lt.nelems, (lt.dtype.np, tuple(lt.shape))))
             else:
                 slots.append((2, self._workspace(k, ref) if kind == "ws" else self._scratch_tensor(k, ref)))
