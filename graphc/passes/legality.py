@@ -95,7 +95,7 @@ def plan(graph, ops, can_lower) -> FusionPlan:
                           views_in=list(ops))
     views_in, views_out = _folded_views(graph, ops, produced, leaving)
     if views_in or views_out:
-        return _with_views(graph, ops, views_in, views_out)
+        return _with_views(graph, ops, views_in, views_out, can_lower)
     core = [o for o in ops if not is_pointwise(o) and not is_indexed(o)]
     kept = _indexed_in_registers(graph, ops, core, leaving)
     anchors = [o for o in ops if not is_pointwise(o) and o.id not in kept]
@@ -469,10 +469,10 @@ def _view_chain(ops, leaving) -> bool:
     return is_view_chain(ops) and all(o.outputs[0].id not in leaving for o in ops[:-1])
 
 
-def _with_views(graph, ops, views_in, views_out) -> FusionPlan:
+def _with_views(graph, ops, views_in, views_out, can_lower) -> FusionPlan:
     """The plan of the ops left once the views fold away, which carries the views."""
     folded = {o.id for o in views_in + views_out}
-    p = plan(graph, [o for o in ops if o.id not in folded])
+    p = plan(graph, [o for o in ops if o.id not in folded], can_lower)
     for o in views_in:
         p.roles[o.outputs[0].id] = "view"
     for o in views_out:
