@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# a fused partition lowering one op at a time is an error in tests (graphc/lowering.py)
+os.environ.setdefault("GRAPHC_STRICT_FUSION", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def _find_shared() -> Path:
