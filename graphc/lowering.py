@@ -84,18 +84,18 @@ def build_kernel(partition, ops, in_lts, out_lts):
         return None, [], runner
     fusion = getattr(partition, "plan", None)
     if fusion is not None and len(ops) > 1:
-        why = fusion.one_at_a_time
+        why, planned = fusion.one_at_a_time, True
         if not why:
             built = (_views_kernel if fusion.shape == "views" else _fused_kernel)(partition, ops, fusion,
                                                                                  in_lts, out_lts)
             if built is not None:
                 return built
-            why = "its views are no views of the buffers as compiled (strides other than the graph's)"
-            warnings.warn(f"partition {partition.id} ({partition.kind}) lowers one op at a time: {why}",
-                          FusionFallbackWarning, stacklevel=3)
+            why, planned = "its views are no views of the buffers as compiled (strides other than the graph's)", False
+        text = f"partition {partition.id} ({partition.kind}) lowers one op at a time: {why}"
         if os.environ.get(STRICT_FUSION) == "1":
-            raise InternalError(f"partition {partition.id} ({partition.kind}) lowers one op at a time: {why} "
-                                f"({STRICT_FUSION}=1)", op=ops[0])
+            raise InternalError(f"{text} ({STRICT_FUSION}=1)", op=ops[0])
+        if not planned:   # (a planned one is in the pass log already)
+            warnings.warn(text, FusionFallbackWarning, stacklevel=3)
     return _one_op_at_a_time(ops, in_lts, out_lts)
 
 
