@@ -74,6 +74,15 @@ class Unimplemented(GraphcError):
     status = "unimplemented"
 
 
+class InternalError(GraphcError):
+    """A bug in graphc: one step broke what an earlier one relied on (code
+    generation refused a fusion plan legality accepted), or, under
+    ``GRAPHC_STRICT_FUSION=1`` (the test suite), a fused partition lowered one
+    op at a time."""
+
+    status = "internal_error"
+
+
 class RuntimeFault(GraphcError):
     """Bad data found while running (an index out of range, a group mismatch)."""
 

@@ -6,9 +6,13 @@ buffers for intermediates) and asks each op's rule, in order, to emit its code.
 """
 from __future__ import annotations
 
+import os
+import warnings
+
 from .codegen import rules
-from .codegen.fusion import lower_fused
+from .codegen.fusion import NotFusable, lower_fused
 from .codegen.kernel import ArrayRef, KernelBuilder
+from .errors import InternalError
 from .types import LogicalTensor
 from .views import view_strides
 
@@ -56,32 +60,76 @@ def build_kernel(partition, ops, in_lts, out_lts, values: dict):
     """(source, arg plan) of the one kernel of ``partition``: ``ops`` are its
     ops specialised for the inputs ``in_lts`` (and values), writing ``out_lts``.
     ``values`` ({op id: {port name: tuple}}) are the values of value inputs the
-    kernel is specialised on; each op's rule receives its own."""
-    partition_ops = ops
+    kernel is specialised on; each op's rule receives its own.
+
+    A fused partition lowers as its plan says (passes/legality.py accepted it, so
+    code generation does not refuse it: a refusal is an :class:`InternalError`).
+    It lowers one op at a time, through scratch buffers, only when its plan says
+    so (``one_at_a_time``, shown in the pass log), or when it is compiled for
+    strides other than the graph's that make its folded views no views; either
+    is an InternalError under ``GRAPHC_STRICT_FUSION=1`` (the test suite)."""
     fusion = getattr(partition, "plan", None)
-    if fusion is not None and len(ops) > 1 and fusion.shape != "views":
-        kb, refs, plan = _builder(in_lts, out_lts)
-        folded = fold_views(ops, refs, fusion.views_in, fusion.views_out)
-        if folded is not None:
-            ops = [op for op in ops if op.id not in folded]
-        for op in ops:
-            for t in op.outputs:
-                if t.id not in refs and fusion.roles.get(t.id) == "scratch":
-                    refs[t.id] = kb.arg(t, "t")
-                    plan.append(("tmp", t))
-        if folded is not None and lower_fused(kb, ops, refs, fusion, values):
-            return kb.source(), plan + workspace_plan(kb)
-        ops = partition_ops
-    if fusion is not None and fusion.shape == "views":
-        # no view of the input as the output's strides: one copy, in the last op,
-        # reading the input through the views before it when they are views
-        kb, refs, plan = _builder(in_lts, out_lts)
-        if fold_views(ops, refs, fusion.views_in[:-1], []) is not None:
-            last = ops[-1]
-            lower_op(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs], values)
-            kb.ret(-1)
-            return kb.source(), plan + workspace_plan(kb)
-    # one op after another, through scratch buffers
+    if fusion is not None and len(ops) > 1:
+        why, planned = fusion.one_at_a_time, True
+        if not why:
+            lower = _views_kernel if fusion.shape == "views" else _fused_kernel
+            built = lower(partition, ops, fusion, in_lts, out_lts, values)
+            if built is not None:
+                return built
+            why, planned = "its views are no views of the buffers as compiled (strides other than the graph's)", False
+        text = f"partition {partition.id} ({partition.kind}) lowers one op at a time: {why}"
+        if os.environ.get(STRICT_FUSION) == "1":
+            raise InternalError(f"{text} ({STRICT_FUSION}=1)", op=ops[0])
+        if not planned:   # (a planned one is in the pass log already)
+            warnings.warn(text, FusionFallbackWarning, stacklevel=3)
+    return _one_op_at_a_time(ops, in_lts, out_lts, values)
+
+
+#: set to 1 (the test suite does) to make a fused partition lowering one op at a time an error
+STRICT_FUSION = "GRAPHC_STRICT_FUSION"
+
+
+class FusionFallbackWarning(UserWarning):
+    """A fused partition compiled for strides that make its folded views no
+    views lowers one op at a time."""
+
+
+def _fused_kernel(partition, ops, fusion, in_lts, out_lts, values):
+    """The kernel of a fused plan, or None when its folded views are no views of
+    the buffers as compiled."""
+    kb, refs, plan = _builder(in_lts, out_lts)
+    folded = fold_views(ops, refs, fusion.views_in, fusion.views_out)
+    if folded is None:
+        return None
+    ops = [op for op in ops if op.id not in folded]
+    for op in ops:
+        for t in op.outputs:
+            if t.id not in refs and fusion.roles.get(t.id) == "scratch":
+                refs[t.id] = kb.arg(t, "t")
+                plan.append(("tmp", t))
+    try:
+        lower_fused(kb, ops, refs, fusion, values)
+    except NotFusable as e:
+        raise InternalError(f"code generation refused the {fusion.shape} plan legality accepted for partition "
+                            f"{partition.id} ({partition.kind}): {e}", op=ops[0]) from e
+    return kb.source(), plan + workspace_plan(kb)
+
+
+def _views_kernel(partition, ops, fusion, in_lts, out_lts, values):
+    """A chain of views that is no view of its input as compiled: one copy, in the
+    last op, reading the input through the views before it; None when those are
+    no views either."""
+    kb, refs, plan = _builder(in_lts, out_lts)
+    if fold_views(ops, refs, fusion.views_in[:-1], []) is None:
+        return None
+    last = ops[-1]
+    lower_op(last, kb, [refs[t.id] for t in last.inputs], [refs[t.id] for t in last.outputs], values)
+    kb.ret(-1)
+    return kb.source(), plan + workspace_plan(kb)
+
+
+def _one_op_at_a_time(ops, in_lts, out_lts, values):
+    """One op after another, through scratch buffers."""
     kb, refs, plan = _builder(in_lts, out_lts)
     for op in ops:
         for t in op.outputs:

@@ -3,9 +3,12 @@ training patterns, and the seed ops with their neighbours, as small graphs for
 the one matching engine (passes/pattern.py).
 
 Each entry is a function building one :class:`Pattern`; :func:`catalog` lists
-them.  Which matches become partitions, and what their kernels keep in
-registers, is decided by passes/legality.py; how a fused partition lowers, by
-graphc/codegen/fusion.py.  Patterns whose anchor has no kernel in this build
+them.  Each pattern declares the kernel shape its matches lower to (``kernel=``:
+eltwise, anchor, staged, attention or views) and labels the ops a kernel gives a
+part to (the attention roles: ``qk``, ``softmax``, ``pv``, ``reorder``, ...).
+Which matches become partitions, and what their kernels keep in registers, is
+decided by passes/legality.py from the match and its roles; how a fused
+partition lowers, by graphc/codegen/fusion.py.  Patterns whose anchor has no kernel in this build
 (MatMul, Convolution, pools) are listed already: legality refuses them until
 their kernels exist, and then their post-ops fuse through the same epilogue
 hook as every other anchor.
@@ -97,7 +100,7 @@ def epilogue(p, x, lo=0):
 def relu_bwd_bnorm_bwd(port):
     def build():
         p = Pattern("relu_bwd_bnorm_bwd", 10,
-                    "ReLUBackward -> BatchNormTrainingBackward (either data input)")
+                    "ReLUBackward -> BatchNormTrainingBackward (either data input)", kernel="anchor")
         r = p.op("ReLUBackward", p.input(), p.input())
         p.op("BatchNormTrainingBackward", *([None] * port), r)
         return p
@@ -105,19 +108,21 @@ def relu_bwd_bnorm_bwd(port):
 
 
 def bnorm_inference_relu():
-    p = Pattern("bnorm_inference_relu", 9, "BatchNormInference -> ReLU (oneDNN allows only one ReLU here)")
+    p = Pattern("bnorm_inference_relu", 9, "BatchNormInference -> ReLU (oneDNN allows only one ReLU here)",
+                kernel="anchor")
     p.op("ReLU", p.op("BatchNormInference", p.input()))
     return p
 
 
 def bnorm_fwd_train_relu():
-    p = Pattern("bnorm_fwd_train_relu", 9, "BatchNormForwardTraining -> ReLU")
+    p = Pattern("bnorm_fwd_train_relu", 9, "BatchNormForwardTraining -> ReLU", kernel="anchor")
     p.op("ReLU", p.op("BatchNormForwardTraining", p.input()))
     return p
 
 
 def norm_swish():
-    p = Pattern("norm_swish", 9, "GroupNorm/LayerNorm/RMSNorm -> swish (x * sigmoid(x)) -> post-ops -> [Quantize]")
+    p = Pattern("norm_swish", 9, "GroupNorm/LayerNorm/RMSNorm -> swish (x * sigmoid(x)) -> post-ops -> [Quantize]",
+                kernel="anchor")
     n = p.op(["GroupNorm", "LayerNorm", "RMSNorm"], p.input())
     s = p.op("Sigmoid", n)
     epilogue(p, p.op("Multiply", n, s, either_order=True))
@@ -125,26 +130,29 @@ def norm_swish():
 
 
 def norm_post_ops():
-    p = Pattern("norm_post_ops", 8, "LayerNorm/GroupNorm/RMSNorm -> [TypeCast] -> post-ops -> [Quantize]")
+    p = Pattern("norm_post_ops", 8, "LayerNorm/GroupNorm/RMSNorm -> [TypeCast] -> post-ops -> [Quantize]",
+                kernel="anchor")
     epilogue(p, p.op(["LayerNorm", "GroupNorm", "RMSNorm"], p.input()), lo=0)
     return p
 
 
 def softmax_post_ops():
-    p = Pattern("softmax_post_ops", 8, "SoftMax -> post-ops -> [TypeCast] -> [Quantize] (f32 softmax dst)")
+    p = Pattern("softmax_post_ops", 8, "SoftMax -> post-ops -> [TypeCast] -> [Quantize] (f32 softmax dst)",
+                kernel="anchor")
     s = p.op(["SoftMax", "LogSoftmax"], p.input(), pred=f32_dst)
     quantize(p, typecast(p, post_ops(p, s)))
     return p
 
 
 def reduction_post_ops():
-    p = Pattern("reduction_post_ops", 8, "Reduce* -> post-ops")
+    p = Pattern("reduction_post_ops", 8, "Reduce* -> post-ops", kernel="anchor")
     post_ops(p, p.op(REDUCE, p.input()), lo=1)
     return p
 
 
 def swiglu():
-    p = Pattern("swiglu_prologue_epilogue", 7, "eltwise -> ... -> SwiGlu/SwiGluGrad -> post-ops")
+    p = Pattern("swiglu_prologue_epilogue", 7, "eltwise -> ... -> SwiGlu/SwiGluGrad -> post-ops",
+                kernel="anchor")
     u = p.op(UNARY, p.input())
     pro = p.repeat(lambda q, x: q.op(UNARY, x), u, 0, MAX_POST_OPS - 1, label="prologue")
     post_ops(p, p.op(["SwiGlu", "SwiGluGrad"], pro))
@@ -152,7 +160,7 @@ def swiglu():
 
 
 def swiglu_grad_dy():
-    p = Pattern("swiglu_grad_prologue", 7, "eltwise -> ... -> SwiGluGrad's diff_dst")
+    p = Pattern("swiglu_grad_prologue", 7, "eltwise -> ... -> SwiGluGrad's diff_dst", kernel="anchor")
     u = p.op(UNARY, p.input())
     pro = p.repeat(lambda q, x: q.op(UNARY, x), u, 0, MAX_POST_OPS - 1, label="prologue")
     post_ops(p, p.op("SwiGluGrad", p.input(), pro))
@@ -160,38 +168,39 @@ def swiglu_grad_dy():
 
 
 def swiglu_post_ops():
-    p = Pattern("swiglu_post_ops", 7, "SwiGlu/SwiGluGrad -> post-ops")
+    p = Pattern("swiglu_post_ops", 7, "SwiGlu/SwiGluGrad -> post-ops", kernel="anchor")
     post_ops(p, p.op(["SwiGlu", "SwiGluGrad"], p.input()), lo=1)
     return p
 
 
 def ln_post_all_gather_post_ops():
-    p = Pattern("ln_post_all_gather_post_ops", 7, "LayerNormPostAllGather -> post-ops -> [TypeCast]")
+    p = Pattern("ln_post_all_gather_post_ops", 7, "LayerNormPostAllGather -> post-ops -> [TypeCast]",
+                kernel="anchor")
     typecast(p, post_ops(p, p.op("LayerNormPostAllGather", p.input())))
     return p
 
 
 def eltwise_dropout():
-    p = Pattern("eltwise_dropout", 7, "eltwise -> Dropout (training)")
+    p = Pattern("eltwise_dropout", 7, "eltwise -> Dropout (training)", kernel="anchor")
     p.op("Dropout", p.op(ELTWISE + UNARY_BWD, p.input()))
     return p
 
 
 def reorder_sum():
-    p = Pattern("reorder_sum", 10, "Reorder -> Add (no broadcast): oneDNN's fp_reorder_sum")
+    p = Pattern("reorder_sum", 10, "Reorder -> Add (no broadcast): oneDNN's fp_reorder_sum", kernel="eltwise")
     p.op("Add", p.op("Reorder", p.input()), None, pred=no_broadcast)
     return p
 
 
 def x8_reorder():
-    p = Pattern("x8_reorder", 10, "int8 Dequantize -> Reorder -> Quantize")
+    p = Pattern("x8_reorder", 10, "int8 Dequantize -> Reorder -> Quantize", kernel="eltwise")
     d = p.op("Dequantize", p.input(), pred=int8_quant)
     p.op("Quantize", p.op("Reorder", d), pred=int8_quant)
     return p
 
 
 def int8_concat():
-    p = Pattern("int8_concat", 10, "N int8 Dequantize -> Concat -> Quantize", anchor="concat")
+    p = Pattern("int8_concat", 10, "N int8 Dequantize -> Concat -> Quantize", anchor="concat", kernel="anchor")
     c = p.op("Concat", pred=same_quant_params, label="concat")
     p.each_input(c, "Dequantize", pred=int8_quant)
     p.op("Quantize", c, pred=int8_quant)
@@ -199,7 +208,8 @@ def int8_concat():
 
 
 def s8f32s8_bnorm():
-    p = Pattern("s8f32s8_bnorm", 10, "int8 Dequantize -> BatchNormInference -> [ReLU] -> Quantize")
+    p = Pattern("s8f32s8_bnorm", 10, "int8 Dequantize -> BatchNormInference -> [ReLU] -> Quantize",
+                kernel="anchor")
     d = p.op("Dequantize", p.input(), pred=int8_quant)
     b = p.op("BatchNormInference", d)
     p.op("Quantize", p.op("ReLU", b, optional=True), pred=int8_quant)
@@ -207,20 +217,21 @@ def s8f32s8_bnorm():
 
 
 def typecast_quantize():
-    p = Pattern("typecast_quantize", 6, "TypeCast -> Quantize")
+    p = Pattern("typecast_quantize", 6, "TypeCast -> Quantize", kernel="eltwise")
     p.op("Quantize", p.op("TypeCast", p.input()), pred=per_tensor)
     return p
 
 
 def dequant_eltwise_quant():
-    p = Pattern("dequant_eltwise_quant", 6, "Dequantize -> eltwise -> [Quantize]")
+    p = Pattern("dequant_eltwise_quant", 6, "Dequantize -> eltwise -> [Quantize]", kernel="eltwise")
     d = p.op("Dequantize", p.input(), pred=per_tensor)
     quantize(p, post_ops(p, d))
     return p
 
 
 def two_branches():
-    p = Pattern("two_branches", 6, "two unary branches of one input meeting in a binary op -> post-ops")
+    p = Pattern("two_branches", 6, "two unary branches of one input meeting in a binary op -> post-ops",
+                kernel="eltwise")
     x = p.input()
     a, b = p.op(UNARY, x), p.op(UNARY, x)
     post_ops(p, p.op(BINARY, a, b))
@@ -230,7 +241,8 @@ def two_branches():
 def eltwise_chain():
     """A post-op's other operand may be computed inside the chain: a fork that
     rejoins (swish ``x * sigmoid(x)``) or a residual add is one chain."""
-    p = Pattern("eltwise_chain", 5, "unary/binary -> up to 20 unary/binary post-ops and typecasts")
+    p = Pattern("eltwise_chain", 5, "unary/binary -> up to 20 unary/binary post-ops and typecasts",
+                kernel="eltwise")
     first = p.op(ELTWISE + UNARY_BWD + ["TypeCast"], p.input())
     p.repeat(lambda q, x: q.op(ELTWISE + ["TypeCast"], x, None, either_order=True, pred=keeps_shape(x)),
              first, 1, MAX_POST_OPS)
@@ -241,7 +253,7 @@ def anchor_post_ops(name, kinds, doc, priority=8):
     """The epilogue hook of compute ops: [BiasAdd] -> post-ops (binary per-tensor,
     per-channel or full, i.e. sum; eltwise) -> [TypeCast] -> [Quantize]."""
     def build():
-        p = Pattern(name, priority, doc)
+        p = Pattern(name, priority, doc, kernel="anchor")
         a = p.op(kinds, p.input())
         b = p.op("BiasAdd", a, optional=True)
         epilogue(p, b)
@@ -251,7 +263,7 @@ def anchor_post_ops(name, kinds, doc, priority=8):
 
 def quantized_matmul():
     p = Pattern("quantized_matmul", 9, "Dequantize on src and weights -> MatMul -> post-ops -> [Quantize]",
-                anchor="mm")
+                anchor="mm", kernel=("anchor", "staged"))
     da = p.op("Dequantize", p.input(), optional=True)
     dw = p.op("Dequantize", p.input(), optional=True)
     mm = p.op(["MatMul", "Convolution", "ConvTranspose"], da, dw, label="mm")
@@ -304,7 +316,7 @@ def quantized_compute():
     p = Pattern("quantized_compute", 9.5,
                 "[Dynamic]Dequantize (per tensor, channel or group, [TypeCast]) on src and weights -> MatMul/Convolution/"
                 "ConvTranspose -> [BiasAdd] -> post-ops -> [TypeCast] -> [[Dynamic]Quantize per tensor or channel]",
-                anchor="mm")
+                anchor="mm", kernel=("anchor", "staged"))
     mm = p.op(COMPUTE, q2f(p, p.input(), False), q2f(p, p.input(), True), label="mm")
     b = p.op("BiasAdd", mm, optional=True)
     p.op(["Quantize", "DynamicQuantize"], typecast(p, post_ops(p, b)), optional=True, pred=static_quant)
@@ -328,7 +340,7 @@ def gated_mlp():
     post-ops.  A staged kernel: up and gate into scratch, the gated product
     computed while the down MatMul packs its src."""
     p = Pattern("gated_mlp", 9.5, "MatMul up, MatMul gate (one src) -> [swish/GELU/...] -> Multiply -> "
-                                  "[TypeCast] -> MatMul down -> post-ops")
+                                  "[TypeCast] -> MatMul down -> post-ops", kernel="staged")
     x = p.input("src")
     up = p.op("MatMul", x, None, label="up")
     gate = p.op("MatMul", x, None, label="gate")
@@ -341,7 +353,7 @@ def gated_mlp():
 
 def binary_matmul_binary():
     p = Pattern("binary_matmul_binary", 8.5, "a binary op on MatMul's src -> MatMul -> [BiasAdd] -> post-ops",
-                anchor="mm")
+                anchor="mm", kernel="anchor")
     pro = p.op(BINARY, p.input(), None, label="prologue")
     mm = p.op("MatMul", pro, None, label="mm")
     post_ops(p, p.op("BiasAdd", mm, optional=True))
@@ -363,10 +375,10 @@ def viewed(p, label=""):
 
 
 def viewed_from(p, x, pred=None):
-    """``x`` through [StaticReshape] -> [StaticTranspose] -> [StaticReshape]."""
-    x = p.op("StaticReshape", x, optional=True, pred=pred)
-    x = p.op("StaticTranspose", x, optional=True, pred=pred)
-    return p.op("StaticReshape", x, optional=True, pred=pred)
+    """``x`` through [StaticReshape] -> [StaticTranspose] -> [StaticReshape] (role ``reorder``)."""
+    x = p.op("StaticReshape", x, optional=True, pred=pred, label="reorder")
+    x = p.op("StaticTranspose", x, optional=True, pred=pred, label="reorder")
+    return p.op("StaticReshape", x, optional=True, pred=pred, label="reorder")
 
 
 def of_computed(o, m) -> bool:
@@ -434,7 +446,7 @@ def sdpa():
     flash-style kernel (legality's attention plan, graphc/codegen/attention.py)."""
     p = Pattern("sdpa", 11, "[reorder] -> [(Dynamic)Dequantize] -> MatMul QK -> [Multiply/Divide] -> "
                             "[causal/Add/Select mask] -> SoftMax [stats] -> [Dropout] -> [Quantize/Dequantize] -> "
-                            "MatMul V -> [reorder/TypeCast] -> [Quantize]", anchor="qk")
+                            "MatMul V -> [reorder/TypeCast] -> [Quantize]", anchor="qk", kernel="attention")
     qk = p.op("MatMul", sdpa_operand(p, "query"), sdpa_operand(p, "key"), label="qk")
     s = p.optional_block(lambda q, x: q.op(["Multiply", "Divide"], x, viewed(q, "scale"), either_order=True,
                                            pred=sdpa_scale(x), label="scale"), qk, label="scale")
@@ -444,7 +456,7 @@ def sdpa():
     sm = p.op("Dequantize", p.op("Quantize", sm, optional=True, pred=per_tensor, label="p quantize"),
               optional=True, pred=per_tensor, label="p dequantize")
     o = p.op("MatMul", sm, sdpa_operand(p, "value"), label="pv")
-    o = p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["TypeCast"], x), o, 0, 4, label="output reorders")
+    o = p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["TypeCast"], x, label="output"), o, 0, 4, label="output reorders")
     p.op("Quantize", o, optional=True, pred=per_tensor, label="output quantize")
     return p
 
@@ -459,7 +471,7 @@ def sdpa_backward():
     (legality's attention plan, graphc/codegen/attention.py)."""
     p = Pattern("sdpa_backward", 11, "MatMul QK -> [scale] -> [mask] -> Subtract stats -> Exp -> "
                                      "MatMuls dV, dP -> dS = P * (dP - ReduceSum(O * dO)) -> MatMuls dQ, dK",
-                anchor="qk")
+                anchor="qk", kernel="attention")
     q, k, do = viewed(p, "query"), viewed(p, "key"), viewed(p, "diff_dst")
 
     def over_batch(o, m):
@@ -470,7 +482,7 @@ def sdpa_backward():
         """gqa.md: dK / dV a ReduceSum of the MatMul over the query heads sharing a K/V head
         -> [reorders] (4-D GQA: back to [N, H, S, D])."""
         x = p.op("ReduceSum", x, optional=True, pred=over_batch, label=f"{label} heads")
-        return p.repeat(lambda b, y: b.op(SDPA_REORDERS, y), x, 0, 4, label=f"{label} reorders")
+        return p.repeat(lambda b, y: b.op(SDPA_REORDERS, y, label="output"), x, 0, 4, label=f"{label} reorders")
 
     qk = p.op("MatMul", q, k, label="qk")
     s = p.optional_block(lambda b, x: b.op(["Multiply", "Divide"], x, b.input("scale"), either_order=True,
@@ -485,7 +497,8 @@ def sdpa_backward():
     ds = p.optional_block(lambda b, x: b.op(["Multiply", "Divide"], x, b.input("scale"), either_order=True,
                                             pred=sdpa_scale(x), label="scale"), ds, label="ds scale")
     ds = p.op("TypeCast", ds, optional=True)
-    p.repeat(lambda b, y: b.op(SDPA_REORDERS, y), p.op("MatMul", ds, k, label="dq"), 0, 4, label="dq reorders")
+    p.repeat(lambda b, y: b.op(SDPA_REORDERS, y, label="output"), p.op("MatMul", ds, k, label="dq"), 0, 4,
+             label="dq reorders")
     head_sum(p, p.op("MatMul", ds, q, label="dk"), "dk")
     return p
 
@@ -513,7 +526,7 @@ def matmul_views():
     of its inputs -> MatMul -> [BiasAdd] -> post-ops -> reshape/transpose views.
     No data moves for the views: the GEMM reads and writes through strides."""
     p = Pattern("matmul_views", 8.5, "[reshape/transpose] -> MatMul -> [BiasAdd] -> post-ops -> "
-                                     "[reshape/transpose]", anchor="mm")
+                                     "[reshape/transpose]", anchor="mm", kernel="anchor")
     mm = p.op("MatMul", viewed(p, "src"), viewed(p, "weights"), label="mm")
     output_views(p, post_ops(p, p.op("BiasAdd", mm, optional=True)))
     p.check = has_view
@@ -525,7 +538,7 @@ def eltwise_views():
     views]: one loop, the views folded into its indexing.  (Anchored at the first
     view: views are rare, elementwise ops are not.)"""
     p = Pattern("eltwise_views", 5.5, "reshape/transpose -> unary/binary chain -> [reshape/transpose]",
-                anchor="view")
+                anchor="view", kernel="eltwise")
     v = p.repeat(lambda q, x: q.op(VIEWS, x), p.op(VIEWS, p.input("src"), label="view"), 0, 2)
     first = p.op(ELTWISE + ["TypeCast"], v)
     chain = p.repeat(lambda q, x: q.op(ELTWISE + ["TypeCast"], x, None, either_order=True, pred=keeps_shape(x)),
@@ -536,7 +549,7 @@ def eltwise_views():
 
 def view_chain():
     """Reshapes and transposes one after another: one view when the strides allow."""
-    p = Pattern("view_chain", 4, "reshape/transpose -> reshape/transpose ...")
+    p = Pattern("view_chain", 4, "reshape/transpose -> reshape/transpose ...", kernel="views")
     p.repeat(lambda q, x: q.op(VIEWS, x), p.op(VIEWS, p.input()), 1, 8)
     return p
 
@@ -567,7 +580,7 @@ def x8_pool_post_ops():
     the partition; one between the pool and the Quantize would make a staged kernel
     with two scratch buffers, so that variant is left out."""
     p = Pattern("x8_pool_post_ops", 10, "int8 Dequantize -> AvgPool/MaxPool -> post-ops -> int8 Quantize",
-                anchor="pool")
+                anchor="pool", kernel="anchor")
     p.op("Quantize", post_ops(p, int8_pool(p)), pred=int8_quant)
     return p
 
@@ -576,7 +589,7 @@ def x8_pool_add_post_ops():
     """oneDNN's x8_pool_add_post_ops_cpu: the Add's other operand (either side)
     dequantized in the kernel where the pool stores."""
     p = Pattern("x8_pool_add_post_ops", 10.1, "int8 Dequantize -> AvgPool/MaxPool -> Add (a Dequantize) -> "
-                                              "post-ops -> int8 Quantize", anchor="pool")
+                                              "post-ops -> int8 Quantize", anchor="pool", kernel="anchor")
     pool = int8_pool(p)
     other = p.op("Dequantize", p.input("other"), label="other")
     add = p.op("Add", pool, other, either_order=True, pred=keeps_shape(pool), label="sum")

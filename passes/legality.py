@@ -1,7 +1,10 @@
 """Fusion legality: the one place that decides whether a set of ops may become
-one fused partition, and what its kernel does with each tensor.
+one fused partition, and what its kernel does with each tensor.  Code
+generation follows the plan and never refuses one accepted here.
 
-A fused partition lowers to one kernel of one of four shapes:
+A fused partition lowers to one kernel of one of five shapes; a pattern
+declares which (``Pattern.kernel``), and a match whose ops make another is
+refused:
 
 * ``eltwise``: pointwise ops only (``Elementwise``: unary, binary, typecasts,
   ...), one loop over the frame (the shape every written tensor shares); each
@@ -18,30 +21,42 @@ A fused partition lowers to one kernel of one of four shapes:
   where they are read.
 * ``attention``: scaled dot-product attention (MatMul -> scale/mask ops ->
   SoftMax -> MatMul, reorders around), one flash-style kernel that keeps the
-  scores in a tile (graphc/codegen/attention.py); see :func:`_attention_plan`.
+  scores in a tile (graphc/codegen/attention.py); planned from the roles the
+  pattern bound (passes/attention_plan.py).
+* ``views``: reshapes and transposes only: a view of the input when the strides
+  allow, else copies.
 
 Tensor roles (:class:`FusionPlan.roles`): ``register`` (computed and consumed
 inside the kernel, never stored), ``written`` (leaves the partition: a graph
-output or read by an op outside), ``scratch`` (materialised between stages).
+output or read by an op outside), ``scratch`` (materialised between stages),
+``view`` (a folded view's dst: a buffer seen with other strides).
 
 A set of ops is legal when every op lowers, the set is convex (no path leaves
 it and comes back, else the partitions could not be ordered), no prologue
 value must be written (it is computed inside the anchor's loads, maybe in
-several passes), the anchor's other outputs do not feed its epilogue, written
-epilogue values have the anchor's output shape, and fusing moves no more bytes
-than not fusing (a prologue re-read by an anchor making several passes over
-its input may cost more than its intermediate tensor: then it stays apart).
+several passes), the anchor's other outputs do not feed its epilogue and are
+read only from their buffers, written epilogue values have the anchor's output
+shape, and fusing moves no more bytes than not fusing (a prologue re-read by
+an anchor making several passes over its input may cost more than its
+intermediate tensor: then it stays apart).  What a flat elementwise loop, a
+per-group scale and a folded view can do is checked by passes/kernel_rules.py.
 
 Indexed ops (per-channel Quantize/Dequantize, ``ops.common.is_indexed``) are
 not pointwise, but are computed in registers like pointwise ops where the
 kernel knows the multi-index (see ``_indexed_in_registers``); elsewhere they
 are anchors.
+
+A plan lowers one op at a time (through scratch buffers) only when it says so
+(``FusionPlan.one_at_a_time``: a chain of views that are no views of their
+input's buffer, copied one after another); the pass log shows it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from ..ops.common import is_indexed, is_pointwise
+from .attention_plan import attention_plan
+from .kernel_plan import FusionPlan, Illegal
+from .kernel_rules import check_flat_loop, check_grouped_params, check_views_fold, fold_failure
+from .pattern import DERIVED
 
 #: anchors whose lowering loads every input through ``load_nd`` at its full
 #: multi-index (the GEMM packing loops of MatMul and the convolutions): an
@@ -49,32 +64,14 @@ from ..ops.common import is_indexed, is_pointwise
 INDEXED_LOADS = frozenset({"MatMul", "Convolution", "ConvTranspose"})
 
 
-@dataclass
-class FusionPlan:
-    shape: str                                   # "eltwise", "anchor", "staged", "attention" or "views"
-    anchors: list = field(default_factory=list)  # op ids of the non-pointwise ops, in order
-    roles: dict = field(default_factory=dict)    # tensor id -> "register" | "written" | "scratch" | "view"
-    prologue: set = field(default_factory=set)   # op ids (anchor shape)
-    epilogue: set = field(default_factory=set)   # op ids (anchor shape)
-    views_in: list = field(default_factory=list)   # view ops read as strides of an input (in order)
-    views_out: list = field(default_factory=list)  # view ops a value is stored through (in order)
-
-    def describe(self) -> str:
-        kept = sorted(t for t, r in self.roles.items() if r == "register")
-        written = sorted(t for t, r in self.roles.items() if r == "written")
-        scratch = sorted(t for t, r in self.roles.items() if r == "scratch")
-        return (f"{self.shape} kernel; in registers: {kept or 'none'}; written: {written or 'none'}"
-                + (f"; scratch: {scratch}" if scratch else ""))
-
-
-class Illegal(Exception):
-    """Why a set of ops cannot fuse (a reason for the pass log)."""
-
-
-def plan(graph, ops, can_lower) -> FusionPlan:
+def plan(graph, ops, can_lower, kernel=DERIVED, roles=None) -> FusionPlan:
     """The kernel plan of ``ops`` fused, or raise :class:`Illegal`.
     ``can_lower(op)`` says whether this build has a kernel for an op (code
-    generation's answer, handed down by the compile step)."""
+    generation's answer, handed down by the compile step).  ``kernel``: the
+    kernel shapes the pattern declares (``Pattern.kernel``); ``roles``: the ops
+    it bound to its labelled nodes (``Match.roles``), which the attention plan
+    starts from.  Without a pattern, the plan is whichever shape the ops make
+    (never attention)."""
     ids = {o.id for o in ops}
     for o in ops:
         if o.kind == "End" or o.schema.family == "collective":
@@ -88,11 +85,19 @@ def plan(graph, ops, can_lower) -> FusionPlan:
     leaving = {tid for tid in produced
                if tid in outs or not graph.consumers.get(tid)
                or any(c not in ids for c, _ in graph.consumers.get(tid, []))}
-    if _is_attention(ops):
-        return _attention_plan(graph, ops, produced, leaving)
+    if "attention" in kernel:
+        return attention_plan(graph, ops, roles or {}, produced, leaving)
+    p = _derived_plan(graph, ops, can_lower, produced, leaving)
+    if p.shape not in kernel:
+        raise Illegal(f"the ops make {'an' if p.shape[0] in 'ae' else 'a'} {p.shape} kernel, not the "
+                      f"{' or '.join(kernel)} kernel the pattern declares")
+    return p
+
+
+def _derived_plan(graph, ops, can_lower, produced, leaving) -> FusionPlan:
+    """The plan of the shape the ops make: views, eltwise, anchor or staged."""
     if _view_chain(ops, leaving):
-        return FusionPlan("views", [], {o.outputs[0].id: "view" for o in ops[:-1]} | {ops[-1].outputs[0].id: "written"},
-                          views_in=list(ops))
+        return _view_chain_plan(graph, ops)
     views_in, views_out = _folded_views(graph, ops, produced, leaving)
     if views_in or views_out:
         return _with_views(graph, ops, views_in, views_out, can_lower)
@@ -100,10 +105,12 @@ def plan(graph, ops, can_lower) -> FusionPlan:
     kept = _indexed_in_registers(graph, ops, core, leaving)
     anchors = [o for o in ops if not is_pointwise(o) and o.id not in kept]
     roles = {tid: ("written" if tid in leaving else "register") for tid in produced}
+    check_grouped_params(ops, produced, {o.id for o in ops if is_pointwise(o) or o.id in kept})
     if not anchors:
         frame = {tuple(graph.tensors[t].shape) for t in leaving}
         if len(frame) != 1:
             raise Illegal(f"pointwise outputs of different shapes {sorted(frame)}")
+        check_flat_loop(ops, [t for o in ops for t in o.outputs if roles[t.id] == "written"], produced, set())
         return FusionPlan("eltwise", [], roles)
     if len(anchors) == 1:
         return _anchor_plan(graph, ops, anchors[0], roles, produced)
@@ -111,6 +118,10 @@ def plan(graph, ops, can_lower) -> FusionPlan:
         for t in a.outputs:
             if roles[t.id] == "register":
                 roles[t.id] = "scratch"
+    stages = {a.id for a in anchors}
+    for o in ops:
+        if o.id not in stages:   # a pointwise value a staged kernel stores: a flat loop of its own
+            check_flat_loop(ops, [t for t in o.outputs if roles[t.id] == "written"], produced, stages)
     return FusionPlan("staged", [a.id for a in anchors], roles)
 
 
@@ -157,281 +168,6 @@ def _kept_indexed(graph, ops, indexed, core, leaving, staged: bool) -> set:
     return kept
 
 
-# ==== attention (issue 14: SDPA forward and training, MHA/MQA/GQA) =======================
-ATTENTION_REORDERS = ("StaticReshape", "StaticTranspose")
-
-
-def _is_attention(ops) -> bool:
-    return sum(o.kind == "SoftMax" for o in ops) == 1 and sum(o.kind == "MatMul" for o in ops) == 2 or \
-        _is_attention_backward(ops)
-
-
-def _is_attention_backward(ops) -> bool:
-    kinds = [o.kind for o in ops]
-    return kinds.count("MatMul") == 5 and kinds.count("Exp") == 1 and 1 <= kinds.count("ReduceSum") <= 3 and \
-        "SoftMax" not in kinds
-
-
-def _broadcasts_into(lead, batch) -> bool:
-    """Batch dims ``lead`` broadcast (numpy rules) into ``batch``."""
-    return len(lead) <= len(batch) and all(d in (1, b) for d, b in zip(reversed(lead), reversed(batch)))
-
-
-def _attention_backward_plan(graph, ops, produced, leaving) -> FusionPlan:
-    """The ``attention`` plan of sdpa.md's backward graph (one flash-style backward
-    kernel, graphc/codegen/attention.py): S = Q@K^T -> pointwise ops (scale, mask,
-    Subtract stats, Exp = P) ...; dV = f(P)^T @ dO, dP = dO @ V^T, dS from P, dP and
-    ReduceSum(O * dO) (pointwise ops and Dropouts of the scores' shape), dQ = g(dS) @ K,
-    dK = g(dS)^T @ Q.  anchors: [QK, dP, dV, dQ, dK MatMuls, ReduceSum]; written: the
-    three gradients and pointwise values of the scores' shape that leave (dM).
-    GQA/MQA (gqa.md's backward): K and V broadcast over the query heads of their group
-    into the Q@K^T, dO@V^T and dS@K MatMuls, and dK, dV are ReduceSums of the dK and dV
-    MatMuls over those batch axes (the same for both): anchors then end with them.
-    Reorders of partition inputs (gqa.md's 4-D GQA: Q [N, H, S, D] reshaped to
-    [N, G, H/G, S, D], ...) are read as views of their buffers (prologue), and
-    reorders after dQ, dK, dV are stored through (epilogue)."""
-    from ..numerics import fpmath_down
-    reorders = set()
-    for o in ops:
-        if o.kind in ATTENTION_REORDERS and all(t.id not in produced or produced[t.id].id in reorders
-                                                for t in o.inputs):
-            reorders.add(o.id)
-    _input_views(ops, produced, reorders)
-    computed = {tid: o for tid, o in produced.items() if o.id not in reorders}
-    mms = [o for o in ops if o.kind == "MatMul"]
-    sums = [o for o in ops if o.kind == "ReduceSum"]
-    heads = {computed[o.inputs[0].id].id: o for o in sums
-             if o.inputs[0].id in computed and computed[o.inputs[0].id].kind == "MatMul"}
-    rsums = [o for o in sums if o not in heads.values()]
-    if len(rsums) != 1:
-        raise Illegal("no one ReduceSum(O * dO) in the attention backward")
-    rsum = rsums[0]
-    exp = next(o for o in ops if o.kind == "Exp")
-    for mm in mms:
-        if len(mm.inputs) > 2 or any(t.ndim < 2 for t in mm.inputs) or fpmath_down(mm) is not None:
-            raise Illegal(f"attention MatMul {mm.id} has a bias, a 1-D operand or rounds its inputs")
-    outside = [m for m in mms if all(t.id not in computed for t in m.inputs)]
-    qk = next((m for m in outside if exp.id in _downstream_ops(ops, {m.outputs[0].id})), None)
-    if qk is None or len(outside) != 2:
-        raise Illegal("no Q@K^T and dO@V^T MatMuls of partition inputs")
-    dp = next(m for m in outside if m is not qk)
-    from_p = _downstream_ops(ops, {exp.outputs[0].id})
-    dv = [m for m in mms if m.id in from_p and dp.inputs[0].id in (t.id for t in m.inputs)
-          and m.inputs[0].id in computed]
-    grads = [m for m in mms if m not in outside and m not in dv]
-    if len(dv) != 1 or len(grads) != 2 or grads[0].inputs[0].id != grads[1].inputs[0].id:
-        raise Illegal("the dV, dQ and dK MatMuls are not as sdpa.md's backward graph has them")
-    dv = dv[0]
-    dq = next((m for m in grads if not m.attr("transpose_a")), None)
-    dk = next((m for m in grads if m.attr("transpose_a")), None)
-    score = qk.outputs[0]
-    sshape = tuple(score.shape)
-    batch = sshape[:-2]
-    if dq is None or dk is None or not dv.attr("transpose_a") or dv.inputs[1].id != dp.inputs[0].id or \
-            any(d < 0 for d in sshape) or tuple(dp.outputs[0].shape) != sshape:
-        raise Illegal("the gradient MatMuls do not transpose as sdpa.md's backward graph")
-    for m in mms:
-        if tuple(m.outputs[0].shape[:-2]) != batch or \
-                any(not _broadcasts_into(tuple(t.shape[:-2]), batch) for t in m.inputs):
-            raise Illegal(f"MatMul {m.id}'s batch dims are not the scores' (its inputs broadcast into them)")
-    if not set(heads) <= {dk.id, dv.id}:
-        raise Illegal("a ReduceSum of a MatMul other than dK's or dV's in the attention backward")
-    head_axes = {mid: sorted({a % len(sshape) for a in o.attr("axes")}) for mid, o in heads.items()}
-    if heads and (len(heads) != 2 or head_axes[dk.id] != head_axes[dv.id] or
-                  any(a >= len(batch) for a in head_axes[dk.id]) or any(len(o.inputs) > 1 for o in heads.values())):
-        raise Illegal("dK and dV are not both ReduceSums over the same batch (head) axes")
-    red = rsum.inputs[0]
-    axes = [a % red.ndim for a in rsum.attr("axes")]
-    if axes != [red.ndim - 1] or not rsum.attr("keep_dims") or red.id not in computed:
-        raise Illegal("the ReduceSum is not over the last axis (kept) of a computed O * dO")
-    row_ops = {computed[red.id].id}
-    anchors = {m.id for m in mms} | {o.id for o in sums}
-    grads_out = [(heads.get(m.id) or m).outputs[0] for m in (dq, dk, dv)]
-    epi, finals = [], []   # the reorders after each gradient, its last tensor (written)
-    for t in grads_out:
-        chain = []
-        while True:
-            cons = [o for o in ops if any(x.id == t.id for x in o.inputs)]
-            if len(cons) != 1 or cons[0].kind not in ATTENTION_REORDERS or t.id in leaving:
-                break
-            chain.append(cons[0])
-            t = cons[0].outputs[0]
-        _output_strides(t, chain)
-        epi += chain
-        finals.append(t.id)
-    skip = anchors | row_ops | reorders | {o.id for o in epi}
-    for o in ops:
-        if o.id in skip:
-            continue
-        if o.kind == "Dropout":
-            if len(o.outputs) > 1 or any(t.id in computed for t in o.inputs[1:]):
-                raise Illegal("a Dropout in attention backward has a mask output or computed seeds")
-        elif not is_pointwise(o) or any(tuple(t.shape) != sshape for t in o.outputs):
-            raise Illegal(f"op {o.id} ({o.kind}) is not a pointwise op of the scores' shape")
-    if not is_pointwise(computed[red.id]) or any(t.id in computed for t in computed[red.id].inputs):
-        raise Illegal("O * dO is not one pointwise op of partition inputs")
-    roles = {}
-    for tid in produced:
-        if tid in finals:
-            roles[tid] = "written"
-        elif tid in leaving:
-            o = produced[tid]
-            if o.id in skip or o.kind == "Dropout":
-                raise Illegal(f"tensor {tid} inside the attention backward leaves the partition")
-            roles[tid] = "written"
-        else:
-            roles[tid] = "register"
-    return FusionPlan("attention", [qk.id, dp.id, dv.id, dq.id, dk.id, rsum.id] +
-                      ([heads[dv.id].id, heads[dk.id].id] if heads else []), roles, reorders, {o.id for o in epi})
-
-
-def _input_views(ops, produced, reorders) -> dict:
-    """{dst id: (shape, strides)}: the views of their buffers the ``reorders`` of
-    partition inputs (or of computed values, read through their index as if dense)
-    make; Illegal if one is none."""
-    from ..types import dense_strides
-    from ..views import view_strides
-    views = {}
-    for o in ops:
-        if o.id in reorders:
-            src = o.inputs[0]
-            own = tuple(src.strides) if src.id not in produced else dense_strides(src.shape)
-            shape, strides = views.get(src.id, (tuple(src.shape), own))
-            st = view_strides(o, shape, strides)
-            if st is None:
-                raise Illegal(f"{o.kind} {o.id} of an attention input is no view of its buffer")
-            views[o.outputs[0].id] = (tuple(o.outputs[0].shape), st)
-    return views
-
-
-def _output_strides(final, chain):
-    """The strides the value before the ops ``chain`` (reorders and pointwise ops of
-    one input) is stored with into ``final``'s buffer; Illegal if a reorder is no view."""
-    from ..views import view_strides
-    shape, strides = tuple(final.shape), tuple(final.strides)
-    for o in reversed(chain):
-        if o.kind in ATTENTION_REORDERS:
-            strides = view_strides(o, shape, strides, forward=False)
-            if strides is None:
-                raise Illegal(f"{o.kind} {o.id} of an attention output is no view of its buffer")
-            shape = tuple(o.inputs[0].shape)
-    return strides
-
-
-def _attention_plan(graph, ops, produced, leaving) -> FusionPlan:
-    """The ``attention`` plan (graphc/codegen/attention.py: one flash-style kernel):
-    MatMul (Q@K^T) -> pointwise ops and GenIndex (scale, masks) -> SoftMax over the
-    last axis (its stats written when exported: training forward) -> [Dropout, its
-    seed/offset/probability from outside] -> [pointwise ops of the probabilities:
-    quantized SDPA's Quantize -> Dequantize] -> MatMul (@V) -> reorders, TypeCasts
-    and a Quantize; reorders (StaticReshape, StaticTranspose) of partition inputs
-    are read as views of their buffers.  Q, K and V may be computed by pointwise
-    or indexed ops (sdpa_with_compressed_kv.md's DynamicDequantize of int8/int4
-    K/V with grouped scales, sdpa_quantized.md's Dequantize of fp8/int8 Q/K/V,
-    TypeCasts) and reorders after them: the kernel computes them while it packs
-    the K/V tiles (a reorder of a computed value reads it at the index its view
-    maps to), so no dequantized copy exists.
-    anchors: [first MatMul, SoftMax, second MatMul]; prologue: the reorders of
-    the operands; epilogue: the chain after the second MatMul (its last tensor
-    the only one written)."""
-    if _is_attention_backward(ops):
-        return _attention_backward_plan(graph, ops, produced, leaving)
-    sm = next(o for o in ops if o.kind == "SoftMax")
-    mms = [o for o in ops if o.kind == "MatMul"]
-    drop = [o for o in ops if o.kind == "Dropout"]
-    if len(drop) > 1 or drop and (drop[0].inputs[0].id != sm.outputs[0].id or len(drop[0].outputs) > 1):
-        raise Illegal("a Dropout in attention must take the SoftMax's dst and have no mask output")
-    probs = (drop[0] if drop else sm).outputs[0].id
-    from_probs = _downstream_ops(ops, {probs})
-    mm2 = next((o for o in mms if o.id in from_probs and
-                (o.inputs[0].id == probs or produced.get(o.inputs[0].id) is not None
-                 and produced[o.inputs[0].id].id in from_probs)), None)
-    if mm2 is None:
-        raise Illegal("the SoftMax's dst (after a Dropout) is not the second MatMul's src")
-    mm1 = next(o for o in mms if o is not mm2)
-    for mm in mms:   # (fpmath_mode's rounding of f32 inputs: the kernel rounds as it packs)
-        if len(mm.inputs) > 2 or any(t.ndim < 2 for t in mm.inputs):
-            raise Illegal(f"attention MatMul {mm.id} has a bias or a 1-D operand")
-    if mm2.attr("transpose_a"):
-        raise Illegal("the probabilities are transposed into the second MatMul")
-    score = mm1.outputs[0]
-    sshape = tuple(score.shape)
-    if any(d < 0 for d in sshape) or sm.schema.axis(sm) != len(sshape) - 1:
-        raise Illegal("the SoftMax is not over the last axis of known scores")
-    if any(d.id in produced for o in drop for d in o.inputs[1:]):
-        raise Illegal("the Dropout's seed, offset or probability is computed in the partition")
-    if tuple(mm2.outputs[0].shape[:-2]) != sshape[:-2]:
-        raise Illegal("V's batch dims broadcast the output beyond the scores'")
-    chain = _downstream_ops(ops, {score.id}) - {sm.id, mm2.id} - {o.id for o in drop}
-    after = _downstream_ops(ops, {mm2.outputs[0].id}) - {mm2.id}
-    # the probabilities' chain (quantized SDPA: Quantize -> Dequantize) and the
-    # operands' chains (compressed K/V, fp8 Q/K/V: [Dynamic]Dequantize -> [TypeCast] -> reorders)
-    p_chain = from_probs & _upstream_ops(produced, [mm2.inputs[0]])
-    operand = _upstream_ops(produced, [mm1.inputs[0], mm1.inputs[1], mm2.inputs[1]])
-    if operand & (chain | {sm.id} | {o.id for o in drop}):
-        raise Illegal("Q, K or V is computed from the scores")
-    reorders = set()
-    for o in ops:
-        if o.id in (mm1.id, sm.id, mm2.id) or o.id in after or o in drop:
-            continue
-        if o.id in p_chain:
-            if not is_pointwise(o) or any(tuple(t.shape) != sshape for t in o.outputs) or \
-                    any(t.id in produced and produced[t.id].id not in p_chain | {sm.id} | {d.id for d in drop}
-                        for t in o.inputs):
-                raise Illegal(f"op {o.id} ({o.kind}) between the SoftMax and the second MatMul is not a "
-                              "pointwise op of the probabilities")
-        elif o.kind in ATTENTION_REORDERS and (o.id in operand or all(t.id not in produced or produced[t.id].id
-                                                                      in reorders for t in o.inputs)):
-            reorders.add(o.id)
-        elif o.id in operand:
-            if not (is_pointwise(o) or is_indexed(o)) or len(o.outputs) != 1:
-                raise Illegal(f"op {o.id} ({o.kind}) computing Q, K or V is not pointwise or indexed "
-                              "(dequantized while the kernel packs the operand)")
-        elif o.id in chain or o.kind == "GenIndex":
-            if not (is_pointwise(o) or o.kind == "GenIndex") or any(tuple(t.shape) != sshape for t in o.outputs):
-                raise Illegal(f"op {o.id} ({o.kind}) between the MatMul and the SoftMax is not a pointwise "
-                              "op of the scores' shape")
-        else:
-            raise Illegal(f"op {o.id} ({o.kind}) has no place in an attention kernel")
-    _input_views(ops, produced, reorders)
-    epi = [o for o in ops if o.id in after]
-    for prev, o in zip([mm2] + epi, epi):
-        if not (o.kind in ATTENTION_REORDERS or is_pointwise(o) and len(o.inputs) == 1) or \
-                o.inputs[0].id != prev.outputs[0].id:
-            raise Illegal(f"op {o.id} ({o.kind}) after the second MatMul is not a chain of reorders and "
-                          "pointwise ops of one input (TypeCast, Quantize)")
-    final = (epi[-1] if epi else mm2).outputs[0]
-    _output_strides(final, epi)
-    roles = {}
-    stats = {t.id for t in sm.outputs[1:]}   # training forward: the SoftMax's stats, one per row
-    for tid in produced:
-        roles[tid] = "written" if tid == final.id or tid in stats else "register"
-        if tid in leaving and roles[tid] != "written":
-            raise Illegal(f"tensor {tid} inside the attention leaves the partition")
-    return FusionPlan("attention", [mm1.id, sm.id, mm2.id], roles, reorders, {o.id for o in epi})
-
-
-def _upstream_ops(produced, tensors) -> set:
-    """Ids of the ops (of ``produced``: tensor id -> op) that ``tensors`` are computed from."""
-    out, stack = set(), [t.id for t in tensors]
-    while stack:
-        o = produced.get(stack.pop())
-        if o is not None and o.id not in out:
-            out.add(o.id)
-            stack.extend(t.id for t in o.inputs)
-    return out
-
-
-def _downstream_ops(ops, tids) -> set:
-    seen, out = set(tids), set()
-    for o in ops:
-        if any(t.id in seen for t in o.inputs):
-            out.add(o.id)
-            seen.update(t.id for t in o.outputs)
-    return out
-# ==== end of the attention block ============================================================
-
-
 # ==== views folded into a fused kernel (issue 19) ==========================================
 def _folded_views(graph, ops, produced, leaving) -> tuple[list, list]:
     """The view ops (graphc.views) a kernel folds away: those reading a partition
@@ -464,13 +200,28 @@ def _folded_views(graph, ops, produced, leaving) -> tuple[list, list]:
 def _view_chain(ops, leaving) -> bool:
     """The ops are views one after another, only the last one's dst leaving: at
     compile, the partition's output is a view of its input when the strides
-    allow (graphc/compiled.py), else the views are copies one after another."""
+    allow (graphc/compiler/build.py), else the views are copies one after another."""
     from ..views import is_view_chain
     return is_view_chain(ops) and all(o.outputs[0].id not in leaving for o in ops[:-1])
 
 
+def _view_chain_plan(graph, ops) -> FusionPlan:
+    """A chain of views: at compile, a view of the input when the strides allow
+    (graphc/compiler/build.py), else one copy (the last op, reading its input through
+    the views before it), or, when those are no views of the input's buffer
+    either, copies one op at a time (the plan says so: the pass log shows it)."""
+    p = FusionPlan("views", [], {o.outputs[0].id: "view" for o in ops[:-1]} | {ops[-1].outputs[0].id: "written"},
+                   views_in=list(ops))
+    why = fold_failure(graph, ops[:-1], [])
+    if why:
+        p.one_at_a_time = why
+    return p
+
+
 def _with_views(graph, ops, views_in, views_out, can_lower) -> FusionPlan:
-    """The plan of the ops left once the views fold away, which carries the views."""
+    """The plan of the ops left once the views fold away, which carries the views
+    (Illegal when a view is none of the buffer it would be read or stored through)."""
+    check_views_fold(graph, views_in, views_out)
     folded = {o.id for o in views_in + views_out}
     p = plan(graph, [o for o in ops if o.id not in folded], can_lower)
     for o in views_in:
@@ -513,6 +264,10 @@ def _anchor_plan(graph, ops, anchor, roles, produced) -> FusionPlan:
     for o in ops:
         if o.id in epi and any(t.id in others for t in o.inputs):
             raise Illegal("the epilogue reads an anchor output other than output 0")
+        kept = [t.id for t in o.inputs if t.id in others and roles[t.id] == "register"]
+        if kept:   # only output 0 is bound where the anchor stores; the others have no buffer
+            raise Illegal(f"op {o.id} ({o.kind}) reads anchor output {kept[0]}, which is neither output 0 "
+                          "nor written")
     shape0 = tuple(anchor.outputs[0].shape)
     for o in ops:
         if o.id in epi:
@@ -601,7 +356,7 @@ def accept(graph, can_lower, live=None, constant=(), rejected=None):
         if any((live is not None and o.id not in live) or o.id in constant for o in m.ops):
             return False
         try:
-            m.plan = plan(graph, m.ops, can_lower)
+            m.plan = plan(graph, m.ops, can_lower, m.pattern.kernel, m.roles)
         except Illegal as e:
             if rejected is not None:
                 rejected.append((m, str(e)))

@@ -35,6 +35,13 @@ index by kind), each op in at most one match, a search per anchor bounded by
 the pattern's size, so cost is near-linear in the graph.  Whether a match may
 become a partition is not decided here: ``accept(match)`` (the legality pass)
 judges it, and the engine takes the first acceptable match, longest first.
+
+A pattern declares the kernel shape its matches lower to (``kernel=``: one of
+``KERNEL_SHAPES`` or a tuple of them, see passes/legality.py), and a
+match carries the ops bound to its labelled nodes (``Match.roles``: label ->
+ops, nodes inside blocks too, every round of a repetition), so that legality
+plans the kernel from the roles the pattern bound (the attention kernel's
+Q@K^T MatMul, SoftMax, @V MatMul, ...) rather than finding them again.
 """
 from __future__ import annotations
 
@@ -44,6 +51,10 @@ from typing import Callable
 INF = 1 << 30
 #: complete matches tried per anchor before giving up on it
 MAX_TRIES = 256
+#: the kernel shapes a pattern may declare (legality's FusionPlan.shape)
+KERNEL_SHAPES = ("eltwise", "anchor", "staged", "attention", "views")
+#: a pattern declaring no shape: legality plans whichever of these the ops make
+DERIVED = ("eltwise", "anchor", "staged", "views")
 
 
 class Ref:
@@ -120,8 +131,12 @@ def _flat(kinds) -> list:
 
 
 class Pattern:
-    def __init__(self, name: str, priority: float = 1.0, doc: str = "", anchor: str | None = None):
+    def __init__(self, name: str, priority: float = 1.0, doc: str = "", anchor: str | None = None,
+                 kernel=DERIVED):
         self.name, self.priority, self.doc, self.anchor_label = name, priority, doc, anchor
+        self.kernel = (kernel,) if isinstance(kernel, str) else tuple(kernel)
+        if not self.kernel or any(k not in KERNEL_SHAPES for k in self.kernel):
+            raise ValueError(f"pattern {name}: kernel shapes {kernel!r}, not of {KERNEL_SHAPES}")
         self.items: list = []
         self.entry: Input | None = None   # sub-patterns: the tensor entering
         self.exit = None                  # sub-patterns: the tensor leaving
@@ -237,15 +252,17 @@ def _how(it, known, done):
 
 # -- matching -------------------------------------------------------------------------------
 class _State:
-    """Bindings of one partial match (copied on write while searching)."""
+    """Bindings of one partial match (copied on write while searching);
+    ``roles``: (label, op) of every labelled node bound, in order (the bindings
+    in ``o`` of a block's nodes are its last round's)."""
 
-    __slots__ = ("t", "o", "ops", "used")
+    __slots__ = ("t", "o", "ops", "used", "roles")
 
-    def __init__(self, t, o, ops, used):
-        self.t, self.o, self.ops, self.used = t, o, ops, used
+    def __init__(self, t, o, ops, used, roles=()):
+        self.t, self.o, self.ops, self.used, self.roles = t, o, ops, used, roles
 
     def copy(self):
-        return _State(dict(self.t), dict(self.o), self.ops, self.used)
+        return _State(dict(self.t), dict(self.o), self.ops, self.used, self.roles)
 
 
 class MatchView:
@@ -271,6 +288,14 @@ class Match:
     pattern: Pattern
     ops: list = field(default_factory=list)
     bound: dict = field(default_factory=dict)    # node label -> op (top-level nodes with labels)
+    roles: dict = field(default_factory=dict)    # node label -> [ops] (every labelled node, blocks too)
+
+    def role(self, label: str):
+        """The one op bound to ``label``, or None (absent optional node)."""
+        ops = self.roles.get(label, ())
+        if len(ops) > 1:
+            raise ValueError(f"{self!r}: {len(ops)} ops bound to {label!r}")
+        return ops[0] if ops else None
 
     def __repr__(self):
         return f"Match({self.pattern.name}, {[o.id for o in self.ops]})"
@@ -357,6 +382,8 @@ class _Matcher:
             st2.o[node] = op
             st2.ops = st.ops + (op,)
             st2.used = st.used | {op.id}
+            if node.label:
+                st2.roles = st.roles + ((node.label, op),)
             if node.pred is not None and not node.pred(op, MatchView(self.g, st2)):
                 continue
             yield st2
@@ -379,6 +406,8 @@ class _Matcher:
             ops.append(p)
             used.add(p.id)
         st2.ops, st2.used = tuple(ops), frozenset(used)
+        if it.label:
+            st2.roles = st.roles + tuple((it.label, p) for p in ops[len(st.ops):])
         return st2
 
     def _skip(self, node: Node, st):
@@ -435,8 +464,11 @@ def match_all(graph, catalog: list[Pattern], accept: Callable | None = None, min
                     break
                 if len(st.ops) < min_ops:
                     continue
+                roles: dict = {}
+                for label, op in st.roles:
+                    roles.setdefault(label, []).append(op)
                 m = Match(pat, sorted(st.ops, key=lambda o: pos[o.id]),
-                          {n.label: op for n, op in st.o.items() if n.label and n in pat.items})
+                          {n.label: op for n, op in st.o.items() if n.label and n in pat.items}, roles)
                 if pat.check is not None and not pat.check(m):
                     continue
                 if accept is not None and not accept(m):
@@ -447,4 +479,5 @@ def match_all(graph, catalog: list[Pattern], accept: Callable | None = None, min
     return found
 
 
-__all__ = ["Pattern", "Input", "Node", "Block", "Each", "Match", "MatchView", "match_all", "INF"]
+__all__ = ["Pattern", "Input", "Node", "Block", "Each", "Match", "MatchView", "match_all", "INF", "KERNEL_SHAPES",
+           "DERIVED"]

@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# a fused partition lowering one op at a time is an error in tests (graphc/lowering.py)
+os.environ.setdefault("GRAPHC_STRICT_FUSION", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
@@ -14,7 +16,7 @@ def _same_checkout() -> None:
     repository and are mapped into graphc by the install (pyproject.toml's
     package-dir).  When graphc comes from this checkout, they must come from it
     too: not from another checkout's editable install (PYTHONPATH pointing at a
-    second tree) nor from a stale graphc/passes/ folder left with only
+    second tree) nor from a stale passes/ folder left with only
     __pycache__ in it, which Python takes for an empty namespace package."""
     origin = importlib.util.find_spec("graphc").origin
     if Path(origin).resolve().parent != ROOT / "graphc":

@@ -1,5 +1,5 @@
 """Scaled dot-product attention as one flash-style kernel (the ``attention``
-plan of passes/legality.py: MatMul Q@K^T -> scale/mask ops -> SoftMax -> MatMul @V).
+plan of passes/attention_plan.py: MatMul Q@K^T -> scale/mask ops -> SoftMax -> MatMul @V).
 
 The kernel runs ``prange`` over (batch x heads) x blocks of BM query rows.  For
 each block it walks the keys in blocks of BN:
@@ -171,7 +171,7 @@ def _block(kb, mat, bivars, r0, nr, c0, nc, size, parallel):
     return panel.buf, panel.at(0), nc, 0
 
 
-def lower_attention(kb, ops, refs, plan) -> bool:
+def lower_attention(kb, ops, refs, plan) -> None:
     """Emit the attention partition ``ops`` (plan.shape "attention") into ``kb``."""
     if not any(o.kind == "SoftMax" for o in ops):
         return lower_attention_backward(kb, ops, refs, plan)
@@ -342,7 +342,6 @@ def lower_attention(kb, ops, refs, plan) -> bool:
                 o = acc[r * dv + c]
                 kb.emit(store(list(bivars) + [i, c], o * inv if inv is not None else o))
     kb.ret(-1)
-    return True
 
 
 def _kept(kb, words, dparams, e0, n_):
@@ -360,9 +359,9 @@ def _kept(kb, words, dparams, e0, n_):
 BQ, BK = 64, 64
 
 
-def lower_attention_backward(kb, ops, refs, plan) -> bool:
-    """sdpa.md's training backward (the attention plan of legality's
-    ``_attention_backward_plan``) as one flash-style kernel:
+def lower_attention_backward(kb, ops, refs, plan) -> None:
+    """sdpa.md's training backward (the attention plan of
+    passes/attention_plan.py's ``_backward_plan``) as one flash-style kernel:
 
     * a first parallel loop: D = ReduceSum(O * dO) per query row (a scratch of
       batch x S_q values);
@@ -564,7 +563,6 @@ def lower_attention_backward(kb, ops, refs, plan) -> bool:
             with kb.for_(d, "c") as c:
                 kb.emit(store(list(bivars) + [i0 + r, c], dq_acc[r * d + c]))
     kb.ret(-1)
-    return True
 
 
 def _causal_blocks(kb, ops, local, values, sm, bivars, last_row, bn, kt, skv):

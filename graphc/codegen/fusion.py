@@ -24,7 +24,7 @@ substituted into their consumers as IR expressions.
 
 Which shape a partition has, and which tensors stay in registers, leave it or
 go through scratch, is decided in one place, the legality pass
-(graphc/passes/legality.py), whose plan the partition carries.
+(passes/legality.py), whose plan the partition carries.
 """
 from __future__ import annotations
 
@@ -57,11 +57,11 @@ class Values:
         op = self.producer.get(tid)
         if op is None or not self.computed(op):
             if tid not in self.refs or isinstance(self.refs[tid], _Virtual):
-                raise NotFusable()
+                raise NotFusable(f"tensor {tid} is neither computed in registers nor a kernel argument")
             return self.refs[tid].load_nd(aligned(ivars, shape, lt.shape))
         indexed = not is_eltwise(op)
         if indexed and (len(ivars) != len(shape) or len(shape) < len(lt.shape)):
-            raise NotFusable()       # read where no multi-index is known (a flat elementwise loop)
+            raise NotFusable(f"op {op.id} ({op.kind}) read where no multi-index is known")
         args = []
         for port, t in enumerate(op.inputs):
             dims = op.schema.input_dims(op, port)
@@ -84,7 +84,10 @@ class Values:
 
 
 class NotFusable(Exception):
-    """The anchor used a virtual ref other than through load_nd / store_nd."""
+    """Code generation cannot lower a fusion plan: a rule read or wrote a fused
+    tensor other than through load_nd / store_nd, or a value is read where the
+    kernel cannot compute it.  Legality (passes/legality.py) refuses such
+    plans, so this is a bug; graphc/lowering.py reports it as an InternalError."""
 
 
 class _Virtual:
@@ -98,17 +101,17 @@ class _Virtual:
     strides = property(lambda self: self.lt.strides)
 
     def _no(self, *a, **k):
-        raise NotFusable()
+        raise NotFusable(f"a rule used fused tensor {self.lt.id} other than through load_nd / store_nd")
 
     name = property(_no)
     buf = property(_no)
     at = load = store = store_int = offset = _no
 
     def load_nd(self, ivars):
-        raise NotFusable()
+        raise NotFusable(f"a rule loaded fused tensor {self.lt.id}, which it can only store")
 
     def store_nd(self, ivars, value):
-        raise NotFusable()
+        raise NotFusable(f"a rule stored fused tensor {self.lt.id}, which it can only load")
 
 
 class PrologueRef(_Virtual):
@@ -150,38 +153,35 @@ class EpilogueRef(_Virtual):
         return stmts
 
 
-def lower_fused(kb, ops, refs, plan, values_of: dict) -> bool:
+def lower_fused(kb, ops, refs, plan, values_of: dict) -> None:
     """Emit the partition ``ops`` as one fused kernel into ``kb`` following its
     ``plan`` (passes.legality.FusionPlan: the kernel's shape, its anchors and which
     tensors stay in registers); ``refs`` maps tensor ids to kernel arguments
     (partition inputs and outputs, and scratch buffers of a staged plan);
     ``values_of`` ({op id: {port name: tuple}}) the values of value inputs each
     op's kernel is specialised on (graphc.lowering.build_kernel).
-    False when an anchor's lowering reads or writes a fused tensor other than
-    through load_nd / store_nd (the caller then lowers op by op)."""
+    Legality accepted the plan, so it lowers: :class:`NotFusable` (an anchor's
+    rule reading or writing a fused tensor other than through load_nd / store_nd,
+    a value read where the kernel cannot compute it) is a bug."""
     if plan.shape == "attention":
         from .attention import lower_attention
-        try:
-            return lower_attention(kb, ops, refs, plan)
-        except NotFusable:
-            return False
+        lower_attention(kb, ops, refs, plan)
+        return
     values = Values(ops, refs, kb, plan.anchors)
-    try:
-        if plan.shape == "eltwise":
-            outs = [t for o in ops for t in o.outputs if t.id in refs]
-            return _lower_eltwise(kb, ops, refs, values, outs)
-        anchors = [o for o in ops if o.id in plan.anchors]
-        if plan.shape == "anchor":
-            return _lower_anchor(kb, ops, anchors[0], refs, values, values_of.get(anchors[0].id, {}))
-        return _lower_staged(kb, ops, refs, values, values_of)
-    except NotFusable:
-        return False
+    if plan.shape == "eltwise":
+        outs = [t for o in ops for t in o.outputs if t.id in refs]
+        _lower_eltwise(kb, ops, refs, values, outs)
+        return
+    anchors = [o for o in ops if o.id in plan.anchors]
+    if plan.shape == "anchor":
+        _lower_anchor(kb, ops, anchors[0], refs, values, values_of.get(anchors[0].id, {}))
+    else:
+        _lower_staged(kb, ops, refs, values, values_of)
 
 
-def _lower_eltwise(kb, ops, refs, values, outs) -> bool:
+def _lower_eltwise(kb, ops, refs, values, outs) -> None:
     _emit_pointwise(kb, refs, values, outs)
     kb.ret(-1)
-    return True
 
 
 def _emit_pointwise(kb, refs, values, outs) -> None:
@@ -195,17 +195,17 @@ def _emit_pointwise(kb, refs, values, outs) -> None:
         dims (BiasAdd's bias along the channel dim), None for numpy broadcasting."""
         if tid in seen:
             if seen[tid] != view:
-                raise NotFusable()   # one tensor read two ways: no one loaded value
+                raise NotFusable(f"tensor {tid} read two ways in one elementwise loop")
             return
         seen[tid] = view
         op = values.producer.get(tid)
         if op is not None and values.computed(op) and not is_eltwise(op):
-            raise NotFusable()       # an indexed op needs the multi-index a flat loop lacks
+            raise NotFusable(f"op {op.id} ({op.kind}) needs the multi-index an elementwise loop lacks")
         if op is None or not values.computed(op):
             ins.append(refs[tid] if view is None else _view(refs[tid], *view))
             return
         if view is not None:
-            raise NotFusable()       # a computed value read along other dims: not one loop
+            raise NotFusable(f"tensor {tid}, computed in registers, read along other dims in an elementwise loop")
         for port, t in enumerate(op.inputs):
             dims = op.schema.input_dims(op, port)
             leaves(t.id, None if dims is None else (len(op.outputs[0].shape), tuple(dims)))
@@ -240,7 +240,7 @@ def _downstream(ops, tids) -> set:
     return seen
 
 
-def _lower_anchor(kb, ops, anchor, refs, values, anchor_values) -> bool:
+def _lower_anchor(kb, ops, anchor, refs, values, anchor_values) -> None:
     """The anchor lowers itself (its rule given ``anchor_values``, {port name:
     tuple}); its inputs computed in the partition are PrologueRefs, its output 0
     an EpilogueRef when pointwise ops consume it."""
@@ -257,10 +257,9 @@ def _lower_anchor(kb, ops, anchor, refs, values, anchor_values) -> bool:
     rules.lower(anchor, kb, [local[t.id] for t in anchor.inputs], [local[t.id] for t in anchor.outputs],
                 anchor_values)
     kb.ret(-1)
-    return True
 
 
-def _lower_staged(kb, ops, refs, values, values_of) -> bool:
+def _lower_staged(kb, ops, refs, values, values_of) -> None:
     """Ops in order: each anchor lowers itself (inputs computed in registers as
     PrologueRefs, outputs into scratch or partition outputs); a pointwise op whose
     value must be stored gets a loop over its shape; other pointwise values are
@@ -275,4 +274,3 @@ def _lower_staged(kb, ops, refs, values, values_of) -> bool:
         ins = [refs[t.id] if t.id in refs or t.id not in produced else PrologueRef(t, values) for t in op.inputs]
         rules.lower(op, kb, ins, [refs[t.id] for t in op.outputs], values_of.get(op.id, {}))
     kb.ret(-1)
-    return True
