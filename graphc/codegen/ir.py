@@ -182,12 +182,9 @@ class Expr:
             raise TypeError("an IR condition has no truth value here: use ir.select or an If statement")
         return True
 
-    def __str__(self):
-        from .printer import expr_source
-        return expr_source(self)
-
     def __repr__(self):
-        return f"Expr({self.op}, {self.dt}: {self})"
+        """The node's structure (graphc.codegen.printer.expr_source gives its source)."""
+        return f"Expr({self.op}, {self.dt}, {self.args!r})"
 
 
 def _key(a):

@@ -20,6 +20,7 @@ convolution's output shape) reach a rule as the ``values`` argument of
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import threading
 from typing import ClassVar
 
@@ -28,8 +29,6 @@ from .. import ir
 from ..elementwise import emit_elementwise
 
 _RULES: dict[str, "Rule"] = {}
-_FAMILIES = ("bias", "binary", "conv", "distributed", "eltwise", "interpolate", "matmul", "misc", "norm", "pool",
-             "quant", "reduce", "seed", "shuffle", "softmax")
 
 
 class Rule:
@@ -104,8 +103,8 @@ def _load_all() -> None:
         return
     with _lock:
         if not _loaded:
-            for family in _FAMILIES:
-                importlib.import_module(f"{__name__}.{family}")
+            for family in pkgutil.iter_modules(__path__):   # every module of this package: a family's rules
+                importlib.import_module(f"{__name__}.{family.name}")
             _loaded = True
 
 
