@@ -123,6 +123,8 @@ class DTypeInfo:
     #: (rtol, atol) of graphc's reference against an independent oracle (PyTorch in
     #: its own precision, float64 finite differences); None: exact
     oracle_tol: tuple[float, float] | None = None
+    #: (lo, hi) of generated test data (graphc.fill) where the op states no range
+    data_range: tuple = (-4.0, 4.0)
     #: DataType.from_numpy maps ``np`` to this type (f4_e3m0 arrays hold uint8
     #: codes: a uint8 array is u8)
     from_numpy: bool = True
@@ -154,14 +156,15 @@ ROWS: tuple[DTypeInfo, ...] = (
     DTypeInfo(DataType.bf16, ml_dtypes.bfloat16, "float", low_precision=True, kernel_view=np.uint16,
               round_via_f32=True, compiled_tol=(1.6e-2, 1.6e-2), oracle_tol=(3.2e-2, 3.2e-2)),
     DTypeInfo(DataType.f64, np.float64, "float", compiled_tol=(1e-12, 1e-12), oracle_tol=(1e-10, 1e-10)),
-    DTypeInfo(DataType.s32, np.int32, "int", int_range=_S32),
-    DTypeInfo(DataType.s64, np.int64, "int"),
-    DTypeInfo(DataType.u32, np.uint32, "int", int_range=_U32),
-    DTypeInfo(DataType.u64, np.uint64, "int"),
-    DTypeInfo(DataType.s8, np.int8, "int", int_range=(-128, 127)),
-    DTypeInfo(DataType.u8, np.uint8, "int", int_range=(0, 255)),
-    DTypeInfo(DataType.s4, ml_dtypes.int4, "int", int_range=(-8, 7), kernel_view=np.int8),
-    DTypeInfo(DataType.u4, ml_dtypes.uint4, "int", int_range=(0, 15), kernel_view=np.uint8),
+    DTypeInfo(DataType.s32, np.int32, "int", int_range=_S32, data_range=(-1000, 1000)),
+    DTypeInfo(DataType.s64, np.int64, "int", data_range=(-1000, 1000)),
+    DTypeInfo(DataType.u32, np.uint32, "int", int_range=_U32, data_range=(0, 1000)),
+    DTypeInfo(DataType.u64, np.uint64, "int", data_range=(0, 1000)),
+    DTypeInfo(DataType.s8, np.int8, "int", int_range=(-128, 127), data_range=(-128, 127)),
+    DTypeInfo(DataType.u8, np.uint8, "int", int_range=(0, 255), data_range=(0, 255)),
+    DTypeInfo(DataType.s4, ml_dtypes.int4, "int", int_range=(-8, 7), kernel_view=np.int8, data_range=(-8, 7)),
+    DTypeInfo(DataType.u4, ml_dtypes.uint4, "int", int_range=(0, 15), kernel_view=np.uint8,
+              data_range=(0, 15)),
     DTypeInfo(DataType.f8_e4m3, ml_dtypes.float8_e4m3fn, "float", low_precision=True, kernel_view=np.uint8,
               round_via_f32=True, compiled_tol=_F8_E4M3_TOL, oracle_tol=_F8_E4M3_TOL),
     DTypeInfo(DataType.f8_e5m2, ml_dtypes.float8_e5m2, "float", low_precision=True, kernel_view=np.uint8,

@@ -11,9 +11,6 @@ import numpy as np
 
 from .types import DataType, f4_e3m0_encode
 
-_INT_LIMITS = {DataType.s8: (-128, 127), DataType.u8: (0, 255), DataType.s4: (-8, 7), DataType.u4: (0, 15),
-               DataType.s32: (-1000, 1000), DataType.u32: (0, 1000), DataType.s64: (-1000, 1000),
-               DataType.u64: (0, 1000)}
 #: e8m0 (scales: powers of two) gets exponents in this range where none is asked for
 _E8M0_EXPONENTS = (-4, 4)
 #: ranges by port name where the op's schema gives none (a probability is in [0, 1])
@@ -21,9 +18,7 @@ _PORT_RANGES = {"probability": (0.0, 1.0)}
 
 
 def _default_range(dt: DataType):
-    if dt.is_int:
-        return _INT_LIMITS[dt]
-    return (-4.0, 4.0)
+    return dt.info.data_range
 
 
 def fill_tensor(lt, rng: np.random.Generator, lo=None, hi=None, integer=False) -> np.ndarray:
