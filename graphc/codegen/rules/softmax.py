@@ -94,8 +94,15 @@ class SoftMax(AlongAxis):
                 kb.emit(outs[0].store_nd(iv, exp_again(nest, src, iv, se, m, keep) * rs.ref))
 
 
-class SoftMaxBackward(AlongAxis):
-    kinds = ("SoftMaxBackward",)
+class _BackwardAlongAxis(AlongAxis):
+    """diff_src from diff_dst and dst with one sum along the axis: ``term`` is
+    what each element adds, ``result`` the element's value from the sum."""
+
+    def term(self, dy, y):
+        raise NotImplementedError
+
+    def result(self, dy, y, s):
+        raise NotImplementedError
 
     def lower(self, op, kb, ins, outs, values):
         (diff_dst, dst), outs, axis = self.views(op, ins, outs)
@@ -104,11 +111,21 @@ class SoftMaxBackward(AlongAxis):
         s32 = nest.stat()
         with nest.groups():
             with nest.pass_(s) as iv:
-                s.add(diff_dst.load_nd(iv) * dst.load_nd(iv))
+                s.add(self.term(diff_dst.load_nd(iv), dst.load_nd(iv)))
             with nest.per_group():
                 s32.set(s.value)
             with nest.pass_() as iv:
-                kb.emit(outs[0].store_nd(iv, dst.load_nd(iv) * (diff_dst.load_nd(iv) - s32.ref)))
+                kb.emit(outs[0].store_nd(iv, self.result(diff_dst.load_nd(iv), dst.load_nd(iv), s32.ref)))
+
+
+class SoftMaxBackward(_BackwardAlongAxis):
+    kinds = ("SoftMaxBackward",)
+
+    def term(self, dy, y):
+        return dy * y
+
+    def result(self, dy, y, s):
+        return y * (dy - s)
 
 
 class LogSoftmax(AlongAxis):
@@ -127,18 +144,11 @@ class LogSoftmax(AlongAxis):
                 kb.emit(outs[0].store_nd(iv, src.load_nd(iv) - m.ref - lse.ref))
 
 
-class LogSoftmaxBackward(AlongAxis):
+class LogSoftmaxBackward(_BackwardAlongAxis):
     kinds = ("LogSoftmaxBackward",)
 
-    def lower(self, op, kb, ins, outs, values):
-        (diff_dst, dst), outs, axis = self.views(op, ins, outs)
-        nest = self.nest(kb, dst, axis)
-        s = nest.acc()
-        s32 = nest.stat()
-        with nest.groups():
-            with nest.pass_(s) as iv:
-                s.add(diff_dst.load_nd(iv))
-            with nest.per_group():
-                s32.set(s.value)
-            with nest.pass_() as iv:
-                kb.emit(outs[0].store_nd(iv, diff_dst.load_nd(iv) - ir.call("np.exp", dst.load_nd(iv)) * s32.ref))
+    def term(self, dy, y):
+        return dy
+
+    def result(self, dy, y, s):
+        return dy - ir.call("np.exp", y) * s
