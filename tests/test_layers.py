@@ -40,7 +40,6 @@ KNOWN_VIOLATIONS: set[tuple[str, str]] = {
 
 #: files over MAX_FILE_LINES today (paths from the repository's top); may only shrink
 KNOWN_LONG_FILES: set[str] = {
-    "graphc/codegen/cache.py",
     "graphc/codegen/grouped.py",
 }
 
