@@ -293,9 +293,9 @@ def child(profile: int) -> None:
     import numba
     import graphc
     from graphc.builder import GraphBuilder
-    from graphc.codegen import cache
+    from graphc.codegen import cache, cache_worker
 
-    cache.COLD_IN_PROCESS = 10 ** 9          # every kernel here, none by the compile worker
+    cache_worker.COLD_IN_PROCESS = 10 ** 9   # every kernel here, none by the compile worker
     numba.njit(lambda x: x + 1)(1)
     b = GraphBuilder()                       # numba's first-kernel costs (registries, parfor setup)
     b.op("Abs", [b.tensor("f32", [600, 1000])])
@@ -345,9 +345,9 @@ def child_corpus(batches: list) -> None:
     import graphc
     from graphc.bench.driver import Run, parse
     from graphc.builder import GraphBuilder
-    from graphc.codegen import cache
+    from graphc.codegen import cache, cache_worker
 
-    cache.COLD_IN_PROCESS = 10 ** 9          # every kernel here, none by the compile worker
+    cache_worker.COLD_IN_PROCESS = 10 ** 9   # every kernel here, none by the compile worker
     numba.njit(lambda x: x + 1)(1)
     b = GraphBuilder()                       # numba's first-kernel costs (registries, threads)
     b.op("Abs", [b.tensor("f32", [600, 1000])])

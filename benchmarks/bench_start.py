@@ -74,10 +74,10 @@ def child_compile(in_process: bool) -> None:
     import graphc
     import graphc.compiler.jit as jit
     import graphc.lowering as lowering
-    from graphc.codegen import cache
+    from graphc.codegen import cache_worker
     from graphc.codegen.outline import runs_parallel
 
-    cache.COLD_IN_PROCESS = 10 ** 9 if in_process else 0
+    cache_worker.COLD_IN_PROCESS = 10 ** 9 if in_process else 0
     numba.njit(lambda x: x + 1)(1)          # numba's one-time start, not a kernel's
     clock = time.thread_time
     llvm = [0.0, 0]                          # (seconds, nesting)
@@ -104,9 +104,9 @@ def child_compile(in_process: bool) -> None:
     def compile_kernel(fn, sig, _orig=jit.compile_kernel):
         llvm[0] = 0.0
         c, w = clock(), time.perf_counter()
-        kids = _worker_cpu(cache)
+        kids = _worker_cpu(cache_worker)
         _orig(fn, sig)
-        kids2 = _worker_cpu(cache)
+        kids2 = _worker_cpu(cache_worker)
         row = {"source": cur.pop("source", 0.0), "compile_cpu": clock() - c, "compile_wall": time.perf_counter() - w,
                "llvm": llvm[0], "parallel": runs_parallel(fn.py_func.__globals__.get("__graphc_source__")),
                "worker_cpu": kids2 - kids if kids2 >= kids else kids2}   # (a new worker: from 0)
@@ -132,9 +132,9 @@ def child_compile(in_process: bool) -> None:
     print(json.dumps({"rows": rows, "failed": failed}))
 
 
-def _worker_cpu(cache) -> float:
+def _worker_cpu(cache_worker) -> float:
     """CPU seconds of graphc's compile worker process so far (0 without one)."""
-    w = cache._worker
+    w = cache_worker._worker
     if w is None:
         return 0.0
     try:

@@ -1,4 +1,5 @@
-"""The kernel cache: safe to share, self-healing, bounded (graphc.codegen.cache)."""
+"""The kernel cache: safe to share, self-healing, bounded (graphc.codegen.cache and its
+folder, files and compile worker)."""
 from __future__ import annotations
 
 import errno
@@ -21,7 +22,7 @@ from numba.core import config as numba_config
 
 import graphc
 from graphc import Graph, LogicalTensor, Op
-from graphc.codegen import cache
+from graphc.codegen import cache, cache_files, cache_folder, cache_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 posix_only = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes")
@@ -67,7 +68,7 @@ def root(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHC_CACHE_DIR", str(r))
     # cold kernels compile in this process (however many this test process
     # compiled before), unless a test asks for the worker
-    monkeypatch.setattr(cache, "COLD_IN_PROCESS", 1 << 30)
+    monkeypatch.setattr(cache_worker, "COLD_IN_PROCESS", 1 << 30)
     # numba's files next to the kernels (where these tests look for them), even
     # when the user's NUMBA_CACHE_DIR sends them elsewhere
     monkeypatch.setattr(numba_config, "CACHE_DIR", "")
@@ -107,10 +108,10 @@ def test_group_writable_folder_is_refused(root, which):
         root.chmod(0o777)
         bad = root
     else:
-        cache.cache_dir()           # creates the folders
+        cache_folder.cache_dir()           # creates the folders
         tag_dir = _version_dir(root)
         bad = tag_dir if which == "version" else tag_dir / "__pycache__"
-        cache._dirs.pop(str(root))  # as in a new process
+        cache_folder._dirs.pop(str(root))  # as in a new process
         bad.chmod(0o775)
     with pytest.warns(RuntimeWarning, match="graphc kernel cache folder") as record:
         _check((4, 3))
@@ -119,13 +120,13 @@ def test_group_writable_folder_is_refused(root, which):
     assert str(root) in str(_graphc_warnings(record)[0].message)
     assert "writable by group or others" in str(_graphc_warnings(record)[0].message)
     assert not list(root.rglob("k_*.py"))          # nothing written, nothing imported from there
-    assert cache.cache_dir() is None
+    assert cache_folder.cache_dir() is None
 
 
 @posix_only
 def test_folder_of_another_user_is_refused(root, monkeypatch):
     root.mkdir(mode=0o700)
-    monkeypatch.setattr(cache, "_euid", lambda: os.geteuid() + 1)
+    monkeypatch.setattr(cache_folder, "euid", lambda: os.geteuid() + 1)
     with pytest.warns(RuntimeWarning, match="not by the current user"):
         cg = _check((5, 2))
     assert not list(root.rglob("k_*.py"))
@@ -150,15 +151,15 @@ def test_unusable_folder_falls_back_to_memory(tmp_path, monkeypatch, kind):
         if hasattr(os, "geteuid") and os.geteuid() == 0:   # root writes anywhere: as a kernel would refuse
             def refuse(p):
                 raise PermissionError(errno.EACCES, "Permission denied", str(p))
-            monkeypatch.setattr(cache, "_mkdir", refuse)
+            monkeypatch.setattr(cache_folder, "_mkdir", refuse)
     elif kind == "read_only":
         def read_only(*a, **k):
             raise OSError(errno.EROFS, "Read-only file system")
-        monkeypatch.setattr(cache, "_mkdir", read_only)
+        monkeypatch.setattr(cache_folder, "_mkdir", read_only)
     else:  # the folder is fine at first, writing a module file then fails (disk full)
         def full(*a, **k):
             raise OSError(errno.ENOSPC, "No space left on device")
-        monkeypatch.setattr(cache, "_write_private", full)
+        monkeypatch.setattr(cache_files, "write_private", full)
     monkeypatch.setenv("GRAPHC_CACHE_DIR", str(r))
     with pytest.warns(RuntimeWarning) as record:
         _check((6, 5))
@@ -186,7 +187,7 @@ def test_untrusted_index_or_data_file_is_never_loaded(root, tmp_path, monkeypatc
     pyc = _version_dir(root) / "__pycache__"
     marker = tmp_path / "pwned"
     payload = _evil_pickle(marker)
-    evil = cache._MAGIC + hashlib.sha256(payload).digest() + payload   # passes the checksum
+    evil = cache_files._MAGIC + hashlib.sha256(payload).digest() + payload   # passes the checksum
     victims = sorted(pyc.glob("k_*kernel*.nb?"))
     assert {p.suffix for p in victims} == {".nbi", ".nbc"}
     for p in victims:
@@ -200,8 +201,8 @@ def test_untrusted_index_or_data_file_is_never_loaded(root, tmp_path, monkeypatc
             p.write_bytes(evil)
             p.chmod(0o666 if how == "group_writable" else 0o600)
     if how == "other_owner":
-        monkeypatch.setattr(cache, "_euid", lambda: os.geteuid() + 1)
-        monkeypatch.setattr(cache, "_dir_problem", lambda p: None)   # only the files are someone else's
+        monkeypatch.setattr(cache_folder, "euid", lambda: os.geteuid() + 1)
+        monkeypatch.setattr(cache_folder, "dir_problem", lambda p: None)   # only the files are someone else's
     del cg
     cache.clear_memory()
     cg = _check(shape)                     # a miss: compiled again, correct
@@ -344,25 +345,25 @@ def test_kernel_cache_size_from_environment(monkeypatch):
 
 
 def test_cold_kernels_compiled_by_a_worker(root, monkeypatch):
-    monkeypatch.setattr(cache, "COLD_IN_PROCESS", 0)
-    monkeypatch.setattr(cache, "_worker_broken", False)
+    monkeypatch.setattr(cache_worker, "COLD_IN_PROCESS", 0)
+    monkeypatch.setattr(cache_worker, "_worker_broken", False)
     try:
         cg = _check((3, 17), op="Abs")
         assert sum(_kernel(cg)._cache_hits.values()) == 1   # compiled there, loaded here
     finally:
-        cache._close_worker()
+        cache_worker._close_worker()
 
 
 def test_no_worker_compiles_here(root, monkeypatch):
-    monkeypatch.setattr(cache, "COLD_IN_PROCESS", 0)
-    monkeypatch.setattr(cache, "_worker_broken", False)
+    monkeypatch.setattr(cache_worker, "COLD_IN_PROCESS", 0)
+    monkeypatch.setattr(cache_worker, "_worker_broken", False)
 
     def no_worker(*a, **k):
         raise OSError(errno.EAGAIN, "cannot fork")
-    monkeypatch.setattr(cache, "_Worker", no_worker)
+    monkeypatch.setattr(cache_worker, "_Worker", no_worker)
     cg = _check((3, 19), op="Abs")
     assert not _kernel(cg)._cache_hits
-    assert cache._worker_broken
+    assert cache_worker._worker_broken
 
 
 def test_hung_worker_is_abandoned(root, monkeypatch):
@@ -370,8 +371,8 @@ def test_hung_worker_is_abandoned(root, monkeypatch):
     and the kernel compiles here: no hang."""
     import subprocess
     import sys
-    monkeypatch.setattr(cache, "COLD_IN_PROCESS", 0)
-    monkeypatch.setattr(cache, "_worker_broken", False)
+    monkeypatch.setattr(cache_worker, "COLD_IN_PROCESS", 0)
+    monkeypatch.setattr(cache_worker, "_worker_broken", False)
     monkeypatch.setenv("GRAPHC_WORKER_TIMEOUT", "1")
     real = subprocess.Popen
 
@@ -380,9 +381,9 @@ def test_hung_worker_is_abandoned(root, monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", sleeper)
     try:
         cg = _check((3, 23), op="Abs")
-        assert not _kernel(cg)._cache_hits and cache._worker_broken
+        assert not _kernel(cg)._cache_hits and cache_worker._worker_broken
     finally:
-        cache._close_worker()
+        cache_worker._close_worker()
 
 
 _RSS = textwrap.dedent("""
@@ -445,8 +446,8 @@ def test_stale_version_folders_are_pruned(root, monkeypatch):
     foreign = folder("mine-keep-out", age=old)
     shared = folder("c2-py311-numba0.68.1-rtaaaaaaaaaaaa", mode=0o777)   # not graphc's to trust
     monkeypatch.setenv("GRAPHC_CACHE_MAX_AGE_DAYS", "30")
-    cache._dirs.pop(str(root), None)
-    current = cache.cache_dir()
+    cache_folder._dirs.pop(str(root), None)
+    current = cache_folder.cache_dir()
     assert current is not None and current.exists()
     assert not stale.exists() and not older_format.exists()
     assert recent.exists() and foreign.exists() and shared.exists()
@@ -460,8 +461,8 @@ def test_pruning_can_be_turned_off(root, monkeypatch):
     old = time.time() - 400 * 86400
     os.utime(stale, (old, old))
     monkeypatch.setenv("GRAPHC_CACHE_MAX_AGE_DAYS", "0")
-    cache._dirs.pop(str(root), None)
-    assert cache.cache_dir() is not None
+    cache_folder._dirs.pop(str(root), None)
+    assert cache_folder.cache_dir() is not None
     assert stale.exists()
 
 
@@ -470,8 +471,8 @@ def test_version_folder_changes_with_code_compiled_into_cached_kernels(monkeypat
     """A change to a module whose code cached kernels or trampolines hold (helpers
     they inline, the thread launch, the BLAS binding, the trampolines' call and
     unboxing) gives a new version folder: no stale machine code is loaded."""
-    monkeypatch.setattr(cache, "_runtime_tag", None)
-    before = cache._runtime_digest()
+    monkeypatch.setattr(cache_folder, "_runtime_tag", None)
+    before = cache_folder._runtime_digest()
     read = Path.read_bytes
 
     def edited(path):
@@ -479,5 +480,5 @@ def test_version_folder_changes_with_code_compiled_into_cached_kernels(monkeypat
         return data + b"\n# edited\n" if Path(path).name == name else data
 
     monkeypatch.setattr(Path, "read_bytes", edited)
-    monkeypatch.setattr(cache, "_runtime_tag", None)
-    assert cache._runtime_digest() != before
+    monkeypatch.setattr(cache_folder, "_runtime_tag", None)
+    assert cache_folder._runtime_digest() != before

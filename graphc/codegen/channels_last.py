@@ -10,10 +10,11 @@ import math
 from contextlib import contextmanager
 
 from . import ir
-from .grouped import FOLD_ROWS, MAX_CHUNKS, clamp, i64, min_of
+from .accumulators import FOLD_ROWS
 from .kernel import NUM_THREADS, worth_parallel
-from .loops import unravel
+from .loops import clamp, i64, min_of, unravel
 from .moments import inv_std
+from .reduce_plan import MAX_CHUNKS
 
 
 def channels_innermost(ref, ca: int) -> bool:

@@ -1,12 +1,12 @@
-"""Loop helpers for lowerings: flat index splits, row-major loop nests
-and offsets from explicit strides."""
+"""Loop helpers for lowerings: flat index splits, row-major loop nests,
+offsets from explicit strides, bounded indices and scratch arrays."""
 from __future__ import annotations
 
 import math
 from contextlib import contextmanager
 
 from . import ir
-from .kernel import _ix
+from .kernel import KernelBuilder, _ix
 
 
 def unravel(kb, flat, shape) -> list:
@@ -83,3 +83,30 @@ def aligned(ivars, shape, tshape) -> list:
     at ``ivars``: trailing dims align, size-1 dims at 0 (None)."""
     lead = len(shape) - len(tshape)
     return [None if d == 1 else ivars[lead + k] for k, d in enumerate(tshape)]
+
+
+def i64(v: ir.Expr) -> ir.Expr:
+    """``np.int64(v)`` even for an int-typed name (a prange index LLVM cannot bound)."""
+    return ir.Expr("cast", ("int", v), "int")
+
+
+def min_of(*xs) -> ir.Expr:
+    return ir.call("min", *xs)
+
+
+def clamp(v, hi: int) -> ir.Expr:
+    return min_of(ir.call("max", v, 0), hi)
+
+
+def let_array(kb: KernelBuilder, target: ir.Expr, shape, fill=None) -> ir.Let:
+    """Bind ``target`` (an array variable) to a new scratch array (see KernelBuilder.alloc);
+    returns the statement."""
+    elem = target.dt[4:]
+    t = ir.typename(elem)
+    if fill is None:
+        value = ir.call("np.empty", shape, t)
+    else:
+        value = ir.call("np.zeros", shape, t)
+    stmt = ir.Let(target, value)
+    kb.emit(stmt)
+    return stmt

@@ -75,10 +75,10 @@ def test_a_kernel_source_imports_what_its_kernel_calls():
 
 
 def test_the_cache_digest_covers_every_linked_module():
-    from graphc.codegen import cache
+    from graphc.codegen import cache_folder
     assert set(helpers.linked_modules()) >= {"graphc.codegen.runtime", "graphc.codegen.fastmath",
                                              "graphc.codegen.smallfloat", "graphc.codegen.blas"}
-    names = [p.name for p in cache._linked_files()]
+    names = [p.name for p in cache_folder._linked_files()]
     assert {"runtime.py", "fastmath.py", "smallfloat.py", "blas.py", "launch.py", "entry.py"} <= set(names)
 
 

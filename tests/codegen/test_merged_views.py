@@ -1,11 +1,11 @@
-"""grouped.merged_views: the softmax family runs over views whose dims around
+"""merged_views.merged_views: the softmax family runs over views whose dims around
 the axis are merged where every tensor is contiguous across them (SoftMax over
 the channels of NCHW: lanes of H*W), checked against the reference, and left
 alone where a tensor is not contiguous or a ref is fused."""
 import pytest
 
 from graphc.builder import GraphBuilder
-from graphc.codegen.grouped import MergedView, merged_views
+from graphc.codegen.merged_views import MergedView, merged_views
 from graphc.codegen.kernel import ArrayRef
 from graphc.types import LogicalTensor
 

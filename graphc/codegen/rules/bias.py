@@ -4,7 +4,8 @@ from __future__ import annotations
 from ...ops.bias import slope_view
 from ...ops.norm import channel_dim
 from .. import ir
-from ..grouped import Nest, each_element, tensor_vdims
+from ..grouped import Nest, each_element
+from ..reduce_plan import tensor_vdims
 from . import ElementwiseRule, Rule
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from .. import ir
 from ..channels_last import ChannelsLast, channels_innermost
-from ..grouped import Nest, VDim, each_element, merged_views, tensor_vdims
+from ..grouped import Nest, each_element
+from ..merged_views import merged_views
 from ..moments import Moments, inv_std
+from ..reduce_plan import VDim, tensor_vdims
 from ...ops.norm import DEFAULT_MOMENTUM, channel_dim
 from . import Rule
 
@@ -30,7 +32,7 @@ def trailing_nest(kb, ref, begin: int) -> Nest:
 def merged(b: int, rows, stats=()):
     """LayerNorm style (normalized over dims b..): ``rows`` (kernel arguments of
     src's shape) and ``stats`` (of its leading shape [:b]) as views whose leading
-    dims are one where contiguous in all (grouped.merged_views: a row's offset
+    dims are one where contiguous in all (merged_views: a row's offset
     from one index, not from each dim's); returns (rows, stats, begin in the
     views).  Unchanged unless the leading dims of both merge alike."""
     nd = len(rows[0].shape)

@@ -8,15 +8,17 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from ..grouped import MIN_GROUPS, MergedView, Nest, VDim, each_element, plan, tensor_vdims
+from ..grouped import MIN_GROUPS, Nest, each_element
 from ..kernel import ArrayRef
+from ..merged_views import MergedView
+from ..reduce_plan import VDim, plan, tensor_vdims
 from ...errors import Unimplemented
 from ...ops.reduce import axes_of
 from . import Rule
 
 
 def _groups_and_lanes(shape, strides, axes) -> tuple:
-    """The planner's group count and lane extent (grouped.plan) for a src of
+    """The planner's group count and lane extent (reduce_plan.plan) for a src of
     ``shape`` and ``strides`` reduced over ``axes``."""
     p = plan([VDim(d, st, k not in axes) for k, (d, st) in enumerate(zip(shape, strides))])
     return p.G, p.L
@@ -66,7 +68,7 @@ def _merged(src, dst, axes, keep_dims):
 
 class Reduce(Rule):
     """The Reduce ops' loop nest; each op's rule gives acc_kind, term and finish."""
-    #: the accumulator kind (graphc.codegen.grouped.KINDS)
+    #: the accumulator kind (graphc.codegen.accumulators.KINDS)
     acc_kind = "sum"
 
     def term(self, x: ir.Expr) -> ir.Expr:

@@ -11,9 +11,9 @@ import numpy as np
 from .. import ir
 from ..elementwise import collapse
 from ..helpers import use_helper
-from ..grouped import sum_to
 from ..kernel import worth_parallel
 from ..loops import index_nest, linear, unravel
+from ..sum_to import sum_to
 from . import Rule
 
 

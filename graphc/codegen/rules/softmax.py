@@ -8,8 +8,10 @@ import math
 from ...types import DataType
 from .. import ir
 from ..helpers import use_helper
-from ..grouped import Nest, merged_views, tensor_vdims
+from ..grouped import Nest
 from ..kernel import ArrayRef
+from ..merged_views import merged_views
+from ..reduce_plan import tensor_vdims
 from . import Rule
 
 
@@ -22,7 +24,7 @@ class AlongAxis(Rule):
 
     def views(self, op, ins, outs):
         """(ins, outs, axis) with the dims around the axis merged where every
-        tensor is contiguous across them (see grouped.merged_views)."""
+        tensor is contiguous across them (see merged_views.merged_views)."""
         axis = op.schema.axis(op)
         refs, where = merged_views(list(ins) + list(outs), {axis})
         return refs[:len(ins)], refs[len(ins):], where[axis]

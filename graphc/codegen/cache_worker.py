@@ -1,0 +1,158 @@
+"""Compiling kernels in a worker process (see graphc.codegen.cache).
+
+numba never frees what LLVM keeps of a kernel it compiled (its execution
+engine and LLVM context hold about 0.6 MB per small kernel for the life of
+the process, whether or not its dispatcher is collected); a kernel loaded as
+machine code from the on-disk cache costs about 0.07 MB.  So after the first
+few kernels compiled here, a process with a usable cache folder has kernels
+compiled into the cache by a worker process (replaced every few dozen
+kernels), and loads them from there.  The worker runs graphc.codegen.cache's
+``_serve``, which answers requests through :func:`serve`."""
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+from .cache_folder import cache_dir
+
+#: kernels compiled in this process before the worker takes over
+COLD_IN_PROCESS = 32
+#: kernels a worker compiles before it is replaced (its memory grows as this one's would)
+WORKER_KERNELS = 48
+
+_cold = 0
+_worker = None
+_worker_lock = threading.Lock()
+_worker_broken = False
+_in_worker = False
+
+
+def worker_timeout() -> float:
+    """Seconds to wait for the compile worker's answer (``GRAPHC_WORKER_TIMEOUT``,
+    default 600): past it the worker is killed and kernels compile in process."""
+    try:
+        return max(1.0, float(os.environ.get("GRAPHC_WORKER_TIMEOUT", "600")))
+    except ValueError:
+        return 600.0
+
+
+class _Worker:
+    def __init__(self, root: Path):
+        import subprocess
+        env = dict(os.environ, GRAPHC_CACHE_DIR=str(root))
+        top = str(Path(__file__).resolve().parents[2])   # the folder graphc is imported from
+        env["PYTHONPATH"] = top + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.root = str(root)
+        self.pid = os.getpid()
+        self.kernels = 0
+        self.proc = subprocess.Popen([sys.executable, "-c", "from graphc.codegen.cache import _serve; _serve()"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env, close_fds=True)
+
+    def compile(self, source: str, entry: str, sig: tuple) -> bool:
+        msg = pickle.dumps((source, entry, sig), protocol=pickle.HIGHEST_PROTOCOL)
+        self.proc.stdin.write(len(msg).to_bytes(8, "little") + msg)
+        self.proc.stdin.flush()
+        self.kernels += 1
+        import select
+        ready, _, _ = select.select([self.proc.stdout], [], [], worker_timeout())
+        if not ready:   # a hung worker: the caller closes it and compiles here from now on
+            raise TimeoutError("the kernel compile worker did not answer")
+        return self.proc.stdout.readline() == b"ok\n"
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001
+            with contextlib.suppress(Exception):
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        with contextlib.suppress(Exception):
+            self.proc.stdout.close()
+
+
+def _close_worker() -> None:
+    global _worker
+    with _worker_lock:
+        if _worker is not None and _worker.pid == os.getpid():
+            _worker.close()
+        _worker = None
+
+
+def compile_elsewhere(fn, sig: tuple) -> bool:
+    """Have a worker process compile ``fn`` for ``sig`` into the on-disk cache
+    (True: asked and done; the caller loads it from there)."""
+    global _cold, _worker, _worker_broken
+    if _in_worker or _worker_broken or not getattr(getattr(fn, "_cache", None), "_graphc_checked", False):
+        return False
+    ns = fn.py_func.__globals__
+    source, entry = ns.get("__graphc_source__"), fn.py_func.__name__
+    _cold += 1
+    if source is None or _cold <= COLD_IN_PROCESS:
+        return False
+    d = cache_dir()
+    if d is None:
+        return False
+    with _worker_lock:
+        if _worker is not None and _worker.pid != os.getpid():
+            _worker = None      # a forked child: that worker is its parent's
+        try:
+            if _worker is not None and (_worker.root != str(d.parent) or _worker.kernels >= WORKER_KERNELS
+                                        or _worker.proc.poll() is not None):
+                _worker.close()
+                _worker = None
+            if _worker is None:
+                _worker = _Worker(d.parent)
+                _at_exit()
+            return _worker.compile(source, entry, sig)
+        except BaseException as e:  # noqa: BLE001 - no worker (cannot start, died): compile here from now on
+            if _worker is not None:   # (an answer may be pending: never ask this worker again)
+                _worker.close()
+                _worker = None
+            if not isinstance(e, Exception):
+                raise
+            _worker_broken = True
+            return False
+
+
+_exit_hook: list = []
+
+
+def _at_exit() -> None:
+    if not _exit_hook:
+        import atexit
+        atexit.register(_close_worker)
+        _exit_hook.append(_close_worker)
+
+
+
+
+def serve(handle) -> None:
+    """The worker: compile (source, entry, signature) requests from stdin into
+    the on-disk cache, each by ``handle(source, entry, sig)`` (True: compiled
+    there); answer ok or error on stdout."""
+    global _in_worker
+    _in_worker = True
+    warnings.simplefilter("ignore")
+    inp = sys.stdin.buffer
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())     # whatever prints cannot garble the answers
+    while True:
+        head = inp.read(8)
+        if len(head) < 8:
+            return
+        msg = inp.read(int.from_bytes(head, "little"))
+        try:
+            ok = handle(*pickle.loads(msg))
+        except BaseException:  # noqa: BLE001 - the asking process compiles it itself
+            ok = False
+        out.write(b"ok\n" if ok else b"error\n")
+        out.flush()
