@@ -52,7 +52,7 @@ from dataclasses import replace
 
 from . import ir, rules
 from .helpers import use_helper
-from .fusion import PrologueRef, Values
+from .fused_values import PrologueRef, Values
 from .gemm import Matrix, direct, fpmath_rounding, pack
 from .kernel import NUM_THREADS, ArrayRef, as_stored, is_narrow_float, worth_parallel
 from .loops import aligned, linear, unravel
