@@ -10,7 +10,8 @@ import os
 import warnings
 
 from .codegen import rules
-from .codegen.fusion import NotFusable, lower_fused
+from .codegen.fused_values import NotFusable
+from .codegen.fusion import lower_fused
 from .codegen.kernel import ArrayRef, KernelBuilder
 from .errors import InternalError
 from .types import LogicalTensor

@@ -9,7 +9,7 @@ import pytest
 import graphc.lowering as lowering
 from graphc import reference
 from graphc.builder import GraphBuilder
-from graphc.codegen.fusion import NotFusable
+from graphc.codegen.fused_values import NotFusable
 from graphc.codegen.rules import can_lower
 from graphc.errors import InternalError
 from graphc.fill import make_inputs

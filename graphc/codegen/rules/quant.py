@@ -14,7 +14,7 @@ kernel pieces they share with the integer GEMMs are graphc/codegen/quant.py.
 from __future__ import annotations
 
 from .. import ir
-from ..fusion import NotFusable
+from ..fused_values import NotFusable
 from ..kernel import as_stored, offset_expr
 from ..quant import as_f64, dequantize_expr, emit_quant, pick, quantize_expr
 from ...ops.schema import norm_axis
