@@ -5,7 +5,7 @@ Interpolate ``nearest`` with half_pixel picks src index floor((x + 0.5) * src/ds
 the doc's coordinate rounded half up; that is torch's 'nearest-exact'.  Torch's
 'nearest' floors x * src/dst instead (a different rule, see
 test_torch_nearest_is_a_different_rule); align_corners nearest has no torch
-counterpart and is checked against hand values in tests/ops.
+counterpart and is checked against hand values in tests/ops/interpolate.
 """
 import numpy as np
 import pytest

@@ -6,7 +6,7 @@ kernel stores, compared with graphc's reference.
 
 With static s8/u8 Dequantizes on both operands the kernel multiplies the
 integers and scales the exact sums, as oneDNN's s32 accumulation does (long
-sums: tests/fusion/test_int8_accumulation.py); with power-of-two scales the
+sums: tests/passes/test_int8_accumulation.py); with power-of-two scales the
 compiled u8 outputs equal the reference bit for bit."""
 import numpy as np
 import pytest

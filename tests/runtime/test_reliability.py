@@ -23,7 +23,7 @@ from graphc.codegen.outline import runs_parallel
 
 from support import assert_outputs, assert_same, check_compiled, one_op
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def partition(g):
@@ -295,13 +295,13 @@ def test_concurrent_runs_from_threads():
 @pytest.mark.parametrize("layer", ["workqueue"])
 def test_concurrent_runs_under_the_workqueue_layer(layer):
     """numba's workqueue layer aborts on concurrent launches: graphc serializes."""
-    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+    code = ("import sys; sys.path[:0] = sys.argv[1:]\n"
             "import numba, test_reliability as t\n"
             "assert t._threaded_runs(8, 10) == 0\n"
             "print(numba.threading_layer())\n")
     env = dict(os.environ, NUMBA_THREADING_LAYER=layer)
-    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "tests"), str(ROOT)], env=env,
-                       capture_output=True, text=True, timeout=600)
+    paths = [str(Path(__file__).parent), str(ROOT / "tests"), str(ROOT)]
+    r = subprocess.run([sys.executable, "-c", code, *paths], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == layer
 

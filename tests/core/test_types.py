@@ -16,7 +16,7 @@ STORAGE = {
 FLOATS = {"f32", "f16", "bf16", "f64", "f8_e4m3", "f8_e5m2", "e8m0", "f4_e2m1"}
 INTS = {"s32", "s64", "u32", "u64", "s8", "u8", "s4", "u4"}
 LOW_PRECISION = {"bf16", "f16", "f8_e4m3", "f8_e5m2", "e8m0", "f4_e2m1"}
-#: held as uint8 codes (no numpy type of its own): tests/ops/test_new_dtypes.py
+#: held as uint8 codes (no numpy type of its own): tests/core/test_new_dtypes.py
 CODED = {"f4_e3m0"}
 
 
@@ -142,7 +142,7 @@ def test_given_strides_are_kept():
 
 def test_layout_any_has_no_strides_until_resolved():
     """A shape resolved keeps layout any (graphc chooses the strides at compile,
-    tests/api/test_views.py); strides given make it strided."""
+    tests/runtime/test_views.py); strides given make it strided."""
     t = LogicalTensor(0, "f32", [-1, 3], layout_type="any")
     assert t.strides is None and not t.is_dense
     r = t.with_shape([2, 3])

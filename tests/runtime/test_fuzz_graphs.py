@@ -17,7 +17,7 @@ hit the kernel cache).  The long version, e.g. 20000 graphs, keeps going past
 failures and writes outcome counts (and every failing graph) to a JSON report::
 
     GRAPHC_FUZZ_EXAMPLES=20000 GRAPHC_FUZZ_REPORT=/tmp/fuzz.json \\
-        .venv/bin/pytest -p no:cacheprovider -p no:xdist -q tests/test_fuzz_graphs.py
+        .venv/bin/pytest -p no:cacheprovider -p no:xdist -q tests/runtime/test_fuzz_graphs.py
 
 (``GRAPHC_FUZZ_SEED`` picks another sequence of graphs; ``GRAPHC_FUZZ_LENIENT=1``
 judges each output by the least precise float on its way instead of its own

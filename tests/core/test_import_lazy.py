@@ -11,7 +11,7 @@ import pytest
 import graphc
 from graphc.graph import topological_order
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("numba", "networkx", "scipy", "torch", "llvmlite")
 
 

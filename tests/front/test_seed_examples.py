@@ -1,7 +1,7 @@
 """Every example of the five seed documents (/work/shared/seeds), translated
 literally into graphc graphs: the same shapes, data types, keyword arguments
 and defaults, compiled and checked against the reference (itself checked
-against PyTorch in tests/oracle) and, where the document states the result,
+against PyTorch in tests/ops/<family>) and, where the document states the result,
 against that statement."""
 import ml_dtypes
 import numpy as np

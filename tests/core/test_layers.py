@@ -21,7 +21,7 @@ from pathlib import Path
 
 import networkx as nx
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAYERS = json.loads((ROOT / "docs" / "layers.json").read_text())
 #: where each package's modules live in the repository (pyproject.toml's package-dir)
 SOURCES = {"graphc": "graphc", "graphc.passes": "passes"}

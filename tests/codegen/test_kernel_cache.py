@@ -23,7 +23,7 @@ import graphc
 from graphc import Graph, LogicalTensor, Op
 from graphc.codegen import cache
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 posix_only = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes")
 
 
