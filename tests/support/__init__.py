@@ -10,18 +10,21 @@
   the bundled specs (``SPECS``);
 - ``compiled``: ``check_compiled``, compiled partitions vs the reference with
   junk in input gaps and output buffers;
-- ``torch_conv``: storage dtypes, random data and exact torch <-> numpy copies;
-- ``gradcheck``: float64 finite differences against analytic gradients.
+- ``torch_conv``: storage dtypes, random data (``data``, ``uniform``) and exact torch <->
+  numpy copies;
+- ``gradcheck``: float64 finite differences against analytic gradients (``grads_match``:
+  an op's backward reference against its forward one).
 
 Tolerances are not written here: they come from graphc.tolerances."""
 from .compare import assert_close, assert_outputs, assert_same
 from .compiled import check_compiled, compiled_vs_reference, kernel_params
-from .gradcheck import assert_grad_close, numeric_grad
+from .gradcheck import assert_grad_close, grads_match, numeric_grad
 from .graphs import (SPECS, channels, corpus_files, inferred_shape, inferred_shapes, laid_out, one_op, reference64,
                      run_graph, run_one, run_single, single_op_graph, strides)
-from .torch_conv import NP, data, n64, t64, to_numpy, to_torch, torch_dtype
+from .torch_conv import NP, data, n64, t64, to_numpy, to_torch, torch_dtype, uniform
 
 __all__ = ["NP", "SPECS", "assert_close", "assert_grad_close", "assert_outputs", "assert_same", "channels",
-           "check_compiled", "compiled_vs_reference", "corpus_files", "data", "inferred_shape", "inferred_shapes",
-           "kernel_params", "laid_out", "n64", "numeric_grad", "one_op", "reference64", "run_graph", "run_one",
-           "run_single", "single_op_graph", "strides", "t64", "to_numpy", "to_torch", "torch_dtype"]
+           "check_compiled", "compiled_vs_reference", "corpus_files", "data", "grads_match", "inferred_shape",
+           "inferred_shapes", "kernel_params", "laid_out", "n64", "numeric_grad", "one_op", "reference64", "run_graph",
+           "run_one", "run_single", "single_op_graph", "strides", "t64", "to_numpy", "to_torch", "torch_dtype",
+           "uniform"]
