@@ -20,21 +20,18 @@ import pytest
 from numba.core import config as numba_config
 
 import graphc
-from graphc import Graph, LogicalTensor, Op
+from graphc import LogicalTensor, Op
 from graphc.codegen import cache
+from support import graph_of
 
 ROOT = Path(__file__).resolve().parents[2]
 posix_only = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes")
 
 
 def _graph(shape, op="ReLU"):
-    g = Graph()
     a, b = LogicalTensor(0, "f32", list(shape)), LogicalTensor(1, "f32", list(shape))
     c, d = LogicalTensor(2, "f32", [-1] * len(shape)), LogicalTensor(3, "f32", [-1] * len(shape))
-    g.add_op(Op(0, "Add", [a, b], [c]))
-    g.add_op(Op(1, op, [c], [d]))
-    g.finalize()
-    return g
+    return graph_of(Op(0, "Add", [a, b], [c]), Op(1, op, [c], [d]))
 
 
 def _check(shape, op="ReLU"):

@@ -21,13 +21,7 @@ from graphc.reference import run as reference_run
 from graphc.codegen.outline import runs_parallel
 from support.compare import assert_outputs
 from support.compiled import check_compiled
-
-
-def _graph(*ops, **kw) -> Graph:
-    g = Graph(**kw)
-    for op in ops:
-        g.add_op(op)
-    return g.finalize()
+from support.graphs import graph_of
 
 
 # ------------------------------------------------------------------------ s64
@@ -38,9 +32,9 @@ def test_s64_data_type():
 
 
 def _dropout(seed_dt):
-    return _graph(Op(0, "Dropout", [LogicalTensor(0, "f32", [8, 40]), LogicalTensor(1, seed_dt, [1]),
-                                    LogicalTensor(2, seed_dt, [1]), LogicalTensor(3, "f32", [1])],
-                     [LogicalTensor(4, "f32", [8, 40]), LogicalTensor(5, "u8", [8, 40])]))
+    return graph_of(Op(0, "Dropout", [LogicalTensor(0, "f32", [8, 40]), LogicalTensor(1, seed_dt, [1]),
+                                      LogicalTensor(2, seed_dt, [1]), LogicalTensor(3, "f32", [1])],
+                       [LogicalTensor(4, "f32", [8, 40]), LogicalTensor(5, "u8", [8, 40])]))
 
 
 def test_dropout_s64_seed_and_offset():
@@ -57,8 +51,8 @@ def test_dropout_s64_seed_and_offset():
 
 
 def test_embedding_bw_s64_indices_checked():
-    g = _graph(Op(0, "EmbeddingBackward", [LogicalTensor(0, "s64", [2, 3]), LogicalTensor(1, "f32", [5, 4]),
-                                           LogicalTensor(2, "f32", [2, 3, 4])], [LogicalTensor(3, "f32", [5, 4])]))
+    g = graph_of(Op(0, "EmbeddingBackward", [LogicalTensor(0, "s64", [2, 3]), LogicalTensor(1, "f32", [5, 4]),
+                                             LogicalTensor(2, "f32", [2, 3, 4])], [LogicalTensor(3, "f32", [5, 4])]))
     check_compiled(g)
     ins = make_inputs(g)
     ins[0] = ins[0].copy()
@@ -68,8 +62,8 @@ def test_embedding_bw_s64_indices_checked():
 
 
 def test_s64_json_round_trip():
-    g = _graph(Op(0, "EmbeddingBackward", [LogicalTensor(0, "s64", [2]), LogicalTensor(1, "f32", [5, 4]),
-                                           LogicalTensor(2, "f32", [2, 4])], [LogicalTensor(3, "f32", [5, 4])]))
+    g = graph_of(Op(0, "EmbeddingBackward", [LogicalTensor(0, "s64", [2]), LogicalTensor(1, "f32", [5, 4]),
+                                             LogicalTensor(2, "f32", [2, 4])], [LogicalTensor(3, "f32", [5, 4])]))
     text = json.dumps(graphc.dump_graph(g))
     assert '"s64"' in text
     assert graphc.load_graph(text).tensors[0].dtype is DataType.s64
@@ -90,8 +84,8 @@ def test_unknown_rank_logical_tensor():
 def test_unknown_rank_outputs_inferred_and_inputs_resolved():
     """Outputs declared with unknown rank take their op's inferred shape; a
     consumer naming that tensor with unknown rank gets it too."""
-    g = _graph(Op(0, "ReLU", [LogicalTensor(0, "f32", [3, 4])], [LogicalTensor(1, "f32", None)]),
-               Op(1, "SoftMax", [LogicalTensor(1, "f32", None)], [LogicalTensor(2, "f32", None)], {"axis": -1}))
+    g = graph_of(Op(0, "ReLU", [LogicalTensor(0, "f32", [3, 4])], [LogicalTensor(1, "f32", None)]),
+                 Op(1, "SoftMax", [LogicalTensor(1, "f32", None)], [LogicalTensor(2, "f32", None)], {"axis": -1}))
     assert g.tensors[1].shape == (3, 4) and g.tensors[2].ndims == 2
     check_compiled(g)
 
@@ -118,9 +112,9 @@ def test_logical_tensor_accessors():
 
 
 def test_graph_and_partition_accessors():
-    g = _graph(Op(0, "Abs", [LogicalTensor(0, "f32", [4])], [LogicalTensor(1, "f32", [4])]),
-               Op(1, "SoftMax", [LogicalTensor(1, "f32", [4])], [LogicalTensor(2, "f32", [4])], {"axis": 0}),
-               fpmath_mode="bf16")
+    g = graph_of(Op(0, "Abs", [LogicalTensor(0, "f32", [4])], [LogicalTensor(1, "f32", [4])]),
+                 Op(1, "SoftMax", [LogicalTensor(1, "f32", [4])], [LogicalTensor(2, "f32", [4])], {"axis": 0}),
+                 fpmath_mode="bf16")
     assert g.get_engine_kind() == "cpu" and g.get_fpmath_mode() == ("bf16", False)
     for p in g.get_partitions("debug"):
         assert p.get_engine_kind() == "cpu" and p.get_id() == p.id
@@ -130,9 +124,9 @@ def test_graph_and_partition_accessors():
 
 # ------------------------------------------------------------------- in place
 def _eltwise_chain(dt="f32", shape=(64, 33)):
-    return _graph(Op(0, "Add", [LogicalTensor(0, dt, shape), LogicalTensor(1, dt, shape[-1:])],
-                     [LogicalTensor(2, dt, shape)]),
-                  Op(1, "GELU", [LogicalTensor(2, dt, shape)], [LogicalTensor(3, dt, shape)]))
+    return graph_of(Op(0, "Add", [LogicalTensor(0, dt, shape), LogicalTensor(1, dt, shape[-1:])],
+                       [LogicalTensor(2, dt, shape)]),
+                    Op(1, "GELU", [LogicalTensor(2, dt, shape)], [LogicalTensor(3, dt, shape)]))
 
 
 @pytest.mark.parametrize("dt", ["f32", "bf16", "f16"])
@@ -161,11 +155,11 @@ def test_inplace_parallel_kernel_reading_the_input_twice():
     """x * gelu(x + b) over threads (prange), written over x: every element's
     loads come before its store."""
     shape = (512, 1031)
-    g = _graph(Op(0, "Add", [LogicalTensor(0, "f32", shape), LogicalTensor(1, "f32", shape[-1:])],
-                  [LogicalTensor(2, "f32", shape)]),
-               Op(1, "GELU", [LogicalTensor(2, "f32", shape)], [LogicalTensor(3, "f32", shape)]),
-               Op(2, "Multiply", [LogicalTensor(3, "f32", shape), LogicalTensor(0, "f32", shape)],
-                  [LogicalTensor(4, "f32", shape)]))
+    g = graph_of(Op(0, "Add", [LogicalTensor(0, "f32", shape), LogicalTensor(1, "f32", shape[-1:])],
+                    [LogicalTensor(2, "f32", shape)]),
+                 Op(1, "GELU", [LogicalTensor(2, "f32", shape)], [LogicalTensor(3, "f32", shape)]),
+                 Op(2, "Multiply", [LogicalTensor(3, "f32", shape), LogicalTensor(0, "f32", shape)],
+                    [LogicalTensor(4, "f32", shape)]))
     (p,) = g.get_partitions()
     cp = p.compile()
     assert runs_parallel(cp) and cp.get_inplace_ports() == [(0, 4)]
@@ -180,7 +174,7 @@ def test_inplace_strided_view():
     """In place through a strided view: the pair holds for the layout the
     partition was compiled for, and only the view's elements change."""
     lt = LogicalTensor(0, "f32", [6, 5], [8, 1])
-    g = _graph(Op(0, "Exp", [lt], [LogicalTensor(1, "f32", [6, 5], [8, 1])]))
+    g = graph_of(Op(0, "Exp", [lt], [LogicalTensor(1, "f32", [6, 5], [8, 1])]))
     (p,) = g.get_partitions()
     cp = p.compile()
     assert cp.get_inplace_ports() == [(0, 1)]
@@ -195,8 +189,8 @@ def test_inplace_strided_view():
 def test_no_inplace_ports_where_the_kernel_rereads():
     """A softmax reads its row again after writing: no pairs, and an output given
     over its input is refused (the input left as it was)."""
-    g = _graph(Op(0, "SoftMax", [LogicalTensor(0, "f32", [4, 16])], [LogicalTensor(1, "f32", [4, 16])],
-                  {"axis": -1}))
+    g = graph_of(Op(0, "SoftMax", [LogicalTensor(0, "f32", [4, 16])], [LogicalTensor(1, "f32", [4, 16])],
+                    {"axis": -1}))
     (p,) = g.get_partitions()
     cp = p.compile()
     assert cp.get_inplace_ports() == []
@@ -212,8 +206,8 @@ def test_output_over_a_non_pair_input_is_refused():
     """Two full-shape inputs of a binary op: each is a pair; an output over one
     of them partly (a shifted view) is not, and is refused: writing it would
     overwrite inputs before they are read."""
-    g = _graph(Op(0, "Multiply", [LogicalTensor(0, "f32", [10]), LogicalTensor(1, "f32", [10])],
-                  [LogicalTensor(2, "f32", [10])]))
+    g = graph_of(Op(0, "Multiply", [LogicalTensor(0, "f32", [10]), LogicalTensor(1, "f32", [10])],
+                    [LogicalTensor(2, "f32", [10])]))
     cp = g.get_partitions()[0].compile()
     assert cp.get_inplace_ports() == [(0, 2), (1, 2)]
     buf = np.arange(1, 12, dtype=np.float32)
@@ -231,8 +225,8 @@ def test_fpmath_mode_from_the_api():
     """Graph(fpmath_mode="bf16"): a MatMul's f32 inputs are read as bf16, so the
     result is the strict one on inputs rounded to bf16 (and not the strict one)."""
     def matmul(mode):
-        return _graph(Op(0, "MatMul", [LogicalTensor(0, "f32", [8, 16]), LogicalTensor(1, "f32", [16, 4])],
-                         [LogicalTensor(2, "f32", [8, 4])]), fpmath_mode=mode)
+        return graph_of(Op(0, "MatMul", [LogicalTensor(0, "f32", [8, 16]), LogicalTensor(1, "f32", [16, 4])],
+                           [LogicalTensor(2, "f32", [8, 4])]), fpmath_mode=mode)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal((16, 4)).astype(np.float32)
     loose = graphc.run(matmul("bf16"), {0: a, 1: b})[2]
@@ -252,10 +246,10 @@ def cache_state():
 
 
 def _constant_graph():
-    return _graph(Op(0, "Abs", [LogicalTensor(0, "f32", [256], property_type="constant")],
-                     [LogicalTensor(1, "f32", [256])]),
-                  Op(1, "Add", [LogicalTensor(1, "f32", [256]), LogicalTensor(2, "f32", [256])],
-                     [LogicalTensor(3, "f32", [256])]))
+    return graph_of(Op(0, "Abs", [LogicalTensor(0, "f32", [256], property_type="constant")],
+                       [LogicalTensor(1, "f32", [256])]),
+                    Op(1, "Add", [LogicalTensor(1, "f32", [256]), LogicalTensor(2, "f32", [256])],
+                       [LogicalTensor(3, "f32", [256])]))
 
 
 def _runs_of_constant_partition(cg, w, z):
@@ -301,10 +295,10 @@ def test_constant_cache_on(cache_state):
 def test_constant_cache_capacity_limits(cache_state):
     graphc.set_constant_tensor_cache_capacity("cpu", 1)     # 1 MB: 1 MB + 4 bytes do not fit
     big = 262_145
-    g = _graph(Op(0, "Abs", [LogicalTensor(0, "f32", [big], property_type="constant")],
-                  [LogicalTensor(1, "f32", [big])]),
-               Op(1, "Add", [LogicalTensor(1, "f32", [big]), LogicalTensor(2, "f32", [big])],
-                  [LogicalTensor(3, "f32", [big])]))
+    g = graph_of(Op(0, "Abs", [LogicalTensor(0, "f32", [big], property_type="constant")],
+                    [LogicalTensor(1, "f32", [big])]),
+                 Op(1, "Add", [LogicalTensor(1, "f32", [big]), LogicalTensor(2, "f32", [big])],
+                    [LogicalTensor(3, "f32", [big])]))
     cg = graphc.compile(g, policy="debug")
     w, z = np.ones(big, np.float32), np.zeros(big, np.float32)
     first = cg.run({0: w, 2: z})[3]
@@ -338,7 +332,7 @@ def no_interpolate_kernel(monkeypatch):
 
 def _interpolate_with_sizes():
     """ReLU -> Interpolate with a sizes input (no kernel: see no_interpolate_kernel) -> Abs."""
-    return _graph(
+    return graph_of(
         Op(0, "ReLU", [LogicalTensor(0, "f32", [1, 2, 4, 4])], [LogicalTensor(1, "f32", [1, 2, 4, 4])]),
         Op(1, "Interpolate", [LogicalTensor(1, "f32", [1, 2, 4, 4]), LogicalTensor(2, "s32", [2])],
            [LogicalTensor(3, "f32", [1, 2, -1, -1])], {"mode": "nearest", "data_format": "NCX"}),
@@ -417,7 +411,7 @@ def test_output_port_the_graph_does_not_have_is_ignored():
 
 def test_bf16_inplace_with_ml_dtypes_array_view():
     """(bf16 arrays are ml_dtypes views; the in-place check compares buffers, not dtypes' identity)"""
-    g = _graph(Op(0, "ReLU", [LogicalTensor(0, "bf16", [5])], [LogicalTensor(1, "bf16", [5])]))
+    g = graph_of(Op(0, "ReLU", [LogicalTensor(0, "bf16", [5])], [LogicalTensor(1, "bf16", [5])]))
     cp = g.get_partitions()[0].compile()
     x = np.array([-1, 2, -3, 4, -5], dtype=ml_dtypes.bfloat16)
     cp.execute([x], outputs=[x])

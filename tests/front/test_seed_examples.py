@@ -13,15 +13,9 @@ from graphc.fill import make_inputs
 from graphc.reference import run as reference_run
 from support.compare import assert_close, assert_outputs
 from support.compiled import check_compiled
+from support.graphs import graph_of
 
 BF16 = ml_dtypes.bfloat16
-
-
-def _graph(*ops) -> Graph:
-    g = Graph()
-    for op in ops:
-        g.add_op(op)
-    return g.finalize()
 
 
 # ------------------------------------------------------------ 000: ttnn.add_bw
@@ -35,9 +29,9 @@ def _add_bw_tensors():
 def test_add_bw_example_two_tensors():
     """output = ttnn.add_bw(grad_tensor, tensor1, tensor2): both gradients, by default."""
     grad_tensor, tensor1, tensor2 = _add_bw_tensors()
-    g = _graph(Op(0, "AddBackward", [LogicalTensor(0, "bf16", [2, 2]), LogicalTensor(1, "bf16", [2, 2]),
-                                     LogicalTensor(2, "bf16", [2, 2])],
-                  [LogicalTensor(3, "bf16", [-1, -1]), LogicalTensor(4, "bf16", [-1, -1])]))
+    g = graph_of(Op(0, "AddBackward", [LogicalTensor(0, "bf16", [2, 2]), LogicalTensor(1, "bf16", [2, 2]),
+                                       LogicalTensor(2, "bf16", [2, 2])],
+                    [LogicalTensor(3, "bf16", [-1, -1]), LogicalTensor(4, "bf16", [-1, -1])]))
     out = check_compiled(g, {0: grad_tensor, 1: tensor1, 2: tensor2}, exact=True)
     # d(a + b)/da = d(a + b)/db = 1: each gradient is grad_tensor
     assert_outputs(out, {3: grad_tensor, 4: grad_tensor}, exact=True)
@@ -49,8 +43,8 @@ def test_add_bw_example_scalar():
     grad_tensor, tensor1, _ = _add_bw_tensors()
     scalar = 2  # a Number: no tensor, so no src_1 port and no diff_src_1
     assert isinstance(scalar, int)
-    g = _graph(Op(0, "AddBackward", [LogicalTensor(0, "bf16", [2, 2]), LogicalTensor(1, "bf16", [2, 2])],
-                  [LogicalTensor(3, "bf16", [-1, -1])]))
+    g = graph_of(Op(0, "AddBackward", [LogicalTensor(0, "bf16", [2, 2]), LogicalTensor(1, "bf16", [2, 2])],
+                    [LogicalTensor(3, "bf16", [-1, -1])]))
     assert g.ops[0].output_names == ["diff_src_0"]
     out = check_compiled(g, {0: grad_tensor, 1: tensor1}, exact=True)
     assert_outputs(out, {3: grad_tensor}, exact=True)
@@ -61,18 +55,18 @@ def test_add_bw_supported_ranks_broadcast(rank):
     """The note's ranks 2, 3, 4 in BFLOAT16, with broadcasting (tensor2 one row)."""
     shape = [2, 3, 4, 5][-rank:]
     row = [1] * (rank - 1) + [shape[-1]]
-    g = _graph(Op(0, "AddBackward", [LogicalTensor(0, "bf16", shape), LogicalTensor(1, "bf16", shape),
-                                     LogicalTensor(2, "bf16", row)],
-                  [LogicalTensor(3, "bf16", [-1] * rank), LogicalTensor(4, "bf16", [-1] * rank)]))
+    g = graph_of(Op(0, "AddBackward", [LogicalTensor(0, "bf16", shape), LogicalTensor(1, "bf16", shape),
+                                       LogicalTensor(2, "bf16", row)],
+                    [LogicalTensor(3, "bf16", [-1] * rank), LogicalTensor(4, "bf16", [-1] * rank)]))
     check_compiled(g)
 
 
 def test_add_bw_explicit_required_outputs_still_checked():
     """are_required_outputs=[True, True] given with a scalar operand: refused, naming the op."""
     with pytest.raises(InvalidGraphOp, match="src_1 is absent"):
-        _graph(Op(0, "AddBackward", [LogicalTensor(0, "f32", [2, 2]), LogicalTensor(1, "f32", [2, 2])],
-                  [LogicalTensor(3, "f32", [2, 2]), LogicalTensor(4, "f32", [2, 2])],
-                  {"are_required_outputs": [True, True]}))
+        graph_of(Op(0, "AddBackward", [LogicalTensor(0, "f32", [2, 2]), LogicalTensor(1, "f32", [2, 2])],
+                    [LogicalTensor(3, "f32", [2, 2]), LogicalTensor(4, "f32", [2, 2])],
+                    {"are_required_outputs": [True, True]}))
 
 
 # ------------------------------------------------------- 001: ttnn.embedding_bw
@@ -89,10 +83,10 @@ def test_embedding_bw_example():
     weights = rng.standard_normal(weights_shape).astype(BF16)
     grad_shape = (1, 1, batch_size * seq_len, embedding_dim)
     grad_tensor = rng.standard_normal(grad_shape).astype(BF16)
-    g = _graph(Op(0, "EmbeddingBackward",
-                  [LogicalTensor(0, "u32", input_shape), LogicalTensor(1, "bf16", weights_shape),
-                   LogicalTensor(2, "bf16", grad_shape)],
-                  [LogicalTensor(3, "bf16", [-1, -1])], {"dtype": "bf16"}))
+    g = graph_of(Op(0, "EmbeddingBackward",
+                    [LogicalTensor(0, "u32", input_shape), LogicalTensor(1, "bf16", weights_shape),
+                     LogicalTensor(2, "bf16", grad_shape)],
+                    [LogicalTensor(3, "bf16", [-1, -1])], {"dtype": "bf16"}))
     out = check_compiled(g, {0: input_tensor, 1: weights, 2: grad_tensor})
     assert out[3].shape == weights_shape and out[3].dtype == BF16
     # rows no index names get no gradient
@@ -111,8 +105,8 @@ def test_swiglu_grad_prototype(dt, dim):
     axis = dim % 3
     y_shape = list(x_shape)
     y_shape[axis] //= 2
-    g = _graph(Op(0, "SwiGluGrad", [LogicalTensor(0, dt, y_shape), LogicalTensor(1, dt, x_shape)],
-                  [LogicalTensor(2, dt, [-1, -1, -1])], {"dim": dim}))
+    g = graph_of(Op(0, "SwiGluGrad", [LogicalTensor(0, dt, y_shape), LogicalTensor(1, dt, x_shape)],
+                    [LogicalTensor(2, dt, [-1, -1, -1])], {"dim": dim}))
     assert g.tensors[2].shape == tuple(x_shape)
     ins = make_inputs(g, seed=1)
     out = check_compiled(g, ins)
@@ -132,7 +126,7 @@ def _distributed_ln(stats_dt="bf16", dst_dt=None, **attrs):
         attrs["dtype"] = dst_dt
     post = Op(1, "LayerNormPostAllGather", [LogicalTensor(0, "bf16", [1, 1, 32, 32]), LogicalTensor(1, stats_dt, None)],
               [LogicalTensor(2, dst_dt or "bf16", None)], attrs)
-    return _graph(pre, post)
+    return graph_of(pre, post)
 
 
 def test_layer_norm_post_all_gather_example():
@@ -173,8 +167,8 @@ def test_layer_norm_post_all_gather_weight_bias_keywords():
 
 def test_layer_norm_post_all_gather_dtype_mismatch_refused():
     with pytest.raises(InvalidDataType, match="dtype attribute"):
-        _graph(Op(1, "LayerNormPostAllGather", [LogicalTensor(0, "bf16", [1, 32]), LogicalTensor(1, "bf16", [1, 2])],
-                  [LogicalTensor(2, "f16", [1, 32])], {"dtype": "f32"}))
+        graph_of(Op(1, "LayerNormPostAllGather", [LogicalTensor(0, "bf16", [1, 32]), LogicalTensor(1, "bf16", [1, 2])],
+                    [LogicalTensor(2, "f16", [1, 32])], {"dtype": "f32"}))
 
 
 # ------------------------------------------- 004: BatchNormTrainingBackward (oneDNN doc)
@@ -186,7 +180,7 @@ def _bn_bwd(dt, stats_dt, shape, attrs, gamma=True, diff_outputs=2):
         ins.append(LogicalTensor(4, stats_dt, [c]))
     outs = [LogicalTensor(5, dt, [-1] * len(shape))] + [LogicalTensor(6 + i, stats_dt, [-1])
                                                          for i in range(diff_outputs)]
-    return _graph(Op(0, "BatchNormTrainingBackward", ins, outs, attrs))
+    return graph_of(Op(0, "BatchNormTrainingBackward", ins, outs, attrs))
 
 
 def test_bn_bwd_epsilon_required():

@@ -14,6 +14,7 @@ from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
 
 from support import assert_same, check_compiled
+from support.fusion import one_partition
 
 M, K, N = 6, 64, 24
 INT_RANGE = {"s8": (-128, 127), "u8": (0, 255), "s4": (-8, 7), "u4": (0, 15)}
@@ -55,19 +56,10 @@ def woq_matmul(w_dt="s4", act="f32", qtype="per_group", group=32, zps=True, tran
     return b.finalize()
 
 
-def _one_partition(g):
-    """g's one partition: every op in it, an anchor kernel in which the dequantized
-    weights stay in registers (computed while the GEMM packs them)."""
-    (p,) = g.get_partitions("fusion")
-    assert p.pattern == "quantized_compute" and len(p.ops) == len(g.ops), p
-    assert p.plan.shape == "anchor", p.plan.describe()
-    (dq,) = [o for o in g.ops.values() if o.kind == "DynamicDequantize"]
-    assert p.plan.roles[dq.outputs[0].id] == "register", p.plan.describe()
-    assert not any(r == "scratch" for r in p.plan.roles.values())
-    mm = next(o for o in g.ops.values() if o.kind == "MatMul")
-    bf16 = mm.inputs[0].dtype.value == "bf16" and bf16_gemm()   # bf16 values on both sides: MKL's bf16 GEMM
-    assert ("gemm_bf16(" if bf16 else "gemm_f32(") in p.compile().source
-    return p
+def _gemm(act):
+    """The GEMM a MatMul of ``act`` activations calls: MKL's bf16 GEMM for bf16 values on
+    both sides (the dequantized weights take the activations' dtype)."""
+    return "gemm_bf16" if act == "bf16" and bf16_gemm() else "gemm_f32"
 
 
 @pytest.mark.parametrize("act", ["f32", "bf16", "f16"])
@@ -75,7 +67,7 @@ def _one_partition(g):
 def test_grouped_weights_one_partition(w_dt, act):
     """Groups of 32 along K with zero points: one partition, equal to the reference."""
     g = woq_matmul(w_dt, act)
-    _one_partition(g)
+    one_partition(g, "quantized_compute", registers=["DynamicDequantize"], calls=[_gemm(act)])
     check_compiled(g, seed=1)
 
 
@@ -83,7 +75,7 @@ def test_grouped_weights_one_partition(w_dt, act):
                                        ("per_channel", False), ("per_group", False)])
 def test_per_tensor_channel_group_one_partition(qtype, zps):
     g = woq_matmul("u4", "f32", qtype, zps=zps, post="ReLU")
-    _one_partition(g)
+    one_partition(g, "quantized_compute", registers=["DynamicDequantize"], calls=[_gemm("f32")])
     check_compiled(g, seed=2)
 
 
@@ -91,7 +83,7 @@ def test_per_tensor_channel_group_one_partition(qtype, zps):
 def test_transposed_weights_group_128(act):
     """Weights [N, K] (transpose_b) in groups of 128 along K (their dim 1)."""
     g = woq_matmul("s4", act, group=128, k=256, transpose_b=True, batch=())
-    _one_partition(g)
+    one_partition(g, "quantized_compute", registers=["DynamicDequantize"], calls=[_gemm(act)])
     check_compiled(g, seed=3)
 
 

@@ -13,6 +13,7 @@ from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
 from graphc.tolerances import ORACLE
 from support import assert_outputs, check_compiled
+from support.fusion import one_partition
 
 M, H, F = 12, 32, 48
 
@@ -42,20 +43,16 @@ TORCH_ACT = {"swish": torch.nn.functional.silu, "GELU": torch.nn.functional.gelu
              "ReLU": torch.relu, None: lambda t: t}
 
 
-def _one_partition(g):
-    (p,) = g.get_partitions("fusion")
-    assert p.pattern == "gated_mlp" and len(p.ops) == len(g.ops), p
-    assert p.plan.shape == "staged" and len(p.plan.anchors) == 3
-    up, gate = (o.outputs[0].id for o in g.topo_ops()[:2])
-    # only up and gate go through memory; the gated product stays in registers
-    assert sorted(t for t, r in p.plan.roles.items() if r == "scratch") == sorted([up, gate])
-    return p
+def _up_and_gate(g):
+    """The outputs of the up and gate MatMuls: the only tensors the staged kernel writes
+    to memory (the gated product stays in registers)."""
+    return [o.outputs[0].id for o in g.topo_ops()[:2]]
 
 
 @pytest.mark.parametrize("act", ["swish", "GELU", "Sigmoid", "ReLU", None])
 def test_f32_gated_mlp_is_one_partition(act):
     g = gated_mlp("f32", act)
-    p = _one_partition(g)
+    p = one_partition(g, "gated_mlp", "staged", anchors=["MatMul"] * 3, scratch=_up_and_gate(g))
     assert p.compile().source.count("gemm_f32(") == 3
     check_compiled(g, seed=1)
 
@@ -64,14 +61,14 @@ def test_f32_gated_mlp_is_one_partition(act):
 def test_low_precision_gated_mlp_with_f32_intermediates(dt):
     """bf16/f16 src and weights, up and gate in f32, TypeCast before down (the doc's form)."""
     g = gated_mlp(dt, "swish")
-    _one_partition(g)
+    one_partition(g, "gated_mlp", "staged", anchors=["MatMul"] * 3, scratch=_up_and_gate(g))
     check_compiled(g, seed=2)
 
 
 def test_all_bf16_gated_mlp():
     """Every tensor bf16 (no TypeCast): the gated product rounds to bf16 in registers as stored."""
     g = gated_mlp("bf16", "swish", mid="bf16")
-    _one_partition(g)
+    one_partition(g, "gated_mlp", "staged", anchors=["MatMul"] * 3, scratch=_up_and_gate(g))
     check_compiled(g, seed=3)
 
 

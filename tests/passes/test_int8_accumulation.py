@@ -11,16 +11,14 @@ import graphc
 from graphc.builder import GraphBuilder
 from graphc.codegen.quant import F32_EXACT
 
+from support.fusion import dequantize
+
 SX, ZX = 2.0 ** -6, 3           # src: u8, per tensor
 ZW = [1, 0, -1, 2]              # weights: s8, per output channel (cycled)
 
 
 def _scales(n):
     return [2.0 ** -(3 + i % 3) for i in range(n)]
-
-
-def _dq(b, x, shape, attrs):
-    return b.op("Dequantize", [x], out=[("f32", shape)], attrs=attrs)[0]
 
 
 def _big_ints(rng, shape, lo, hi, dtype):
@@ -46,9 +44,9 @@ def test_int8_matmul_sums_exactly_past_2_to_24(transpose_b):
     zw = [ZW[i % 4] for i in range(N)]
     b = GraphBuilder()
     tx, tw = b.tensor("u8", [M, K]), b.tensor("s8", [N, K] if transpose_b else [K, N])
-    dx = _dq(b, tx, [M, K], {"qtype": "per_tensor", "scales": [SX], "zps": [ZX]})
-    dw = _dq(b, tw, list(tw.shape), {"qtype": "per_channel", "axis": 0 if transpose_b else 1,
-                                     "scales": _scales(N), "zps": zw})
+    dx = dequantize(b, tx, {"qtype": "per_tensor", "scales": [SX], "zps": [ZX]})
+    dw = dequantize(b, tw, {"qtype": "per_channel", "axis": 0 if transpose_b else 1, "scales": _scales(N),
+                            "zps": zw})
     b.op("MatMul", [dx, dw], out=[("f32", [M, N])], attrs={"transpose_b": transpose_b})
     g = b.finalize()
     (p,) = g.get_partitions("fusion")
@@ -68,8 +66,8 @@ def test_int8_matmul_quantized_output_matches_the_reference():
     w = rng.integers(-128, 128, size=(K, N)).astype(np.int8)
     b = GraphBuilder()
     tx, tw = b.tensor("u8", [M, K]), b.tensor("s8", [K, N])
-    dx = _dq(b, tx, [M, K], {"qtype": "per_tensor", "scales": [SX], "zps": [ZX]})
-    dw = _dq(b, tw, [K, N], {"qtype": "per_tensor", "scales": [2.0 ** -4]})
+    dx = dequantize(b, tx, {"qtype": "per_tensor", "scales": [SX], "zps": [ZX]})
+    dw = dequantize(b, tw, {"qtype": "per_tensor", "scales": [2.0 ** -4]})
     y = b.op("MatMul", [dx, dw], out=[("f32", [M, N])])[0]
     y = b.op("ReLU", [y])[0]
     b.op("Quantize", [y], out=[("u8", [M, N])], attrs={"qtype": "per_tensor", "scales": [2.0 ** 6], "zps": [0]})
@@ -113,8 +111,8 @@ def test_int8_convolution_sums_exactly(fmt, C):
     xs = [N, C, H, W] if fmt == "NCX" else [N, H, W, C]
     ys = [N, O, H, W] if fmt == "NCX" else [N, H, W, O]
     tx, tw = b.tensor("u8", xs), b.tensor("s8", [O, C, 3, 3])
-    dx = _dq(b, tx, xs, {"qtype": "per_tensor", "scales": [SX], "zps": [ZX]})
-    dw = _dq(b, tw, [O, C, 3, 3], {"qtype": "per_channel", "axis": 0, "scales": _scales(O), "zps": zw})
+    dx = dequantize(b, tx, {"qtype": "per_tensor", "scales": [SX], "zps": [ZX]})
+    dw = dequantize(b, tw, {"qtype": "per_channel", "axis": 0, "scales": _scales(O), "zps": zw})
     b.op("Convolution", [dx, dw], out=[("f32", ys)],
          attrs={"strides": [1, 1], "pads_begin": [1, 1], "pads_end": [1, 1], "dilations": [1, 1],
                 "groups": 1, "data_format": fmt, "weights_format": "OIX"})
@@ -154,8 +152,8 @@ def test_int8_conv_transpose_sums_exactly(stride, C):
     want = exact * SX * np.array(_scales(O))[None, :, None, None]
     b = GraphBuilder()
     tx, tw = b.tensor("u8", [N, C, H, W]), b.tensor("s8", [O, C, 3, 3])
-    dx = _dq(b, tx, [N, C, H, W], {"qtype": "per_tensor", "scales": [SX], "zps": [ZX]})
-    dw = _dq(b, tw, [O, C, 3, 3], {"qtype": "per_channel", "axis": 0, "scales": _scales(O), "zps": zw})
+    dx = dequantize(b, tx, {"qtype": "per_tensor", "scales": [SX], "zps": [ZX]})
+    dw = dequantize(b, tw, {"qtype": "per_channel", "axis": 0, "scales": _scales(O), "zps": zw})
     b.op("ConvTranspose", [dx, dw], out=[("f32", list(want.shape))],
          attrs={"strides": [stride] * 2, "pads_begin": [0, 0], "pads_end": [0, 0], "dilations": [1, 1],
                 "data_format": "NCX", "weights_format": "OIX"})
@@ -181,8 +179,8 @@ def test_int8_matmul_every_signedness(src_dt, w_dt):
     assert np.abs(exact).max() > F32_EXACT
     b = GraphBuilder()
     tx, tw = b.tensor(src_dt, [B, M, K]), b.tensor(w_dt, [K, N])
-    dx = _dq(b, tx, [B, M, K], {"qtype": "per_tensor", "scales": [SX], "zps": [zx]})
-    dw = _dq(b, tw, [K, N], {"qtype": "per_channel", "axis": 1, "scales": _scales(N), "zps": zw})
+    dx = dequantize(b, tx, {"qtype": "per_tensor", "scales": [SX], "zps": [zx]})
+    dw = dequantize(b, tw, {"qtype": "per_channel", "axis": 1, "scales": _scales(N), "zps": zw})
     b.op("MatMul", [dx, dw], out=[("f32", [B, M, N])])
     g = b.finalize()
     (y,) = graphc.compile(g).run({tx.id: x, tw.id: w}).values()

@@ -14,6 +14,7 @@ import graphc
 from graphc.builder import GraphBuilder
 from support import check_compiled
 from support.compiled import kernel_params
+from support.fusion import dequantize, one_partition
 
 IN_Q = {"u8": {"qtype": "per_tensor", "scales": [2.0 ** -3], "zps": [3]},
         "s8": {"qtype": "per_tensor", "scales": [2.0 ** -4], "zps": [-2]}}
@@ -33,20 +34,16 @@ def _shape(fmt, n=2, c=5, h=7, w=6):
     return [n, c, h, w] if fmt == "NCX" else [n, h, w, c]
 
 
-def _dq(b, x, attrs):
-    return b.op("Dequantize", [x], out=[("f32", list(x.shape))], attrs=attrs)[0]
-
-
 def _qpool(kind="AvgPool", fmt="NCX", dt="u8", posts=(), add=None, **pool):
     """u8/s8 src -> Dequantize -> pool -> [Add(pool, Dequantize(other dtype ``add``))] ->
     post-ops (unary kinds, or "Multiply" by a per-channel f32 tensor) -> Quantize to ``dt``."""
     b = GraphBuilder()
     xs = _shape(fmt)
     x = b.tensor(dt, xs)
-    y = b.op(kind, [_dq(b, x, IN_Q[dt])], attrs=_pool_attrs(kind, fmt, **pool))[0]
+    y = b.op(kind, [dequantize(b, x, IN_Q[dt])], attrs=_pool_attrs(kind, fmt, **pool))[0]
     ys = list(y.shape)
     if add is not None:
-        other = _dq(b, b.tensor(add, ys), IN_Q[add])
+        other = dequantize(b, b.tensor(add, ys), IN_Q[add])
         y = b.op("Add", [other, y] if add == "s8" else [y, other])[0]   # either order
     for post in posts:
         if post == "Multiply":
@@ -58,17 +55,6 @@ def _qpool(kind="AvgPool", fmt="NCX", dt="u8", posts=(), add=None, **pool):
     return b.finalize()
 
 
-def _one_partition(g, pattern):
-    """The one partition of ``g``, an anchor kernel (the Dequantizes, post-ops and
-    the Quantize in registers: nothing written but the graph's output, no scratch)."""
-    (p,) = g.get_partitions("fusion")
-    assert p.pattern == pattern and len(p.ops) == len(g.ops), p
-    assert p.plan.shape == "anchor", p.plan.describe()
-    assert [g.ops[a].kind for a in p.plan.anchors] in (["AvgPool"], ["MaxPool"])
-    assert not any(r == "scratch" for r in p.plan.roles.values())
-    return p
-
-
 @pytest.mark.parametrize("dt", ["u8", "s8"])
 @pytest.mark.parametrize("fmt", ["NCX", "NXC"])
 @pytest.mark.parametrize("kind", ["AvgPool", "MaxPool"])
@@ -76,7 +62,7 @@ def test_dequantize_pool_quantize_is_one_kernel(kind, fmt, dt):
     """int8 src with a zero point -> Dequantize -> pool -> Quantize (another zero
     point): one kernel reading the int8 src and writing the int8 dst, nothing else."""
     g = _qpool(kind, fmt, dt)
-    _one_partition(g, "x8_pool_post_ops")
+    one_partition(g, "x8_pool_post_ops", anchors=[kind])
     cg = graphc.compile(g, "fusion")
     (params,) = kernel_params(cg)
     assert [n[0] for n in params] == ["a", "o"], params   # the int8 src and dst: no scratch, no f32 copy
@@ -87,7 +73,7 @@ def test_dequantize_pool_quantize_is_one_kernel(kind, fmt, dt):
 def test_post_ops_between_pool_and_quantize(kind, fmt):
     """Unary and binary (a per-channel f32 tensor) post-ops before the Quantize."""
     g = _qpool(kind, fmt, "u8", posts=("ReLU", "Multiply", "Abs"))
-    _one_partition(g, "x8_pool_post_ops")
+    one_partition(g, "x8_pool_post_ops", anchors=[kind])
     check_compiled(g, exact=True, seed=2)
 
 
@@ -98,7 +84,7 @@ def test_add_of_a_dequantized_tensor(kind, fmt, other):
     """Dequantize -> pool -> Add(Dequantize of another int8 tensor, either order) ->
     ReLU -> Quantize: the other tensor dequantized where the pool stores."""
     g = _qpool(kind, fmt, "s8", posts=("ReLU",), add=other)
-    p = _one_partition(g, "x8_pool_add_post_ops")
+    p = one_partition(g, "x8_pool_add_post_ops", anchors=[kind])
     assert len(p.ops) == 6
     check_compiled(g, exact=True, seed=3)
 
@@ -109,7 +95,7 @@ def test_add_of_a_dequantized_tensor(kind, fmt, other):
 def test_pool_attributes(kind, pool):
     """ceil rounding (exclude_pad true), the kernel's size as divisor, dilations."""
     g = _qpool(kind, "NCX", "u8", **pool)
-    _one_partition(g, "x8_pool_post_ops")
+    one_partition(g, "x8_pool_post_ops", anchors=[kind])
     check_compiled(g, exact=True, seed=4)
 
 
@@ -127,7 +113,8 @@ def test_per_channel_dequantize_is_not_a_quantized_pool():
     b = GraphBuilder()
     xs = _shape("NCX")
     x = b.tensor("u8", xs)
-    d = _dq(b, x, {"qtype": "per_channel", "axis": 1, "scales": [2.0 ** -k for k in range(5)], "zps": [0] * 5})
+    d = dequantize(b, x, {"qtype": "per_channel", "axis": 1, "scales": [2.0 ** -k for k in range(5)],
+                          "zps": [0] * 5})
     y = b.op("MaxPool", [d], attrs=_pool_attrs("MaxPool", "NCX"))[0]
     b.op("Quantize", [y], out=[("u8", list(y.shape))], attrs=OUT_Q["u8"])
     g = b.finalize()
