@@ -47,3 +47,11 @@ def corpus():
     if not OP_CORPUS.is_dir():
         pytest.skip(f"benchdnn corpus not found at {OP_CORPUS} (set GRAPHC_SHARED)")
     return OP_CORPUS
+
+
+@pytest.fixture
+def parallel(monkeypatch):
+    """Kernels take their parallel paths (prange, chunked partial sums) from small sizes on."""
+    from graphc.codegen import kernel
+    monkeypatch.setattr(kernel, "PARALLEL_THRESHOLD", 256)
+    return True

@@ -6,7 +6,7 @@ code sits in the low nibble of its byte, as ml_dtypes keeps float4_e2m1fn.
 ``*_to_f32`` widen a code exactly; ``f32_to_*`` round an f32 as the reference
 does (ml_dtypes' float8_e8m0fnu / float4_e2m1fn conversions, graphc.types'
 f4_e3m0_encode), checked against them over every f32 class in
-tests/ops/test_new_dtypes.py.
+tests/core/test_new_dtypes.py.
 
 * e8m0 (no sign, 8 exponent bits, bias 127): code c is 2^(c-127), 255 is NaN;
   ties round up, f32 subnormals above 2^-127 to 2^-126 (as ml_dtypes); zero,

@@ -1,6 +1,6 @@
 """One-op graphs: building them (dtype/shape/strides per port), running them in
 graphc's reference, the shapes graphc infers for them, and strided layouts of
-their inputs."""
+their inputs; graphs of given ops (``graph_of``)."""
 from __future__ import annotations
 
 from importlib.resources import files
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from graphc import Graph
 from graphc.builder import GraphBuilder, single_op_graph
 from graphc.op import Op
 from graphc.reference import run
@@ -15,7 +16,7 @@ from graphc.types import DataType
 
 from conftest import OP_CORPUS
 
-__all__ = ["SPECS", "channels", "corpus_files", "inferred_shape", "inferred_shapes", "laid_out", "one_op",
+__all__ = ["SPECS", "channels", "corpus_files", "graph_of", "inferred_shape", "inferred_shapes", "laid_out", "one_op",
            "reference64", "run_graph", "run_one", "run_single", "single_op_graph", "strides"]
 
 
@@ -26,6 +27,15 @@ def one_op(kind, ins, outs, attrs=None):
     out_lts = [b.tensor(*spec) for spec in outs]
     b.graph.add_op(Op(0, kind, in_lts, out_lts, attrs or {}))
     return b.finalize()
+
+
+def graph_of(*ops, **settings) -> Graph:
+    """A finalized graphc Graph (the public one, ``settings`` its keyword arguments:
+    fpmath_mode ...) of ``ops``, added in the order given."""
+    g = Graph(**settings)
+    for op in ops:
+        g.add_op(op)
+    return g.finalize()
 
 
 def run_single(kind, arrays, outs, attrs=None, comm=None):

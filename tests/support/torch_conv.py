@@ -30,6 +30,15 @@ def data(rng, shape, dt="f32", positive=False):
     return x.astype(np_dt)
 
 
+def uniform(shape, dt, seed, low=-2.0, high=2.0):
+    """Data uniform in [low, high) stored as graphc dtype ``dt`` (s32: integers in
+    [-1000, 1000)), from a generator seeded with ``seed``."""
+    rng = np.random.default_rng(seed)
+    if dt == "s32":
+        return rng.integers(-1000, 1000, size=shape).astype(np.int32)
+    return rng.uniform(low, high, size=shape).astype(NP[dt])
+
+
 def _torch():
     import torch
     return torch
