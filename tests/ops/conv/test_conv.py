@@ -1,6 +1,7 @@
 """Convolution and ConvTranspose ops (forward, backward data, backward weights): shape
-inference, validation rules, hand-computed reference values and finite-difference
-gradchecks of every backward op against its forward reference."""
+inference (a shape input leaves the spatial dims unknown, as AvgPoolBackward's does),
+validation rules, hand-computed reference values and finite-difference gradchecks of
+every backward op against its forward reference."""
 import numpy as np
 import pytest
 
