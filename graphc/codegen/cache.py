@@ -16,7 +16,9 @@ graphc cache format/numba/python version and per version of the runtime helpers
 Numba's index and data files are pickles, which run code when loaded; so the
 cache is used only when the folder, its version subfolder, their
 ``__pycache__`` and any parent graphc creates are directories of the current
-user that neither group nor others may write to.  Every module, index and data
+user that neither group nor others may write to, and no one but the current
+user and root can replace the folder or one on the way to it
+(graphc.codegen.cache_folder.path_problem).  Every module, index and data
 file is created 0600 by graphc; one that is not a regular file of the current
 user, or is writable by group/others, is never loaded (a module file is
 rewritten, an index or data file removed: a miss).  Index and data files carry

@@ -94,8 +94,9 @@ def write_checked(path, payload: bytes) -> None:
 def guard(disp) -> None:
     """Make a dispatcher's numba on-disk cache load only checked files of the
     current user and treat any failure as a miss; or, when that cannot be done
-    (numba internals not as expected, a folder graphc would refuse), turn its
-    disk cache off."""
+    (numba internals not as expected, a folder graphc would refuse: numba's own,
+    such as one under ``$NUMBA_CACHE_DIR``, is checked as the kernel cache
+    folder is, with the folders leading to it), turn its disk cache off."""
     from numba.core.caching import NullCache
     cache = getattr(disp, "_cache", None)
     if cache is None or isinstance(cache, NullCache):
@@ -104,7 +105,7 @@ def guard(disp) -> None:
         cf = cache._cache_file
         needed = (cf._index_path, cf._source_stamp, cf._version, cf._data_path, cf._dump,
                   cache._load_overload, cache._save_overload)
-        if folder.dir_problem(cache._cache_path) is not None:
+        if folder.dir_problem(cache._cache_path) is not None or folder.path_problem(cache._cache_path) is not None:
             raise folder.Refused(cache._cache_path)
     except Exception:  # noqa: BLE001 - anything unexpected: no disk cache for it
         disp._cache = NullCache()

@@ -5,7 +5,10 @@ python version and per version of the code linked into cached kernels.
 The folder, its version subfolder, their ``__pycache__`` and any parent graphc
 creates must be directories of the current user that neither group nor others
 may write to (numba's index and data files are pickles, which run code when
-loaded).  A folder that cannot be used (refused, not a directory, unwritable,
+loaded); no one but the current user and root may replace the folder or one on
+the way to it (:func:`path_problem`: the folder may be a symbolic link of the
+current user or root, the folders leading to it must be theirs and not writable
+by group or others without the sticky bit).  A folder that cannot be used (refused, not a directory, unwritable,
 read-only) gives one warning per folder, and kernels are then compiled in
 memory only.  Version folders of other builds no process used for
 max_age_days() are removed."""
@@ -93,6 +96,38 @@ def dir_problem(path) -> str | None:
     return None
 
 
+def _owner_problem(path, st: os.stat_result, what: str) -> str | None:
+    uid = euid()
+    if uid is None or st.st_uid in (uid, 0):
+        return None
+    return f"{path} is {what} owned by uid {st.st_uid}, neither the current user (uid {uid}) nor root"
+
+
+def path_problem(path) -> str | None:
+    """Why another user could replace the existing folder ``path`` or a folder on
+    the way to it (None: no one but the current user and root can): every
+    component of the path as given and of the path it resolves to, symbolic
+    links included, must be the current user's or root's, and no folder on the
+    way may be writable by group or others unless it has the sticky bit (as
+    /tmp has: then only an entry's owner may rename or remove it)."""
+    if os.name != "posix":
+        return None
+    p = Path(os.path.abspath(path))
+    for chain in (p, Path(os.path.realpath(p))):
+        for a in (chain, *chain.parents):
+            st = os.lstat(a)
+            if stat.S_ISLNK(st.st_mode):   # where it leads: the resolved chain
+                why = _owner_problem(a, st, "a symbolic link")
+            else:
+                why = _owner_problem(a, st, "a folder" if stat.S_ISDIR(st.st_mode) else "a file")
+                if why is None and stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+                    why = (f"{a} is writable by group or others without the sticky bit "
+                           f"(mode {oct(st.st_mode & 0o7777)}): another user could replace what it holds")
+            if why is not None:
+                return why
+    return None
+
+
 def _mkdir(path: Path) -> None:
     try:
         os.mkdir(path, 0o700)
@@ -110,6 +145,9 @@ def _prepare(root: Path) -> Path:
         if p.parent == p:
             break
         p = p.parent
+    why = path_problem(p)   # the root, or the folder its missing parents are created in
+    if why is not None:
+        raise Refused(why)
     for p in reversed(created):
         _mkdir(p)
     tag = f"c{_FORMAT}-py{sys.version_info[0]}{sys.version_info[1]}-numba{numba.__version__}-rt{_runtime_digest()}"
@@ -117,6 +155,8 @@ def _prepare(root: Path) -> Path:
     for p in (*reversed(created), root, d, d / "__pycache__"):
         if p == d or p == d / "__pycache__":
             _mkdir(p)
+        if p != root and os.path.islink(p):   # (only the root may be a link, checked above)
+            raise Refused(f"{p} is a symbolic link")
         why = dir_problem(p)
         if why is not None:
             raise Refused(f"{p} is {why}")

@@ -7,7 +7,12 @@ machine code from the on-disk cache costs about 0.07 MB.  So after the first
 few kernels compiled here, a process with a usable cache folder has kernels
 compiled into the cache by a worker process (replaced every few dozen
 kernels), and loads them from there.  The worker runs graphc.codegen.cache's
-``_serve``, which answers requests through :func:`serve`."""
+``_serve``, which answers requests through :func:`serve`.
+
+The worker runs none of the caller's folder: Python starts isolated (``-I``: no
+working directory, user site folder or PYTHON* variables on its import path),
+in the cache folder (the current user's, private) rather than the caller's
+working directory, with the parent's absolute import path given explicitly."""
 from __future__ import annotations
 
 import contextlib
@@ -41,16 +46,39 @@ def worker_timeout() -> float:
         return 600.0
 
 
+#: the worker's program: its import path is the parent's (argv), set before any import
+_PROGRAM = "import sys; sys.path[:] = sys.argv[1:]; from graphc.codegen.cache import _serve; _serve()"
+
+
+def import_path() -> list[str]:
+    """The folders the worker imports from: the one graphc is imported from, then the
+    parent's ``sys.path`` without relative entries (``''``, the script or ``-c``
+    caller's working directory: the worker runs elsewhere, and nothing there may
+    shadow numba or graphc)."""
+    top = str(Path(__file__).resolve().parents[2])   # the folder graphc is imported from
+    path = [top]
+    for p in sys.path:
+        if isinstance(p, str) and p and os.path.isabs(p) and p not in path:
+            path.append(p)
+    return path
+
+
+def worker_command() -> list[str]:
+    """The worker's command line: Python isolated (``-I``: neither the working
+    directory, nor the user's site folder, nor PYTHON* variables), the parent's
+    import path given explicitly."""
+    return [sys.executable, "-I", "-c", _PROGRAM, *import_path()]
+
+
 class _Worker:
     def __init__(self, root: Path):
         import subprocess
         env = dict(os.environ, GRAPHC_CACHE_DIR=str(root))
-        top = str(Path(__file__).resolve().parents[2])   # the folder graphc is imported from
-        env["PYTHONPATH"] = top + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.root = str(root)
         self.pid = os.getpid()
         self.kernels = 0
-        self.proc = subprocess.Popen([sys.executable, "-c", "from graphc.codegen.cache import _serve; _serve()"],
+        # run in the cache folder (checked: the current user's, private), not the caller's
+        self.proc = subprocess.Popen(worker_command(), cwd=self.root,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env, close_fds=True)
 

@@ -10,6 +10,7 @@ from ..errors import GraphcError, InvalidArguments, Unimplemented
 from ..partition import partition_graph
 from ..types import LogicalTensor
 from .any_layout import any_layouts
+from .bounded import BoundedCache
 from .compiled_partition import CompiledPartition, ReferencePartition
 from .executables import collective_of
 
@@ -54,7 +55,7 @@ class CompiledGraph:
             cp = p.compile([resolved.get(t.id, t) for t in p.inputs], outs)
             resolved.update((t.id, t) for t in cp.outputs)
             self.compiled.append(cp)
-        self._at_run: dict[tuple, CompiledPartition] = {}   # (partition id, input shapes) -> compiled
+        self._at_run = BoundedCache()   # (partition id, input shapes) -> compiled, as many as kernels kept
         self._collectives = [collective_of(p.ops) for p in self.partitions]
         self._input_ports, self._output_ports = graph.input_ports, graph.output_ports  # (a topological sort each)
         #: (compiled partition, input ids) in order when no partition is a collective or compiles at run
@@ -72,10 +73,7 @@ class CompiledGraph:
             return self.compiled[i]
         p = self.partitions[i]
         lts = [_resolved(t, values[t.id]) for t in p.inputs]
-        key = (p.id, tuple(t.shape for t in lts))
-        if key not in self._at_run:
-            self._at_run[key] = p.compile(lts, p.outputs)
-        return self._at_run[key]
+        return self._at_run.get((p.id, tuple(t.shape for t in lts)), lambda: p.compile(lts, p.outputs))
 
     def run(self, inputs: dict, comm=None) -> dict:
         """Run every partition in order; collectives on ``comm`` (see graphc.comm).

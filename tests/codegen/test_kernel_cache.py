@@ -18,72 +18,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from numba.core import config as numba_config
 
-import graphc
-from graphc import Graph, LogicalTensor, Op
 from graphc.codegen import cache, cache_files, cache_folder, cache_worker
-from support import graph_of
+from support.kernel_cache import cache_warnings, check, kernel_of, posix_only, root, version_dir  # noqa: F401 - root: a fixture
 
 ROOT = Path(__file__).resolve().parents[2]
-posix_only = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes")
-
-
-def _graph(shape, op="ReLU"):
-    a, b = LogicalTensor(0, "f32", list(shape)), LogicalTensor(1, "f32", list(shape))
-    c, d = LogicalTensor(2, "f32", [-1] * len(shape)), LogicalTensor(3, "f32", [-1] * len(shape))
-    return graph_of(Op(0, "Add", [a, b], [c]), Op(1, op, [c], [d]))
-
-
-def _check(shape, op="ReLU"):
-    """Compile and run Add -> op on ``shape``; return the CompiledGraph."""
-    rng = np.random.default_rng(sum(shape))
-    x, y = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
-    cg = graphc.compile(_graph(shape, op))
-    out = cg.run({0: x, 1: y})[3]
-    want = np.maximum(x + y, 0) if op == "ReLU" else np.abs(x + y)
-    np.testing.assert_allclose(out, want, rtol=1e-6)
-    return cg
-
-
-def _kernel(cg):
-    return next(cp.kernel for cp in cg.compiled if cp is not None and cp.kernel is not None)
-
-
-def _version_dir(root: Path) -> Path:
-    (d,) = [p for p in root.iterdir() if p.is_dir()]
-    return d
-
-
-def _graphc_warnings(record):
-    return [w for w in record if "graphc kernel cache folder" in str(w.message)]
-
-
-@pytest.fixture
-def root(tmp_path, monkeypatch):
-    r = tmp_path / "cache"
-    monkeypatch.setenv("GRAPHC_CACHE_DIR", str(r))
-    # cold kernels compile in this process (however many this test process
-    # compiled before), unless a test asks for the worker
-    monkeypatch.setattr(cache_worker, "COLD_IN_PROCESS", 1 << 30)
-    # numba's files next to the kernels (where these tests look for them), even
-    # when the user's NUMBA_CACHE_DIR sends them elsewhere
-    monkeypatch.setattr(numba_config, "CACHE_DIR", "")
-    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)   # and in the compile worker
-    cache.clear_memory()   # every kernel of the test comes from this folder
-    return r
 
 
 # ------------------------------------------------------------ the folder
 
 def test_fresh_folder_is_private_and_used(root):
-    cg = _check((3, 5))
-    d = _version_dir(root)
+    cg = check((3, 5))
+    d = version_dir(root)
     for p in (root, d, d / "__pycache__"):
         assert p.stat().st_mode & 0o777 == 0o700
     files = list(d.glob("k_*.py")) + list((d / "__pycache__").iterdir())
     assert files and all(f.stat().st_mode & 0o777 == 0o600 for f in files)
-    assert _kernel(cg).py_func.__code__.co_filename.startswith(str(d))
+    assert kernel_of(cg).py_func.__code__.co_filename.startswith(str(d))
 
 
 def test_created_parents_are_private(tmp_path, monkeypatch):
@@ -91,7 +42,7 @@ def test_created_parents_are_private(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHC_CACHE_DIR", str(r))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _check((2, 9))
+        check((2, 9))
     for p in (tmp_path / "a", tmp_path / "a" / "b", r):
         assert p.stat().st_mode & 0o777 == 0o700
 
@@ -106,16 +57,16 @@ def test_group_writable_folder_is_refused(root, which):
         bad = root
     else:
         cache_folder.cache_dir()           # creates the folders
-        tag_dir = _version_dir(root)
+        tag_dir = version_dir(root)
         bad = tag_dir if which == "version" else tag_dir / "__pycache__"
         cache_folder._dirs.pop(str(root))  # as in a new process
         bad.chmod(0o775)
     with pytest.warns(RuntimeWarning, match="graphc kernel cache folder") as record:
-        _check((4, 3))
-        _check((4, 4))              # one warning only
-    assert len(_graphc_warnings(record)) == 1
-    assert str(root) in str(_graphc_warnings(record)[0].message)
-    assert "writable by group or others" in str(_graphc_warnings(record)[0].message)
+        check((4, 3))
+        check((4, 4))              # one warning only
+    assert len(cache_warnings(record)) == 1
+    assert str(root) in str(cache_warnings(record)[0].message)
+    assert "writable by group or others" in str(cache_warnings(record)[0].message)
     assert not list(root.rglob("k_*.py"))          # nothing written, nothing imported from there
     assert cache_folder.cache_dir() is None
 
@@ -125,11 +76,11 @@ def test_folder_of_another_user_is_refused(root, monkeypatch):
     root.mkdir(mode=0o700)
     monkeypatch.setattr(cache_folder, "euid", lambda: os.geteuid() + 1)
     with pytest.warns(RuntimeWarning, match="not by the current user"):
-        cg = _check((5, 2))
+        cg = check((5, 2))
     assert not list(root.rglob("k_*.py"))
     # compiled in memory: numba without cache=True
     from numba.core.caching import NullCache
-    assert isinstance(_kernel(cg)._cache, NullCache)
+    assert isinstance(kernel_of(cg)._cache, NullCache)
 
 
 @pytest.mark.parametrize("kind", ["file", "devnull", "under_a_file", "unwritable", "read_only", "fails_in_use"])
@@ -159,9 +110,9 @@ def test_unusable_folder_falls_back_to_memory(tmp_path, monkeypatch, kind):
         monkeypatch.setattr(cache_files, "write_private", full)
     monkeypatch.setenv("GRAPHC_CACHE_DIR", str(r))
     with pytest.warns(RuntimeWarning) as record:
-        _check((6, 5))
-        _check((6, 6))
-    ours = _graphc_warnings(record)
+        check((6, 5))
+        check((6, 6))
+    ours = cache_warnings(record)
     assert len(ours) == 1 and str(r) in str(ours[0].message)
     if kind == "unwritable":
         r.chmod(0o700)
@@ -180,8 +131,8 @@ def _evil_pickle(marker: Path) -> bytes:
 @pytest.mark.parametrize("how", ["group_writable", "other_owner", "symlink"])
 def test_untrusted_index_or_data_file_is_never_loaded(root, tmp_path, monkeypatch, how):
     shape = (7, 3)
-    cg = _check(shape)
-    pyc = _version_dir(root) / "__pycache__"
+    cg = check(shape)
+    pyc = version_dir(root) / "__pycache__"
     marker = tmp_path / "pwned"
     payload = _evil_pickle(marker)
     evil = cache_files._MAGIC + hashlib.sha256(payload).digest() + payload   # passes the checksum
@@ -202,9 +153,9 @@ def test_untrusted_index_or_data_file_is_never_loaded(root, tmp_path, monkeypatc
         monkeypatch.setattr(cache_folder, "dir_problem", lambda p: None)   # only the files are someone else's
     del cg
     cache.clear_memory()
-    cg = _check(shape)                     # a miss: compiled again, correct
+    cg = check(shape)                     # a miss: compiled again, correct
     assert not marker.exists()
-    assert not _kernel(cg)._cache_hits
+    assert not kernel_of(cg)._cache_hits
     monkeypatch.undo()
     monkeypatch.setenv("GRAPHC_CACHE_DIR", str(root))
     for p in victims:                      # replaced by graphc's own files
@@ -213,15 +164,15 @@ def test_untrusted_index_or_data_file_is_never_loaded(root, tmp_path, monkeypatc
 
 def test_module_file_text_is_never_run(root, tmp_path):
     shape = (3, 11)
-    cg = _check(shape)
-    (path,) = _version_dir(root).glob("k_*.py")
+    cg = check(shape)
+    (path,) = version_dir(root).glob("k_*.py")
     source = path.read_text()
     marker = tmp_path / "pwned"
     path.write_text(f"open({str(marker)!r}, 'w').write('pwned')\n" + source)
     path.chmod(0o600)
     del cg
     cache.clear_memory()
-    _check(shape)
+    check(shape)
     assert not marker.exists()
     assert path.read_text() == source       # rewritten
 
@@ -229,11 +180,11 @@ def test_module_file_text_is_never_run(root, tmp_path):
 @posix_only
 def test_group_writable_module_file_is_rewritten(root):
     shape = (3, 12)
-    _check(shape)
-    (path,) = _version_dir(root).glob("k_*.py")
+    check(shape)
+    (path,) = version_dir(root).glob("k_*.py")
     path.chmod(0o666)
     cache.clear_memory()
-    _check(shape)
+    check(shape)
     assert path.stat().st_mode & 0o777 == 0o600
 
 
@@ -275,7 +226,7 @@ def _fresh_process(root: Path) -> dict:
 def test_corrupt_cache_files_are_a_miss_in_a_fresh_process(root, damage):
     assert _fresh_process(root) == {"ok": True, "hits": 0}
     assert _fresh_process(root) == {"ok": True, "hits": 1}      # served by the on-disk cache
-    d = _version_dir(root)
+    d = version_dir(root)
     files = sorted((d / "__pycache__").glob("*.nb?"))
     assert {p.suffix for p in files} == {".nbi", ".nbc"}
     for p in [*files, *d.glob("k_*.py")]:
@@ -295,11 +246,11 @@ def test_corrupt_cache_files_are_a_miss_in_a_fresh_process(root, damage):
 
 def test_corrupt_index_in_process(root):
     shape = (9, 2)
-    _check(shape)
-    for p in (_version_dir(root) / "__pycache__").glob("*.nbi"):
+    check(shape)
+    for p in (version_dir(root) / "__pycache__").glob("*.nbi"):
         p.write_bytes(b"\x80\x05garbage")
     cache.clear_memory()
-    _check(shape)
+    check(shape)
 
 
 # ------------------------------------------------------------- in memory
@@ -307,13 +258,13 @@ def test_corrupt_index_in_process(root):
 def test_kernel_cache_is_a_bounded_lru(root, monkeypatch):
     monkeypatch.setenv("GRAPHC_KERNEL_CACHE_SIZE", "3")
     cache.clear_memory()
-    held = _check((2, 2))              # kept by its caller across eviction
-    first = _kernel(held)
+    held = check((2, 2))              # kept by its caller across eviction
+    first = kernel_of(held)
     name = first.py_func.__globals__["__name__"]
     assert sys.modules.get(name) is not None
-    dropped = weakref.ref(_kernel(_check((2, 3))).dispatcher)
+    dropped = weakref.ref(kernel_of(check((2, 3))).dispatcher)
     for n in range(4, 9):
-        _check((2, n))
+        check((2, n))
     assert len(cache._mem) == 3
     assert name not in sys.modules
     gc.collect()
@@ -326,7 +277,7 @@ def test_kernel_cache_is_a_bounded_lru(root, monkeypatch):
     first(x.reshape(-1), x.reshape(-1), out)       # a new signature through the dispatcher compiles
     assert len(first.overloads) == 2 and (out == 2).all()
     # loading it again makes a new module, served by the disk cache
-    again = _kernel(_check((2, 2)))
+    again = kernel_of(check((2, 2)))
     assert again is not first and sum(again._cache_hits.values()) == 1
 
 
@@ -345,8 +296,8 @@ def test_cold_kernels_compiled_by_a_worker(root, monkeypatch):
     monkeypatch.setattr(cache_worker, "COLD_IN_PROCESS", 0)
     monkeypatch.setattr(cache_worker, "_worker_broken", False)
     try:
-        cg = _check((3, 17), op="Abs")
-        assert sum(_kernel(cg)._cache_hits.values()) == 1   # compiled there, loaded here
+        cg = check((3, 17), op="Abs")
+        assert sum(kernel_of(cg)._cache_hits.values()) == 1   # compiled there, loaded here
     finally:
         cache_worker._close_worker()
 
@@ -358,8 +309,8 @@ def test_no_worker_compiles_here(root, monkeypatch):
     def no_worker(*a, **k):
         raise OSError(errno.EAGAIN, "cannot fork")
     monkeypatch.setattr(cache_worker, "_Worker", no_worker)
-    cg = _check((3, 19), op="Abs")
-    assert not _kernel(cg)._cache_hits
+    cg = check((3, 19), op="Abs")
+    assert not kernel_of(cg)._cache_hits
     assert cache_worker._worker_broken
 
 
@@ -377,8 +328,8 @@ def test_hung_worker_is_abandoned(root, monkeypatch):
         return real([sys.executable, "-c", "import sys, time; sys.stdin.buffer.read(8); time.sleep(60)"], **kw)
     monkeypatch.setattr(subprocess, "Popen", sleeper)
     try:
-        cg = _check((3, 23), op="Abs")
-        assert not _kernel(cg)._cache_hits and cache_worker._worker_broken
+        cg = check((3, 23), op="Abs")
+        assert not kernel_of(cg)._cache_hits and cache_worker._worker_broken
     finally:
         cache_worker._close_worker()
 

@@ -148,3 +148,69 @@ def test_lowering_rules_receive_the_values(monkeypatch):
     _check(cg, g, _inputs(g, [0, 2]), "ReduceSum [0, 2]")
     _check(cg, g, _inputs(g, [-1, 1]), "ReduceSum [-1, 1]")
     assert seen == [("ReduceSum", {"axes": (0, 2)}), ("ReduceSum", {"axes": (-1, 1)})]
+
+
+# ------------------------------------------------- bounded like the kernel cache
+
+def test_specialisations_are_bounded_like_the_kernel_cache(monkeypatch):
+    """Distinct axes values past GRAPHC_KERNEL_CACHE_SIZE drop the least recently
+    used specialisation, whose kernel is then freed; values that come back compile
+    again (counted, not timed)."""
+    import gc
+    import weakref
+    from graphc.codegen import cache
+    monkeypatch.setenv("GRAPHC_KERNEL_CACHE_SIZE", "3")
+    g = one_op("ReduceSum", [("f32", [2, 3, 2, 3, 2]), ("s32", [2])], [("f32", [-1, -1, -1])], {"keep_dims": False})
+    cg = graphc.compile(g)
+    (cp,) = cg.compiled
+    pairs = [(a, b) for a in range(5) for b in range(a + 1, 5)]   # 10 values, 10 distinct kernels
+    dropped = []
+    for n, axes in enumerate(pairs, 1):
+        _check(cg, g, _inputs(g, axes), f"ReduceSum {axes}")
+        assert cp.executable.compiles == n and len(cp.specializations) == min(n, 3)
+        if n <= 7:                                 # dropped by the end
+            dropped.append(weakref.ref(cp.specializations[((1, axes),)].kernel.dispatcher))
+    assert [v for ((_, v),) in cp.specializations] == pairs[-3:]
+    assert len(cache._mem) <= 3
+    gc.collect()
+    assert [r() is None for r in dropped] == [True] * 7   # their kernels freed
+    _check(cg, g, _inputs(g, pairs[-2]), f"ReduceSum {pairs[-2]} again")    # kept: no compile
+    assert cp.executable.compiles == 10
+    _check(cg, g, _inputs(g, pairs[0]), f"ReduceSum {pairs[0]} again")      # dropped: compiled again
+    assert cp.executable.compiles == 11 and len(cp.specializations) == 3
+    # least recently used first
+    assert [v for ((_, v),) in cp.specializations] == [pairs[-1], pairs[-2], pairs[0]]
+
+
+def test_partitions_compiled_for_shapes_at_run_are_bounded(monkeypatch):
+    """A partition compiled at run per input shapes (after a reduction whose shape
+    its axes values give) is kept as the kernel cache is: at most
+    GRAPHC_KERNEL_CACHE_SIZE shapes."""
+    monkeypatch.setenv("GRAPHC_KERNEL_CACHE_SIZE", "2")
+    b = GraphBuilder()
+    x, y, ax = b.tensor("f32", [3, 4, 5]), b.tensor("f32", [1, 1, 5]), b.tensor("s32", [1])
+    t = b.op("ReduceSum", [x, ax], [("f32", [-1, -1, -1])], {"keep_dims": True})[0]
+    b.op("ReLU", [b.op("Subtract", [t, y])[0]])
+    g = b.finalize()
+    cg = graphc.compile(g)
+    assert cg.compiled[1] is None                 # its input shape is known only at run
+    for axes in ([0], [1], [2], [0]):
+        ins = make_inputs(g, 5)
+        ins[ax.id] = np.array(axes, np.int32)
+        _check(cg, g, ins, f"ReduceSum {axes} -> Subtract -> ReLU")
+        assert len(cg._at_run) <= 2
+    assert cg._at_run.made == 4                   # [0] was dropped and compiled again
+    assert [shapes for (_, shapes), _ in cg._at_run.items()] == [((3, 4, 1), (1, 1, 5)), ((1, 4, 5), (1, 1, 5))]
+
+
+def test_bounded_cache_copies_and_pickles_empty():
+    import copy
+    import pickle
+    from graphc.compiler.bounded import BoundedCache
+    kept = BoundedCache(lambda: 0)
+    assert kept.get("a", lambda: [1]) == [1] and len(kept) == 0     # size 0: made, not kept
+    kept = BoundedCache()
+    kept.get("a", lambda: [1])
+    assert len(kept) == 1
+    for again in (copy.deepcopy(kept), pickle.loads(pickle.dumps(kept))):
+        assert len(again) == 0 and again.get("a", lambda: [2]) == [2]

@@ -1,11 +1,12 @@
 """A partition whose kernel depends on the values of small inputs (value
 inputs, such as ReduceX's axes: graphc.lowering.value_inputs): each run reads
 those values and runs the partition compiled for them, compiled at the first run
-with these values (the values checked first) and kept."""
+with these values (the values checked first) and kept: as many as the in-process
+kernel cache keeps kernels, least recently used dropped first (compiled again
+when those values come back; graphc.compiler.bounded)."""
 from __future__ import annotations
 
-import threading
-
+from ..bounded import BoundedCache
 from .base import Executable
 
 
@@ -21,21 +22,21 @@ class PerValuesExecutable(Executable):
         self.inputs, self.outputs = inputs, outputs
         self.value_at = value_at
         self._compile_for = compile_for
-        self._by_values: dict[tuple, object] = {}
-        self._lock = threading.Lock()
+        self._by_values = BoundedCache()
 
     @property
     def specializations(self) -> dict:
-        return dict(self._by_values)
+        return dict(self._by_values.items())
+
+    @property
+    def compiles(self) -> int:
+        """Partitions compiled so far for values (again for values dropped and back)."""
+        return self._by_values.made
 
     def compiled_for(self, ins):
         """The partition compiled for the values of the value inputs in ``ins``."""
         key = tuple((self.inputs[i].id, tuple(int(v) for v in ins[i].reshape(-1))) for i in self.value_at)
-        with self._lock:
-            cp = self._by_values.get(key)
-            if cp is None:
-                cp = self._by_values[key] = self._compile_for(dict(key))
-        return cp
+        return self._by_values.get(key, lambda: self._compile_for(dict(key)))
 
     def run(self, ins, outs, comm):
         given = outs if any(o is not None for o in outs) else None
