@@ -242,7 +242,9 @@ def softplus(x, beta):
 
 @njit(**_JIT)
 def round_half_away(x):
-    return math.copysign(math.floor(abs(x) + 0.5), x)
+    # np.floor keeps the float type: numba's math.floor returns an int64, whose
+    # conversion saturates NaN, +-inf and |x| >= 2^63 (and is poison when vectorized)
+    return math.copysign(np.floor(abs(x) + 0.5), x)
 
 
 @njit(**_JIT)
