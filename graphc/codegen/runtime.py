@@ -234,9 +234,11 @@ def sigmoid(x):
 
 @njit(**_JIT)
 def softplus(x, beta):
+    # x + log1p(exp(-bx)) / beta, not (bx + log1p(...)) / beta: beta * x may overflow
+    # (f32 math), and its exp(-inf) = 0 then leaves x
     bx = beta * x
     if bx > 0:
-        return (bx + math.log1p(math.exp(-bx))) / beta
+        return x + math.log1p(math.exp(-bx)) / beta
     return math.log1p(math.exp(bx)) / beta
 
 

@@ -13,9 +13,11 @@ import pytest
 
 import graphc
 from graphc import reference
+from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
 
 from support import NP, assert_close_each, assert_same, check_compiled, one_op
+from support.fusion import one_partition
 
 SHAPE = (3, 37)
 CLAMP = {"min": -1.3, "max": 0.7}
@@ -95,34 +97,32 @@ def rotations(g, dt):
                for port, tid in enumerate(g.input_ports)}
 
 
-def check_specials(kind, attrs, dt):
-    """Compiled against the reference on every rotation of SPECIALS, element by
-    element (a tensor's largest value does not set the scale of its small ones)."""
-    g = graph(kind, attrs, dt)
+def check_specials(g, dt, feeds):
+    """``g`` compiled against the reference on each of ``feeds``, element by element
+    (a tensor's largest value does not set the scale of its small ones)."""
     cg = graphc.compile(g)
-    for inputs in rotations(g, dt):
+    for inputs in feeds:
         want = reference.run(g, inputs)
         got = cg.run(inputs)
         for tid, e in want.items():
-            assert_close_each(got[tid], e, dt, what=f"{kind} {dt} {inputs[g.input_ports[0]].ravel()[:3]}")
+            assert_close_each(got[tid], e, dt, what=f"{g.ops[0].kind} {dt} {inputs[g.input_ports[0]].ravel()[:3]}")
 
 
-@pytest.mark.parametrize("kind, attrs", params(
-    FORWARD + BACKWARD, "Clamp-min=-1.3-max=0.7", "Elu-alpha=0.7", "Exp", "GELU", "GELU-mode=gelu_tanh", "Log",
-    "Mish", "Pow-beta=2.5", "Reciprocal", "ReLU", "Round", "Sigmoid", "Sqrt", "Tanh",
-    "ClampBackward-min=-1.3-max=0.7", "GELUBackward", "MishBackward", "ReLUBackward", "SqrtBackward-use_dst=False",
-    "TanhBackward-use_dst=False", "SoftPlusBackward-beta=-1.0"))
+@pytest.mark.parametrize("kind, attrs", params(FORWARD + BACKWARD))
 def test_specials(kind, attrs):
     """NaN, infinities, the f32 extremes, overflow and signed zeros land where the
     reference puts them, at every position of the tensor."""
-    check_specials(kind, attrs, "f32")
+    g = graph(kind, attrs)
+    check_specials(g, "f32", rotations(g, "f32"))
 
 
 @pytest.mark.parametrize("dt", ["bf16", "f16"])
-@pytest.mark.parametrize("kind, attrs", params(FORWARD + BACKWARD, "Round"))
+@pytest.mark.parametrize("kind, attrs", params(FORWARD + BACKWARD, "Round", "HardSwish", "GELU-mode=gelu_tanh",
+                                               "Exp", "HardSwishBackward", "TanhBackward"))
 def test_specials_low_precision(kind, attrs, dt):
     """As test_specials in bf16 and f16 (an f16 NaN through Round stays NaN)."""
-    check_specials(kind, attrs, dt)
+    g = graph(kind, attrs, dt)
+    check_specials(g, dt, rotations(g, dt))
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 64, 65, 100])
@@ -133,6 +133,21 @@ def test_round_specials_any_length(n):
     g = graph("Round", {}, "f32", (n,))
     want = np.sign(x) * np.floor(np.abs(x) + 0.5)
     assert_same(single_output(g, {g.input_ports[0]: x}), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["HardSwish", "Round", "SoftPlus"])
+def test_specials_fused(kind):
+    """The same values through a fused chain (x + c -> op -> x * c): HardSwish of x
+    above 5.7e37 is x, not inf, inside a fused kernel too."""
+    b = GraphBuilder()
+    x, c = b.tensor("f32", SHAPE), b.tensor("f32", [1, SHAPE[1]])
+    (y,) = b.op("Add", [x, c])
+    (y,) = b.op(kind, [y], attrs={"beta": 2.0} if kind == "SoftPlus" else None)
+    b.op("Multiply", [y, c])
+    g = b.finalize()
+    one_partition(g, "eltwise_chain", "eltwise")
+    ones = np.ones((1, SHAPE[1]), np.float32)
+    check_specials(g, "f32", ({x.id: a, c.id: ones} for (a,) in map(dict.values, rotations(graph(kind, {}), "f32"))))
 
 
 def test_round_ties_away_from_zero():
