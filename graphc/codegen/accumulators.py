@@ -6,16 +6,19 @@ reductions over a group's reduced dims (:class:`Acc`), values per group
 Accumulators (:class:`Acc`) are sums, products, or maxima / minima.  Sums
 accumulate in f32 lane arrays (which vectorize) folded into f64 every
 ``FOLD_ROWS`` rows or so: a lane never sums 2 * FOLD_ROWS f32 terms (a pass
-sweeping at most FOLD_ROWS rows per chunk needs no fold).  A sum over
-the lane alone (no rows: LayerNorm or SoftMax along the last dim) stores its
-terms in a buffer (float32 for float32 terms, else float64), which the ``fsum32``
-helper adds up in f32 runs of 1024 terms and those in float64 (``fsum``: float64
-terms in float64), vectorized.  A sum over a short lane (Nest.short_lane) may be
-a reassociating helper over the lane (Nest._looped_pass).  Products run in f64;
-maxima and minima in the lanes' f32.  A direct maximum (reduced lane, no rows)
-runs on int32 keys ordered as the floats are (fastmath.key_f32): LLVM vectorizes
-an integer max reduction, not a float one with NaN semantics (about 7x faster
-over a 1024-float row)."""
+sweeping at most FOLD_ROWS rows per chunk needs no fold), each times
+``LANE_SCALE``, so that a lane cannot overflow where the f64 sum does not.  A
+sum over the lane alone (no rows: LayerNorm or SoftMax along the last dim)
+stores its terms in a buffer (float32 for float32 terms, else float64), which
+the ``fsum32`` helper adds up in f32 runs of 1024 terms and those in float64 (a
+run whose f32 sum is not finite again in float64; ``fsum``: float64 terms in
+float64), vectorized.  A sum over a short lane (Nest.short_lane) may be a
+reassociating helper over the lane (Nest._looped_pass), its f32 terms scaled as
+the lanes'.  A sum may take f64 lanes (``lane_dt``: ReduceL2's f64 squares).
+Products run in f64; maxima and minima in the lanes' f32.  A direct maximum
+(reduced lane, no rows) runs on int32 keys ordered as the floats are
+(fastmath.key_f32): LLVM vectorizes an integer max reduction, not a float one
+with NaN semantics (about 7x faster over a 1024-float row)."""
 from __future__ import annotations
 
 import math
@@ -26,6 +29,11 @@ from .loops import clamp
 
 #: rows a lane sums in f32 before folding into its f64 total
 FOLD_ROWS = 128
+#: f32 lanes of a sum hold each term times LANE_SCALE, a power of two (exact, but for
+#: terms under 2^-117, which keep an absolute error under 2^-141): a lane adds fewer
+#: than 2 * FOLD_ROWS finite terms, so that its partial sum stays under half the f32
+#: maximum (unscaled, the sum of 3e38 and 3e38 would overflow a lane)
+LANE_SCALE = 2.0 ** -9
 #: shortest reduced lane whose direct sum goes through a buffer and fsum; shorter ones
 #: (in groups mode) are short lanes (see graphc.codegen.grouped), or with few groups, when
 #: declared short_scalar, an f64 scalar sum (over rows of 1024 the buffer is faster)
@@ -51,13 +59,13 @@ class Acc:
     """A reduction over the reduced dims: ``kind`` one of :data:`KINDS`; declared
     with ``Nest.acc``, computed by a ``Nest.pass_`` naming it."""
 
-    def __init__(self, nest: "Nest", kind: str, short_scalar: bool = False):
+    def __init__(self, nest: "Nest", kind: str, short_scalar: bool = False, lane_dt: str | None = None):
         if kind not in KINDS:
             raise ValueError(f"no such reduction: {kind}")
         self.nest, self.kind = nest, kind
         self.short_scalar = short_scalar
-        ident, self.lane_dt = KINDS[kind]
-        self.ident = ident
+        self.ident, kind_dt = KINDS[kind]
+        self.lane_dt = lane_dt or kind_dt
         fresh = nest.kb.fresh
         direct_dt = "f64" if kind in ("sum", "prod") else "f32"
         self.lanes = ir.array(fresh("va"), self.lane_dt)   # [L]: partial per lane
@@ -133,7 +141,8 @@ class Acc:
         elif self.direct:
             kb.assign(self.local, combine(self.kind, self.local, self._term(expr)))
         else:
-            kb.store(self.lanes, lv, combine(self.kind, self.lanes[lv], self._term(expr)))
+            term = self._term(expr)
+            kb.store(self.lanes, lv, combine(self.kind, self.lanes[lv], term * LANE_SCALE if self.scaled else term))
 
     def buffer(self, expr: ir.Expr) -> None:
         """Store the term in the buffer (made f64 by the first f64 term)."""
@@ -146,14 +155,24 @@ class Acc:
     @property
     def folds(self) -> bool:
         """A sum over more rows per sweep than f32 lanes take: folded into f64 totals."""
-        return self.kind == "sum" and not self.direct and self.nest.sweep_rows > FOLD_ROWS
+        return self.scaled and not self.direct and self.nest.sweep_rows > FOLD_ROWS
+
+    @property
+    def scaled(self) -> bool:
+        """Lanes holding terms times LANE_SCALE: a sum's f32 lanes."""
+        return self.kind == "sum" and self.lane_dt == "f32"
+
+    def unscaled(self, value: ir.Expr) -> ir.Expr:
+        """``value``, read from this sum's lanes (or summed from them), as f64 and
+        without the lanes' LANE_SCALE."""
+        return ir.f64(value) * (1 / LANE_SCALE) if self.scaled else value
 
     def lane_result(self) -> ir.Expr:
         """The current lane's result inside a pass's chunk (a sum: f64)."""
         lv = self.nest.lv
         if self.folds:
             return self.total[lv]
-        return ir.f64(self.lanes[lv]) if self.kind == "sum" else self.lanes[lv]
+        return self.unscaled(self.lanes[lv]) if self.kind == "sum" else self.lanes[lv]
 
     @property
     def value(self) -> ir.Expr:

@@ -233,13 +233,19 @@ FSUM32_RUN = 1024
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
 def fsum32(buf, n):
     # f32 terms summed in f32 runs of FSUM32_RUN (vectorised at full width: each
-    # vector lane adds a few dozen terms), the runs added in f64
+    # vector lane adds a few dozen terms), the runs added in f64; a run whose f32
+    # sum is not finite (it overflowed, or holds inf or NaN) is summed again in f64
     s = 0.0
     for b in range(0, n, FSUM32_RUN):
+        e = min(b + FSUM32_RUN, n)
         t = np.float32(0.0)
-        for j in range(b, min(b + FSUM32_RUN, n)):
+        for j in range(b, e):
             t += buf[np.uint64(j)]
-        s += t
+        if abs(t) < np.float32(np.inf):
+            s += t
+        else:
+            for j in range(b, e):
+                s += np.float64(buf[np.uint64(j)])
     return s
 
 

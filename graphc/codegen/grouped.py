@@ -33,7 +33,7 @@ import math
 from contextlib import contextmanager
 
 from . import ir
-from .accumulators import FOLD_ROWS, SHORT_LANE, Acc, ColumnAcc, Stat, combine
+from .accumulators import FOLD_ROWS, LANE_SCALE, SHORT_LANE, Acc, ColumnAcc, Stat, combine
 from .fastmath import count_arg, loop_sum_helper
 from .helpers import use_helper
 from .kernel import KernelBuilder, worth_parallel
@@ -106,11 +106,12 @@ class Nest:
         self.cols: list[ColumnAcc] = []
 
     # -- declarations (before ``groups``) ------------------------------------------------
-    def acc(self, kind: str = "sum", short_scalar: bool = False) -> Acc:
+    def acc(self, kind: str = "sum", short_scalar: bool = False, lane_dt: str | None = None) -> Acc:
         """A reduction of ``kind``; ``short_scalar``: as a direct sum over a lane
         shorter than SHORT_LANE, added to an f64 scalar as the pass goes (see
-        Acc.buffered; for a pass computing that sum alone)."""
-        a = Acc(self, kind, short_scalar)
+        Acc.buffered; for a pass computing that sum alone); ``lane_dt``: the type
+        of its lane arrays, if not its kind's (f64 for a sum of f64 terms)."""
+        a = Acc(self, kind, short_scalar, lane_dt)
         self.accs.append(a)
         return a
 
@@ -322,7 +323,7 @@ class Nest:
         the hidden lane bound (fastmath.loop_sum_helper, hidden_int), which LLVM
         vectorizes into partial sums (a strict f64 running sum is one chain of
         dependent adds, ~4 cycles a term).  f32 terms sum in f32 partials (fewer
-        than SHORT_LANE <= FOLD_ROWS terms, as the planner's f32 lanes), then f64.
+        than SHORT_LANE <= FOLD_ROWS terms, scaled as the planner's f32 lanes), then f64.
         Otherwise (the body stores, e.g. SoftMax keeping its exps) the lane loop runs
         the body and buffers the terms, which such a helper then sums."""
         kb, body = self.kb, []
@@ -336,9 +337,7 @@ class Nest:
                 a.recording = False
         if all(isinstance(s, ir.Let) for s in body) and all(a.term is not None for a in accs):
             for a in accs:
-                zero = ir.const(0.0, "f32" if a.term.dt == "f32" else "f64")
-                lets = _lets_read(body, a.term)
-                kb.assign(a.local, ir.f64(loop_sum_helper(kb, self.lane_stop, self.lv, lets, a.term, zero)))
+                kb.assign(a.local, self._lane_sum(_lets_read(body, a.term), a.term))
             return
         with self._lanes():
             kb.emit(body)
@@ -349,9 +348,16 @@ class Nest:
             if a.term is None:
                 kb.assign(a.local, a.identity(a.local.dt))
                 continue
-            dt = a.terms.dt[4:]
-            kb.assign(a.local, ir.f64(loop_sum_helper(kb, self.lane_stop, self.lv, [], a.terms[self.lv],
-                                                      ir.const(0.0, dt))))
+            kb.assign(a.local, self._lane_sum([], a.terms[self.lv]))
+
+    def _lane_sum(self, lets, term) -> ir.Expr:
+        """The f64 sum over the lane of ``term`` (after ``lets``), a reassociating
+        helper: f32 terms in an f32 partial, each times LANE_SCALE (fewer than
+        SHORT_LANE of them: no overflow where the f64 sum has none), f64 ones in f64."""
+        if term.dt != "f32":
+            return ir.f64(loop_sum_helper(self.kb, self.lane_stop, self.lv, lets, term, ir.const(0.0, "f64")))
+        part = loop_sum_helper(self.kb, self.lane_stop, self.lv, lets, term * LANE_SCALE, ir.const(0.0, "f32"))
+        return ir.f64(part) * (1 / LANE_SCALE)
 
     def _init(self, accs) -> None:
         kb = self.kb
@@ -413,7 +419,7 @@ class Nest:
         if sums:
             with self._lanes():
                 for a in sums:
-                    self.kb.store(a.total, self.lv, a.total[self.lv] + a.lanes[self.lv])
+                    self.kb.store(a.total, self.lv, a.total[self.lv] + a.unscaled(a.lanes[self.lv]))
                     self.kb.store(a.lanes, self.lv, ir.const(0.0, "f32"))
 
     def _group_results(self, accs) -> None:
@@ -428,8 +434,10 @@ class Nest:
                 # the lanes' f64 sum reassociated (vectorized; a strict sum of L terms is a
                 # chain of L dependent adds): fastmath.fsum, compiled once per process,
                 # not a helper of the kernel's own
-                arr = a.total if a.folds else a.lanes
-                kb.assign(a.scalar, ir.call("fsum", arr, count_arg(self.L)))
+                if a.folds:
+                    kb.assign(a.scalar, ir.call("fsum", a.total, count_arg(self.L)))
+                else:
+                    kb.assign(a.scalar, a.unscaled(ir.call("fsum", a.lanes, count_arg(self.L))))
             elif not self.lane_kept:
                 kb.assign(a.scalar, a.identity(a.scalar.dt))
                 with self._lanes():

@@ -234,15 +234,19 @@ def sigmoid(x):
 
 @njit(**_JIT)
 def softplus(x, beta):
+    # x + log1p(exp(-bx)) / beta, not (bx + log1p(...)) / beta: beta * x may overflow
+    # (f32 math), and its exp(-inf) = 0 then leaves x
     bx = beta * x
     if bx > 0:
-        return (bx + math.log1p(math.exp(-bx))) / beta
+        return x + math.log1p(math.exp(-bx)) / beta
     return math.log1p(math.exp(bx)) / beta
 
 
 @njit(**_JIT)
 def round_half_away(x):
-    return math.copysign(math.floor(abs(x) + 0.5), x)
+    # np.floor keeps the float type: numba's math.floor returns an int64, whose
+    # conversion saturates NaN, +-inf and |x| >= 2^63 (and is poison when vectorized)
+    return math.copysign(np.floor(abs(x) + 0.5), x)
 
 
 @njit(**_JIT)

@@ -151,3 +151,19 @@ def test_key_max_is_numpys_max(vals):
     got = _key_max(h["key_max_f32"], h["key_f32"], h["f32_of_key"], vals)
     want = vals.max()
     assert (np.isnan(got) and np.isnan(want)) or got == want
+
+
+@pytest.mark.parametrize("values", [
+    [3e38, 3e38],                                      # the f32 run overflows: summed again in f64
+    [3e38] * 700 + [-3e38] * 700,                      # two runs of 1024, each overflowing, cancelling
+    [3e38] * 1024 + [1.0] * 5,                         # one run overflowing, one not
+    [np.inf, 1.0], [np.inf, -np.inf], [np.nan, 1.0], [1.5] * 3000, []])
+def test_fsum32_runs_that_overflow_f32(values):
+    """fsum32 adds f32 runs in f64: a run whose f32 sum overflows (or holds inf or
+    NaN) is summed again in f64, so the sum is the f64 one (exact for these)."""
+    from graphc.codegen.fastmath import fsum32
+    buf = np.array(values, np.float32)
+    with np.errstate(invalid="ignore"):
+        want = buf.astype(np.float64).sum()
+    got = fsum32(buf, np.int64(buf.size))
+    assert got == want or (np.isnan(want) and np.isnan(got)), (got, want)

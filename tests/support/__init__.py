@@ -1,8 +1,8 @@
 """graphc's test helper layer, one place for what the tests share:
 
 - ``compare``: ``assert_same`` (bit for bit, any dtype), ``assert_close`` (the
-  dtype-aware tolerances of graphc.tolerances, shapes checked first) and
-  ``assert_outputs``, the one loop comparing a set of outputs (compiled vs
+  dtype-aware tolerances of graphc.tolerances, shapes checked first),
+  ``assert_close_each`` (the same tolerances per element) and ``assert_outputs``, the one loop comparing a set of outputs (compiled vs
   reference, or reference vs torch);
 - ``graphs``: one-op graphs (``one_op``, ``single_op_graph``), graphs of given ops
   (``graph_of``), running one op in the reference (``run_single``,
@@ -20,15 +20,15 @@ partition of a graph and its plan; ``dequantize``), ``windows`` (convolution and
 pooling against torch), ``sdpa`` and ``sdpa_gqa`` (attention graphs), ``mpi``.
 
 Tolerances are not written here: they come from graphc.tolerances."""
-from .compare import assert_close, assert_outputs, assert_same
+from .compare import assert_close, assert_close_each, assert_outputs, assert_same
 from .compiled import check_compiled, compiled_vs_reference, kernel_params
 from .gradcheck import assert_grad_close, grads_match, numeric_grad
 from .graphs import (SPECS, channels, corpus_files, graph_of, inferred_shape, inferred_shapes, laid_out, one_op,
                      reference64, run_graph, run_one, run_single, single_op_graph, strides)
 from .torch_conv import NP, data, n64, t64, to_numpy, to_torch, torch_dtype, uniform
 
-__all__ = ["NP", "SPECS", "assert_close", "assert_grad_close", "assert_outputs", "assert_same", "channels",
-           "check_compiled", "compiled_vs_reference", "corpus_files", "data", "grads_match", "graph_of",
+__all__ = ["NP", "SPECS", "assert_close", "assert_close_each", "assert_grad_close", "assert_outputs", "assert_same",
+           "channels", "check_compiled", "compiled_vs_reference", "corpus_files", "data", "grads_match", "graph_of",
            "inferred_shape", "inferred_shapes", "kernel_params", "laid_out", "n64", "numeric_grad", "one_op",
            "reference64", "run_graph", "run_one", "run_single", "single_op_graph", "strides", "t64", "to_numpy",
            "to_torch", "torch_dtype", "uniform"]

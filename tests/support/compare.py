@@ -51,6 +51,22 @@ def assert_close(actual, expected, dt, table=None, what=""):
     tolerances.assert_close(a, e, dt, table, what)
 
 
+def assert_close_each(actual, expected, dt, table=None, what=""):
+    """Each element within graphc.tolerances' ``table`` (COMPILED by default) of
+    its own expected value, ``atol + rtol * |expected|``, not of the largest one
+    (as assert_close does): values of every magnitude in one tensor (NaN, inf,
+    the f32 extremes and small ones) are each judged.  NaN matches NaN, an
+    infinity only itself."""
+    a, e = np.asarray(actual), np.asarray(expected)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
+    rtol, atol = tolerances.tolerance(dt, table)
+    a, e = a.astype(np.float64).ravel(), e.astype(np.float64).ravel()
+    with np.errstate(invalid="ignore"):
+        ok = (a == e) | (np.isnan(a) & np.isnan(e)) | (np.abs(a - e) <= atol + rtol * np.abs(e))
+    bad = np.flatnonzero(~ok)
+    assert not bad.size, f"{what}: {bad.size} elements differ, at {bad[:6]}: actual {a[bad][:6]}, expected {e[bad][:6]}"
+
+
 def assert_outputs(got, want, dtypes=None, table=COMPILED, exact=False, what="", names=None):
     """Every output of ``got`` against ``want``: both {id: array} (same ids) or both
     sequences (of equal length; torch tensors in ``want`` are read as float64);

@@ -77,7 +77,8 @@ class HardSwish(ElementwiseRule):
     kinds = ("HardSwish",)
 
     def expr(self, op, x):
-        return x * clamp(x + 3.0, 0.0, 6.0) / 6.0
+        # x itself from 3 up: x * 6 / 6 would overflow f32 above 5.7e37 (NaN takes x too)
+        return ir.select(x < 3.0, x * ir.call("np.maximum", x + 3.0, 0.0) / 6.0, x)
 
 
 class LeakyReLU(ElementwiseRule):
@@ -214,7 +215,8 @@ class HardSwishBackward(ElementwiseRule):
     kinds = ("HardSwishBackward",)
 
     def expr(self, op, x, dy):
-        return ir.select(x < -3.0, ir.const(0.0, dy.dt), ir.select(x > 3.0, dy, dy * (2.0 * x + 3.0) / 6.0))
+        # dy times the slope (at most 1.5): dy * (2x + 3) first would overflow f32 for large dy
+        return ir.select(x < -3.0, ir.const(0.0, dy.dt), ir.select(x > 3.0, dy, dy * ((2.0 * x + 3.0) / 6.0)))
 
 
 class MishBackward(ElementwiseRule):
@@ -236,7 +238,10 @@ class SigmoidBackward(ElementwiseRule):
 
     def expr(self, op, x, dy):
         if op.attr("use_dst"):
-            return dy * x * (1.0 - x)
+            # three factors of any size (x is a dst but may hold anything): in f64, as the
+            # reference, so that no partial product overflows f32 where the result does not
+            xd = ir.f64(x)
+            return ir.f64(dy) * xd * (1.0 - xd)
         return dy * sigmoid(x) * (1.0 - sigmoid(x))
 
 
@@ -252,7 +257,9 @@ class SqrtBackward(ElementwiseRule):
 
     def expr(self, op, x, dy):
         if op.attr("use_dst"):
-            return dy / (2.0 * x)
+            # in f64, as the reference: in f32, 2 * x overflows above 1.7e38, and dy / 2
+            # loses a subnormal dy's last bit (divided by a subnormal x, no longer small)
+            return ir.f64(dy) / (2.0 * ir.f64(x))
         return dy / (2.0 * ir.call("np.sqrt", x))
 
 
@@ -261,5 +268,6 @@ class TanhBackward(ElementwiseRule):
 
     def expr(self, op, x, dy):
         if op.attr("use_dst"):
-            return dy * (1.0 - x * x)
+            xd = ir.f64(x)   # x * x overflows f32 above 1.8e19: in f64, as the reference
+            return dy * (1.0 - xd * xd)
         return dy * (1.0 - tanh(x) ** 2)

@@ -70,6 +70,8 @@ class Reduce(Rule):
     """The Reduce ops' loop nest; each op's rule gives acc_kind, term and finish."""
     #: the accumulator kind (graphc.codegen.accumulators.KINDS)
     acc_kind = "sum"
+    #: the type of its lanes, if not the kind's
+    lane_dt = None
 
     def term(self, x: ir.Expr) -> ir.Expr:
         """What an element ``x`` adds to the accumulator."""
@@ -98,7 +100,7 @@ class Reduce(Rule):
             rank, keep_dims = len(src.shape), True
         kept = [k for k in range(rank) if k not in axes]
         nest = Nest(kb, tensor_vdims(src, set(kept)))
-        acc = nest.acc(self.acc_kind)
+        acc = nest.acc(self.acc_kind, lane_dt=self.lane_dt)
         with nest.groups():
             with nest.pass_(acc) as iv:
                 acc.add(self.term(src.load_nd(iv)))
@@ -117,8 +119,11 @@ class ReduceL1(Reduce):
 
 class ReduceL2(Reduce):
     kinds = ("ReduceL2",)
+    lane_dt = "f64"
 
     def term(self, x):
+        # squares in f64 (as the reference's): an f32 square overflows above 1.8e19
+        x = ir.f64(x)
         return x * x
 
     def finish(self, acc, n):

@@ -1,7 +1,8 @@
 """Generated kernels of the unary eltwise ops and their backward ops against
 graphc's numpy reference (COMPILED tolerances): every op and attribute variant in
-f32, a subset in bf16/f16, rank 0 and 1, strided inputs, NaN/inf, the benchdnn
-corpus and the harness's kind / dtype / attribute substitutions of it.
+f32, a subset in bf16/f16, rank 0 and 1, strided inputs, NaN/inf and the f32
+extremes at every position, the benchdnn corpus and the harness's kind / dtype /
+attribute substitutions of it.
 
 Cases that share a graph (kind, attributes, dtype, shape, strides) share one
 kernel: the NaN/inf and by-hand tests reuse the shape of the per-op tests."""
@@ -11,9 +12,12 @@ import numpy as np
 import pytest
 
 import graphc
+from graphc import reference
+from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
 
-from support import NP, check_compiled, one_op
+from support import NP, assert_close_each, assert_same, check_compiled, one_op
+from support.fusion import one_partition
 
 SHAPE = (3, 37)
 CLAMP = {"min": -1.3, "max": 0.7}
@@ -69,23 +73,81 @@ def test_low_precision(kind, attrs, dt):
     check_compiled(graph(kind, attrs, dt))
 
 
-SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 88.0, -88.0, 100.0, 0.5, -0.5, 2.5, -3.0, 3.0]
+#: NaN, the infinities, zeros, the f32 extremes and powers of two past int64, values
+#: whose products with small constants overflow f32 (HardSwish's x * 6 above 5.7e37),
+#: large and subnormal ones, f16's extremes, kinks and ties
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 3.4028235e38, -3.4028235e38, 3e38, -3e38, 6e37, -6e37, 1e38,
+            2.0 ** 63, -(2.0 ** 63), 2.0 ** 64, 1e20, -1e20, 1.9e19, 1e30, -1e30, 88.0, -88.0, 100.0, 65504.0,
+            -65504.0, 1.2e-38, -1e-40, 1e-45, 6e-8, 0.5, -0.5, 2.5, -3.0, 3.0, 1.5]
 
 
-@pytest.mark.parametrize("kind, attrs", params(
-    FORWARD + BACKWARD, "Clamp-min=-1.3-max=0.7", "Elu-alpha=0.7", "Exp", "GELU", "GELU-mode=gelu_tanh", "Log",
-    "Mish", "Pow-beta=2.5", "Reciprocal", "ReLU", "Round", "Sigmoid", "SoftPlus-beta=2.0", "Sqrt", "Tanh",
-    "ClampBackward-min=-1.3-max=0.7", "GELUBackward", "MishBackward", "ReLUBackward", "SqrtBackward-use_dst=False",
-    "TanhBackward-use_dst=False", "SoftPlusBackward-beta=-1.0"))
-def test_nan_inf(kind, attrs):
-    """NaN, infinities, overflow and signed zeros land where the reference puts them."""
+def rotations(g, dt):
+    """Inputs of one-op graph ``g`` holding SPECIALS (as ``dt`` holds them) at every
+    position in turn: the vectorised body of a kernel's loop and its scalar
+    remainder see each value; a backward op's diff_dst holds them too, in another
+    order, so that each meets every src."""
+    n = len(SPECIALS)
+    vals = np.array(SPECIALS, np.float64)
+    with np.errstate(over="ignore"):
+        vals = vals.astype(np.float32).astype(NP[dt])
+    size = int(np.prod(SHAPE))
+    for shift in range(n):
+        # port 1 at (3p + 2s) % n while port 0 at (p + s) % n: every pair of values meets
+        yield {tid: vals[(np.arange(size) * (1 + 2 * port) + shift * (1 + port)) % n].reshape(SHAPE)
+               for port, tid in enumerate(g.input_ports)}
+
+
+def check_specials(g, dt, feeds):
+    """``g`` compiled against the reference on each of ``feeds``, element by element
+    (a tensor's largest value does not set the scale of its small ones)."""
+    cg = graphc.compile(g)
+    for inputs in feeds:
+        want = reference.run(g, inputs)
+        got = cg.run(inputs)
+        for tid, e in want.items():
+            assert_close_each(got[tid], e, dt, what=f"{g.ops[0].kind} {dt} {inputs[g.input_ports[0]].ravel()[:3]}")
+
+
+@pytest.mark.parametrize("kind, attrs", params(FORWARD + BACKWARD))
+def test_specials(kind, attrs):
+    """NaN, infinities, the f32 extremes, overflow and signed zeros land where the
+    reference puts them, at every position of the tensor."""
     g = graph(kind, attrs)
-    inputs = make_inputs(g)
-    src = inputs[g.input_ports[0]].reshape(-1)
-    src[:len(SPECIALS)] = SPECIALS
-    if len(inputs) == 2:  # a NaN and an inf gradient too
-        inputs[g.input_ports[1]].reshape(-1)[-2:] = [np.nan, np.inf]
-    check_compiled(g, inputs)
+    check_specials(g, "f32", rotations(g, "f32"))
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("kind, attrs", params(FORWARD + BACKWARD, "Round", "HardSwish", "GELU-mode=gelu_tanh",
+                                               "Exp", "HardSwishBackward", "TanhBackward"))
+def test_specials_low_precision(kind, attrs, dt):
+    """As test_specials in bf16 and f16 (an f16 NaN through Round stays NaN)."""
+    g = graph(kind, attrs, dt)
+    check_specials(g, dt, rotations(g, dt))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 64, 65, 100])
+def test_round_specials_any_length(n):
+    """Round of NaN, +-inf and |x| >= 2^63 is NaN, +-inf and x whatever the
+    tensor's length (the vectorised body and the scalar remainder alike)."""
+    x = np.resize(np.array([np.nan, np.inf, -np.inf, 2.0 ** 63, -(2.0 ** 64), 3e38, 1e20, 2.5], np.float32), n)
+    g = graph("Round", {}, "f32", (n,))
+    want = np.sign(x) * np.floor(np.abs(x) + 0.5)
+    assert_same(single_output(g, {g.input_ports[0]: x}), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["HardSwish", "Round", "SoftPlus"])
+def test_specials_fused(kind):
+    """The same values through a fused chain (x + c -> op -> x * c): HardSwish of x
+    above 5.7e37 is x, not inf, inside a fused kernel too."""
+    b = GraphBuilder()
+    x, c = b.tensor("f32", SHAPE), b.tensor("f32", [1, SHAPE[1]])
+    (y,) = b.op("Add", [x, c])
+    (y,) = b.op(kind, [y], attrs={"beta": 2.0} if kind == "SoftPlus" else None)
+    b.op("Multiply", [y, c])
+    g = b.finalize()
+    one_partition(g, "eltwise_chain", "eltwise")
+    ones = np.ones((1, SHAPE[1]), np.float32)
+    check_specials(g, "f32", ({x.id: a, c.id: ones} for (a,) in map(dict.values, rotations(graph(kind, {}), "f32"))))
 
 
 def test_round_ties_away_from_zero():

@@ -110,3 +110,55 @@ def test_long_products_are_defined_in_any_order():
                {"axes": [0, 1], "keep_dims": True})
     cg, got = compiled_vs_reference(g)
     assert all(np.isfinite(v).all() for v in got.values())
+
+
+# ------------------------------------------------- sums near the f32 maximum
+# (src shape, axes): the issue's two values; direct sums over a row (fsum32's runs,
+# one and several); short rows (the reassociating helper's f32 partial); a kept
+# lane over rows (f32 lanes, folded into f64); rows spread over chunks
+EXTREME_CASES = [([1, 2], [1]), ([3, 2500], [1]), ([2048, 20], [1]), ([300, 5], [0]), ([2, 700, 3], [0, 1]),
+                 ([1, 40000], [1])]
+
+
+def _extreme(shape, kind, seed=0):
+    """Values whose f32 partial sums overflow where the f64 sum does not: 2^126,
+    2^127 and 1.5 * 2^127 (2.6e38) in random signs, whose sums are multiples of
+    2^126, exact in f32 and f64 while finite (the test is of the range, not of the
+    rounding of sums that cancel); for ReduceL2 2^64 .. 1.5 * 2^65 (5.5e19), whose
+    f32 squares overflow and f64 ones do not."""
+    rng = np.random.default_rng(seed)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=shape)
+    top = 65 if kind == "ReduceL2" else 127
+    return (signs * rng.choice(np.array([2.0 ** (top - 1), 2.0 ** top, 1.5 * 2.0 ** top]), size=shape)).astype(
+        np.float32)
+
+
+@pytest.mark.parametrize("shape, axes", EXTREME_CASES, ids=str)
+@pytest.mark.parametrize("kind", ["ReduceMean", "ReduceSum", "ReduceL2"])
+def test_sums_near_f32_max(kind, shape, axes, parallel):
+    """ReduceMean and ReduceL2 of values near the f32 maximum (ReduceL2: whose
+    squares pass it) are finite, and ReduceSum finite wherever the reference's is:
+    partial sums in f32 must not overflow."""
+    g = one_op(kind, [("f32", shape)], [("f32", _reduced(shape, axes, False))], {"axes": axes})
+    got = check_compiled(g, {0: _extreme(shape, kind)}, what=f"{kind} {shape} {axes}")
+    if kind != "ReduceSum":
+        assert np.isfinite(got[1]).all()
+
+
+def test_mean_of_two_values_near_f32_max():
+    """The mean of [3e38, 3e38] is 3e38 (it was inf)."""
+    g = one_op("ReduceMean", [("f32", [1, 2])], [("f32", [1])], {"axes": [1]})
+    x = np.full((1, 2), 3e38, np.float32)
+    np.testing.assert_array_equal(check_compiled(g, {0: x})[1], x[:, 0])
+
+
+@pytest.mark.parametrize("kind", ["ReduceMean", "ReduceL2"])
+def test_sums_near_f32_max_fused(kind):
+    """The same through a fused reduction with post-ops (one kernel)."""
+    b = GraphBuilder()
+    x, y = b.tensor("f32", [4, 300, 5]), b.tensor("f32", [4, 1, 5])
+    t = b.op(kind, [x], [("f32", [-1, -1, -1])], {"axes": [1], "keep_dims": True})[0]
+    b.op("Multiply", [t, y])
+    g = b.finalize()
+    cg, got = compiled_vs_reference(g, {0: _extreme([4, 300, 5], kind), 1: np.full([4, 1, 5], 0.5, np.float32)})
+    assert len(cg.compiled) == 1 and np.isfinite(got[3]).all()
