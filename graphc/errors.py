@@ -3,9 +3,31 @@
 Every error raised while building, loading, finalizing, compiling or running a
 graph is a :class:`GraphcError`.  Errors about one op name it (id, kind, name)
 and say which port or attribute is at fault, what was expected and what was
-found.
+found.  What an error quotes is capped (:func:`quote`): a message stays
+readable, and bounded, whatever the size of the shapes or names it names.
 """
 from __future__ import annotations
+
+#: the most characters an error quotes of one of its parts (the message, the
+#: op's name, where, expected, found, the JSON path)
+MAX_QUOTE = 500
+#: the most items of a list or tuple an error quotes
+MAX_ITEMS = 16
+
+
+def quote(value, limit: int = MAX_QUOTE) -> str:
+    """``str(value)`` in at most about ``limit`` characters: a list or tuple of
+    more than MAX_ITEMS items shows its first ones and how many more there are;
+    longer text is cut with how many characters were left out."""
+    if isinstance(value, (list, tuple)) and len(value) > MAX_ITEMS:
+        opener, closer = ("[", "]") if isinstance(value, list) else ("(", ")")
+        head = ", ".join(quote(repr(x) if isinstance(x, str) else x, limit) for x in value[:MAX_ITEMS])
+        text = f"{opener}{head}, ... ({len(value) - MAX_ITEMS} more){closer}"
+    else:
+        text = str(value)
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text) - limit} more characters)"
+    return text
 
 
 class GraphcError(Exception):
@@ -26,28 +48,30 @@ class GraphcError(Exception):
     def _render(self) -> str:
         parts = []
         if self.path:
-            parts.append(f"at {self.path}")
+            parts.append(f"at {quote(self.path)}")
         if self.op is not None:
             parts.append(describe_op(self.op))
         if self.where:
-            parts.append(self.where)
+            parts.append(quote(self.where))
         head = ", ".join(parts)
-        text = f"{head}: {self.message}" if head else self.message
+        message = quote(self.message)
+        text = f"{head}: {message}" if head else message
         if self.expected is not None:
-            text += f"; expected {self.expected}"
+            text += f"; expected {quote(self.expected)}"
         if self.found is not None:
-            text += f", found {self.found}"
+            text += f", found {quote(self.found)}"
         return text
 
 
 def describe_op(op) -> str:
-    """'op 3 (ReLU "relu_1")' for an Op or anything with id, kind and name."""
+    """'op 3 (ReLU "relu_1")' for an Op or anything with id, kind and name
+    (each quoted within MAX_QUOTE characters)."""
     if isinstance(op, str):
-        return op
-    oid = getattr(op, "id", "?")
-    kind = getattr(op, "kind", "?")
+        return quote(op)
+    oid = quote(getattr(op, "id", "?"))
+    kind = quote(getattr(op, "kind", "?"))
     name = getattr(op, "name", None)
-    return f'op {oid} ({kind} "{name}")' if name else f"op {oid} ({kind})"
+    return f'op {oid} ({kind} "{quote(name)}")' if name else f"op {oid} ({kind})"
 
 
 class InvalidArguments(GraphcError):
