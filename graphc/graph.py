@@ -9,7 +9,7 @@ import heapq
 
 import numpy as np
 
-from .errors import GraphcError, InvalidArguments, InvalidGraph, InvalidShape
+from .errors import GraphcError, InvalidArguments, InvalidGraph, InvalidShape, describe_op
 from .op import Op
 from .types import INT64_MAX, LogicalTensor, overlaps
 
@@ -180,9 +180,7 @@ class Graph:
             for i, t in enumerate(op.outputs):
                 check_output_layout(op, i, t)
                 self.tensors[t.id] = t
-        for tid in self._declared_inputs or []:
-            if tid not in self.consumers:
-                raise InvalidGraph("declared input port is not consumed by any op", where=f"input_ports ({tid})")
+        self._check_declared_inputs()
         if self._declared_outputs is not None:
             # as benchdnn: a declared output the graph does not have is left out
             # (the ports are kept in ``ignored_output_ports``); none left: every
@@ -192,6 +190,21 @@ class Graph:
             self._declared_outputs = kept or None
         self.finalized = True
         return self
+
+    def _check_declared_inputs(self) -> None:
+        """A declared input port is a tensor the caller feeds: one some op
+        consumes and no op produces (a produced one would be demanded as an
+        input and its value ignored)."""
+        for tid in self._declared_inputs or []:
+            if tid in self.producer:
+                pid, idx = self.producer[tid]
+                op = self.ops[pid]
+                name = op.output_names[idx] if idx < len(op.output_names) else "output"
+                raise InvalidGraph("declared input port names a tensor an op produces", where=f"input_ports ({tid})",
+                                   expected="a tensor no op produces (an input is given, not computed)",
+                                   found=f"output {idx} ({name}) of {describe_op(op)}")
+            if tid not in self.consumers:
+                raise InvalidGraph("declared input port is not consumed by any op", where=f"input_ports ({tid})")
 
     def _known(self, op, i, t: LogicalTensor) -> LogicalTensor:
         """Input ``i`` of ``op`` with every dim known anywhere in the graph."""

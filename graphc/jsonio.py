@@ -159,7 +159,8 @@ def graph_from_dict(d: dict) -> Graph:
     try:
         g.finalize()
     except GraphcError as e:
-        raise _with_path(e, root.key("graph")) from None
+        ports = (e.where or "").startswith("input_ports")
+        raise _with_path(e, root.key("input_ports" if ports else "graph")) from None
     return g
 
 
