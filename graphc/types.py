@@ -270,13 +270,22 @@ def overlaps(shape, strides, max_work: int = 1 << 22) -> bool:
 
 def check_extent(lt: "LogicalTensor", where: str) -> None:
     """Raise InvalidShape unless ``lt`` (every dim known) can exist in memory:
-    its element count fits in int64 and its span is at most MAX_TENSOR_BYTES."""
+    its element count fits in int64, each stride in bytes fits in int64 (numpy's
+    strides are bytes in an int64: a larger one, even on a dim of size 1 that
+    adds nothing to the span, cannot make an array) and its span is at most
+    MAX_TENSOR_BYTES."""
     n = lt.nelems
     if n < 0:
         return
     if n > INT64_MAX:
         raise InvalidShape(f"{where}: tensor {lt.id} has more elements than int64 can count",
                            expected=f"at most {INT64_MAX} elements", found=f"shape {list(lt.shape)}")
+    itemsize = lt.dtype.itemsize
+    if lt.strides is not None and any(abs(s) * itemsize > INT64_MAX for s in lt.strides):
+        raise InvalidShape(f"{where}: tensor {lt.id} has a stride too large to address in bytes",
+                           expected=f"strides of at most {INT64_MAX // itemsize} elements of {lt.dtype} "
+                                    f"({INT64_MAX} bytes)",
+                           found=f"strides {list(lt.strides)} (shape {list(lt.shape)})")
     strides = lt.strides if lt.strides is not None and all(s >= 0 for s in lt.strides) \
         else dense_strides(lt.shape)
     nbytes = span(lt.shape, strides) * lt.dtype.itemsize
