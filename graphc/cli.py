@@ -121,11 +121,11 @@ def main(argv=None) -> int:
     surrogates), one-line fields escaped whole (terminal.shown)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     with safe_output():
-        if argv and argv[0] == "bench":
-            from .bench.driver import main as bench_main
-            return bench_main(argv[1:])
-        args = build_parser().parse_args(argv)
         try:
+            if argv and argv[0] == "bench":
+                from .bench.driver import main as bench_main   # (imports the compile step)
+                return bench_main(argv[1:])
+            args = build_parser().parse_args(argv)
             return args.fn(args)
         except GraphcError as e:
             print(f"graphc: {type(e).__name__}: {shown(e)}", file=sys.stderr)

@@ -8,6 +8,8 @@ readable, and bounded, whatever the size of the shapes or names it names.
 """
 from __future__ import annotations
 
+import reprlib
+
 #: the most characters an error quotes of one of its parts (the message, the
 #: op's name, where, expected, found, the JSON path)
 MAX_QUOTE = 500
@@ -15,19 +17,49 @@ MAX_QUOTE = 500
 MAX_ITEMS = 16
 
 
+#: how deep an error quotes containers in containers
+MAX_DEPTH = 3
+
+
+def _repr_of_data():
+    r = reprlib.Repr()
+    r.maxlevel = MAX_DEPTH
+    r.maxtuple = r.maxlist = r.maxarray = r.maxdeque = MAX_ITEMS
+    r.maxdict = r.maxset = r.maxfrozenset = MAX_ITEMS // 2
+    r.maxstring = r.maxlong = r.maxother = MAX_QUOTE
+    return r
+
+
+_REPR = _repr_of_data()
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def short(value, limit: int = MAX_QUOTE) -> str:
+    """``repr(value)`` in at most about ``limit`` characters, whatever ``value``
+    is: containers to MAX_DEPTH levels and MAX_ITEMS items each (a dict nested
+    50,000 deep is no RecursionError, a list of a million items costs no more
+    than sixteen)."""
+    return _cut(_REPR.repr(value), limit)
+
+
 def quote(value, limit: int = MAX_QUOTE) -> str:
     """``str(value)`` in at most about ``limit`` characters: a list or tuple of
-    more than MAX_ITEMS items shows its first ones and how many more there are;
-    longer text is cut with how many characters were left out."""
+    more than MAX_ITEMS items shows its first ones and how many more there are,
+    containers are quoted as :func:`short` does, and longer text is cut with how
+    many characters were left out."""
     if isinstance(value, (list, tuple)) and len(value) > MAX_ITEMS:
         opener, closer = ("[", "]") if isinstance(value, list) else ("(", ")")
-        head = ", ".join(quote(repr(x) if isinstance(x, str) else x, limit) for x in value[:MAX_ITEMS])
+        head = ", ".join(_REPR.repr(x) for x in value[:MAX_ITEMS])
         text = f"{opener}{head}, ... ({len(value) - MAX_ITEMS} more){closer}"
+    elif isinstance(value, _CONTAINERS):
+        text = _REPR.repr(value)
     else:
         text = str(value)
-    if len(text) > limit:
-        text = f"{text[:limit]}... ({len(text) - limit} more characters)"
-    return text
+    return _cut(text, limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    return f"{text[:limit]}... ({len(text) - limit} more characters)" if len(text) > limit else text
 
 
 class GraphcError(Exception):

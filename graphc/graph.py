@@ -9,7 +9,7 @@ import heapq
 
 import numpy as np
 
-from .errors import GraphcError, InvalidArguments, InvalidGraph, InvalidShape, describe_op
+from .errors import GraphcError, InvalidArguments, InvalidGraph, InvalidShape, describe_op, short
 from .op import Op
 from .types import INT64_MAX, LogicalTensor, overlaps
 
@@ -32,10 +32,10 @@ class Graph:
                  fpmath_mode_apply_to_int: bool = False):
         if engine_kind not in ENGINE_KINDS:
             raise InvalidArguments("unsupported engine kind", expected=" or ".join(ENGINE_KINDS),
-                                   found=repr(engine_kind))
+                                   found=short(engine_kind))
         if fpmath_mode not in FPMATH_MODES:
             raise InvalidArguments("unsupported fpmath mode", expected=", ".join(FPMATH_MODES),
-                                   found=repr(fpmath_mode))
+                                   found=short(fpmath_mode))
         self.engine_kind = engine_kind
         self.fpmath_mode = fpmath_mode
         self.ignored_output_ports: list[int] = []   # declared output_ports the graph has no tensor for
@@ -312,12 +312,12 @@ def topological_order(nodes, succ) -> list | None:
 
 def _port_ids(ids, what) -> list[int]:
     if isinstance(ids, (str, bytes, dict)) or not hasattr(ids, "__iter__"):
-        raise InvalidArguments(f"{what} must be a list of tensor ids", found=repr(ids)[:200])
+        raise InvalidArguments(f"{what} must be a list of tensor ids", found=short(ids))
     ids = list(ids)
     for i in ids:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i <= INT64_MAX:
-            raise InvalidArguments(f"{what} must hold non-negative tensor ids that fit in int64", where=f"{what} ({i!r:.60})",
-                                   expected=f"integers from 0 to {INT64_MAX}", found=repr(i)[:60])
+            raise InvalidArguments(f"{what} must hold non-negative tensor ids that fit in int64", where=f"{what} ({short(i, 60)})",
+                                   expected=f"integers from 0 to {INT64_MAX}", found=short(i, 60))
     return [int(i) for i in ids]
 
 

@@ -64,6 +64,7 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
         kernel, entry = compile_source(source, plan, in_lts, out_lts)
         executable = KernelExecutable(ops, in_lts, out_lts, source, kernel, entry, plan, partition.constant)
     cp = CompiledPartition(partition, in_lts, out_lts, ops, executable)
+    cp.rebuild = (compile_partition, (partition, inputs, outputs, values))   # (pickling compiles it again)
     cp.compile_seconds = time.perf_counter() - t0
     return cp
 

@@ -47,3 +47,48 @@ def test_describe_op_caps_the_name():
     class Named:
         id, kind, name = 3, "ReLU", "n" * 5000
     assert describe_op(Named()) == f'op 3 (ReLU "{"n" * MAX_QUOTE}... ({5000 - MAX_QUOTE} more characters)")'
+
+
+def _deep(n=50_000, kind=dict):
+    x = 0
+    for _ in range(n):
+        x = {"a": x} if kind is dict else [x]
+    return x
+
+
+def test_short_quotes_any_value_in_bounded_depth_and_length():
+    from graphc.errors import short
+    assert short([1, 2, "x"]) == "[1, 2, 'x']" and short("x" * 10, 5) == "'xxxx... (7 more characters)"
+    assert short(_deep()) == "{'a': {'a': {'a': {...}}}}" and short(_deep(kind=list)) == "[[[[...]]]]"
+    assert len(short(list(range(10 ** 6)))) < 120
+
+
+D, L = _deep(), _deep(kind=list)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Op(0, "ReLU", name=D),
+    lambda: Op(D, "ReLU"),
+    lambda: Graph().add_op(Op(0, L, [LogicalTensor(0, "f32", [2])], [LogicalTensor(1, "f32", [2])])),
+    lambda: Graph().add_op(Op(0, "Elu", [LogicalTensor(0, "f32", [2])], [LogicalTensor(1, "f32", [2])], {"alpha": D})),
+    lambda: Graph().add_op(Op(0, "StaticTranspose", [LogicalTensor(0, "f32", [2])], [LogicalTensor(1, "f32", [2])],
+                              {"order": L})),
+    lambda: LogicalTensor(0, "f32", L),
+    lambda: LogicalTensor(0, "f32", [D]),
+    lambda: LogicalTensor(D, "f32", [2]),
+    lambda: LogicalTensor(0, D, [2]),
+    lambda: LogicalTensor(0, "f32", [2], [L]),
+    lambda: LogicalTensor(0, "f32", [2], None, D),
+    lambda: LogicalTensor(0, "f32", [2], None, "strided", L),
+    lambda: Graph(engine_kind=D),
+    lambda: Graph(fpmath_mode=L),
+    lambda: Graph().set_ports(inputs=L),
+    lambda: Graph().set_ports(outputs=[D]),
+])
+def test_values_nested_50000_deep_give_graphc_errors(make):
+    """Building with the Python API: every value an error quotes is quoted a few
+    levels deep (a RecursionError came from repr of the whole of it)."""
+    from graphc.errors import GraphcError
+    with pytest.raises(GraphcError) as e:
+        make()
+    assert len(str(e.value)) < 1000
