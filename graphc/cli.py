@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from .errors import GraphcError
+from .terminal import safe_output, shown
 
 
 def _cmd_ops(args) -> int:
@@ -28,10 +29,10 @@ def _cmd_validate(args) -> int:
     for path in args.files:
         try:
             g = load_graph_file(path)
-            print(f"{path}: OK ({len(g.ops)} ops, inputs {g.input_ports}, outputs {g.output_ports})")
+            print(f"{shown(path)}: OK ({len(g.ops)} ops, inputs {g.input_ports}, outputs {g.output_ports})")
         except GraphcError as e:
             bad += 1
-            print(f"{path}: {type(e).__name__}: {e}")
+            print(f"{shown(path)}: {type(e).__name__}: {shown(e)}")
     return 1 if bad else 0
 
 
@@ -49,7 +50,7 @@ def _cmd_partitions(args) -> int:
         for op in p.ops:
             ins = ", ".join(f"{n}={t.id}" for n, t in zip(op.input_names, op.inputs))
             outs = ", ".join(f"{n}={t.id}" for n, t in zip(op.output_names, op.outputs))
-            print(f"  op {op.id} {op.kind}" + (f' "{op.name}"' if op.name else "") + f": ({ins}) -> ({outs})")
+            print(f"  op {op.id} {op.kind}" + (f' "{shown(op.name)}"' if op.name else "") + f": ({ins}) -> ({outs})")
         print("  inputs:  " + ", ".join(repr(t) for t in p.inputs))
         print("  outputs: " + ", ".join(repr(t) for t in p.outputs))
         if args.source:
@@ -115,18 +116,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run a command; everything it prints goes through graphc.terminal's
+    SafeStream (names in a graph may hold escape sequences, NUL or lone
+    surrogates), one-line fields escaped whole (terminal.shown)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "bench":
-        from .bench.driver import main as bench_main
-        return bench_main(argv[1:])
-    args = build_parser().parse_args(argv)
-    try:
-        return args.fn(args)
-    except GraphcError as e:
-        print(f"graphc: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
+    with safe_output():
+        try:
+            if argv and argv[0] == "bench":
+                from .bench.driver import main as bench_main   # (imports the compile step)
+                return bench_main(argv[1:])
+            args = build_parser().parse_args(argv)
+            return args.fn(args)
+        except GraphcError as e:
+            print(f"graphc: {type(e).__name__}: {shown(e)}", file=sys.stderr)
+            return 2
+        except BrokenPipeError:
+            return 0
 
 
 if __name__ == "__main__":

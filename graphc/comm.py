@@ -86,8 +86,50 @@ def default_comm():
     return MPI.COMM_WORLD
 
 
+#: what graphc calls on a communicator: the reference executor, and compiled
+#: partitions on one without non-blocking calls (those use the point-to-point
+#: calls of ``_nonblocking`` instead of the two gathers)
+REFERENCE_CALLS = ("Get_size", "allgather")
+COMPILED_CALLS = ("Get_rank", "Get_size", "allgather", "Allgather")
+
+
+def check_comm(comm, reference: bool = False):
+    """``comm`` itself when it is None or a communicator with the calls graphc
+    makes (REFERENCE_CALLS for the reference executor, else COMPILED_CALLS or
+    mpi4py's non-blocking ones) and a sensible rank and size; else
+    InvalidArguments (not an AttributeError half-way through a run)."""
+    if comm is None:
+        return comm
+    needs = REFERENCE_CALLS if reference else ("Get_rank", "Get_size") if _nonblocking(comm) else COMPILED_CALLS
+    missing = [m for m in needs if not callable(getattr(comm, m, None))]
+    if missing:
+        raise InvalidArguments("comm must be None or a communicator (mpi4py's, or one with its calls)",
+                               expected="an object with " + ", ".join(needs),
+                               found=f"{type(comm).__name__} {comm!r:.60} without {', '.join(missing)}")
+    if not reference:
+        rank_and_size(comm)
+    elif not _group_size(comm.Get_size()):
+        raise InvalidArguments("the communicator's size is not a group's", expected="an integer >= 1",
+                               found=f"Get_size() {comm.Get_size()!r:.40}")
+    return comm
+
+
+def _group_size(size) -> bool:
+    return not isinstance(size, bool) and isinstance(size, (int, np.integer)) and size >= 1
+
+
 def rank_and_size(comm) -> tuple[int, int]:
-    return (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+    """(this member's rank, the group's size): (0, 1) for None; a rank and size
+    that are no integers with 0 <= rank < size are InvalidArguments."""
+    if comm is None:
+        return 0, 1
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if not _group_size(size) or isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) \
+            or not 0 <= rank < size:
+        raise InvalidArguments("the communicator's rank and size are not a member of a group",
+                               expected="integers with 0 <= Get_rank() < Get_size()",
+                               found=f"Get_rank() {rank!r:.40}, Get_size() {size!r:.40}")
+    return int(rank), int(size)
 
 
 def _nonblocking(comm) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from .errors import InvalidDataType
+from .errors import InvalidDataType, short
 
 
 class DataType(str, enum.Enum):
@@ -79,10 +79,12 @@ class DataType(str, enum.Enum):
         if isinstance(value, DataType):
             return value
         try:
+            if not isinstance(value, str):   # (enum's own error quotes the whole value)
+                raise TypeError
             return cls(value)
         except (ValueError, TypeError):
             raise InvalidDataType("unknown data type", expected="one of " + ", ".join(d.value for d in cls),
-                                  found=repr(value)) from None
+                                  found=short(value)) from None
 
     @classmethod
     def from_numpy(cls, dtype) -> "DataType":

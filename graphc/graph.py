@@ -9,7 +9,7 @@ import heapq
 
 import numpy as np
 
-from .errors import GraphcError, InvalidArguments, InvalidGraph, InvalidShape
+from .errors import GraphcError, InvalidArguments, InvalidGraph, InvalidShape, describe_op, short
 from .op import Op
 from .types import INT64_MAX, LogicalTensor, overlaps
 
@@ -32,10 +32,10 @@ class Graph:
                  fpmath_mode_apply_to_int: bool = False):
         if engine_kind not in ENGINE_KINDS:
             raise InvalidArguments("unsupported engine kind", expected=" or ".join(ENGINE_KINDS),
-                                   found=repr(engine_kind))
+                                   found=short(engine_kind))
         if fpmath_mode not in FPMATH_MODES:
             raise InvalidArguments("unsupported fpmath mode", expected=", ".join(FPMATH_MODES),
-                                   found=repr(fpmath_mode))
+                                   found=short(fpmath_mode))
         self.engine_kind = engine_kind
         self.fpmath_mode = fpmath_mode
         self.ignored_output_ports: list[int] = []   # declared output_ports the graph has no tensor for
@@ -180,9 +180,7 @@ class Graph:
             for i, t in enumerate(op.outputs):
                 check_output_layout(op, i, t)
                 self.tensors[t.id] = t
-        for tid in self._declared_inputs or []:
-            if tid not in self.consumers:
-                raise InvalidGraph("declared input port is not consumed by any op", where=f"input_ports ({tid})")
+        self._check_declared_inputs()
         if self._declared_outputs is not None:
             # as benchdnn: a declared output the graph does not have is left out
             # (the ports are kept in ``ignored_output_ports``); none left: every
@@ -192,6 +190,21 @@ class Graph:
             self._declared_outputs = kept or None
         self.finalized = True
         return self
+
+    def _check_declared_inputs(self) -> None:
+        """A declared input port is a tensor the caller feeds: one some op
+        consumes and no op produces (a produced one would be demanded as an
+        input and its value ignored)."""
+        for tid in self._declared_inputs or []:
+            if tid in self.producer:
+                pid, idx = self.producer[tid]
+                op = self.ops[pid]
+                name = op.output_names[idx] if idx < len(op.output_names) else "output"
+                raise InvalidGraph("declared input port names a tensor an op produces", where=f"input_ports ({tid})",
+                                   expected="a tensor no op produces (an input is given, not computed)",
+                                   found=f"output {idx} ({name}) of {describe_op(op)}")
+            if tid not in self.consumers:
+                raise InvalidGraph("declared input port is not consumed by any op", where=f"input_ports ({tid})")
 
     def _known(self, op, i, t: LogicalTensor) -> LogicalTensor:
         """Input ``i`` of ``op`` with every dim known anywhere in the graph."""
@@ -299,12 +312,12 @@ def topological_order(nodes, succ) -> list | None:
 
 def _port_ids(ids, what) -> list[int]:
     if isinstance(ids, (str, bytes, dict)) or not hasattr(ids, "__iter__"):
-        raise InvalidArguments(f"{what} must be a list of tensor ids", found=repr(ids)[:200])
+        raise InvalidArguments(f"{what} must be a list of tensor ids", found=short(ids))
     ids = list(ids)
     for i in ids:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i <= INT64_MAX:
-            raise InvalidArguments(f"{what} must hold non-negative tensor ids that fit in int64", where=f"{what} ({i!r:.60})",
-                                   expected=f"integers from 0 to {INT64_MAX}", found=repr(i)[:60])
+            raise InvalidArguments(f"{what} must hold non-negative tensor ids that fit in int64", where=f"{what} ({short(i, 60)})",
+                                   expected=f"integers from 0 to {INT64_MAX}", found=short(i, 60))
     return [int(i) for i in ids]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import GraphcError, InvalidArguments, InvalidGraphOp
+from .errors import GraphcError, InvalidArguments, InvalidGraphOp, short
 from .builder import Graph
 from .op import Op
 from .types import ATTR_JSON_TYPES, INT64_MAX, LogicalTensor
@@ -48,7 +48,7 @@ def _get(obj, key, path, types, required=True, default=None):
         return default
     v = obj[key]
     if types is not None and (not isinstance(v, types) or (isinstance(v, bool) and bool not in _tuple(types))):
-        raise _fail(path.key(key), "wrong JSON type", expected=_tname(types), found=f"{type(v).__name__} {v!r:.60}")
+        raise _fail(path.key(key), "wrong JSON type", expected=_tname(types), found=f"{type(v).__name__} {short(v, 60)}")
     return v
 
 
@@ -66,7 +66,7 @@ def _int_list(v, path):
         raise _fail(path, "expected an array of integers", found=type(v).__name__)
     for i, x in enumerate(v):
         if isinstance(x, bool) or not isinstance(x, int):
-            raise _fail(path.idx(i), "expected an integer", found=repr(x))
+            raise _fail(path.idx(i), "expected an integer", found=short(x))
     return v
 
 
@@ -98,12 +98,12 @@ def _attrs_from_json(d, path) -> dict:
         p = path.key(name)
         typ = _get(spec, "type", p, str)
         if typ not in ATTR_JSON_TYPES:
-            raise _fail(p.key("type"), "unknown attribute type", expected=", ".join(ATTR_JSON_TYPES), found=repr(typ))
+            raise _fail(p.key("type"), "unknown attribute type", expected=", ".join(ATTR_JSON_TYPES), found=short(typ))
         val = _get(spec, "value", p, None)
         if typ.endswith("[]") and not isinstance(val, list):
-            raise _fail(p.key("value"), f"attribute of type {typ} needs an array", found=repr(val))
+            raise _fail(p.key("value"), f"attribute of type {typ} needs an array", found=short(val))
         if not typ.endswith("[]") and isinstance(val, (list, dict)):
-            raise _fail(p.key("value"), f"attribute of type {typ} needs a scalar", found=repr(val))
+            raise _fail(p.key("value"), f"attribute of type {typ} needs a scalar", found=short(val))
         attrs[name] = val
     return attrs
 
@@ -114,13 +114,13 @@ def graph_from_dict(d: dict) -> Graph:
         raise _fail(root, "a graph JSON must be an object", found=type(d).__name__)
     version = _get(d, "version", root, str, required=False, default="3.0.0")
     if not re.fullmatch(r"3(\.[0-9]+)*", version):
-        raise _fail(root.key("version"), "unsupported JSON version", expected="3.x", found=repr(version))
+        raise _fail(root.key("version"), "unsupported JSON version", expected="3.x", found=short(version))
     engine_kind = _get(d, "engine_kind", root, str, required=False, default="cpu")
     fpmath_mode = _get(d, "fpmath_mode", root, str, required=False, default="strict")
     to_int = _get(d, "fpmath_mode_apply_to_int", root, (bool, str), required=False, default=False)
     if to_int not in (True, False, "true", "false"):
         raise _fail(root.key("fpmath_mode_apply_to_int"), "expected a boolean", expected="true or false",
-                    found=repr(to_int))
+                    found=short(to_int))
     try:
         g = Graph(engine_kind=engine_kind, fpmath_mode=fpmath_mode, fpmath_mode_apply_to_int=to_int in (True, "true"))
     except GraphcError as e:
@@ -159,7 +159,8 @@ def graph_from_dict(d: dict) -> Graph:
     try:
         g.finalize()
     except GraphcError as e:
-        raise _with_path(e, root.key("graph")) from None
+        ports = (e.where or "").startswith("input_ports")
+        raise _with_path(e, root.key("input_ports" if ports else "graph")) from None
     return g
 
 
@@ -234,7 +235,7 @@ def load_graph(src) -> Graph:
         return graph_from_dict(src)
     if isinstance(src, (str, bytes)) and src.strip() == (b"" if isinstance(src, bytes) else ""):
         raise InvalidArguments("load_graph got an empty string", expected="a path, a JSON string or a dict",
-                               found=repr(src))
+                               found=short(src))
     if isinstance(src, os.PathLike) or (isinstance(src, str) and not src.lstrip().startswith(("{", "["))):
         text = read_graph_file(src)
     elif isinstance(src, (str, bytes, bytearray)):

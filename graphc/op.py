@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import GraphcError, InvalidArguments, InvalidGraphOp, InvalidShape
+from .errors import GraphcError, InvalidArguments, InvalidGraphOp, InvalidShape, short
 from .ops.schema import OpSchema, get_schema
 from .types import LogicalTensor
 
@@ -19,9 +19,11 @@ class Op:
 
     def __init__(self, id, kind, inputs=(), outputs=(), attrs=None, name=None):
         if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or id < 0:
-            raise InvalidArguments("op id must be a non-negative integer", found=repr(id))
+            raise InvalidArguments("op id must be a non-negative integer", found=short(id))
         self.id = int(id)
         self.kind = kind
+        if not (name is None or isinstance(name, (str, int, float, np.integer, np.floating))):
+            raise InvalidArguments("op name must be a string", found=f"{type(name).__name__} {short(name, 60)}")
         self.name = name if name is None or isinstance(name, str) else str(name)
         for what, seq in (("inputs", inputs), ("outputs", outputs)):
             if isinstance(seq, (str, bytes, dict)) or not hasattr(seq, "__iter__"):
@@ -48,7 +50,7 @@ class Op:
         """Check against the schema; fills ``attrs`` with defaults and resolves
         output shapes that the schema can infer."""
         if not isinstance(self.kind, str):
-            raise InvalidGraphOp("op kind must be a string", op=self, found=repr(self.kind))
+            raise InvalidGraphOp("op kind must be a string", op=self, found=short(self.kind))
         self.schema = schema = get_schema(self.kind, op=self)
         self.kind = schema.kind  # aliases become the canonical kind
         self.input_names = schema.input_names(self, len(self.inputs))

@@ -69,12 +69,31 @@ class Partition:
                 f"in={[t.id for t in self.inputs]}, out={[t.id for t in self.outputs]})")
 
 
+def require_jit() -> None:
+    """Raise Unimplemented, naming the setting, when numba's compiler is off
+    (``NUMBA_DISABLE_JIT=1`` turns ``njit`` into plain Python functions): code
+    generation compiles its helpers when it is imported and every kernel after,
+    so partitioning and compiling cannot work; ``graphc.reference.run`` runs a
+    graph in numpy without numba."""
+    import os
+
+    from numba import config
+    if config.DISABLE_JIT:
+        from .errors import Unimplemented
+        raise Unimplemented("graphc compiles kernels with numba, and NUMBA_DISABLE_JIT turns numba's compiler off",
+                            expected="NUMBA_DISABLE_JIT unset or 0 (graphc.reference.run runs a graph in numpy "
+                                     "without it)",
+                            found=f"NUMBA_DISABLE_JIT={os.environ.get('NUMBA_DISABLE_JIT', config.DISABLE_JIT)}")
+
+
 def run_passes(graph, policy: str = "fusion", verbose: bool = False, out=None):
     """The pass pipeline (graphc.passes) over ``graph`` finalized, with code
-    generation's lowering rules deciding which ops have kernels."""
-    from .errors import InvalidArguments
+    generation's lowering rules deciding which ops have kernels (numba's
+    compiler must be on: :func:`require_jit`)."""
+    from .errors import InvalidArguments, short
     if policy not in ("fusion", "debug"):
-        raise InvalidArguments("unknown partition policy", expected="'fusion' or 'debug'", found=repr(policy))
+        raise InvalidArguments("unknown partition policy", expected="'fusion' or 'debug'", found=short(policy))
+    require_jit()
     from .codegen.rules import can_lower
     from .passes import run_pipeline
     return run_pipeline(graph.finalize(), policy, can_lower, verbose=verbose, out=out)

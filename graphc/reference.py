@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .comm import default_comm
+from .comm import check_comm, default_comm
 from .errors import GraphcError, InvalidArguments, RuntimeFault
 from .numerics import fpmath_down, fpmath_round, round_to, widen
 from .types import DataType, LogicalTensor
@@ -47,6 +47,7 @@ def run(graph, inputs: dict, comm=None) -> dict:
     graph.finalize()
     if not isinstance(inputs, dict):
         raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
+    check_comm(comm, reference=True)
     values: dict[int, np.ndarray] = {}
     for tid in graph.input_ports:
         lt = graph.tensors[tid]
@@ -64,7 +65,8 @@ def run_op(op, arrays: list, comm=None) -> dict:
     """Run one op's reference on storage-format arrays; returns {tensor id: array}.
     A collective (``needs_comm``) runs on ``comm``, by default graphc.comm.default_comm()."""
     schema = op.schema
-    kw = {"comm": comm if comm is not None else default_comm()} if getattr(schema, "needs_comm", False) else {}
+    kw = {"comm": check_comm(comm if comm is not None else default_comm(), reference=True)} \
+        if getattr(schema, "needs_comm", False) else {}
     try:
         ins = [widen(a, t.dtype) for a, t in zip(arrays, op.inputs)]
         down = fpmath_down(op)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import DataType, DTypeInfo, F4_E3M0_VALUES, f4_e3m0_decode, f4_e3m0_encode  # noqa: F401
-from .errors import InvalidArguments, InvalidShape
+from .errors import InvalidArguments, InvalidShape, short
 
 
 ATTR_JSON_TYPES = ("f32", "s64", "string", "bool", "s64[]", "f32[]", "bool[]")
@@ -37,10 +37,12 @@ def _parse_enum(cls, value, what):
     if isinstance(value, cls):
         return value
     try:
+        if not isinstance(value, str):   # (enum's own error quotes the whole value)
+            raise TypeError
         return cls(value)
     except (ValueError, TypeError):
         raise InvalidArguments(f"unknown {what}", expected="one of " + ", ".join(e.value for e in cls),
-                               found=repr(value)) from None
+                               found=short(value)) from None
 
 
 def dense_strides(shape) -> tuple[int, ...]:
@@ -62,13 +64,13 @@ UNKNOWN_NDIMS = -1
 def _as_int_tuple(value, what) -> tuple[int, ...]:
     """A tuple of int64 values (dims or strides)."""
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
-        raise InvalidShape(f"{what} must be a list of integers", found=repr(value))
+        raise InvalidShape(f"{what} must be a list of integers", found=short(value))
     value = list(value)
     for v in value:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise InvalidShape(f"{what} must be a list of integers", found=repr(value))
+            raise InvalidShape(f"{what} must be a list of integers", found=short(value))
         if not -INT64_MAX - 1 <= v <= INT64_MAX:
-            raise InvalidShape(f"{what} must fit in int64", found=repr(value))
+            raise InvalidShape(f"{what} must fit in int64", found=short(value))
     return tuple(int(v) for v in value)
 
 
@@ -99,14 +101,14 @@ class LogicalTensor:
                  property_type=PropertyType.undef):
         if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or not 0 <= id <= INT64_MAX:
             raise InvalidArguments("logical tensor id must be a non-negative integer that fits in int64",
-                                   expected=f"0 to {INT64_MAX}", found=repr(id))
+                                   expected=f"0 to {INT64_MAX}", found=short(id))
         dtype = DataType.parse(dtype)
         unknown_rank = shape is None or (isinstance(shape, (int, np.integer)) and not isinstance(shape, bool)
                                          and shape == UNKNOWN_NDIMS)
         if unknown_rank:
             if strides not in (None, (), []):
                 raise InvalidShape(f"logical tensor {id}: a tensor of unknown rank has no strides",
-                                   found=repr(strides))
+                                   found=short(strides))
             shape, strides = (), None
         shape = _as_int_tuple(shape, "shape")
         if any(d < -1 for d in shape):
@@ -270,13 +272,22 @@ def overlaps(shape, strides, max_work: int = 1 << 22) -> bool:
 
 def check_extent(lt: "LogicalTensor", where: str) -> None:
     """Raise InvalidShape unless ``lt`` (every dim known) can exist in memory:
-    its element count fits in int64 and its span is at most MAX_TENSOR_BYTES."""
+    its element count fits in int64, each stride in bytes fits in int64 (numpy's
+    strides are bytes in an int64: a larger one, even on a dim of size 1 that
+    adds nothing to the span, cannot make an array) and its span is at most
+    MAX_TENSOR_BYTES."""
     n = lt.nelems
     if n < 0:
         return
     if n > INT64_MAX:
         raise InvalidShape(f"{where}: tensor {lt.id} has more elements than int64 can count",
                            expected=f"at most {INT64_MAX} elements", found=f"shape {list(lt.shape)}")
+    itemsize = lt.dtype.itemsize
+    if lt.strides is not None and any(abs(s) * itemsize > INT64_MAX for s in lt.strides):
+        raise InvalidShape(f"{where}: tensor {lt.id} has a stride too large to address in bytes",
+                           expected=f"strides of at most {INT64_MAX // itemsize} elements of {lt.dtype} "
+                                    f"({INT64_MAX} bytes)",
+                           found=f"strides {list(lt.strides)} (shape {list(lt.shape)})")
     strides = lt.strides if lt.strides is not None and all(s >= 0 for s in lt.strides) \
         else dense_strides(lt.shape)
     nbytes = span(lt.shape, strides) * lt.dtype.itemsize

@@ -30,6 +30,7 @@ from .. import compiler, reference
 from ..compiler.layout import into_layout
 from ..errors import GraphcError, Unimplemented
 from ..fill import make_inputs
+from ..terminal import shown
 from ..tolerances import compare
 from . import cost
 from .knobs import Case, KnobError, parse
@@ -315,7 +316,7 @@ def main(argv) -> int:
     try:
         parsed = parse(argv)
     except (KnobError, OSError, UnicodeDecodeError) as e:
-        print(f"graphc bench: error: {e}", file=sys.stderr)
+        print(f"graphc bench: error: {shown(e)}", file=sys.stderr)
         return 2
     if not parsed.cases:
         print("graphc bench: no cases: give --case=FILE.json or --batch=FILE", file=sys.stderr)
@@ -328,7 +329,7 @@ def main(argv) -> int:
             run.one(i, case, bar.emit)
             bar.step()
     for line in run.summary():
-        print(line)
+        print(shown(line))
     print(f"total: {time.perf_counter() - t0:.2f}s")
     return run.status
 

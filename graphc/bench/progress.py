@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from ..terminal import shown
+
 #: runs of more cases than this get a progress bar
 BAR_MIN_CASES = 5
 
@@ -15,7 +17,9 @@ class Progress:
             self.bar = tqdm(total=total, file=sys.stderr, unit="case", leave=False, dynamic_ncols=True)
 
     def emit(self, line: str) -> None:
-        """Print a result line to stdout without breaking the bar."""
+        """Print a result line to stdout without breaking the bar (escaped as one
+        line: it quotes file names and error messages)."""
+        line = shown(line)
         if self.bar is not None:
             self.bar.write(line, file=sys.stdout)
         else:

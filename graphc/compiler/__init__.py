@@ -15,7 +15,14 @@ compiled graphs run them.  One job per module:
 =========================  ===========================================================
 
 (The package is ``compiler``, not ``compile``: ``graphc.compile`` is the function
-that compiles a graph, and a submodule of that name would replace it.)"""
+that compiles a graph, and a submodule of that name would replace it.)
+
+Importing it with numba's compiler off (``NUMBA_DISABLE_JIT=1``) raises
+Unimplemented naming the setting (graphc.partition.require_jit)."""
+from ..partition import require_jit
+
+require_jit()   # (before code generation, which compiles its helpers when imported)
+
 from .compiled_graph import CompiledGraph, FallbackWarning, compile, run  # noqa: A004
 from .compiled_partition import CompiledPartition, ReferencePartition
 from .constant_cache import (CONSTANT_CACHE, ConstantTensorCache, get_constant_tensor_cache,

@@ -15,7 +15,7 @@ import time
 from .. import lowering
 from ..errors import InvalidArguments, Unimplemented
 from ..lowering import value_inputs
-from ..types import LogicalTensor
+from ..types import LogicalTensor, check_extent
 from .any_layout import chosen_layout, view_of
 from .compiled_partition import CompiledPartition
 from .executables import KernelExecutable, PerValuesExecutable, ViewExecutable, collective_of
@@ -56,6 +56,7 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
     elif collective is not None:
         executable = collective
     elif view is not None:
+        check_extent(view[1], "compile")   # the view's strides: numpy must be able to make it
         out_lts = [view[1]]
         executable = ViewExecutable(*view)
     else:
@@ -63,6 +64,7 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
         kernel, entry = compile_source(source, plan, in_lts, out_lts)
         executable = KernelExecutable(ops, in_lts, out_lts, source, kernel, entry, plan, partition.constant)
     cp = CompiledPartition(partition, in_lts, out_lts, ops, executable)
+    cp.rebuild = (compile_partition, (partition, inputs, outputs, values))   # (pickling compiles it again)
     cp.compile_seconds = time.perf_counter() - t0
     return cp
 

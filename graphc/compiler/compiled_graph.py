@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import warnings
 
-from ..comm import exchanges
-from ..errors import GraphcError, InvalidArguments, Unimplemented
+from ..comm import check_comm, exchanges
+from ..errors import GraphcError, InvalidArguments, Unimplemented, short
 from ..partition import partition_graph
 from ..types import LogicalTensor
 from .any_layout import any_layouts
@@ -26,9 +26,10 @@ class CompiledGraph:
 
     def __init__(self, graph, policy: str = "fusion", fallback: str | None = None):
         if fallback not in (None, "reference"):
-            raise InvalidArguments("unknown fallback", expected="None or 'reference'", found=repr(fallback))
+            raise InvalidArguments("unknown fallback", expected="None or 'reference'", found=short(fallback))
         graph.finalize()
         self.graph = graph
+        self.policy, self.fallback = policy, fallback
         self.partitions = partition_graph(graph, policy)
         bad = [p for p in self.partitions if not p.is_supported()]
         if bad and fallback is None:
@@ -62,6 +63,13 @@ class CompiledGraph:
         self._steps = None if any(c is None or k is not None for c, k in zip(self.compiled, self._collectives)) else \
             [(cp, [t.id for t in cp.inputs]) for cp in self.compiled]
 
+    def __reduce__(self):
+        """A compiled graph pickles (and deep-copies) as its graph and compile
+        options: loading compiles it again, from the kernel cache when it holds
+        the kernels (no code generation); constant outputs kept and partitions
+        compiled at run are not carried over."""
+        return CompiledGraph, (self.graph, self.policy, self.fallback)
+
     @property
     def source(self) -> str:
         """The generated source of every kernel compiled so far (at compile)."""
@@ -85,6 +93,7 @@ class CompiledGraph:
         answer at all is caught by the collectives' timeout (graphc.comm)."""
         if not isinstance(inputs, dict):
             raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
+        check_comm(comm)
         failure = None
         missing = [tid for tid in self._input_ports if tid not in inputs]
         if missing:

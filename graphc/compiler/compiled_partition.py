@@ -7,6 +7,7 @@ import weakref
 
 import numpy as np
 
+from ..comm import check_comm
 from ..errors import GraphcError, InvalidArguments
 from ..reference import check_input_array
 from ..types import LogicalTensor
@@ -32,6 +33,18 @@ class CompiledPartition:
         self._constant_outputs = None  # the outputs kept in the constant tensor cache
         self._overlapping = overlapping_layouts(inputs)
         self._inplace = executable.inplace_pairs()
+        #: (function, arguments) that compile it again (set by the compile step)
+        self.rebuild = None
+
+    def __reduce__(self):
+        """A compiled partition pickles (and deep-copies) as its partition and
+        what it was compiled for: loading compiles it again, from the kernel
+        cache when it holds the kernel (no code generation); constant outputs
+        kept and specialisations compiled at run are not carried over."""
+        if self.rebuild is None:
+            raise InvalidArguments("this compiled partition cannot be pickled or copied: it was not made by "
+                                   "Partition.compile", found=repr(self))
+        return self.rebuild
 
     # --------------------------------------------------------- what runs it
     @property
@@ -89,6 +102,8 @@ class CompiledPartition:
         ``outputs`` are written in place; returns {output id: array}.  A collective
         runs on ``comm`` (see graphc.comm); bad arguments to it on any member of
         the group raise on every member."""
+        if comm is not None:
+            check_comm(comm)
         result = self.executable.fast_run(inputs, outputs)
         if result is not None:
             return result
@@ -248,3 +263,4 @@ class ReferencePartition(CompiledPartition):
         inputs, outputs = list(partition.inputs), list(partition.outputs)
         super().__init__(partition, inputs, outputs, list(partition.ops),
                          ReferenceExecutable(partition.ops, inputs, outputs))
+        self.rebuild = (ReferencePartition, (partition,))

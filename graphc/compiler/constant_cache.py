@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from ..errors import InvalidArguments
+from ..errors import InvalidArguments, short
 
 #: capacity meaning "no limit" (MB), as oneDNN's default when the cache is on
 UNLIMITED_CAPACITY_MB = sys.maxsize >> 20
@@ -48,7 +48,7 @@ class ConstantTensorCache:
 
     def set_flag(self, flag) -> None:
         if isinstance(flag, bool) or not isinstance(flag, (int, np.integer)) or flag not in (0, 1):
-            raise InvalidArguments("the constant tensor cache flag must be 0 (off) or 1 (on)", found=repr(flag))
+            raise InvalidArguments("the constant tensor cache flag must be 0 (off) or 1 (on)", found=short(flag))
         with self._lock:
             self._flag = bool(flag)
             if flag and self._capacity["cpu"] == 0:
@@ -61,7 +61,7 @@ class ConstantTensorCache:
         _check_engine_kind(engine_kind)
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
             raise InvalidArguments("the constant tensor cache capacity is a number of megabytes",
-                                   expected="an integer >= 0", found=repr(size))
+                                   expected="an integer >= 0", found=short(size))
         with self._lock:
             self._capacity[engine_kind] = int(size)
             self._flag = size > 0
@@ -86,7 +86,7 @@ class ConstantTensorCache:
 def _check_engine_kind(kind) -> None:
     from ..graph import ENGINE_KINDS
     if kind not in ENGINE_KINDS:
-        raise InvalidArguments("unsupported engine kind", expected=" or ".join(ENGINE_KINDS), found=repr(kind))
+        raise InvalidArguments("unsupported engine kind", expected=" or ".join(ENGINE_KINDS), found=short(kind))
 
 
 CONSTANT_CACHE = ConstantTensorCache()

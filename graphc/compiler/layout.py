@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArguments, RuntimeFault
-from ..types import LogicalTensor, dense_strides, overlaps, span as _span
+from ..types import LogicalTensor, check_extent, dense_strides, overlaps, span as _span
 
 
 def flat_view(arr: np.ndarray, lt: LogicalTensor) -> np.ndarray:
@@ -33,11 +33,14 @@ def layout_matches(arr: np.ndarray, lt: LogicalTensor) -> bool:
 
 
 def allocate(lt: LogicalTensor) -> np.ndarray:
-    """An uninitialized array laid out as ``lt`` says (gaps included)."""
+    """An uninitialized array laid out as ``lt`` says (gaps included); its byte
+    sizes are checked first (types.check_extent: InvalidShape, not numpy's
+    OverflowError)."""
     dt = lt.dtype.np
     try:
         if lt.strides == dense_strides(lt.shape):
             return np.empty(lt.shape, dtype=dt)
+        check_extent(lt, "allocate")
         # as_strided does not take ml_dtypes types (bf16, f8): stride the bits
         bits = np.dtype(f"u{dt.itemsize}")
         buf = np.empty(max(_span(lt.shape, lt.strides), 1), dtype=bits)

@@ -22,7 +22,7 @@ from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
-from ..errors import InvalidDataType, InvalidGraphOp, InvalidShape, Unimplemented
+from ..errors import InvalidDataType, InvalidGraphOp, InvalidShape, Unimplemented, short
 from ..types import DataType
 
 _REGISTRY: dict[str, "OpSchema"] = {}
@@ -160,9 +160,7 @@ def _fmt(v) -> str:
         return "[" + ", ".join(_fmt(x) for x in v) + "]"
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, str):
-        return repr(v)
-    return repr(v)
+    return short(v)
 
 
 # Handy attribute range checks
@@ -264,6 +262,12 @@ class OpSchema:
             _REGISTRY[cls.kind] = inst
             for a in cls.aliases:
                 _ALIASES[a] = cls.kind
+
+    def __reduce__(self):
+        """A schema pickles (and copies) as its kind: the registry's one instance
+        comes back, as ``get_schema`` gives it (a pickled or deep-copied graph's
+        ops share their kinds' schemas)."""
+        return get_schema, (self.kind,)
 
     # -- port binding -------------------------------------------------------------
     def attr_spec(self, name) -> Attr | None:
@@ -371,13 +375,13 @@ class OpSchema:
 
 def get_schema(kind: str, op=None) -> OpSchema:
     if not isinstance(kind, str):
-        raise InvalidGraphOp("op kind must be a string", op=op, found=repr(kind))
+        raise InvalidGraphOp("op kind must be a string", op=op, found=short(kind))
     k = _ALIASES.get(kind, kind)
     if k not in _REGISTRY:
         import difflib
         close = difflib.get_close_matches(kind, list(_REGISTRY), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise InvalidGraphOp(f"unknown op kind{hint}", op=op, found=repr(kind),
+        raise InvalidGraphOp(f"unknown op kind{hint}", op=op, found=short(kind),
                              expected="a kind listed by `graphc ops`")
     return _REGISTRY[k]
 

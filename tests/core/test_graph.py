@@ -284,6 +284,19 @@ def test_declared_ports_must_exist():
     assert g.finalize().output_ports == [1] and g.ignored_output_ports == [9]
 
 
+@pytest.mark.parametrize("inputs, producer", [([0, 2], 'output 0 (dst) of op 1 (Abs "last")'),    # consumed by no op
+                                             ([0, 1], 'output 0 (dst) of op 0 (ReLU "first")')])  # consumed by op 1
+def test_a_declared_input_port_an_op_produces(inputs, producer):
+    """A tensor an op computes cannot be fed: the error names the port and its producer
+    (not 'not consumed by any op', and not accepted with its value ignored)."""
+    g = graph_of(Op(0, "ReLU", [lt(0)], [lt(1)], name="first"), Op(1, "Abs", [lt(1)], [lt(2)], name="last"))
+    g.set_ports(inputs=inputs)
+    with pytest.raises(InvalidGraph) as e:
+        g.finalize()
+    names(e, f"input_ports ({inputs[1]})", "declared input port names a tensor an op produces", producer)
+    assert "not consumed" not in str(e.value) and not g.finalized
+
+
 @pytest.mark.parametrize("kw,what", [({"engine_kind": "gpu"}, "engine kind"), ({"fpmath_mode": "fast"}, "fpmath")])
 def test_bad_graph_settings(kw, what):
     with pytest.raises(InvalidArguments, match=what):

@@ -189,3 +189,20 @@ def test_every_error_is_a_graphc_error():
 def test_numpy_integers_are_accepted():
     t = LogicalTensor(np.int64(3), "s8", np.array([2, 3]), np.array([3, 1]))
     assert t.id == 3 and t.shape == (2, 3) and type(t.shape[0]) is int
+
+
+@pytest.mark.parametrize("dtype, shape, strides, ok", [
+    ("f32", [1, 3], [2 ** 60, 1], True),          # 2^62 bytes: numpy can stride it
+    ("f32", [1, 3], [2 ** 62, 1], False),         # 2^64 bytes on a dim of size 1 (span 12 bytes)
+    ("f64", [3, 1], [1, 2 ** 61], False),
+    ("s8", [1, 3], [2 ** 62, 1], True),
+    ("f32", [2, 3], [2 ** 46, 1], False),         # a span beyond MAX_TENSOR_BYTES
+])
+def test_check_extent_checks_byte_strides_and_span(dtype, shape, strides, ok):
+    from graphc.types import check_extent
+    lt = LogicalTensor(0, dtype, shape, strides)
+    if ok:
+        check_extent(lt, "here")
+    else:
+        with pytest.raises(InvalidShape, match="here: tensor 0 .*too large"):
+            check_extent(lt, "here")

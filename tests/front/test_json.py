@@ -278,7 +278,11 @@ def test_version_must_be_a_string():
     (("graph", 1, "outputs", 0, "id"), 1, InvalidGraph, "graph[1]", ["produced twice"]),
     (("graph", 1, "id"), 0, InvalidGraph, "graph[1]", ["duplicate op id"]),
     (("graph", 0, "inputs", 0, "id"), 3, InvalidGraph, "graph", ["cycle"]),
-    (("input_ports",), [0, 7], InvalidGraph, "graph", ["input_ports (7)"]),
+    (("input_ports",), [0, 7], InvalidGraph, "input_ports", ["input_ports (7)", "not consumed by any op"]),
+    (("input_ports",), [0, 3], InvalidGraph, "input_ports",     # produced by the graph's last op
+     ["input_ports (3)", "names a tensor an op produces", 'output 0 (diff_src) of op 1 (ReLUBackward "bwd")']),
+    (("input_ports",), [0, 1, 2], InvalidGraph, "input_ports",  # produced, and consumed by op 1
+     ["input_ports (1)", "names a tensor an op produces", 'output 0 (dst) of op 0 (Elu "elu")']),
 ])
 def test_schema_errors_carry_the_op_path(path, value, cls, where, words):
     with pytest.raises(cls) as e:

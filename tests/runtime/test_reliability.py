@@ -227,6 +227,42 @@ def test_huge_tensors_rejected_before_compiling(ins, outs):
         graphc.compile(g)
 
 
+def _transposed(strides_in=None, strides_out=None):
+    return one_op("StaticTranspose", [("f32", [1, 3], strides_in)], [("f32", [3, 1], strides_out)],
+                  {"order": [1, 0]})
+
+
+@pytest.mark.parametrize("make", [
+    lambda: one_op("ReLU", [("f32", [1, 3], [2 ** 62, 1])], [("f32", [1, 3])]),       # a kernel
+    lambda: one_op("ReLU", [("f32", [1, 3])], [("f32", [1, 3], [2 ** 62, 1])]),
+    lambda: _transposed([2 ** 62, 1]),                                                  # a view of the input
+    lambda: _transposed(None, [1, 2 ** 62]),
+    lambda: one_op("StaticReshape", [("f32", [1, 3], [2 ** 62, 1])], [("f32", [3, 1])],
+                   {"shape": [3, 1], "special_zero": False}),
+])
+def test_a_stride_beyond_int64_bytes_on_a_dim_of_one_is_rejected_at_compile(make):
+    """A stride of 2^62 f32 elements on a dim of size 1 adds nothing to the span,
+    but its 2^64 bytes do not fit numpy's strides: numpy raised OverflowError at
+    run (making the transpose's view); compile says what is wrong first."""
+    with raises(InvalidShape, "compile", "stride too large to address in bytes", str(2 ** 62)):
+        graphc.compile(make())
+
+
+def test_a_stride_within_int64_bytes_on_a_dim_of_one_runs():
+    x = np.arange(3, dtype=np.float32).reshape(1, 3)
+    for g in (one_op("ReLU", [("f32", [1, 3], [2 ** 60, 1])], [("f32", [1, 3], [2 ** 60, 1])]),
+              _transposed([2 ** 60, 1])):
+        (out,) = graphc.compile(g).run({0: x}).values()
+        assert_same(out, x.reshape(out.shape))
+
+
+def test_allocate_checks_byte_sizes_before_making_an_array():
+    from graphc.compiler.layout import allocate
+    with raises(InvalidShape, "allocate", "stride too large to address in bytes"):
+        allocate(LogicalTensor(0, "f32", [1, 3], [2 ** 62, 1]))
+    assert allocate(LogicalTensor(0, "f32", [1, 3], [2 ** 60, 1])).strides == (2 ** 62, 4)
+
+
 def test_read_only_output_rejected():
     cp = partition(one_op("ReLU", [("f32", [2, 3])], [("f32", [2, 3])]))
     ro = np.zeros((2, 3), np.float32)
