@@ -1,8 +1,8 @@
 """Applying a case's knobs to a graph JSON (as a dict) and loading the result.
 
-Kinds, attributes, data types and properties are edited in place; new input
-shapes are propagated op by op through shape inference (ranks may change),
-then ``graphc.load_graph`` checks the whole graph.  Tensors whose shape comes
+Kinds, attributes, data types, properties and the fpmath mode are edited in
+place; new input shapes are propagated op by op through shape inference
+(ranks may change), then ``graphc.load_graph`` checks the whole graph.  Tensors whose shape comes
 out unchanged keep their declared strides (a Reorder's output layout).
 Everything wrong with the knobs or the resulting graph raises a GraphcError,
 which the driver reports as invalid_arguments.
@@ -33,6 +33,9 @@ def build_graph(doc: dict, values: dict):
         return load_graph(doc)  # the loader says what is wrong
     d = copy.deepcopy(doc)
     ops = d["graph"]
+    if values["attr-fpmath"] is not None:
+        d["fpmath_mode"] = values["attr-fpmath"].mode
+        d["fpmath_mode_apply_to_int"] = values["attr-fpmath"].apply_to_int
     reshape = bool(values["op-kind"] or values["op-attrs"] or values["in-shapes"] or values["mb"])
     for oid, kind in values["op-kind"].items():
         _set_kind(d, _op(ops, oid), kind)

@@ -152,3 +152,15 @@ def test_undef_passes_the_produced_input_of_a_binary_op():
 def test_undef_binary_op_needs_exactly_one_produced_input():
     with pytest.raises(InvalidArguments, match="passes through"):
         chain_graph("--op-kind=2:undef")
+
+
+def test_attr_fpmath_sets_the_graph_mode(corpus):
+    assert graph(corpus, "matmul.json").get_fpmath_mode() == ("strict", False)
+    assert graph(corpus, "matmul.json", "--attr-fpmath=bf16").get_fpmath_mode() == ("bf16", False)
+    assert graph(corpus, "matmul.json", "--attr-fpmath=tf32:true").get_fpmath_mode() == ("tf32", True)
+    doc = tiny_chain()
+    doc["fpmath_mode"], doc["fpmath_mode_apply_to_int"] = "f16", "true"
+    values = parse(["--case=x.json"]).cases[0].values
+    assert build_graph(doc, values).get_fpmath_mode() == ("f16", True)   # unset: the file's
+    values = parse(["--attr-fpmath=strict", "--case=x.json"]).cases[0].values
+    assert build_graph(doc, values).get_fpmath_mode() == ("strict", False)
