@@ -2,7 +2,8 @@
 
 The file is first read as benchdnn reads it: on the driver's engine (the CPU:
 a file dumped on a GPU engine runs here), strides written with a rank other
-than the shape's taken as dense (benchdnn's plain tag).  Kinds, attributes,
+than the shape's taken as dense (benchdnn's plain tag), declared input ports
+that no op consumes left out.  Kinds, attributes,
 data types, properties and the fpmath mode are edited in place; new input
 shapes are propagated op by op through shape inference (ranks may change),
 quantization parameters fitted to the shapes (graphc.bench.quant), then
@@ -92,6 +93,11 @@ def _as_benchdnn_reads(d) -> None:
         stride, shape = json_strides(t.get("stride")), json_shape(t["shape"])
         if stride is not None and shape is not None and len(stride) != len(shape):
             t["stride"] = []
+    _drop_unused_input_ports(d)
+
+
+def _drop_unused_input_ports(d) -> None:
+    """Leave out the declared input ports that no op consumes."""
     if "input_ports" in d:
         used = {t["id"] for od in d["graph"] for t in od["inputs"]}
         d["input_ports"] = [p for p in d["input_ports"] if not isinstance(p, int) or p in used]
@@ -166,9 +172,7 @@ def _remove(d, od):
         other["inputs"] = [copy.deepcopy(keep) if t["id"] in gone else t for t in other["inputs"]]
     if "output_ports" in d:
         d["output_ports"] = [keep["id"] if p in gone else p for p in d["output_ports"]]
-    if "input_ports" in d:
-        used = {t["id"] for other in ops for t in other["inputs"]}
-        d["input_ports"] = [p for p in d["input_ports"] if not isinstance(p, int) or p in used]
+    _drop_unused_input_ports(d)
 
 
 # --------------------------------------------------------------- attributes
