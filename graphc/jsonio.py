@@ -1,7 +1,11 @@
-"""oneDNN Graph JSON (version 3.x): load, dump, save.
+"""oneDNN Graph JSON (version 3.x, and the 0.x files of oneDNN Graph's preview
+releases, which have the same layout): load, dump, save.
 
 Errors while loading carry the JSON path of the fault, e.g.
-``graph[0].inputs[2].dtype``.
+``graph[0].inputs[2].dtype``.  oneDNN's dumps write an unknown shape or
+strides as ``[-9223372036854775808]`` (DNNL_GRAPH_UNKNOWN_DIM): such a shape
+loads as an unknown rank (the op infers it), such strides as not given, and
+the marker as one dim of a longer shape as an unknown dim (-1).
 """
 from __future__ import annotations
 
@@ -19,6 +23,10 @@ from .op import Op
 from .types import ATTR_JSON_TYPES, INT64_MAX, LogicalTensor
 
 _LT_KEYS = ("id", "dtype", "shape", "stride", "layout_type", "property_type")
+#: DNNL_GRAPH_UNKNOWN_DIM: what oneDNN's dumps write for a dim, shape or strides not known
+UNKNOWN_DIM = -INT64_MAX - 1
+#: the JSON versions read: oneDNN 3.x, and oneDNN Graph's 0.x preview releases (same layout)
+VERSION = re.compile(r"[03](\.[0-9]+)*")
 
 
 class _Path:
@@ -70,17 +78,31 @@ def _int_list(v, path):
     return v
 
 
+def json_shape(shape: list) -> list | None:
+    """A dumped shape as LogicalTensor takes it: None (unknown rank) for oneDNN's
+    unknown-shape marker [UNKNOWN_DIM], -1 for an UNKNOWN_DIM among other dims."""
+    if shape == [UNKNOWN_DIM]:
+        return None
+    return [-1 if v == UNKNOWN_DIM else v for v in shape]
+
+
+def json_strides(stride: list | None) -> list | None:
+    """Dumped strides as LogicalTensor takes them: None (not given) when absent,
+    empty or holding oneDNN's unknown marker."""
+    return None if not stride or UNKNOWN_DIM in stride else stride
+
+
 def _lt_from_json(d, path) -> LogicalTensor:
     tid = _get(d, "id", path, int)
     dtype = _get(d, "dtype", path, str)
-    shape = _int_list(_get(d, "shape", path, list), path.key("shape"))
+    shape = json_shape(_int_list(_get(d, "shape", path, list), path.key("shape")))
     stride = _get(d, "stride", path, list, required=False)
     if stride is not None:
-        _int_list(stride, path.key("stride"))
+        stride = json_strides(_int_list(stride, path.key("stride")))
     layout = _get(d, "layout_type", path, str, required=False, default="strided")
     prop = _get(d, "property_type", path, str, required=False, default="undef")
     try:
-        return LogicalTensor(tid, dtype, shape, stride if stride else None, layout, prop)
+        return LogicalTensor(tid, dtype, shape, stride, layout, prop)
     except GraphcError as e:
         field = {"InvalidDataType": "dtype"}.get(type(e).__name__)
         if field is None:
@@ -113,8 +135,8 @@ def graph_from_dict(d: dict) -> Graph:
     if not isinstance(d, dict):
         raise _fail(root, "a graph JSON must be an object", found=type(d).__name__)
     version = _get(d, "version", root, str, required=False, default="3.0.0")
-    if not re.fullmatch(r"3(\.[0-9]+)*", version):
-        raise _fail(root.key("version"), "unsupported JSON version", expected="3.x", found=short(version))
+    if not VERSION.fullmatch(version):
+        raise _fail(root.key("version"), "unsupported JSON version", expected="3.x or 0.x", found=short(version))
     engine_kind = _get(d, "engine_kind", root, str, required=False, default="cpu")
     fpmath_mode = _get(d, "fpmath_mode", root, str, required=False, default="strict")
     to_int = _get(d, "fpmath_mode_apply_to_int", root, (bool, str), required=False, default=False)

@@ -297,7 +297,10 @@ knobs (reset to their defaults by --reset):
   --op-attrs=OPID:NAME:VALUE[*NAME:VALUE][+...]   new op attributes
   --op-kind=OPID:KIND[+...]    new op kinds (for ops of one family)
   --dt=DT or --dt=ID:DT[+...]  new data types (f32, bf16, f16, ...)
-  --tensor-property=ID:PROPERTY[+...]   new property types (variable, constant)
+  --tensor-property=ID:PROPERTY[+...]   new property types (variable, constant, host_scalar)
+  --attr-fpmath=MODE[:BOOL]    the graph's fpmath mode (strict, bf16, f16, tf32, any) and
+                               whether it applies to integral ops (default false); unset:
+                               the file's
   --expected-n-partitions=N    the partition count to check (default 1; 0: any)
 
 cases:

@@ -8,7 +8,8 @@ starts a comment) with the same state.  Global knobs (``--mode``,
 ``--fix-times-per-prb``, ``--max-ms-per-prb``, ``--inputs-dir``, ``-vN``) are
 not reset.  A knob value that cannot be read makes its cases invalid (the
 driver reports them); an unknown option or a missing batch file stops the
-parse with a KnobError.
+parse with a KnobError.  A token ending in a backslash continues on the next
+token, as benchdnn joins a batch file's broken lines.
 """
 from __future__ import annotations
 
@@ -149,6 +150,31 @@ def parse_tensor_property(text) -> dict[int, PropertyType]:
     return out
 
 
+#: benchdnn's --attr-fpmath modes (doc/knobs_attr.md), as a graph's fpmath_mode takes them
+FPMATH_MODES = ("strict", "bf16", "f16", "tf32", "any")
+_BOOL_TEXT = {"true": True, "1": True, "false": False, "0": False}
+
+
+@dataclass(frozen=True)
+class FpMath:
+    """One --attr-fpmath value: the graph's fpmath mode, and whether it applies to integral ops."""
+
+    mode: str
+    apply_to_int: bool = False
+
+
+def parse_fpmath(text) -> FpMath | None:
+    """'' (the JSON file's own mode) -> None; 'MODE[:BOOL]' -> FpMath."""
+    if not text:
+        return None
+    mode, colon, to_int = text.partition(":")
+    if mode.lower() not in FPMATH_MODES:
+        raise KnobError(f"--attr-fpmath: expected one of {', '.join(FPMATH_MODES)}, found {mode!r}")
+    if colon and to_int.lower() not in _BOOL_TEXT:
+        raise KnobError(f"--attr-fpmath: APPLY_TO_INT must be true or false, found {to_int!r}")
+    return FpMath(mode.lower(), bool(colon) and _BOOL_TEXT[to_int.lower()])
+
+
 def _parse_value(knob, text):
     """The parsed value, or the KnobError: a bad value makes its cases invalid
     (reported per case, as the library would) rather than stopping the run."""
@@ -173,6 +199,7 @@ KNOBS = (
     Knob("op-kind", "", parse_op_kind),
     Knob("dt", "undef", parse_dt),
     Knob("tensor-property", "", parse_tensor_property),
+    Knob("attr-fpmath", "", parse_fpmath),
     Knob("expected-n-partitions", "1", lambda t: _int(t, "--expected-n-partitions")),
 )
 _BY_NAME = {k.name: k for k in KNOBS}
@@ -282,8 +309,21 @@ class _Parser:
 
 
 def batch_tokens(text: str) -> list[str]:
-    """Whitespace-separated tokens of a batch file, '#' comments removed."""
-    return [tok for line in text.splitlines() for tok in line.partition("#")[0].split()]
+    """Whitespace-separated tokens of a batch file, '#' comments removed.  A token
+    ending in a backslash is joined with the next one (a lone backslash joins the
+    tokens on either side), so a knob value broken over lines reads as one."""
+    out: list[str] = []
+    joined = False
+    for tok in (tok for line in text.splitlines() for tok in line.partition("#")[0].split()):
+        if joined and out:
+            tok = out.pop() + tok
+        joined = tok.endswith("\\")
+        if joined:
+            tok = tok[:-1]
+            if not tok:
+                continue
+        out.append(tok)
+    return out
 
 
 def parse(argv) -> Parsed:

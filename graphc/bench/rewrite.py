@@ -1,9 +1,14 @@
 """Applying a case's knobs to a graph JSON (as a dict) and loading the result.
 
-Kinds, attributes, data types and properties are edited in place; new input
+The file is first read as benchdnn reads it: on the driver's engine (the CPU:
+a file dumped on a GPU engine runs here), strides written with a rank other
+than the shape's taken as dense (benchdnn's plain tag), declared input ports
+that no op consumes left out.  Kinds, attributes,
+data types, properties and the fpmath mode are edited in place; new input
 shapes are propagated op by op through shape inference (ranks may change),
-then ``graphc.load_graph`` checks the whole graph.  Tensors whose shape comes
-out unchanged keep their declared strides (a Reorder's output layout).
+quantization parameters fitted to the shapes (graphc.bench.quant), then
+``graphc.load_graph`` checks the whole graph.  Tensors whose shape comes out
+unchanged keep their declared strides (a Reorder's output layout).
 Everything wrong with the knobs or the resulting graph raises a GraphcError,
 which the driver reports as invalid_arguments.
 """
@@ -14,10 +19,11 @@ import re
 from string import ascii_lowercase
 
 from ..errors import GraphcError, InvalidArguments, InvalidDataType
-from ..jsonio import load_graph
+from ..jsonio import json_shape, json_strides, load_graph
 from ..op import Op
 from ..ops import get_schema
 from ..types import LogicalTensor
+from .quant import fit_per_channel, fit_per_group
 
 #: op families whose kind --op-kind may change (or remove, with undef)
 KIND_FAMILIES = ("eltwise", "eltwise_bwd", "binary")
@@ -33,6 +39,10 @@ def build_graph(doc: dict, values: dict):
         return load_graph(doc)  # the loader says what is wrong
     d = copy.deepcopy(doc)
     ops = d["graph"]
+    _as_benchdnn_reads(d)
+    if values["attr-fpmath"] is not None:
+        d["fpmath_mode"] = values["attr-fpmath"].mode
+        d["fpmath_mode_apply_to_int"] = values["attr-fpmath"].apply_to_int
     reshape = bool(values["op-kind"] or values["op-attrs"] or values["in-shapes"] or values["mb"])
     for oid, kind in values["op-kind"].items():
         _set_kind(d, _op(ops, oid), kind)
@@ -47,7 +57,11 @@ def build_graph(doc: dict, values: dict):
         new = _input_shapes(ops, inputs, values["in-shapes"])
         if values["mb"]:
             _set_mb(ops, inputs, new, values["mb"])
-        _propagate(d, new)
+        _propagate(d, new, values)
+    else:
+        for od in ops:
+            if od["inputs"]:
+                fit_per_channel(od, json_shape(od["inputs"][0]["shape"]))
     return load_graph(d)
 
 
@@ -66,6 +80,27 @@ def _well_formed(d) -> bool:
 
     return isinstance(d, dict) and isinstance(d.get("graph"), list) and all(map(op_ok, d["graph"])) \
         and all(isinstance(d.get(k, []), list) for k in ("input_ports", "output_ports"))
+
+
+def _as_benchdnn_reads(d) -> None:
+    """The file as benchdnn's driver takes it: on its own engine, which is the CPU
+    here; with strides of another rank than the shape's (not oneDNN's unknown
+    marker) dropped, so that the tensor is dense (benchdnn's plain tag); and
+    without declared input ports that no op consumes (benchdnn builds the graph
+    from its ops alone)."""
+    d["engine_kind"] = "cpu"
+    for t in _tensors(d["graph"]):
+        stride, shape = json_strides(t.get("stride")), json_shape(t["shape"])
+        if stride is not None and shape is not None and len(stride) != len(shape):
+            t["stride"] = []
+    _drop_unused_input_ports(d)
+
+
+def _drop_unused_input_ports(d) -> None:
+    """Leave out the declared input ports that no op consumes."""
+    if "input_ports" in d:
+        used = {t["id"] for od in d["graph"] for t in od["inputs"]}
+        d["input_ports"] = [p for p in d["input_ports"] if not isinstance(p, int) or p in used]
 
 
 def _op(ops, oid) -> dict:
@@ -137,9 +172,7 @@ def _remove(d, od):
         other["inputs"] = [copy.deepcopy(keep) if t["id"] in gone else t for t in other["inputs"]]
     if "output_ports" in d:
         d["output_ports"] = [keep["id"] if p in gone else p for p in d["output_ports"]]
-    if "input_ports" in d:
-        used = {t["id"] for other in ops for t in other["inputs"]}
-        d["input_ports"] = [p for p in d["input_ports"] if p in used]
+    _drop_unused_input_ports(d)
 
 
 # --------------------------------------------------------------- attributes
@@ -321,20 +354,25 @@ def _as_op(od, known=None, infer=False) -> Op:
     known = known or {}
     ins = []
     for t in od["inputs"]:
-        shape, strides = known.get(t["id"], (t["shape"], t.get("stride") or []))
+        shape, strides = known.get(t["id"], (json_shape(t["shape"]), json_strides(t.get("stride"))))
         ins.append(LogicalTensor(t["id"], t["dtype"], shape, strides or None))
-    outs = [LogicalTensor(t["id"], t["dtype"], [] if infer else t["shape"], None if infer else t.get("stride") or None)
-            for t in od["outputs"]]
+    outs = [LogicalTensor(t["id"], t["dtype"], [] if infer else json_shape(t["shape"]),
+                          None if infer else json_strides(t.get("stride"))) for t in od["outputs"]]
     attrs = {k: v.get("value") for k, v in od.get("attrs", {}).items()}
     return Op(od["id"], od["kind"], ins, outs, attrs, od.get("name"))
 
 
-def _propagate(d, new: dict):
+def _propagate(d, new: dict, values: dict):
     """Infer every op's output shapes from the new input shapes, in topological
-    order, and write the shapes back (strides become dense where a shape changed)."""
+    order, fitting quantization parameters to them on the way (the case's knob
+    ``values`` say which were given), and write the shapes back (strides become
+    dense where a shape changed)."""
     ops = d["graph"]
     known = dict(new)
     for od in _topo(ops):
+        fit_per_group(od, known, values["in-shapes"], values["op-attrs"])
+        if od["inputs"]:
+            fit_per_channel(od, known.get(od["inputs"][0]["id"], (None,))[0])
         op = _as_op(od, known, infer=True)
         op.validate()
         for t, lt in zip(od["outputs"], op.outputs):

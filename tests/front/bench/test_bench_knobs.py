@@ -1,7 +1,7 @@
 """graphc bench: the knob parser, batch files and comma expansion."""
 import pytest
 
-from graphc.bench.knobs import InShape, KnobError, batch_tokens, parse
+from graphc.bench.knobs import FpMath, InShape, KnobError, batch_tokens, parse
 from graphc.types import DataType, PropertyType
 
 CONV = "pattern/f32/conv_post_ops_fusion.json"
@@ -163,7 +163,8 @@ def test_in_shapes_ids_read_as_benchdnn_does():
                                   "--in-shapes=*0:2x3", "--in-shapes=0:2x3+0:4x5",
                                   "--in-shapes=0:2x3*abc", "--in-shapes=0:", "--dt=s8", "--dt=0:f99",
                                   "--op-attrs=0:axis", "--tensor-property=0:heavy", "--mb=-1",
-                                  "--expected-n-partitions=one"])
+                                  "--expected-n-partitions=one", "--attr-fpmath=bf8", "--attr-fpmath=bf16:maybe",
+                                  "--attr-fpmath=bf16:"])
 def test_bad_knob_values_make_their_cases_invalid(knob):
     p = parse([knob, "--case=x.json"])
     assert only_case(p).error
@@ -183,6 +184,33 @@ def test_max_ms_is_saturated():
 
 def test_batch_tokens_strip_comments():
     assert batch_tokens("# head\n--reset --case=a.json # tail\n\n  --mb=2\n") == ["--reset", "--case=a.json", "--mb=2"]
+
+
+def test_batch_tokens_join_broken_lines_as_benchdnn_does():
+    # complex_fusion/harness_mha_all breaks a long --in-shapes over lines with '\\'
+    text = "--reset --in-shapes=1:1x2,\\\n         1:3x4,\\\n    1:5x6\n--case=a.json\n"
+    assert batch_tokens(text) == ["--reset", "--in-shapes=1:1x2,1:3x4,1:5x6", "--case=a.json"]
+    assert batch_tokens("--mb=1,\\ # note\n2 --case=a.json") == ["--mb=1,2", "--case=a.json"]
+    assert batch_tokens("--mb=1, \\\n 2 --case=a.json") == ["--mb=1,2", "--case=a.json"]   # a lone '\\'
+
+
+def test_broken_lines_expand_like_one(tmp_path):
+    (tmp_path / "h").write_text("--in-shapes=0:1x2,\\\n   0:3x4\n--case=a.json\n")
+    p = parse([f"--batch={tmp_path / 'h'}"])
+    assert [c.values["in-shapes"][0].shape for c in p.cases] == [(1, 2), (3, 4)]
+
+
+def test_attr_fpmath():
+    # the corpus's two forms: pattern/harness_f32_all and pattern/harness_int8_all
+    p = parse(["--attr-fpmath=strict,bf16,tf32", "--case=a.json",
+               "--reset", "--attr-fpmath=strict:false,bf16:true,TF32:1", "--case=b.json", "--reset", "--case=c.json"])
+    assert [c.values["attr-fpmath"] for c in p.cases] == [
+        FpMath("strict"), FpMath("bf16"), FpMath("tf32"),
+        FpMath("strict", False), FpMath("bf16", True), FpMath("tf32", True), None]
+    assert p.cases[4].knobs_repro() == "--attr-fpmath=bf16:true --case=b.json"
+    assert p.cases[6].knobs_repro() == "--case=c.json"
+    c = only_case(parse(["--attr-fpmath=any", "--expected-n-partitions=2", "--case=x.json"]))
+    assert c.knobs_repro() == "--attr-fpmath=any --expected-n-partitions=2 --case=x.json"
 
 
 def test_batch_nesting_is_bounded(tmp_path):

@@ -152,3 +152,119 @@ def test_undef_passes_the_produced_input_of_a_binary_op():
 def test_undef_binary_op_needs_exactly_one_produced_input():
     with pytest.raises(InvalidArguments, match="passes through"):
         chain_graph("--op-kind=2:undef")
+
+
+def test_attr_fpmath_sets_the_graph_mode(corpus):
+    assert graph(corpus, "matmul.json").get_fpmath_mode() == ("strict", False)
+    assert graph(corpus, "matmul.json", "--attr-fpmath=bf16").get_fpmath_mode() == ("bf16", False)
+    assert graph(corpus, "matmul.json", "--attr-fpmath=tf32:true").get_fpmath_mode() == ("tf32", True)
+    doc = tiny_chain()
+    doc["fpmath_mode"], doc["fpmath_mode_apply_to_int"] = "f16", "true"
+    values = parse(["--case=x.json"]).cases[0].values
+    assert build_graph(doc, values).get_fpmath_mode() == ("f16", True)   # unset: the file's
+    values = parse(["--attr-fpmath=strict", "--case=x.json"]).cases[0].values
+    assert build_graph(doc, values).get_fpmath_mode() == ("strict", False)
+
+
+# ------------------------------------------------ files read as benchdnn reads them
+def values(*knobs):
+    return parse(list(knobs) + ["--case=x.json"]).cases[0].values
+
+
+def test_a_file_dumped_on_a_gpu_engine_runs_on_the_cpu():
+    doc = tiny_chain()
+    doc["engine_kind"] = "gpu"
+    assert build_graph(doc, values()).engine_kind == "cpu"
+
+
+def test_strides_of_another_rank_are_dense():
+    # benchdnn's strides2memory_tag takes strides whose rank differs from the shape's
+    # as the plain tag; oneDNN's unknown marker means the same
+    doc = tiny_chain()
+    doc["graph"][0]["outputs"][0]["stride"] = [1]
+    doc["graph"][1]["inputs"][0]["stride"] = [1]
+    doc["graph"][1]["inputs"][1]["stride"] = [3, 1, 1]
+    doc["graph"][1]["outputs"][0]["stride"] = [-2 ** 63]
+    for g in (build_graph(doc, values()), build_graph(doc, values("--in-shapes=0:2x3*ba"))):
+        assert all(g.tensors[i].is_dense for i in (1, 2, 3))
+
+
+def test_declared_input_ports_no_op_consumes_are_left_out():
+    doc = tiny_chain()
+    doc["input_ports"] = [0, 2, 4, 5, 9]
+    assert sorted(build_graph(doc, values()).input_ports) == [0, 2, 4, 5]
+
+
+def quant_doc(kind="Dequantize", dt="s8", qtype="per_channel", axis=1, scales=(1, 2, 0.5, 4), zps=(0, 1, 2, 3)):
+    """One static (de)quantization op of a 2x4x3 tensor 0 into tensor 1."""
+    def t(i, dtype):
+        return {"id": i, "dtype": dtype, "shape": [2, 4, 3], "stride": [], "layout_type": "strided",
+                "property_type": "undef"}
+    attrs = {"qtype": {"type": "string", "value": qtype}, "axis": {"type": "s64", "value": axis},
+             "scales": {"type": "f32[]", "value": list(scales)}}
+    if zps is not None:
+        attrs["zps"] = {"type": "s64[]", "value": list(zps)}
+    ins, outs = (dt, "f32") if kind == "Dequantize" else ("f32", dt)
+    return {"version": "3.0.0", "engine_kind": "cpu", "fpmath_mode": "strict", "graph": [
+        {"id": 7, "name": "q", "kind": kind, "attrs": attrs, "inputs": [t(0, ins)], "outputs": [t(1, outs)]}]}
+
+
+def params(g):
+    op = g.ops[7]
+    return list(op.attr("scales")), op.attr("zps") and list(op.attr("zps"))
+
+
+@pytest.mark.parametrize("kind", ["Dequantize", "Quantize"])
+def test_per_channel_parameters_follow_the_channel_count(kind):
+    # benchdnn's quantized_graph_rewrite: scales repeated in turn, int8 zero points
+    # padded with zeros, both as many as the channels after --in-shapes
+    doc = quant_doc(kind)
+    assert params(build_graph(doc, values())) == ([1, 2, 0.5, 4], [0, 1, 2, 3])
+    assert params(build_graph(doc, values("--in-shapes=0:2x6x3"))) == ([1, 2, 0.5, 4, 1, 2], [0, 1, 2, 3, 0, 0])
+    assert params(build_graph(doc, values("--in-shapes=0:2x2x3"))) == ([1, 2], [0, 1])
+    assert params(build_graph(doc, values("--in-shapes=0:5x2"))) == ([1, 2], [0, 1])   # rank 2: axis 1 still
+    assert doc["graph"][0]["attrs"]["scales"]["value"] == [1, 2, 0.5, 4]   # the document is left as it was
+
+
+def test_per_channel_axis_counts_from_the_end_and_files_are_fitted_too():
+    g = build_graph(quant_doc(axis=-1, scales=(3, 5), zps=(1,)), values())   # written for another count
+    assert params(g) == ([3, 5, 3], [1, 0, 0])
+    assert params(build_graph(quant_doc(axis=-1), values("--in-shapes=0:2x4x5"))) == ([1, 2, 0.5, 4, 1],
+                                                                                   [0, 1, 2, 3, 0])
+
+
+def test_per_channel_f8_has_its_scales_fitted_without_zero_points():
+    g = build_graph(quant_doc(dt="f8_e4m3", zps=None), values("--in-shapes=0:2x5x3"))
+    assert params(g) == ([1, 2, 0.5, 4, 1], None)
+
+
+def test_per_channel_int8_without_zero_points_and_per_tensor_are_left():
+    # as benchdnn: an int8 op without zps is not rewritten (and so does not fit)
+    with pytest.raises(GraphcError, match="wrong shape"):
+        build_graph(quant_doc(zps=None), values("--in-shapes=0:2x5x3"))
+    g = build_graph(quant_doc(qtype="per_tensor", scales=(0.5,), zps=(2,)), values("--in-shapes=0:2x5x3"))
+    assert params(g) == ([0.5], [2])
+
+
+def group_doc():
+    """DynamicDequantize per group (1x4 blocks) of an 8x8 s8 tensor 0, scales 1, zps 2."""
+    def t(i, dtype, shape):
+        return {"id": i, "dtype": dtype, "shape": list(shape), "stride": [], "layout_type": "strided",
+                "property_type": "undef"}
+    attrs = {"qtype": {"type": "string", "value": "per_group"}, "axis": {"type": "s64", "value": 1},
+             "group_shape": {"type": "s64[]", "value": [1, 4]}}
+    return {"version": "3.0.0", "engine_kind": "cpu", "fpmath_mode": "strict", "graph": [
+        {"id": 7, "name": "dq", "kind": "DynamicDequantize", "attrs": attrs,
+         "inputs": [t(0, "s8", (8, 8)), t(1, "f32", (8, 2)), t(2, "s8", (8, 2))], "outputs": [t(3, "f32", (8, 8))]}]}
+
+
+def test_per_group_shapes_follow_the_group_shape_and_back():
+    # benchdnn's rewrite_linked_shape_and_attr
+    g = build_graph(group_doc(), values("--in-shapes=0:8x16+1:8x2+2:8x2"))
+    assert g.ops[7].attr("group_shape") == (1, 8)
+    g = build_graph(group_doc(), values("--op-attrs=7:group_shape:2x2"))
+    assert g.tensors[1].shape == (4, 4) and g.tensors[2].shape == (4, 4)
+    g = build_graph(group_doc(), values("--in-shapes=0:8x16+1:4x4+2:4x4", "--op-attrs=7:group_shape:2x4"))
+    assert g.ops[7].attr("group_shape") == (2, 4) and g.tensors[1].shape == (4, 4)
+    with pytest.raises(GraphcError):   # both given and not in step: the op says so
+        build_graph(group_doc(), values("--in-shapes=0:8x16", "--op-attrs=7:group_shape:2x2"))
