@@ -74,12 +74,12 @@ class Graph:
                                    expected="each tensor produced by one op",
                                    found=f"already produced by op {who}")
             seen_out.add(t.id)
-        known = dict(self.tensors)  # the graph stays as it was if a tensor is inconsistent
+        noted: dict = {}   # this op's tensors, merged in once all are consistent (the graph stays as it was if not)
         for i, t in enumerate(op.inputs):
-            self._note_tensor(known, op, f"input {i}", t)
+            self._note_tensor(noted, op, f"input {i}", t)
         for i, t in enumerate(op.outputs):
-            self._note_tensor(known, op, f"output {i}", t)
-        self.tensors = known
+            self._note_tensor(noted, op, f"output {i}", t)
+        self.tensors.update(noted)
         self.ops[op.id] = op
         self._succ[op.id] = {}
         for i, t in enumerate(op.outputs):
@@ -125,11 +125,13 @@ class Graph:
                                    where=f"input {i} (tensor {t.id})", expected=str(known.dtype), found=str(t.dtype))
             op.inputs[i] = known
 
-    @staticmethod
-    def _note_tensor(known: dict, op, where, t: LogicalTensor):
-        old = known.get(t.id)
+    def _note_tensor(self, noted: dict, op, where, t: LogicalTensor):
+        """Note ``t`` in ``noted`` (tensor id -> LogicalTensor), checked against
+        what ``noted`` or the graph already knows of it: a few dict look-ups,
+        whatever the size of the graph."""
+        old = noted.get(t.id) or self.tensors.get(t.id)
         if old is None or (old.unknown_rank and old.dtype == t.dtype):
-            known[t.id] = t
+            noted[t.id] = t
             return
         if t.unknown_rank and old.dtype == t.dtype:
             return
@@ -146,7 +148,7 @@ class Graph:
                                expected=list(old.strides), found=list(t.strides))
         merged = tuple(b if a == -1 else a for a, b in zip(old.shape, t.shape))
         if merged != old.shape:
-            known[t.id] = t if merged == t.shape else old.with_shape(merged)
+            noted[t.id] = t if merged == t.shape else old.with_shape(merged)
 
     def set_ports(self, inputs=None, outputs=None):
         """Declare the graph's input and output tensor ids (as JSON dumps do)."""
@@ -248,14 +250,26 @@ class Graph:
     def output_ports(self) -> list[int]:
         return list(self._cached("outputs", self._output_ports))
 
+    @property
+    def input_port_set(self) -> frozenset:
+        """The input ports as a set (kept once finalized): membership in one look-up."""
+        return self._cached("input_set", lambda: frozenset(self._cached("inputs", self._input_ports)))
+
+    @property
+    def output_port_set(self) -> frozenset:
+        """The output ports as a set (kept once finalized): membership in one look-up."""
+        return self._cached("output_set", lambda: frozenset(self._cached("outputs", self._output_ports)))
+
     def _input_ports(self) -> list[int]:
         """Tensor ids consumed but produced by no op: the declared ones (JSON
         input_ports) first, then any other such tensor in first-use order (dumps
         may leave weights out of input_ports)."""
         out = list(self._declared_inputs or [])
+        seen = set(out)
         for op in self.topo_ops():
             for t in op.inputs:
-                if t.id not in self.producer and t.id not in out:
+                if t.id not in self.producer and t.id not in seen:
+                    seen.add(t.id)
                     out.append(t.id)
         return out
 

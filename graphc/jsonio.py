@@ -232,8 +232,8 @@ def read_graph_file(path) -> str:
         if st.st_size > MAX_GRAPH_FILE_BYTES:
             raise InvalidArguments("graph file too large", expected=f"at most {MAX_GRAPH_FILE_BYTES} bytes",
                                    found=f"{shown}: {st.st_size} bytes")
-        with open(path, "rb") as f:
-            data = f.read(MAX_GRAPH_FILE_BYTES + 1)   # a file that grows (or a /proc file of size 0)
+        with open(path, "rb") as f:   # (a file may grow, and a /proc file has size 0)
+            data = _read_at_most(f, MAX_GRAPH_FILE_BYTES + 1, st.st_size)
     except (OSError, ValueError) as e:
         raise InvalidArguments("cannot read graph file", found=f"{shown}: {e}") from None
     if len(data) > MAX_GRAPH_FILE_BYTES:
@@ -243,6 +243,22 @@ def read_graph_file(path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InvalidArguments("graph file is not UTF-8 text", found=f"{shown}: {e}") from None
+
+
+def _read_at_most(f, limit: int, size: int) -> bytes:
+    """At most ``limit`` bytes of ``f``: the ``size`` stat gave, then what more
+    there is in blocks (``f.read(limit)`` would allocate ``limit`` bytes for a
+    file of any size)."""
+    chunks, total = [], 0
+    want = min(max(size, 0) + 1, limit)
+    while total < limit:
+        chunk = f.read(want)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        want = min(1 << 16, limit - total)
+    return b"".join(chunks)
 
 
 def load_graph_file(path) -> Graph:

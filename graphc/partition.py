@@ -25,7 +25,7 @@ class Partition:
                     seen.add(t.id)
                     ins.append(graph.tensors[t.id])
         outs: list[LogicalTensor] = []
-        graph_outs = set(graph.output_ports)
+        graph_outs = graph.output_port_set
         for op in self.ops:
             for t in op.outputs:
                 used_outside = any(c not in ids for c, _ in graph.consumers.get(t.id, []))

@@ -18,7 +18,7 @@ class RemoveDeadOps(Pass):
 
     def run(self, ctx):
         g = ctx.graph
-        outs = set(g.output_ports)
+        outs = g.output_port_set
         live = set()
         for op in reversed(g.topo_ops()):
             if op.kind == "End" or any(t.id in outs for t in op.outputs) or \

@@ -81,7 +81,7 @@ def plan(graph, ops, can_lower, kernel=DERIVED, roles=None) -> FusionPlan:
     if not convex(graph, ids):
         raise Illegal("a path leaves the ops and comes back")
     produced = {t.id: o for o in ops for t in o.outputs}
-    outs = set(graph.output_ports)
+    outs = graph.output_port_set
     leaving = {tid for tid in produced
                if tid in outs or not graph.consumers.get(tid)
                or any(c not in ids for c, _ in graph.consumers.get(tid, []))}
@@ -190,7 +190,7 @@ def _folded_views(graph, ops, produced, leaving) -> tuple[list, list]:
             continue
         src = o.inputs[0].id
         readers = graph.consumers.get(src, [])
-        if src in produced and src not in seen and src not in graph.output_ports \
+        if src in produced and src not in seen and src not in graph.output_port_set \
                 and [c for c, _ in readers] == [o.id]:
             views_out.insert(0, o)
             through.add(src)
@@ -227,7 +227,7 @@ def _with_views(graph, ops, views_in, views_out, can_lower) -> FusionPlan:
     for o in views_in:
         p.roles[o.outputs[0].id] = "view"
     for o in views_out:
-        p.roles[o.outputs[0].id] = "written" if o is views_out[-1] or o.outputs[0].id in graph.output_ports \
+        p.roles[o.outputs[0].id] = "written" if o is views_out[-1] or o.outputs[0].id in graph.output_port_set \
             else "view"
     p.views_in, p.views_out = views_in, views_out
     return p

@@ -30,11 +30,23 @@ Matching starts at the pattern's anchor (its first op node, or the one named
 ``anchor=``) and walks from bound ops to their consumers (an input bound, as
 a post-op) or producers (an output feeding a bound op, as Dequantize before
 MatMul); blocks are matched from their entry tensor.  :func:`match_all` applies
-a whole catalog: patterns by priority, anchors in topological order (from an
-index by kind), each op in at most one match, a search per anchor bounded by
-the pattern's size, so cost is near-linear in the graph.  Whether a match may
-become a partition is not decided here: ``accept(match)`` (the legality pass)
-judges it, and the engine takes the first acceptable match, longest first.
+a whole catalog: patterns by priority (a pattern needing an op of a kind the
+graph lacks is skipped), anchors in topological order (from an index by kind),
+each op in at most one match, a search per anchor bounded by the pattern's
+size, so that the cost is linear in the graph:
+
+* a node is looked for among the readers of its kinds of the bound input with
+  the fewest such readers (the same ops bind, in the same order, whichever list
+  is read);
+* a node found among the readers of an outside tensor (a :meth:`Pattern.input`
+  the anchor reads too: its siblings, which a fanned-out tensor has by the
+  thousand) comes last in the plan, after every node found from a bound op's
+  output or as the producer of what a bound op reads, and at most
+  ``MAX_SIBLINGS`` of them are tried per partial match.
+
+Whether a match may become a partition is not decided here: ``accept(match)``
+(the legality pass) judges it, and the engine takes the first acceptable
+match, longest first.
 
 A pattern declares the kernel shape its matches lower to (``kernel=``: one of
 ``KERNEL_SHAPES`` or a tuple of them, see passes/legality.py), and a
@@ -45,12 +57,20 @@ Q@K^T MatMul, SoftMax, @V MatMul, ...) rather than finding them again.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Callable
 
 INF = 1 << 30
 #: complete matches tried per anchor before giving up on it
 MAX_TRIES = 256
+#: a tensor with more consumers than this has its consumers of each kind set
+#: found once per match_all (a fan-out is read by many anchors' searches)
+SHORT_LIST = 8
+#: ops tried for a node found among an outside tensor's readers (the anchor's
+#: siblings: gated_mlp's gate MatMul reads the up MatMul's src), per partial
+#: match: a tensor read by thousands of ops would make every anchor try them all
+MAX_SIBLINGS = 64
 #: the kernel shapes a pattern may declare (legality's FusionPlan.shape)
 KERNEL_SHAPES = ("eltwise", "anchor", "staged", "attention", "views")
 #: a pattern declaring no shape: legality plans whichever of these the ops make
@@ -211,19 +231,18 @@ class Pattern:
             order, done = [], set()
             known.add(start)
         while len(done) < len(self.items):
-            for it in self.items:
-                if it in done:
-                    continue
-                how = _how(it, known, done)
-                if how is not None:
-                    order.append((it, how))
-                    done.add(it)
-                    known |= _node_refs(it) if isinstance(it, Node) else set() if isinstance(it, Each) else {it}
-                    break
-            else:
+            ready = [(it, how) for it in self.items if it not in done
+                     for how in [_how(it, known, done)] if how is not None]
+            if not ready:
                 left = [it for it in self.items if it not in done]
                 raise ValueError(f"pattern {self.name}: {left} not reachable from its anchor "
                                  "(blocks are matched from their entry tensor)")
+            # a sibling search (an op found among every consumer of an outside
+            # tensor, which may have thousands) waits until nothing else is ready
+            it, how = next((r for r in ready if not _sibling(*r)), ready[0])
+            order.append((it, how))
+            done.add(it)
+            known |= _node_refs(it) if isinstance(it, Node) else set() if isinstance(it, Each) else {it}
         self._plans[start] = order
         return order
 
@@ -239,18 +258,27 @@ def _how(it, known, done):
         return ("each",) if it.node in done else None
     if isinstance(it, Block):
         return ("block",) if it.entry in known else None
-    for j, r in enumerate(it.inputs):
-        if r is not None and r in known:
-            return ("fwd", j)
+    # from a bound op's output if it can, else as the producer of what a bound op
+    # reads (one candidate), else among an outside tensor's readers (siblings)
+    ports = [j for j, r in enumerate(it.inputs) if r is not None and r in known]
+    own = [j for j in ports if not isinstance(it.inputs[j], Input)]
+    if own:
+        return ("fwd", own[0])
     for m in done:
         if isinstance(m, Node):
             for j, r in enumerate(m.inputs):
                 if isinstance(r, Out) and r.node is it:
                     return ("bwd", m, j, r.index)
-    return None
+    return ("fwd", ports[0]) if ports else None
 
 
 # -- matching -------------------------------------------------------------------------------
+def _sibling(it, how) -> bool:
+    """``it`` found only among the consumers of an outside tensor (an Input of
+    the pattern, which the anchor reads too: its siblings)."""
+    return how[0] == "fwd" and isinstance(it.inputs[how[1]], Input)
+
+
 class _State:
     """Bindings of one partial match (copied on write while searching);
     ``roles``: (label, op) of every labelled node bound, in order (the bindings
@@ -304,6 +332,35 @@ class Match:
 class _Matcher:
     def __init__(self, graph, taken: set):
         self.g, self.taken = graph, taken
+        self._of_kinds: dict = {}   # (tensor id, kinds) -> consumers of those kinds, in the graph's order
+
+    def consumers(self, tid, kinds) -> list:
+        """The ids of the ops of ``kinds`` consuming tensor ``tid``, in the order
+        of the graph's consumer list (found once per tensor and kinds)."""
+        readers = self.g.consumers.get(tid, ())
+        if len(readers) <= SHORT_LIST:
+            return [c for c, _ in readers if self.g.ops[c].kind in kinds]
+        key = (tid, kinds)
+        found = self._of_kinds.get(key)
+        if found is None:
+            ops = self.g.ops
+            found = self._of_kinds[key] = [c for c, _ in readers if ops[c].kind in kinds]
+        return found
+
+    def candidates(self, node: Node, st) -> tuple[list, bool]:
+        """(ids of the ops that may bind ``node`` given the tensors bound so far,
+        whether they are siblings): of the bound inputs' consumers of the node's
+        kinds, the shortest list (an op binds only if it reads every bound
+        input, and each list keeps the graph's order, so the ops that bind and
+        their order are the same whichever list is read); siblings when that
+        list is of an outside tensor's readers (a Pattern.input's)."""
+        best, sibling = None, False
+        for r in node.inputs:
+            if r is not None and r in st.t:
+                cands = self.consumers(st.t[r], node.kinds)
+                if best is None or len(cands) < len(best):
+                    best, sibling = cands, isinstance(r, Input)
+        return best, sibling
 
     def search(self, pat: Pattern, start_op):
         st = _State({}, {}, (), frozenset())
@@ -322,28 +379,33 @@ class _Matcher:
         if isinstance(it, Block):
             tid = st.t[it.entry]
             for st2, t_out in self._rounds(it, tid, st, 0):
+                if st.t.get(it, t_out) != t_out:
+                    continue   # an op bound before (planned first) reads another tensor as the exit
                 st3 = st2.copy()
                 st3.t[it] = t_out
                 yield from self._seq(order, i + 1, st3)
             return
+        limit = INF
         if how[0] == "anchor":
-            cands = [start_op]
+            cands = [start_op.id]
         elif how[0] == "fwd":
-            tid = st.t[it.inputs[how[1]]]
-            cands = [self.g.ops[c] for c, _ in self.g.consumers.get(tid, [])]
+            cands, sibling = self.candidates(it, st)
+            limit = MAX_SIBLINGS if sibling else INF
         else:
             _, m, j, k = how
             # the tensor bound to m's input j (m bound in either order binds it
             # to the port it took: not always port j of the op)
             tid = st.t.get(m.inputs[j]) if m.inputs[j] in st.t else st.o[m].inputs[j].id
             prod = self.g.producer.get(tid)
-            cands = [self.g.ops[prod[0]]] if prod is not None and prod[1] == k else []
+            cands = [prod[0]] if prod is not None and prod[1] == k else []
         seen = set()
-        for op in cands:
-            if op.id in seen:
+        for c in cands:
+            if c in seen or c in st.used or c in self.taken:
                 continue
-            seen.add(op.id)
-            for st2 in self._bind(it, op, st):
+            seen.add(c)
+            if len(seen) > limit:
+                break
+            for st2 in self._bind(it, self.g.ops[c], st):
                 yield from self._seq(order, i + 1, st2)
         if it.optional:
             st2 = self._skip(it, st)
@@ -451,12 +513,17 @@ def match_all(graph, catalog: list[Pattern], accept: Callable | None = None, min
     that ``accept`` takes."""
     topo = graph.topo_ops()
     pos = {op.id: i for i, op in enumerate(topo)}
+    by_kind: dict[str, list] = {}   # kind -> its ops in topological order
+    for op in topo:
+        by_kind.setdefault(op.kind, []).append(op)
     taken: set[int] = set()
     found: list[Match] = []
     matcher = _Matcher(graph, taken)
     for pat in sorted(catalog, key=lambda p: -p.priority):
+        if any(not n.kinds & by_kind.keys() for n in pat.items if isinstance(n, Node) and not n.optional):
+            continue   # an op the pattern needs is of no kind the graph has
         kinds = pat.anchor.kinds
-        for start in [o for o in topo if o.kind in kinds]:
+        for start in heapq.merge(*(by_kind.get(k, ()) for k in kinds), key=lambda o: pos[o.id]):
             if start.id in taken:
                 continue
             for tries, st in enumerate(matcher.search(pat, start)):

@@ -17,7 +17,7 @@ class Verify(Pass):
             if op.schema is None:
                 raise InvalidGraph("op was not validated", op=op)
             for t in op.inputs:
-                if t.id not in g.producer and t.id not in g.input_ports:
+                if t.id not in g.producer and t.id not in g.input_port_set:
                     raise InvalidGraph("input tensor is neither produced nor a graph input", op=op,
                                        where=f"tensor {t.id}")
         return [f"{len(g.ops)} ops verified"]

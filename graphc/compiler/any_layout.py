@@ -63,7 +63,7 @@ def any_layouts(graph, partitions) -> dict[int, tuple]:
         dst = graph.tensors.get(dst.id, dst)
         strides = chosen.get(dst.id, dst.strides)
         if src.strides is not None or strides is None or not src.is_complete or not dst.is_complete \
-                or src.id in graph.input_ports:
+                or src.id in graph.input_port_set:
             continue
         back = chain_strides(ops, tuple(strides), forward=False)
         if back is not None and all(s >= 0 for s in back):

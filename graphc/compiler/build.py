@@ -70,7 +70,10 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
 
 
 def _input_tensors(partition, inputs) -> list[LogicalTensor]:
-    """The partition's inputs as given (concrete: every dim known), checked against it."""
+    """The partition's inputs as given (concrete: every dim known), checked
+    against it: the same data type and rank, and every dim the graph knows the
+    same (a dim it leaves -1 takes any value): the partition's ops, fusion and
+    kernel plan were judged for those dims (docs/design.md)."""
     given = {t.id: t for t in (inputs if inputs is not None else partition.inputs)}
     in_lts = []
     for t in partition.inputs:
@@ -80,6 +83,10 @@ def _input_tensors(partition, inputs) -> list[LogicalTensor]:
         if lt.dtype != t.dtype or len(lt.shape) != len(t.shape):
             raise InvalidArguments(f"input tensor {t.id} disagrees with the partition", expected=repr(t),
                                    found=repr(lt))
+        other = [i for i, (d, a) in enumerate(zip(t.shape, lt.shape)) if d != -1 and a != d]
+        if other:
+            raise InvalidArguments("the input's dims differ from the graph's", where=f"input tensor {t.id}, "
+                                   f"dim {other[0]}", expected=f"{list(t.shape)} (-1: any)", found=list(lt.shape))
         in_lts.append(concrete(lt, "compile"))
     return in_lts
 

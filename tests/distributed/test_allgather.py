@@ -202,6 +202,22 @@ def test_members_gathering_different_shapes_fail_together():
         assert isinstance(r, RuntimeFault) and "rank 2" in str(r) and "differ" in str(r), r
 
 
+def test_members_gathering_along_different_axes_fail_together():
+    """Decided (docs/design.md): the members of a group agree on the axis as on
+    src's shape and dtype; each got its own graph's concatenation before."""
+    graphs = {axis: graphc.compile(single_op_graph("AllGather", [("f32", [2, 2])], [("f32", [-1, -1])],
+                                                   {"axis": axis})) for axis in (0, 1, -1)}
+    x = np.ones((2, 2), np.float32)
+    for r in on_threads(3, lambda comm: graphs[1 if comm.Get_rank() == 2 else 0].run({0: x}, comm=comm)):
+        assert isinstance(r, RuntimeFault) and "the members gather along different axes" in str(r), r
+        assert "attribute 'axis' of rank 2" in str(r) and "expected rank 0's axis 0, found 1" in str(r)
+    # axis -1 and axis 1 of a 2-D src are one axis
+    results = on_threads(2, lambda comm: graphs[1 if comm.Get_rank() else -1].run({0: x * comm.Get_rank()},
+                                                                                  comm=comm)[1])
+    for y in results:
+        np.testing.assert_array_equal(y, np.concatenate([x * 0, x], axis=1))
+
+
 def test_missing_input_on_one_member_fails_every_member():
     g = graphc.compile(graphc.load_graph(sharded_spec(SPEC, 2, 4, "f32", -1)))
 

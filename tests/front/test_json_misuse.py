@@ -104,3 +104,33 @@ def test_a_million_item_value_is_quoted_in_a_few_items():
     with pytest.raises(InvalidArguments) as e:
         load_graph(put(("graph", 0, "name"), list(range(1_000_000))))
     assert "found list [0, 1, 2," in str(e.value) and len(str(e.value)) < 300
+
+
+def test_reading_a_small_file_allocates_what_it_holds(tmp_path):
+    """read_graph_file asked for MAX_GRAPH_FILE_BYTES + 1 bytes at once: 256 MB
+    allocated for a file of any size."""
+    import tracemalloc
+
+    from graphc.jsonio import MAX_GRAPH_FILE_BYTES, read_graph_file
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(add_softmax()))
+    tracemalloc.start()
+    try:
+        text = read_graph_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert json.loads(text) == add_softmax() and peak < 1 << 20 < MAX_GRAPH_FILE_BYTES
+
+
+def test_a_file_longer_than_its_stat_is_read_whole(tmp_path, monkeypatch):
+    from graphc import jsonio
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(add_softmax()))
+    with open(path, "rb") as f:
+        assert jsonio._read_at_most(f, 1 << 30, 0) == path.read_bytes()   # a /proc file: size 0
+    with open(path, "rb") as f:
+        assert jsonio._read_at_most(f, 10, 0) == path.read_bytes()[:10]
+    monkeypatch.setattr(jsonio, "MAX_GRAPH_FILE_BYTES", 10)
+    with pytest.raises(InvalidArguments, match="graph file too large"):
+        jsonio.read_graph_file(path)

@@ -151,3 +151,28 @@ for f in (g.get_partitions, lambda: graphc.compile(g), lambda: graphc.compile(g)
         kind, text = line.split(" | ")
         assert kind == Unimplemented.__name__
         assert "NUMBA_DISABLE_JIT turns numba's compiler off" in text and "found NUMBA_DISABLE_JIT=1" in text
+
+
+# ------------------------------------------------- compiling for other dims
+def test_partition_compile_keeps_the_dims_the_graph_knows():
+    """Decided (docs/design.md): Partition.compile takes the graph's dims where the
+    graph knows them (it compiled a MatMul for K = 5 of a graph declaring K = 3:
+    fusion and the kernel plan were judged for the graph's dims); dims the graph
+    leaves -1 take any value, and strides are the caller's."""
+    g = graph_of(Op(0, "MatMul", [LogicalTensor(0, "f32", [2, 3]), LogicalTensor(1, "f32", [3, 4])],
+                    [LogicalTensor(2, "f32", [2, 4])]),
+                 Op(1, "Add", [LogicalTensor(2, "f32", [2, 4]), LogicalTensor(3, "f32", [1, 4])],
+                    [LogicalTensor(4, "f32", [2, 4])]))
+    (p,) = g.get_partitions()
+    with pytest.raises(InvalidArguments, match="the input's dims differ from the graph's") as e:
+        p.compile([LogicalTensor(0, "f32", [2, 5]), LogicalTensor(1, "f32", [5, 4]), LogicalTensor(3, "f32", [1, 4])])
+    assert "input tensor 0, dim 1" in str(e.value) and "expected [2, 3] (-1: any), found [2, 5]" in str(e.value)
+    cp = p.compile([LogicalTensor(0, "f32", [2, 3], [1, 2])])   # other strides: the caller's
+    assert cp.inputs[0].strides == (1, 2)
+
+    loose = graph_of(Op(0, "ReLU", [LogicalTensor(0, "f32", [-1, 3])], [LogicalTensor(1, "f32", [-1, 3])]))
+    (p,) = loose.get_partitions()
+    for rows in (1, 7):
+        assert p.compile([LogicalTensor(0, "f32", [rows, 3])]).outputs[0].shape == (rows, 3)
+    with pytest.raises(InvalidArguments, match="dim 1"):
+        p.compile([LogicalTensor(0, "f32", [7, 4])])

@@ -49,21 +49,28 @@ class AllGatherExecutable(CollectiveExecutable):
         along axis in rank order.  First every member checks its part and learns
         whether all can go on: a fault on any member (``failure``: any exception,
         or one found here) raises a RuntimeFault on every member instead of
-        leaving them waiting; a member that does not answer in time makes the
-        others raise a CollectiveTimeout (see graphc.comm)."""
+        leaving them waiting, and so do members whose src differ in shape or
+        dtype or who gather along different axes (axis -1 and the last axis are
+        one); a member that does not answer in time makes the others raise a
+        CollectiveTimeout (see graphc.comm)."""
         op, schema = self.op, self.op.schema
         if failure is None:
             try:
                 schema.check_group(op, src, group.rank_and_size(comm)[1])
             except GraphcError as e:
                 failure = e
-        parts = group.agree(op, comm, failure, None if failure else (src.shape, str(src.dtype)))
-        for rank, part in enumerate(parts):
-            if part != parts[0]:
+        axis = schema.axis(op)
+        parts = group.agree(op, comm, failure, None if failure else (src.shape, str(src.dtype), axis))
+        for rank, (shape, dtype, at) in enumerate(parts):
+            if (shape, dtype) != parts[0][:2]:
                 raise group.group_wide(RuntimeFault("the members' src differ in shape or dtype", op=op,
                                                     where=f"port 'src' of rank {rank}",
-                                                    expected=f"rank 0's {parts[0]}", found=part))
-        return group.allgather_array(comm, src, schema.axis(op), op)
+                                                    expected=f"rank 0's {parts[0][:2]}", found=(shape, dtype)))
+            if at != parts[0][2]:   # every member must get the one result (docs/design.md)
+                raise group.group_wide(RuntimeFault("the members gather along different axes", op=op,
+                                                    where=f"attribute 'axis' of rank {rank}",
+                                                    expected=f"rank 0's axis {parts[0][2]}", found=at))
+        return group.allgather_array(comm, src, axis, op)
 
 
 #: the executable of each collective op kind
