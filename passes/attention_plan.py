@@ -39,6 +39,13 @@ def _one(roles, label):
     return ops[0]
 
 
+def _nonempty(sshape) -> None:
+    """The kernel's blocks need scores: empty ones (a dim of 0: no query, key or
+    head) leave the ops to kernels of their own, which handle empty tensors."""
+    if 0 in sshape:
+        raise Illegal(f"the scores {list(sshape)} are empty")
+
+
 def _broadcasts_into(lead, batch) -> bool:
     """Batch dims ``lead`` broadcast (numpy rules) into ``batch``."""
     return len(lead) <= len(batch) and all(d in (1, b) for d, b in zip(reversed(lead), reversed(batch)))
@@ -78,6 +85,7 @@ def _forward_plan(ops, roles, produced, leaving) -> FusionPlan:
     sshape = tuple(score.shape)
     if any(d < 0 for d in sshape) or sm.schema.axis(sm) != len(sshape) - 1:
         raise Illegal("the SoftMax is not over the last axis of known scores")
+    _nonempty(sshape)
     if any(d.id in produced for o in drop for d in o.inputs[1:]):
         raise Illegal("the Dropout's seed, offset or probability is computed in the partition")
     if tuple(mm2.outputs[0].shape[:-2]) != sshape[:-2]:
@@ -163,6 +171,7 @@ def _backward_plan(ops, roles, produced, leaving) -> FusionPlan:
     heads = {m.id: h for m, h in ((dv, roles.get("dv heads")), (dk, roles.get("dk heads"))) if h}
     heads = {mid: h[0] for mid, h in heads.items()}
     sshape = _backward_matmuls((qk, dp, dv, dq, dk), heads, computed)
+    _nonempty(sshape)
     red = rsum.inputs[0]
     axes = [a % red.ndim for a in rsum.attr("axes")]
     if axes != [red.ndim - 1] or not rsum.attr("keep_dims") or red.id not in computed:

@@ -141,6 +141,8 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     multiplied a run at a time and the runs added in f64, so C is the exact
     integer sum, as an s32 accumulator holds it."""
     M, K, N = a.rows, a.cols, b.cols
+    if empty_product(kb, batch_shape, M, K, N, store, ir.const(0.0, "f32")):
+        return
     nbatch = math.prod(batch_shape)
     # bf16 values on both sides: a bf16 GEMM (MKL's, on AMX tiles here), operands
     # read in place when they are bf16 tensors, else packed as bf16
@@ -201,6 +203,21 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
                     kb.emit(store(bivars, i, j0 + jj, tile[row + jj]))
 
 
+def empty_product(kb, batch_shape, M, K, N, store, zero) -> bool:
+    """Whether a GEMM of these sizes has no product to compute: C empty (no tile,
+    nothing to store) or K = 0 (every element of C an empty sum: ``zero`` stored,
+    bias and post-ops applied by ``store``), those stores emitted."""
+    if 0 in (M, N, *batch_shape):
+        return True
+    if K:
+        return False
+    with kb.for_(math.prod(batch_shape), "tb") as tb:
+        bivars = unravel(kb, tb, batch_shape) if batch_shape else []
+        with kb.for_(M, "i") as i, kb.for_(N, "j") as j:
+            kb.emit(store(bivars, i, j, zero))
+    return True
+
+
 def _tile(kb, t, batch_shape, dims, tile, interleaved=False):
     """Tile ``t`` of C (the batch, then row blocks, then column blocks; with
     ``interleaved`` the batch fastest): (batch ivars, first row, first column,
@@ -234,6 +251,8 @@ def emit_int8_gemm(kb, batch_shape, a: Matrix, b: Matrix, za: float, zb, shifts,
     afterwards through the row sums of A and the column sums of B (oneDNN's
     compensation): sum (A' - za')(B' - zb') = P - zb' RA - za' CB + K za' zb'."""
     M, K, N = a.rows, a.cols, b.cols
+    if empty_product(kb, batch_shape, M, K, N, store, ir.const(0.0, "f64")):
+        return
     nbatch = math.prod(batch_shape)
     tm, tn = tiles(nbatch, M, N, False, K=K)
     mt, nt = -(-M // tm), -(-N // tn)

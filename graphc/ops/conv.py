@@ -56,7 +56,9 @@ OUTPUT_PADDING = Attr("output_padding", "s64[]", None, check=all_non_negative,
 
 
 def shape_attr(name, doc):
-    return Attr(name, "s64[]", None, check=all_positive, check_doc="positive values", doc=doc)
+    # (non-negative: a batch or channel count of 0 is an empty tensor, as in the ports'
+    # shapes; a kernel dim of 0 is refused by window)
+    return Attr(name, "s64[]", None, check=all_non_negative, check_doc="non-negative values", doc=doc)
 
 
 def shape_input(name):
@@ -222,7 +224,7 @@ def check_shape_source(op, name, rank):
     v = op.attr(name)
     if v is None:
         raise InvalidGraphOp(f"either the '{name}' input or the '{name}' attribute is required", op=op,
-                             where=f"attribute '{name}'", expected=f"{rank} positive values")
+                             where=f"attribute '{name}'", expected=f"{rank} non-negative values")
     if len(v) != rank:
         raise InvalidGraphOp("shape attribute has the wrong rank", op=op, where=f"attribute '{name}'",
                              expected=f"{rank} values", found=list(v))
@@ -238,8 +240,8 @@ def given_shape(op, name, values=None):
     if values is None:
         return None
     shape = tuple(int(v) for v in values)
-    if len(shape) != op.input(name).shape[0] or min(shape, default=0) <= 0:
-        raise RuntimeFault(f"input '{name}' must hold {op.input(name).shape[0]} positive dims", op=op,
+    if len(shape) != op.input(name).shape[0] or min(shape, default=0) < 0:
+        raise RuntimeFault(f"input '{name}' must hold {op.input(name).shape[0]} non-negative dims", op=op,
                            found=list(shape))
     return shape
 
@@ -248,8 +250,8 @@ def runtime_shape(op, name, value, rank, validate):
     """The ``name`` shape at run time: the input's data when given, else the attribute;
     ``validate(shape)`` checks it against the input arrays (InvalidShape -> RuntimeFault)."""
     shape = tuple(op.attr(name)) if value is None else tuple(int(v) for v in value)
-    if len(shape) != rank or min(shape) <= 0:
-        raise RuntimeFault(f"input '{name}' must hold {rank} positive dims", op=op, found=list(shape))
+    if len(shape) != rank or min(shape) < 0:
+        raise RuntimeFault(f"input '{name}' must hold {rank} non-negative dims", op=op, found=list(shape))
     try:
         validate(shape)
     except InvalidShape as e:
@@ -282,6 +284,9 @@ def resolve_pads(op, sizes, kernel, strides, dilations, extra):
 
 def window(op, big, kernel, extra=None) -> "Window":
     """The op's window over the spatial dims; ``big`` sizes resolve auto_pad."""
+    if 0 in kernel:
+        raise bad_shape(op, "the weights have a spatial dim of 0: a window of no taps", where="weights' spatial dims",
+                        expected="sizes >= 1", found=list(kernel))
     n = len(kernel)
     strides = tuple(op.attr("strides"))
     dilations = tuple(op.attr("dilations") or (1,) * n)
@@ -351,7 +356,8 @@ class Window:
     def columns(self, xp, start, out):
         """im2col: (N, C, taps, positions) of the padded src for the ``out`` positions from ``start``."""
         n, c = xp.shape[:2]
-        return np.stack([xp[sl] for sl in self.slices(out, start)], axis=2).reshape(n, c, math.prod(self.kernel), -1)
+        taps = math.prod(self.kernel)
+        return np.stack([xp[sl] for sl in self.slices(out, start)], axis=2).reshape(n, c, taps, math.prod(out))
 
     def _widths(self, sizes, out):
         return [(0, 0), (0, 0)] + [(b, max(0, (o - 1) * s + (k - 1) * d + 1 - i - b))
@@ -372,11 +378,12 @@ class Window:
 def conv_forward(x, w, groups, win, out):
     """x (N, C, *I) convolved with w (OC, C/G, *K) -> (N, OC, *out)."""
     n, oc = x.shape[0], w.shape[0]
+    per = math.prod(w.shape[1:])   # C/G * taps
     xp = win.padded(x, out)
-    wg = w.reshape(groups, oc // groups, -1)
+    wg = w.reshape(groups, oc // groups, per)
     y = np.empty((n, oc, *out))
     for a, b, part in win.blocks(n, x.shape[1], out):
-        cols = win.columns(xp, a, part).reshape(n, groups, -1, math.prod(part))
+        cols = win.columns(xp, a, part).reshape(n, groups, per, math.prod(part))
         y[:, :, a:b] = (wg @ cols).reshape(n, oc, *part)
     return y
 
@@ -384,10 +391,12 @@ def conv_forward(x, w, groups, win, out):
 def conv_backward_data(dy, w, groups, win, sizes):
     """Gradient of conv_forward w.r.t. x (N, C, *sizes), given dy (N, OC, *O)."""
     n, (oc, icg), out = dy.shape[0], w.shape[:2], dy.shape[2:]
-    wt = w.reshape(groups, oc // groups, -1).swapaxes(1, 2)
+    taps = math.prod(win.kernel)
+    wt = w.reshape(groups, oc // groups, icg * taps).swapaxes(1, 2)
     dxp = win.padded_zeros(n, groups * icg, sizes, out)
     for a, b, part in win.blocks(n, groups * icg, out):
-        cols = (wt @ dy[:, :, a:b].reshape(n, groups, oc // groups, -1)).reshape(n, groups * icg, -1, *part)
+        cols = (wt @ dy[:, :, a:b].reshape(n, groups, oc // groups, math.prod(part))).reshape(
+            n, groups * icg, taps, *part)
         for j, sl in enumerate(win.slices(part, a)):
             dxp[sl] += cols[:, :, j]
     return win.cropped(dxp, sizes)
@@ -397,10 +406,11 @@ def conv_backward_weights(x, dy, groups, win):
     """Gradient of conv_forward w.r.t. w (OC, C/G, *win.kernel), given x and dy."""
     n, c, oc, out = x.shape[0], x.shape[1], dy.shape[1], dy.shape[2:]
     xp = win.padded(x, out)
-    dw = np.zeros((groups, oc // groups, c // groups * math.prod(win.kernel)))
+    per = c // groups * math.prod(win.kernel)
+    dw = np.zeros((groups, oc // groups, per))
     for a, b, part in win.blocks(n, c, out):
-        cols = win.columns(xp, a, part).reshape(n, groups, -1, math.prod(part))
-        dw += (dy[:, :, a:b].reshape(n, groups, oc // groups, -1) @ cols.swapaxes(-1, -2)).sum(axis=0)
+        cols = win.columns(xp, a, part).reshape(n, groups, per, math.prod(part))
+        dw += (dy[:, :, a:b].reshape(n, groups, oc // groups, math.prod(part)) @ cols.swapaxes(-1, -2)).sum(axis=0)
     return dw.reshape(oc, c // groups, *win.kernel)
 
 

@@ -122,7 +122,7 @@ class EmbeddingBackward(OpSchema):
         if bad.size:
             raise self.index_fault(op, idx, int(bad[0]))
         dw = np.zeros((num, dim))
-        np.add.at(dw, flat, dy.reshape(-1, dim))
+        np.add.at(dw, flat, dy.reshape(flat.size, dim))   # (not -1: a dim of 0 leaves it open)
         if op.attr("padding_idx") is not None:
             dw[op.attr("padding_idx")] = 0.0
         return (dw,)

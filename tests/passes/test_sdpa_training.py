@@ -1,11 +1,16 @@
 """SDPA for training (sdpa.md): the forward exporting the SoftMax's stats, with
 and without a Dropout on the probabilities, is one partition and one
 flash-style kernel whose outputs (attention and stats) equal graphc's
-reference; the kernel drops exactly the elements the Dropout reference drops."""
+reference; the kernel drops exactly the elements the Dropout reference drops;
+empty scores leave the attention kernel for kernels of their own."""
 import numpy as np
 import pytest
 
 from graphc import reference
+from graphc.codegen.rules import can_lower
+from graphc.passes.catalog import catalog
+from graphc.passes.legality import accept
+from graphc.passes.pattern import match_all
 from support import check_compiled
 from support.sdpa import (check_sdpa, check_sdpa_backward, sdpa_backward_graph, sdpa_backward_inputs, sdpa_graph,
                           sdpa_inputs)
@@ -144,3 +149,26 @@ def test_gqa_backward_only_dk_reduced_keeps_the_reduction_apart():
     assert any(o.kind == "ReduceSum" and o.outputs[0].id == ids["dk"] for p in parts for o in p.ops)
     out = check_compiled(g, gqa_backward_inputs(g, ids))
     assert out[ids["dv"]].shape == (1, 2, 2, 24, 16)
+
+
+@pytest.mark.parametrize("dim", ["sq", "skv", "n"])
+def test_empty_scores_leave_the_attention_kernel(dim):
+    """Scores with a dim of 0 (no query, key or batch): legality refuses the
+    attention plan with its reason (its blocks had a ZeroDivisionError) and the
+    ops run in kernels of their own, equal to the reference: forward with stats,
+    and backward."""
+    for g, ids, inputs in _empty_sdpa(dim):
+        parts = g.get_partitions("fusion")
+        assert all(p.plan is None or p.plan.shape != "attention" for p in parts)
+        rejected = []
+        match_all(g, list(catalog()), accept(g, can_lower, rejected=rejected))
+        assert any(m.pattern.kernel == ("attention",) and "are empty" in why for m, why in rejected)
+        check_compiled(g, inputs, what=dim)
+
+
+def _empty_sdpa(dim):
+    """The forward (with stats) and backward SDPA graphs with ``dim`` 0, and their inputs."""
+    g, ids = sdpa_graph("f32", stats=True, **{"n": 2, "hq": 2, "sq": 8, "skv": 12, "d": 4, dim: 0})
+    yield g, ids, sdpa_inputs(g, ids)
+    g, ids = sdpa_backward_graph("f32", **{"n": 2, "h": 2, "sq": 8, "skv": 12, "d": 4, dim: 0})
+    yield g, ids, sdpa_backward_inputs(g, ids)

@@ -5,9 +5,13 @@ comes from the ports' shapes (a shape input's values are already in them), so
 the rule reads nothing from ``values``."""
 from __future__ import annotations
 
+import math
+from contextlib import ExitStack
+
 from .. import conv as cg, ir
 from ..conv import Data, Geometry, Weights
 from ..gemm import fpmath_rounding
+from ..loops import unravel
 from ..quant import exact_chunk, integer_operands
 from ...ops.conv import io_grouped, oix_axes, output_padding, split_data, split_weights, window
 from . import Rule
@@ -73,6 +77,23 @@ def _sizes(op, ref):
     return split_data(op, ref.shape)
 
 
+def _no_products(kb, out_sizes, terms: int, store) -> bool:
+    """Whether the op's output (of logical ``out_sizes``: (N, C, spatial) of a data
+    output, (groups, OC/G, C/G, kernel) of weights) takes no product: empty (nothing
+    to store), or each element a sum of no ``terms`` (0 stored through ``store``:
+    bias and post-ops applied).  Those stores are emitted."""
+    *lead, sp = out_sizes
+    if 0 in (*lead, *sp):
+        return True
+    if terms:
+        return False
+    with ExitStack() as loops:
+        ivars = [loops.enter_context(kb.for_(d, "z")) for d in lead]
+        p = loops.enter_context(kb.for_(math.prod(sp), "zp"))
+        kb.emit(store(*ivars, unravel(kb, p, sp), ir.const(0.0, "f32")))
+    return True
+
+
 def lower_conv(op, kb, ins, outs):
     """Any of the six ops as a forward convolution, its data gradient or its weight
     gradient (graphc.codegen.conv picks the kernel)."""
@@ -85,6 +106,9 @@ def lower_conv(op, kb, ins, outs):
         kernel = split_weights(op, v["weights"].ref.shape)[2]
         extra = None if kind == "Convolution" else output_padding(op, len(kernel))
         win = window(op, big, kernel, extra)
+        if _no_products(kb, (n, oc, tuple(small)), c // op.attr("groups") * math.prod(kernel) * math.prod(big),
+                        _data_store(v[y], bias)):
+            return
         ints = _integer_operands(op, kb, v, x) if kind == "Convolution" else None
         if ints is None:
             cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
@@ -101,6 +125,9 @@ def lower_conv(op, kb, ins, outs):
             win = op.schema.transposed_window(op, small, kernel)
         else:
             win = window(op, big, kernel, output_padding(op, len(kernel)))
+        if _no_products(kb, (n, c, tuple(big)), oc // op.attr("groups") * math.prod(kernel) * math.prod(small),
+                        _data_store(v[dx], bias)):
+            return
         ints = _integer_operands(op, kb, v, dy) if kind == "ConvTranspose" else None
         if ints is None:
             cg.emit_backward_data(kb, _geometry(op, n, c, oc, big, small, win), v[dy], v["weights"],
@@ -117,6 +144,10 @@ def lower_conv(op, kb, ins, outs):
             win = window(op, big, kernel)
         else:
             win = op.schema.transposed_window(op, small, kernel)
+        g = op.attr("groups")
+        if _no_products(kb, (g, oc // g, c // g, tuple(kernel)), n * math.prod(small) * math.prod(big),
+                        v["diff_weights"].store):
+            return
         cg.emit_backward_weights(kb, _geometry(op, n, c, oc, big, small, win), v[x], v[dy],
                                  v["diff_weights"].store, rounding)
 

@@ -82,6 +82,9 @@ CONV_SHAPES = [("f32", (1, 4, 5, 5)), ("f32", (6, 4, 3, 3))]
     ("Convolution", [("f32", (1, 4, 5, 5)), ("f32", (6, 4, 3))], win(2, **NCX_OIX), InvalidShape, "rank"),
     ("Convolution", [("f32", (1, 4, 5, 5, 5, 5)), ("f32", (6, 4, 3, 3, 3, 3))], win(4, **NCX_OIX), InvalidShape,
      "spatial dims"),
+    ("Convolution", [("f32", (1, 4, 5, 5)), ("f32", (6, 4, 0, 3))], win(2, **NCX_OIX), InvalidShape, "no taps"),
+    ("ConvolutionBackwardWeights", [("f32", (1, 4, 5, 5)), ("f32", (1, 6, 5, 3))],
+     win(2, weights_shape=(6, 4, 1, 0), **NCX_OIX), InvalidShape, "no taps"),
     ("Convolution", CONV_SHAPES, win(2, strides=(1,), **NCX_OIX), InvalidGraphOp, "strides"),
     ("Convolution", CONV_SHAPES, win(2, strides=(1, 0), **NCX_OIX), InvalidGraphOp, "strides"),
     ("Convolution", CONV_SHAPES, win(2, pads_end=(0, -1), **NCX_OIX), InvalidGraphOp, "pads_end"),
@@ -129,12 +132,25 @@ def test_shape_input_values_are_checked_at_run_time():
     g = single_op_graph("ConvolutionBackwardData", [("f32", (1, 6, 3, 3)), ("f32", (6, 4, 3, 3)), ("s32", (4,))],
                         [("f32", (-1,) * 4)], win(2, **NCX_OIX))
     dy, w = np.ones((1, 6, 3, 3), np.float32), np.ones((6, 4, 3, 3), np.float32)
-    for bad in ([1, 4, 7, 7], [1, 5, 5, 5], [1, 4, 5, 0]):
+    for bad in ([1, 4, 7, 7], [1, 5, 5, 5], [1, 4, 5, 0], [1, 4, -5, 5]):
         with pytest.raises(RuntimeFault, match="dst_shape"):
             run(g, dict(zip(g.input_ports, [dy, w, np.array(bad, np.int32)])))
 
 
 # --------------------------------------------------------------- hand-computed values
+@pytest.mark.parametrize("n, c, oc", [(0, 4, 6), (2, 0, 6), (2, 4, 0)])
+def test_empty_batch_or_channels(n, c, oc):
+    """A batch, input or output channel count of 0: the reference answers (an empty
+    dst, or sums of no products: zeros) for the three convolution ops."""
+    x, w = rng.standard_normal((n, c, 5, 5)), rng.standard_normal((oc, c, 3, 3))
+    y = run_graph("Convolution", [x, w], win(2, **NCX_OIX))
+    assert y.shape == (n, oc, 3, 3) and not y.any()
+    dy = rng.standard_normal((n, oc, 3, 3))
+    dx = run_graph("ConvolutionBackwardData", [dy, w], win(2, dst_shape=(n, c, 5, 5), **NCX_OIX))
+    dw = run_graph("ConvolutionBackwardWeights", [x, dy], win(2, weights_shape=(oc, c, 3, 3), **NCX_OIX))
+    assert dx.shape == x.shape and not dx.any() and dw.shape == w.shape and not dw.any()
+
+
 def test_conv_backward_data_from_a_shape_input():
     # dx[i] = sum_o dy[o] w[i - o]: dy = [1, 2], w = [1, 10] -> [1, 12, 20]
     dx = run_graph("ConvolutionBackwardData", [np.array([[[1.0, 2.0]]]), np.array([[[1.0, 10.0]]]),

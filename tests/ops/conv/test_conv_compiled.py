@@ -1,9 +1,11 @@
 """Compiled convolutions (all six ops) against the reference: layouts (NCX/NXC,
 OIX/XIO/IOX/XOI, strided), groups, strides, dilations, pads, auto_pad,
 output_padding, 1-3 spatial dims, bias, dtypes; weights read in place or packed."""
+import numpy as np
 import pytest
 
 from graphc.builder import single_op_graph
+from graphc.fill import make_inputs
 from support.compiled import check_compiled, compiled_vs_reference
 from support.graphs import one_op, strides
 
@@ -92,6 +94,11 @@ TGEOMS = [
 @pytest.mark.parametrize("kind", ["ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights"])
 @pytest.mark.parametrize("dfmt,wfmt", [("NCX", "OIX"), ("NXC", "XIO"), ("NCX", "IOX"), ("NXC", "XOI")])
 def test_conv_transpose_ops(kind, geom, dfmt, wfmt):
+    check_compiled(deconv_graph(kind, geom, dfmt, wfmt), what=f"{kind} {geom} {dfmt} {wfmt}")
+
+
+def deconv_graph(kind, geom, dfmt, wfmt):
+    """One of the three ConvTranspose ops of ``geom`` (N, IC, OC, spatial, kernel, attrs)."""
     n, ic, oc, sp, k, extra = geom
     attrs = win(len(sp), data_format=dfmt, weights_format=wfmt, **extra)
     g = attrs.get("groups", 1)
@@ -109,7 +116,31 @@ def test_conv_transpose_ops(kind, geom, dfmt, wfmt):
     else:
         attrs["weights_shape"] = w
         gr = single_op_graph(kind, [("f32", data(n, ic, sp, dfmt)), ("f32", dst)], [("f32", [-1] * len(w))], attrs)
-    check_compiled(gr, what=f"{kind} {geom} {dfmt} {wfmt}")
+    return gr
+
+
+#: a batch, input channels or output channels of 0 (im2col and Winograd geometries)
+EMPTY_GEOMS = [(0, 4, 6, (5, 5), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
+               (2, 0, 6, (5, 5), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
+               (2, 4, 0, (5, 5), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
+               (2, 0, 6, (7,), (2,), {"strides": (2,)}), (0, 2, 2, (4, 4), (1, 1), {})]
+
+
+@pytest.mark.parametrize("geom", EMPTY_GEOMS, ids=lambda g: f"n{g[0]}c{g[1]}oc{g[2]}")
+@pytest.mark.parametrize("kind", ["Convolution", "ConvolutionBackwardData", "ConvolutionBackwardWeights",
+                                  "ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights"])
+def test_empty_batch_or_channels(kind, geom):
+    """A dim of 0 in N, C or OC: an empty output, or one of sums of no products
+    (zeros, plus the bias), as the reference gives (a ZeroDivisionError before)."""
+    if kind.startswith("ConvTranspose"):
+        g = deconv_graph(kind, geom, "NCX", "OIX")
+    else:
+        g = conv_graph(kind, "f32", geom, "NXC", "XIO", bias=kind == "Convolution")
+    inputs = make_inputs(g, 0)
+    (got,) = check_compiled(g, inputs, what=f"{kind} {geom}").values()
+    if kind == "Convolution" and geom[1] == 0 and geom[0] * geom[2]:   # sums of no products: the bias
+        bias = inputs[g.input_ports[2]]
+        np.testing.assert_array_equal(got, np.broadcast_to(bias, got.shape))
 
 
 @pytest.mark.parametrize("order", [(0, 2, 3, 1), (1, 0, 2, 3)])

@@ -1,8 +1,13 @@
 """Compiled MatMul against the reference: dtypes, transposes, batch broadcast,
-vectors, bias, strided operands (in place and packed), fused post-ops."""
+vectors, bias, strided operands (in place and packed), fused post-ops, empty
+dims (M, N, K, batch of 0; quantized too)."""
+import numpy as np
 import pytest
 
-from support.compiled import check_compiled
+from graphc.builder import GraphBuilder
+from graphc.fill import make_inputs
+from support.compiled import check_compiled, compiled_vs_reference
+from support.fusion import dequantize
 from support.graphs import one_op, strides
 
 CASES = [
@@ -36,3 +41,41 @@ def test_matmul_layouts(order_a, order_b, order_d, pad):
     g = one_op("MatMul", [("f32", a, strides(a, order_a, pad)), ("f32", b, strides(b, order_b, pad))],
                [("f32", d, strides(d, order_d, pad))])
     check_compiled(g, what=f"{order_a} {order_b} {order_d} pad {pad}")
+
+
+# (src, weights, bias, dst): M, N, K, a batch dim of 0; a vector of 0
+EMPTY = [([0, 4], [4, 5], [5], [0, 5]), ([3, 4], [4, 0], [0], [3, 0]), ([3, 0], [0, 5], [5], [3, 5]),
+         ([2, 0, 3, 4], [4, 5], None, [2, 0, 3, 5]), ([2, 3, 0], [2, 0, 6], [6], [2, 3, 6]), ([0], [0, 5], None, [5]),
+         ([0, 0], [0, 0], None, [0, 0])]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("src,wei,bias,dst", EMPTY, ids=str)
+def test_matmul_empty(dtype, src, wei, bias, dst):
+    """M, N or a batch dim of 0: an empty dst (a ZeroDivisionError before); K of 0:
+    every element a sum of no products, 0 plus the bias, through a fused ReLU."""
+    b = GraphBuilder()
+    ins = [b.tensor(dtype, src), b.tensor(dtype, wei)] + ([b.tensor(dtype, bias)] if bias else [])
+    (y,) = b.op("MatMul", ins, out=[(dtype, dst)])
+    b.op("ReLU", [y])
+    g = b.finalize()
+    inputs = make_inputs(g, 0)
+    cg, got = compiled_vs_reference(g, inputs, what=f"{dtype} {src}@{wei}")
+    assert len(cg.compiled) == 1
+    (out,) = got.values()
+    if 0 in (src[-1], wei[-2]) and out.size:
+        want = np.maximum(inputs[ins[2].id].astype(np.float32), 0) if bias else np.zeros(dst[-1], np.float32)
+        np.testing.assert_array_equal(out.astype(np.float32), np.broadcast_to(want, out.shape))
+
+
+@pytest.mark.parametrize("m,k,n", [(0, 8, 5), (3, 0, 5), (3, 8, 0)])
+def test_int8_matmul_empty(m, k, n):
+    """The same through a quantized MatMul (u8 x s8 Dequantizes -> MatMul -> Quantize, one partition)."""
+    b = GraphBuilder()
+    a = dequantize(b, b.tensor("u8", [m, k]), {"qtype": "per_tensor", "scales": [0.5], "zps": [3]})
+    w = dequantize(b, b.tensor("s8", [k, n]), {"qtype": "per_channel", "axis": 1, "scales": [0.25] * n,
+                                               "zps": [0] * n})
+    (y,) = b.op("MatMul", [a, w, b.tensor("f32", [n])], out=[("f32", [m, n])])
+    b.op("Quantize", [y], out=[("u8", [m, n])], attrs={"qtype": "per_tensor", "scales": [0.1], "zps": [2]})
+    cg, _ = compiled_vs_reference(b.finalize())
+    assert len(cg.compiled) == 1

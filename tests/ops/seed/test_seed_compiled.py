@@ -135,6 +135,14 @@ def test_embedding_bw_flattened_diff_dst():
     check_compiled(g, emb_inputs(g, 10))
 
 
+@pytest.mark.parametrize("idx_shape, rows, dim", [([3, 4], 5, 0), ([0, 4], 5, 8), ([0, 4], 0, 8)])
+def test_embedding_bw_empty(idx_shape, rows, dim):
+    """A dim of 0 (the reference failed to reshape diff_dst), no index, or no row."""
+    g = emb_bw("s32", "f32", "f32", idx_shape, rows, dim)
+    (got,) = check_compiled(g, emb_inputs(g, max(rows, 1))).values()
+    assert got.shape == (rows, dim) and not got.any()
+
+
 def test_embedding_bw_rank_0_indices():
     g = emb_bw("s32", "f32", "f32", [], 5, 8)
     check_compiled(g)
