@@ -303,6 +303,14 @@ class Graph:
         return f"Graph({len(self.ops)} ops, inputs={self.input_ports}, outputs={self.output_ports})"
 
 
+def ensure_graph(obj, what: str):
+    """``obj`` when it is a Graph; else InvalidArguments naming ``what`` expected
+    one (not an AttributeError from the first method called on it)."""
+    if not isinstance(obj, Graph):
+        raise InvalidArguments(f"{what} expects a Graph", found=type(obj).__name__)
+    return obj
+
+
 def topological_order(nodes, succ) -> list | None:
     """``nodes`` (ids) in topological order of the edges ``succ`` (id -> its
     successors' ids), ties going to the smallest id, as networkx's
@@ -349,4 +357,4 @@ def check_output_layout(op, i, t: LogicalTensor) -> None:
                            found=f"shape {list(t.shape)}, strides {list(t.strides)}")
 
 
-__all__ = ["Graph", "GraphcError", "check_output_layout", "topological_order"]
+__all__ = ["Graph", "GraphcError", "check_output_layout", "ensure_graph", "topological_order"]

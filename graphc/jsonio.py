@@ -9,6 +9,7 @@ the marker as one dim of a longer shape as an unknown dim (-1).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import numpy as np
 
 from .errors import GraphcError, InvalidArguments, InvalidGraphOp, short
 from .builder import Graph
+from .graph import ensure_graph
 from .op import Op
 from .types import ATTR_JSON_TYPES, INT64_MAX, LogicalTensor
 
@@ -313,7 +315,7 @@ def attr_to_json(spec, value) -> dict:
 
 
 def dump_graph(graph: Graph) -> dict:
-    graph.finalize()
+    ensure_graph(graph, "dump_graph").finalize()
     ops = []
     for op in sorted(graph.ops.values(), key=lambda o: o.id):
         attrs = {k: attr_to_json(op.schema.attr_spec(k), op.attrs[k]) for k in sorted(op.raw_attrs)}
@@ -327,8 +329,16 @@ def dump_graph(graph: Graph) -> dict:
 
 
 def save_graph(graph: Graph, path) -> None:
+    """Write ``graph`` as JSON to ``path`` (through a temporary file next to it,
+    replaced at once); a path that cannot be written is InvalidArguments."""
+    doc = dump_graph(graph)
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(dump_graph(graph), f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise InvalidArguments("cannot write graph file", found=f"{short(str(path))}: {e.strerror or e}") from None

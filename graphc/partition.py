@@ -93,6 +93,8 @@ def run_passes(graph, policy: str = "fusion", verbose: bool = False, out=None):
     from .errors import InvalidArguments, short
     if policy not in ("fusion", "debug"):
         raise InvalidArguments("unknown partition policy", expected="'fusion' or 'debug'", found=short(policy))
+    from .graph import ensure_graph
+    ensure_graph(graph, "partitioning")
     require_jit()
     from .codegen.rules import can_lower
     from .passes import run_pipeline

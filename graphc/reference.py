@@ -11,6 +11,7 @@ import numpy as np
 
 from .comm import check_comm, default_comm
 from .errors import GraphcError, InvalidArguments, RuntimeFault
+from .graph import ensure_graph
 from .numerics import fpmath_down, fpmath_round, round_to, widen
 from .types import DataType, LogicalTensor
 
@@ -44,7 +45,7 @@ def check_input_array(lt: LogicalTensor, arr, what: str = "input") -> np.ndarray
 def run(graph, inputs: dict, comm=None) -> dict:
     """Run ``graph`` in numpy on ``inputs`` ({tensor id: array}); return every
     graph output {tensor id: array} in its logical tensor's dtype."""
-    graph.finalize()
+    ensure_graph(graph, "the reference's run").finalize()
     if not isinstance(inputs, dict):
         raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
     check_comm(comm, reference=True)

@@ -92,6 +92,16 @@ class Input(Ref):
         return f"Input({self.label})"
 
 
+class Entry(Input):
+    """The tensor a sub-pattern (a block's body) starts from: the value the block
+    continues, found as a bound op's output is, not an outside tensor."""
+
+
+def _outside(r) -> bool:
+    """``r`` is a tensor from outside the match (an Input, not a block's entry)."""
+    return isinstance(r, Input) and not isinstance(r, Entry)
+
+
 @dataclass(frozen=True)
 class Out(Ref):
     node: "Node"
@@ -185,7 +195,7 @@ class Pattern:
         subs = []
         for body in bodies:
             q = Pattern(f"{self.name}/{label or 'block'}")
-            q.entry = q.input("entry")
+            q.entry = Entry("entry")
             q.exit = _ref(body(q, q.entry))
             if not q.items:
                 raise ValueError("a sub-pattern needs at least one op")
@@ -261,7 +271,7 @@ def _how(it, known, done):
     # from a bound op's output if it can, else as the producer of what a bound op
     # reads (one candidate), else among an outside tensor's readers (siblings)
     ports = [j for j, r in enumerate(it.inputs) if r is not None and r in known]
-    own = [j for j in ports if not isinstance(it.inputs[j], Input)]
+    own = [j for j in ports if not _outside(it.inputs[j])]
     if own:
         return ("fwd", own[0])
     for m in done:
@@ -276,7 +286,7 @@ def _how(it, known, done):
 def _sibling(it, how) -> bool:
     """``it`` found only among the consumers of an outside tensor (an Input of
     the pattern, which the anchor reads too: its siblings)."""
-    return how[0] == "fwd" and isinstance(it.inputs[how[1]], Input)
+    return how[0] == "fwd" and _outside(it.inputs[how[1]])
 
 
 class _State:
@@ -359,7 +369,7 @@ class _Matcher:
             if r is not None and r in st.t:
                 cands = self.consumers(st.t[r], node.kinds)
                 if best is None or len(cands) < len(best):
-                    best, sibling = cands, isinstance(r, Input)
+                    best, sibling = cands, _outside(r)
         return best, sibling
 
     def search(self, pat: Pattern, start_op):

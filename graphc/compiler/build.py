@@ -35,6 +35,7 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
     ints}) of every one of them; without, into a CompiledPartition that compiles
     at run for the values given then."""
     t0 = time.perf_counter()
+    inputs, outputs = _tensor_list(inputs, "inputs"), _tensor_list(outputs, "outputs")
     in_lts = _input_tensors(partition, inputs)
     if not partition.is_supported():
         kinds = ", ".join(op.kind for op in partition.ops)
@@ -69,6 +70,21 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
     return cp
 
 
+def _tensor_list(tensors, what: str) -> list[LogicalTensor] | None:
+    """``tensors`` (None or a sequence of LogicalTensors) as a list; anything else
+    is InvalidArguments (not an AttributeError)."""
+    if tensors is None:
+        return None
+    if isinstance(tensors, (str, bytes, dict)) or not hasattr(tensors, "__iter__"):
+        raise InvalidArguments(f"compile expects a list of LogicalTensors as {what}", found=type(tensors).__name__)
+    tensors = list(tensors)
+    for i, t in enumerate(tensors):
+        if not isinstance(t, LogicalTensor):
+            raise InvalidArguments(f"compile expects LogicalTensors as {what}", where=f"{what}[{i}]",
+                                   found=type(t).__name__)
+    return tensors
+
+
 def _input_tensors(partition, inputs) -> list[LogicalTensor]:
     """The partition's inputs as given (concrete: every dim known), checked
     against it: the same data type and rank, and every dim the graph knows the
@@ -78,8 +94,6 @@ def _input_tensors(partition, inputs) -> list[LogicalTensor]:
     in_lts = []
     for t in partition.inputs:
         lt = given.get(t.id, t)
-        if not isinstance(lt, LogicalTensor):
-            raise InvalidArguments("compile expects LogicalTensors", found=type(lt).__name__)
         if lt.dtype != t.dtype or len(lt.shape) != len(t.shape):
             raise InvalidArguments(f"input tensor {t.id} disagrees with the partition", expected=repr(t),
                                    found=repr(lt))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import warnings
 
 from ..comm import check_comm, exchanges
-from ..errors import GraphcError, InvalidArguments, Unimplemented, short
+from ..errors import MAX_ITEMS, GraphcError, InvalidArguments, Unimplemented, quote, short
+from ..graph import ensure_graph
 from ..partition import partition_graph
 from ..types import LogicalTensor
 from .any_layout import any_layouts
@@ -27,7 +28,7 @@ class CompiledGraph:
     def __init__(self, graph, policy: str = "fusion", fallback: str | None = None):
         if fallback not in (None, "reference"):
             raise InvalidArguments("unknown fallback", expected="None or 'reference'", found=short(fallback))
-        graph.finalize()
+        ensure_graph(graph, "compile").finalize()
         self.graph = graph
         self.policy, self.fallback = policy, fallback
         self.partitions = partition_graph(graph, policy)
@@ -40,9 +41,11 @@ class CompiledGraph:
         #: the partitions run by the reference (fallback="reference")
         self.fallback_partitions = bad
         if bad:
-            listed = "; ".join(f"partition {p.id} ({p.kind}: ops {[op.id for op in p.ops]})" for p in bad)
+            listed = [f"partition {p.id} ({quote(p.kind)}: ops {quote([op.id for op in p.ops])})"
+                      for p in bad[:MAX_ITEMS]]   # (a bounded warning, as errors are: graphc.errors.quote)
+            more = f"; ... ({len(bad) - MAX_ITEMS} more)" if len(bad) > MAX_ITEMS else ""
             warnings.warn(f"graphc cannot compile {len(bad)} of {len(self.partitions)} partitions; they run in "
-                          f"the numpy reference: {listed}", FallbackWarning, stacklevel=3)
+                          f"the numpy reference: {'; '.join(listed)}{more}", FallbackWarning, stacklevel=3)
         chosen = any_layouts(graph, self.partitions)
         resolved: dict[int, LogicalTensor] = {}   # output tensors as compiled (their strides chosen)
         self.compiled = []

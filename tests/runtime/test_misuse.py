@@ -176,3 +176,47 @@ def test_partition_compile_keeps_the_dims_the_graph_knows():
         assert p.compile([LogicalTensor(0, "f32", [rows, 3])]).outputs[0].shape == (rows, 3)
     with pytest.raises(InvalidArguments, match="dim 1"):
         p.compile([LogicalTensor(0, "f32", [7, 4])])
+
+
+# ------------------------------------------------------------ the wrong objects
+@pytest.mark.parametrize("call, words", [
+    (lambda g, p: graphc.compile("abc"), "compile expects a Graph, found str"),
+    (lambda g, p: graphc.run(None, {}), "compile expects a Graph, found NoneType"),
+    (lambda g, p: reference.run({}, {}), "the reference's run expects a Graph, found dict"),
+    (lambda g, p: graphc.dump_graph("abc"), "dump_graph expects a Graph, found str"),
+    (lambda g, p: p.compile("abc"), "compile expects a list of LogicalTensors as inputs, found str"),
+    (lambda g, p: p.compile([1, 2]), "inputs[0]: compile expects LogicalTensors as inputs, found int"),
+    (lambda g, p: p.compile(None, [None]), "outputs[0]: compile expects LogicalTensors as outputs, found NoneType"),
+    (lambda g, p: graphc.save_graph(g, "/nonexistent-folder/g.json"), "cannot write graph file"),
+])
+def test_the_wrong_objects_are_invalid_arguments(call, words):
+    """Each raised AttributeError (or FileNotFoundError) from the first thing done with it."""
+    g = relu_sigmoid()
+    (p,) = g.get_partitions()
+    with pytest.raises(InvalidArguments) as e:
+        call(g, p)
+    assert words in str(e.value)
+
+
+def test_save_graph_leaves_no_temporary_file(tmp_path, monkeypatch):
+    target = tmp_path / "g.json"
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(InvalidArguments, match="No space left on device"):
+        graphc.save_graph(relu_sigmoid(), target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_fallback_warning_lists_a_bounded_number_of_partitions(monkeypatch):
+    from graphc.errors import MAX_ITEMS
+    from graphc.partition import Partition
+    monkeypatch.setattr(Partition, "is_supported", lambda self: False)
+    n = MAX_ITEMS + 24
+    g = graph_of(*[Op(i, "ReLU", [LogicalTensor(i, "f32", [2])], [LogicalTensor(i + 1, "f32", [2])]) for i in range(n)])
+    with pytest.warns(graphc.FallbackWarning) as w:
+        cg = graphc.compile(g, policy="debug", fallback="reference")
+    text = str(w[0].message)
+    assert f"cannot compile {n} of {n} partitions" in text and text.endswith("; ... (24 more)")
+    assert text.count("partition ") == MAX_ITEMS and len(cg.fallback_partitions) == n   # ("partitions;" aside)

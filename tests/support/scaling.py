@@ -3,6 +3,7 @@ and counting the work a step does: tests of linear growth count Python calls,
 never time."""
 from __future__ import annotations
 
+import gc
 import sys
 
 #: the kinds a chain cycles through (binary kinds read an outside operand)
@@ -49,16 +50,23 @@ def fanout_json(n: int, kinds=FANOUT_KINDS, then=()) -> dict:
 
 def calls(f, *args):
     """(the number of Python and C function calls ``f(*args)`` makes, its result):
-    a measure of work that does not depend on the machine or its load."""
+    a measure of work that does not depend on the machine or its load.  The
+    garbage collector is off meanwhile: finalizers of objects other tests left
+    would count too."""
     count = 0
 
     def profile(frame, event, arg):
         nonlocal count
         if event in ("call", "c_call"):
             count += 1
+    was_on = gc.isenabled()
+    gc.collect()
+    gc.disable()
     sys.setprofile(profile)
     try:
         result = f(*args)
     finally:
         sys.setprofile(None)
+        if was_on:
+            gc.enable()
     return count, result
