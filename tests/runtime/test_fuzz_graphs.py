@@ -11,6 +11,9 @@ drawn from the rows of the kind's dtype table, and its extra inputs get the
 shape relation they have in the corpus file (same shape, broadcast, per
 channel, per last dim, the leading dims).  Nodes read any earlier tensor, so the
 graphs are DAGs; graph inputs and Reorder outputs get random strided layouts.
+A graph's first input has a dim of 0 now and then (ZERO_SHAPES), and in about a
+quarter of the graphs the float inputs of unary ops hold NaN, infinities, the
+f32 extremes and other hard values (SPECIAL_VALUES) in a quarter of their elements.
 
 The CI version runs a few dozen graphs on shapes reused across examples (they
 hit the kernel cache).  The long version, e.g. 20000 graphs, keeps going past
@@ -71,6 +74,16 @@ SWAPS = {
 SENSITIVE = {"Reciprocal", "Divide", "Log", "Sqrt", "SqrtBackward", "Pow", "Round", "GreaterEqual", "ReduceProd"}
 #: base shapes, few so that kernels repeat across examples
 SHAPES = [(2, 3), (3, 4), (2, 3, 4), (1, 3, 2, 2), (2, 4, 1, 3), (5,), (4, 1, 3)]
+#: shapes with a dim of 0 (empty tensors; a broadcast operand may keep 1 there)
+ZERO_SHAPES = [(0, 3), (2, 0, 4), (3, 0), (1, 3, 0, 2)]
+#: kinds besides the normalizations whose kernels multiply two f32 values of their
+#: inputs and sum the products (of softmax's dst, between 0 and 1, in a real graph)
+RANGE_LIMITED = {"SoftMaxBackward", "LogSoftmaxBackward", "PReLUBackward"}
+#: values put into the float inputs of unary ops now and then: NaN, the infinities,
+#: zeros, the f32 extremes, values whose f32 square or product with a small constant
+#: overflows, powers of two past int64, f16's largest, subnormals, a tie
+SPECIAL_VALUES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 3.4028235e38, -3.4028235e38, 3e38, -1e38, 6e37,
+                           1e20, -1.9e19, 2.0 ** 63, -(2.0 ** 64), 65504.0, 1.2e-38, -1e-45, 2.5])
 
 
 def _relation(x, s, attrs):
@@ -185,7 +198,7 @@ def _aim_attrs(draw, kind, attrs, x):
             out[name] = draw(st.permutations(range(r)))
         elif name == "groups" and r >= 2:
             c = x[-1 if out.get("data_format") == "NXC" else 1]
-            out[name] = draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0]))
+            out[name] = draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0] or [1]))
         elif name in ("min", "max") and kind.startswith("Clamp"):
             out[name] = draw(st.sampled_from([-1.0, -0.5, 0.0, 0.5, 1.0]))
         elif name == "data_format" and draw(st.integers(0, 3)) == 0:
@@ -243,6 +256,7 @@ class Builder:
         self.next_tensor = 0
         self.next_op = 0
         self.rejected = []       # GraphcErrors of nodes that did not validate
+        self.specials = False    # SPECIAL_VALUES in the inputs of unary ops
 
     def tensor(self, dtype, shape, strides=None):
         t = LogicalTensor(self.next_tensor, dtype, shape, strides)
@@ -312,7 +326,8 @@ class Builder:
 @st.composite
 def graphs(draw):
     b = Builder(draw)
-    shape = draw(st.sampled_from(SHAPES))
+    shape = draw(st.sampled_from(SHAPES + ZERO_SHAPES if draw(st.integers(0, 5)) == 0 else SHAPES))
+    b.specials = draw(st.integers(0, 3)) == 0
     dt = draw(st.sampled_from([DataType.f32, DataType.f32, DataType.bf16, DataType.f16]))
     b.pool.append(b.graph_input(dt, shape))
     for _ in range(draw(st.integers(1, 4))):
@@ -331,6 +346,8 @@ def _check(b):
         inputs = make_inputs(g, seed=len(g.ops))
     except GraphcError as e:
         return f"build:{type(e).__name__}"
+    if b.specials:
+        _put_specials(g, inputs, np.random.default_rng(len(g.ops)))
     try:
         cg = graphc.compile(g)
     except GraphcError as e:
@@ -351,6 +368,28 @@ def _check(b):
     assert_outputs(got, want, dtypes={tid: (_judged_as(g, tid) if LENIENT else g.tensors[tid].dtype)
                                       for tid in want}, what="output")
     return "equal"
+
+
+def _put_specials(g, inputs, rng):
+    """SPECIAL_VALUES (as each dtype holds them) at random places of the float graph
+    inputs that unary eltwise ops read (about a quarter of their elements).  In a
+    graph with an op that multiplies two of its values in f32 (the normalizations'
+    squared deviations, SoftMaxBackward's dy * dst, ...: RANGE_LIMITED), finite values
+    only up to f16's largest: products of values past 1.8e19, or of what the ops
+    between make of them, overflow f32 there (docs/design.md#numerics)."""
+    values = SPECIAL_VALUES
+    if any(o.schema.family == "norm" or o.kind in RANGE_LIMITED for o in g.ops.values()):
+        values = values[~(np.abs(values) > 65504) | ~np.isfinite(values)]
+    for tid, arr in inputs.items():
+        lt = g.tensors[tid]
+        unary = any(g.ops[o].schema.family == "eltwise" for o, _ in g.consumers.get(tid, []))
+        if not unary or lt.dtype not in (DataType.f32, DataType.bf16, DataType.f16) or not arr.flags.c_contiguous:
+            continue
+        flat = arr.reshape(-1)
+        where = rng.random(flat.size) < 0.25
+        with np.errstate(over="ignore"):
+            vals = values.astype(np.float32).astype(arr.dtype)
+        flat[where] = vals[rng.integers(0, vals.size, size=int(where.sum()))]
 
 
 #: floats from the least to the most precise
