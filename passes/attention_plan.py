@@ -1,7 +1,7 @@
 """Legality of the ``attention`` kernel shape (issue 14: SDPA forward and
 training, MHA/MQA/GQA): one flash-style kernel (graphc/codegen/attention.py).
 
-The patterns declaring it (passes/catalog.py: ``sdpa``, ``sdpa_backward``) bind
+The patterns declaring it (passes/catalog/attention.py: ``sdpa``, ``sdpa_backward``) bind
 every op the kernel gives a part to a role, and the plan starts from those roles
 (``roles``: label -> [ops], the match's ``Match.roles``):
 

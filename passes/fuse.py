@@ -1,4 +1,4 @@
-"""Fusion: apply the catalog (passes/catalog.py) with the pattern engine; the
+"""Fusion: apply the catalog (passes/catalog/) with the pattern engine; the
 legality pass (passes/legality.py) judges each match and plans its kernel.  The
 log lists every fused match with its plan, every match refused with why (where
 no shorter match fused instead), and, on a line of its own, every fused

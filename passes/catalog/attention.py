@@ -1,0 +1,147 @@
+"""Scaled dot-product attention, forward and backward (SDPA, MHA/MQA/GQA)."""
+from __future__ import annotations
+
+from ..pattern import Pattern
+from .pieces import keeps_shape, per_tensor
+from .quantized import DEQUANTIZE
+
+
+SDPA_REORDERS = ["StaticReshape", "StaticTranspose"]
+
+
+def viewed(p, label=""):
+    """An outside tensor through [StaticReshape] -> [StaticTranspose] -> [StaticReshape]
+    (the kernel reads them as views of its buffer: legality checks they are)."""
+    return viewed_from(p, p.input(label))
+
+
+def viewed_from(p, x, pred=None):
+    """``x`` through [StaticReshape] -> [StaticTranspose] -> [StaticReshape] (role ``reorder``)."""
+    x = p.op("StaticReshape", x, optional=True, pred=pred, label="reorder")
+    x = p.op("StaticTranspose", x, optional=True, pred=pred, label="reorder")
+    return p.op("StaticReshape", x, optional=True, pred=pred, label="reorder")
+
+
+def of_computed(o, m) -> bool:
+    """A reorder whose src is computed in the graph by a (Dynamic)Dequantize or a
+    TypeCast, through reorders (so that a reorder of an outside tensor binds to one
+    place of ``sdpa_operand`` only)."""
+    src = o.inputs[0]
+    while src.id in m.graph.producer:
+        op = m.graph.ops[m.graph.producer[src.id][0]]
+        if op.kind in DEQUANTIZE or op.kind == "TypeCast":
+            return True
+        if op.kind not in SDPA_REORDERS:
+            return False
+        src = op.inputs[0]
+    return False
+
+
+def sdpa_operand(p, label):
+    """Q, K or V: an outside tensor through reorders -> [[Dynamic]Dequantize] (sdpa_quantized.md's
+    fp8/int8 Q/K/V, sdpa_with_compressed_kv.md's int8/int4 K/V with grouped scales and zero
+    points) -> [TypeCast] -> [reorders]; the kernel dequantizes while it packs its tiles."""
+    x = p.op(DEQUANTIZE, viewed(p, label), optional=True, label=f"{label} dequantize")
+    return viewed_from(p, p.op("TypeCast", x, optional=True, label=f"{label} typecast"), of_computed)
+
+
+def sdpa_scale(x):
+    """Multiply (either order) or Divide (scores / factor) keeping the scores' shape."""
+    keeps = keeps_shape(x)
+    return lambda o, m: keeps(o, m) and (o.kind == "Multiply" or o.inputs[0].id == m.tensor(x).id)
+
+
+def gen_index_axis(last):
+    """GenIndex over the rows (-2) or the columns (-1) of the scores."""
+    return lambda o, m: o.attr("axis") % max(1, len(o.outputs[0].shape)) == len(o.outputs[0].shape) - 2 + last
+
+
+def causal_mask(q, x):
+    """The implicit causal mask: Select(GreaterEqual(row [+ s_kv] [- s_q], col), x, -inf);
+    top-left without the Add and Subtract, bottom-right with them."""
+    row = q.op("GenIndex", x, pred=gen_index_axis(0), label="row")
+    col = q.op("GenIndex", x, pred=gen_index_axis(1), label="col")
+    r = q.op("Add", row, None, either_order=True, optional=True)
+    r = q.op("Subtract", r, None, optional=True)
+    return q.op("Select", q.op("GreaterEqual", r, col), x, None, label="causal")
+
+
+def add_mask(q, x):
+    return q.op("Add", x, viewed(q, "mask"), either_order=True, pred=keeps_shape(x), label="mask")
+
+
+def select_mask(q, x):
+    return q.op("Select", viewed(q, "mask"), x, None, pred=keeps_shape(x), label="mask")
+
+
+def last_axis(o, m) -> bool:
+    return o.attr("axis") % max(1, o.inputs[0].ndim) == o.inputs[0].ndim - 1
+
+
+def sdpa():
+    """sdpa.md / gqa.md (inference and training forward), sdpa_with_compressed_kv.md and
+    sdpa_quantized.md (dequantized operands: ``sdpa_operand``): MatMul Q@K^T -> [scale] ->
+    [mask: causal (GenIndex/GreaterEqual/Select), Add or Select] -> SoftMax (last axis, [stats
+    exported]) -> [Dropout] -> [Quantize -> Dequantize] -> MatMul @V ->
+    [reorders/TypeCasts] -> [Quantize]; GQA/MQA as StaticReshapes around the MatMuls.  One
+    flash-style kernel (legality's attention plan, graphc/codegen/attention.py)."""
+    p = Pattern("sdpa", 11, "[reorder] -> [(Dynamic)Dequantize] -> MatMul QK -> [Multiply/Divide] -> "
+                            "[causal/Add/Select mask] -> SoftMax [stats] -> [Dropout] -> [Quantize/Dequantize] -> "
+                            "MatMul V -> [reorder/TypeCast] -> [Quantize]", anchor="qk", kernel="attention")
+    qk = p.op("MatMul", sdpa_operand(p, "query"), sdpa_operand(p, "key"), label="qk")
+    s = p.optional_block(lambda q, x: q.op(["Multiply", "Divide"], x, viewed(q, "scale"), either_order=True,
+                                           pred=sdpa_scale(x), label="scale"), qk, label="scale")
+    s = p.optional_block(lambda q, x: q.alt(x, causal_mask, add_mask, select_mask), s, label="mask")
+    sm = p.op("SoftMax", s, pred=last_axis, label="softmax")
+    sm = p.op("Dropout", sm, None, None, None, optional=True, label="dropout")
+    sm = p.op("Dequantize", p.op("Quantize", sm, optional=True, pred=per_tensor, label="p quantize"),
+              optional=True, pred=per_tensor, label="p dequantize")
+    o = p.op("MatMul", sm, sdpa_operand(p, "value"), label="pv")
+    o = p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["TypeCast"], x, label="output"), o, 0, 4, label="output reorders")
+    p.op("Quantize", o, optional=True, pred=per_tensor, label="output quantize")
+    return p
+
+
+def sdpa_backward():
+    """sdpa.md (training backpropagation): S = Q@K^T -> [scale] -> [Add/Select mask] ->
+    Subtract Stats -> Exp = P; dV = ([Dropout] -> [TypeCast] P)^T @ dO; dP = dO@V^T ->
+    [Dropout]; dS = P * (dP - ReduceSum(O * dO)) (dM when it leaves) -> [scale] ->
+    [TypeCast] -> dQ = dS@K and dK = dS^T@Q (GQA/MQA: K, V broadcast over the query
+    heads of a group, dK and dV ReduceSums over them; 4-D GQA: the inputs reshaped to
+    5-D and the gradients back, views in the kernel).  One flash-style backward kernel
+    (legality's attention plan, graphc/codegen/attention.py)."""
+    p = Pattern("sdpa_backward", 11, "MatMul QK -> [scale] -> [mask] -> Subtract stats -> Exp -> "
+                                     "MatMuls dV, dP -> dS = P * (dP - ReduceSum(O * dO)) -> MatMuls dQ, dK",
+                anchor="qk", kernel="attention")
+    q, k, do = viewed(p, "query"), viewed(p, "key"), viewed(p, "diff_dst")
+
+    def over_batch(o, m):
+        nd = o.inputs[0].ndim
+        return all(a % nd < nd - 2 for a in o.attr("axes") or [])
+
+    def head_sum(p, x, label):
+        """gqa.md: dK / dV a ReduceSum of the MatMul over the query heads sharing a K/V head
+        -> [reorders] (4-D GQA: back to [N, H, S, D])."""
+        x = p.op("ReduceSum", x, optional=True, pred=over_batch, label=f"{label} heads")
+        return p.repeat(lambda b, y: b.op(SDPA_REORDERS, y, label="output"), x, 0, 4, label=f"{label} reorders")
+
+    qk = p.op("MatMul", q, k, label="qk")
+    s = p.optional_block(lambda b, x: b.op(["Multiply", "Divide"], x, b.input("scale"), either_order=True,
+                                           pred=sdpa_scale(x), label="scale"), qk, label="scale")
+    s = p.optional_block(lambda b, x: b.alt(x, add_mask, select_mask), s, label="mask")
+    prob = p.op("Exp", p.op("Subtract", s, viewed(p, "stats"), label="minus stats"), label="p")
+    pd = p.op("TypeCast", p.op("Dropout", prob, None, None, None, optional=True), optional=True)
+    head_sum(p, p.op("MatMul", pd, do, label="dv"), "dv")
+    dp = p.op("Dropout", p.op("MatMul", do, viewed(p, "value"), label="dp"), None, None, None, optional=True)
+    rs = p.op("ReduceSum", p.op("Multiply", viewed(p, "dst"), do, either_order=True, label="o*do"), label="rowsum")
+    ds = p.op("Multiply", prob, p.op("Subtract", dp, rs), either_order=True, label="ds")
+    ds = p.optional_block(lambda b, x: b.op(["Multiply", "Divide"], x, b.input("scale"), either_order=True,
+                                            pred=sdpa_scale(x), label="scale"), ds, label="ds scale")
+    ds = p.op("TypeCast", ds, optional=True)
+    p.repeat(lambda b, y: b.op(SDPA_REORDERS, y, label="output"), p.op("MatMul", ds, k, label="dq"), 0, 4,
+             label="dq reorders")
+    head_sum(p, p.op("MatMul", ds, q, label="dk"), "dk")
+    return p
+
+
+BUILDERS = [sdpa, sdpa_backward]

@@ -1,0 +1,81 @@
+"""Quantized compute, the gated MLP and binary-MatMul-binary."""
+from __future__ import annotations
+
+from ..pattern import Pattern
+from .pieces import BINARY, UNARY, per_tensor, post_ops, typecast
+
+
+COMPUTE = ["MatMul", "Convolution", "ConvTranspose"]
+
+
+#: Dequantize and DynamicDequantize (scales and zero points as tensors, also per group)
+DEQUANTIZE = ["Dequantize", "DynamicDequantize"]
+
+
+def static_quant(o, m) -> bool:
+    """Per-tensor or per-channel scales and zero points, or DynamicDequantize's
+    (also per group) given as tensors (legality decides where a per-channel or
+    grouped one may be computed in registers: passes/legality.py)."""
+    return o.kind == "DynamicDequantize" or o.attr("qtype", "per_tensor") in ("per_tensor", "per_channel")
+
+
+def q2f(p, x, weights: bool):
+    """oneDNN's Q2F conversion: [Dynamic]Dequantize -> [TypeCast]; for weights also
+    Quantize -> Dequantize -> [TypeCast] (f32 weights quantized in the graph).
+    DynamicDequantize of int8/int4 weights into an f32/bf16/f16 MatMul is the
+    weight-only-quantized MatMul."""
+    if weights:
+        x = p.op("Quantize", x, optional=True, pred=static_quant)
+    d = p.op(DEQUANTIZE, x, optional=True, pred=static_quant)
+    return p.op("TypeCast", d, optional=True)
+
+
+def quantized_compute():
+    p = Pattern("quantized_compute", 9.5,
+                "[Dynamic]Dequantize (per tensor, channel or group, [TypeCast]) on src and weights -> MatMul/Convolution/"
+                "ConvTranspose -> [BiasAdd] -> post-ops -> [TypeCast] -> [[Dynamic]Quantize per tensor or channel]",
+                anchor="mm", kernel=("anchor", "staged"))
+    mm = p.op(COMPUTE, q2f(p, p.input(), False), q2f(p, p.input(), True), label="mm")
+    b = p.op("BiasAdd", mm, optional=True)
+    p.op(["Quantize", "DynamicQuantize"], typecast(p, post_ops(p, b)), optional=True, pred=static_quant)
+    p.check = lambda m: any(o.kind in DEQUANTIZE or o.kind == "DynamicQuantize"
+                            or (o.kind == "Quantize" and not per_tensor(o, m)) for o in m.ops)
+    return p
+
+
+def swish(q, x):
+    return q.op("Multiply", x, q.op("Sigmoid", x), either_order=True, label="swish")
+
+
+def activation(q, x):
+    return q.op(UNARY, x, label="activation")
+
+
+def gated_mlp():
+    """gated_mlp.md: FC up and FC gate MatMuls of one src, an optional activation
+    on the gate (swish as Sigmoid and Multiply, or any unary op: GELU, ReLU,
+    Sigmoid for GLU, ...), Multiply, [TypeCast] (bf16/f16), FC down MatMul ->
+    post-ops.  A staged kernel: up and gate into scratch, the gated product
+    computed while the down MatMul packs its src."""
+    p = Pattern("gated_mlp", 9.5, "MatMul up, MatMul gate (one src) -> [swish/GELU/...] -> Multiply -> "
+                                  "[TypeCast] -> MatMul down -> post-ops", kernel="staged")
+    x = p.input("src")
+    up = p.op("MatMul", x, None, label="up")
+    gate = p.op("MatMul", x, None, label="gate")
+    act = p.optional_block(lambda q, g: q.alt(g, swish, activation), gate, label="gate activation")
+    glu = p.op("Multiply", up, act, either_order=True, label="glu")
+    down = p.op("MatMul", typecast(p, glu), None, label="down")
+    post_ops(p, down)
+    return p
+
+
+def binary_matmul_binary():
+    p = Pattern("binary_matmul_binary", 8.5, "a binary op on MatMul's src -> MatMul -> [BiasAdd] -> post-ops",
+                anchor="mm", kernel="anchor")
+    pro = p.op(BINARY, p.input(), None, label="prologue")
+    mm = p.op("MatMul", pro, None, label="mm")
+    post_ops(p, p.op("BiasAdd", mm, optional=True))
+    return p
+
+
+BUILDERS = [quantized_compute, gated_mlp, binary_matmul_binary]
