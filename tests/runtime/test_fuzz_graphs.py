@@ -14,6 +14,7 @@ graphs are DAGs; graph inputs and Reorder outputs get random strided layouts.
 A graph's first input has a dim of 0 now and then (ZERO_SHAPES), and in about a
 quarter of the graphs the float inputs of unary ops hold NaN, infinities, the
 f32 extremes and other hard values (SPECIAL_VALUES) in a quarter of their elements.
+Pairs of graphs also run from two threads that start together.
 
 The CI version runs a few dozen graphs on shapes reused across examples (they
 hit the kernel cache).  The long version, e.g. 20000 graphs, keeps going past
@@ -28,8 +29,10 @@ dtype.)  About 10 graphs a second once the kernel cache is warm.
 """
 import json
 import os
+import threading
 import traceback
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -444,6 +447,31 @@ def test_random_graphs_raise_graphc_errors_or_match_the_reference(b):
     OUTCOMES[outcome] += 1
     if sum(OUTCOMES.values()) % 100 == 0:
         _dump_report()
+
+
+_pair_settings = settings(max_examples=max(EXAMPLES // 10, 8), deadline=None, derandomize=not LONG, database=None,
+                          suppress_health_check=list(HealthCheck), print_blob=True)
+
+
+@pytest.mark.skipif(not SEEDS, reason=f"benchdnn corpus not found at {OP_CORPUS} (set GRAPHC_SHARED)")
+@seed(int(os.environ.get("GRAPHC_FUZZ_SEED", "0")) + 1)
+@_pair_settings
+@given(graphs(), graphs())
+def test_two_graphs_from_two_threads_at_once(a, b):
+    """Two random graphs finalized, compiled, run and checked from two threads that
+    start together: each ends as it does alone (a GraphcError or the reference's
+    result); a thread's exception of any other kind fails the test."""
+    start = threading.Barrier(2)
+
+    def check(g):
+        start.wait()
+        return _check(g)
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(check, g) for g in (a, b)]
+        outcomes = [f.result() for f in futures]   # re-raises an AssertionError or a foreign exception
+    for o in outcomes:
+        OUTCOMES["threads:" + o] += 1
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
