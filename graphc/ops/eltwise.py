@@ -31,7 +31,12 @@ class PositiveSrc:
 
 
 def _sigmoid(x):
-    return 0.5 * (1.0 + np.tanh(0.5 * x))
+    # 1 / (1 + e^-x), as e^x / (1 + e^x) below 0: the value keeps its relative
+    # accuracy down to float64's subnormals (0.5 (1 + tanh(x / 2)) is 0 below -37)
+    x = np.asarray(x)
+    with np.errstate(over="ignore"):
+        e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0, e) / (1.0 + e)
 
 
 def _softplus(x, beta=1.0):

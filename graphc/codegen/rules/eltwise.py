@@ -14,12 +14,23 @@ SQRT_2_PI = math.sqrt(2.0 / math.pi)
 
 def tanh(x):
     """tanh in the kernel: the vectorizable float32 helper for float32 math."""
-    return ir.call("tanh_f32", x) if x.dt == "f32" else ir.call("math.tanh", x)
+    return f32_or("math.tanh", "tanh_f32", x)
 
 
 def sigmoid(x):
     """sigmoid in the kernel: the vectorizable float32 helper for float32 math."""
-    return ir.call("sigmoid_f32", x) if x.dt == "f32" else ir.call("sigmoid", x)
+    return f32_or("sigmoid", "sigmoid_f32", x)
+
+
+def f32_or(name, f32_name, *args):
+    """A call of the vectorizable float32 helper ``f32_name`` (graphc/codegen/fastmath.py)
+    when the math is float32, else of libm's ``name``."""
+    return ir.call(f32_name, *args) if args[0].dt == "f32" else ir.call(name, *args)
+
+
+def softplus(x, beta: float):
+    """log(1 + exp(beta x)) / beta in the kernel."""
+    return f32_or("softplus", "softplus_f32", x, beta)
 
 
 def clamp(x, lo, hi):
@@ -45,14 +56,14 @@ class Elu(ElementwiseRule):
     kinds = ("Elu",)
 
     def expr(self, op, x):
-        return ir.select(x >= 0, x, float(op.attr("alpha")) * ir.call("math.expm1", x))
+        return ir.select(x >= 0, x, float(op.attr("alpha")) * f32_or("math.expm1", "expm1_f32", x))
 
 
 class Exp(ElementwiseRule):
     kinds = ("Exp",)
 
     def expr(self, op, x):
-        return ir.call("math.exp", x)
+        return f32_or("math.exp", "exp_f32", x)
 
 
 class GELU(ElementwiseRule):
@@ -92,14 +103,14 @@ class Log(ElementwiseRule):
     kinds = ("Log",)
 
     def expr(self, op, x):
-        return ir.call("np.log", x)
+        return f32_or("np.log", "log_f32", x)
 
 
 class Mish(ElementwiseRule):
     kinds = ("Mish",)
 
     def expr(self, op, x):
-        return x * tanh(ir.call("softplus", x, 1.0))
+        return x * tanh(softplus(x, 1.0))
 
 
 class Pow(ElementwiseRule):
@@ -141,7 +152,7 @@ class SoftPlus(ElementwiseRule):
     kinds = ("SoftPlus",)
 
     def expr(self, op, x):
-        return ir.call("softplus", x, float(op.attr("beta")))
+        return softplus(x, float(op.attr("beta")))
 
 
 class Sqrt(ElementwiseRule):
@@ -188,7 +199,9 @@ class EluBackward(ElementwiseRule):
         a = float(op.attr("alpha"))
         if op.attr("use_dst"):
             return ir.select(x > 0, dy, dy * (x + a))
-        return ir.select(x > 0, dy, dy * a * ir.call("math.exp", x))
+        # exp of x <= 0 where it is taken (the other lanes' values are discarded), its
+        # subnormal values kept: dy may scale them back
+        return ir.select(x > 0, dy, dy * a * f32_or("math.exp", "exp_sub_f32", x))
 
 
 class GELUBackward(ElementwiseRule):
@@ -197,8 +210,8 @@ class GELUBackward(ElementwiseRule):
     def expr(self, op, x, dy):
         if op.attr("mode") == "gelu_tanh":
             return ir.call("gelu_tanh_grad", x) * dy
-        cdf = 0.5 * (1.0 + ir.call("math.erf", x * (1 / math.sqrt(2.0))))
-        pdf = ir.call("math.exp", -0.5 * x * x) * (1 / math.sqrt(2.0 * math.pi))
+        cdf = 0.5 * (1.0 + f32_or("math.erf", "erf_f32", x * (1 / math.sqrt(2.0))))
+        pdf = f32_or("math.exp", "exp_sub_f32", -0.5 * x * x) * (1 / math.sqrt(2.0 * math.pi))
         return dy * (cdf + x * pdf)
 
 
@@ -223,7 +236,7 @@ class MishBackward(ElementwiseRule):
     kinds = ("MishBackward",)
 
     def expr(self, op, x, dy):
-        return ir.call("mish_grad", x) * dy
+        return f32_or("mish_grad", "mish_grad_f32", x) * dy
 
 
 class ReLUBackward(ElementwiseRule):
@@ -242,14 +255,15 @@ class SigmoidBackward(ElementwiseRule):
             # reference, so that no partial product overflows f32 where the result does not
             xd = ir.f64(x)
             return ir.f64(dy) * xd * (1.0 - xd)
-        return dy * sigmoid(x) * (1.0 - sigmoid(x))
+        s = f32_or("sigmoid", "sigmoid_sub_f32", x)   # (subnormal values kept: dy may scale them back)
+        return dy * s * (1.0 - s)
 
 
 class SoftPlusBackward(ElementwiseRule):
     kinds = ("SoftPlusBackward",)
 
     def expr(self, op, x, dy):
-        return dy * sigmoid(float(op.attr("beta")) * x)
+        return dy * f32_or("sigmoid", "sigmoid_sub_f32", float(op.attr("beta")) * x)
 
 
 class SqrtBackward(ElementwiseRule):
