@@ -269,3 +269,22 @@ def test_positive_input_ranges():
         g = graph(kind, attrs)
         x = make_inputs(g)[g.input_ports[0]]
         assert x.min() > 0, kind
+
+
+def test_hardsigmoid_backward_kinks_as_the_reference():
+    """(found by the fuzzer) alpha * x + beta next to 0 or 1: the kernel decides
+    which side of a kink x is on as the reference does (in f64), for every x whose
+    f32 value of alpha * x + beta rounds onto the other side."""
+    from graphc.builder import single_op_graph
+    alpha, beta = np.float32(1.28), np.float32(-1.0)
+    # the f32 values around both kinks, x = -beta / alpha and (1 - beta) / alpha
+    kinks = (np.float32(-beta / alpha), np.float32((1 - beta) / alpha))
+    x = np.concatenate([k + np.arange(-64, 65, dtype=np.float32) * np.spacing(k) for k in kinks]).astype(np.float32)
+    g = single_op_graph("HardSigmoidBackward", [("f32", [x.size]), ("f32", [x.size])], [("f32", [x.size])],
+                        {"alpha": float(alpha), "beta": float(beta)})
+    dy = np.ones_like(x)
+    ins = dict(zip(g.input_ports, (x, dy)))
+    got = graphc.compile(g).run(ins)
+    want = reference.run(g, ins)
+    (tid,) = want
+    np.testing.assert_array_equal(got[tid], want[tid])
