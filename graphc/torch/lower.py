@@ -1,0 +1,131 @@
+"""An ATen FX graph lowered: the nodes the mapping table takes are grouped into
+regions (torch's capability partitioner: no region both feeds and reads a node
+left out), each region is built as a graphc graph and compiled with the fusion
+catalog, and replaces its nodes by one call (a GraphcRegion).  A node graphc
+does not take stays an ATen call in the same graph; a region graphc refuses at
+compile time (a GraphcError: a dtype combination, a shape, no kernel) stays in
+ATen too, with a warning naming its first node and the reason."""
+from __future__ import annotations
+
+import operator
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+from ..errors import GraphcError
+from .build import RegionBuilder, dense_strides, meta
+from .region import GraphcRegion
+from .table import TABLE, reason_not_taken
+
+
+class GraphcFallbackWarning(UserWarning):
+    """A region graphc refused at compile time runs in ATen."""
+
+
+@dataclass
+class LowerReport:
+    """What lowering one FX graph did (graphc.torch.explain adds them up)."""
+    aten_nodes: int = 0                 # ATen op calls in the graph (getitem not counted)
+    in_graphc: int = 0                  # of them, run in graphc regions
+    fallback: Counter = field(default_factory=Counter)   # ATen op -> count left in torch
+    reasons: dict = field(default_factory=dict)          # ATen op -> why (the first reason met)
+    regions: int = 0
+    partitions: int = 0
+    kernels: int = 0
+    compile_seconds: float = 0.0
+
+
+class _Taken(OperatorSupportBase):
+    def __init__(self, reasons: dict):
+        self.reasons = reasons
+
+    def is_node_supported(self, submodules, node) -> bool:
+        return node in self.reasons and self.reasons[node] is None
+
+
+def _is_aten(node) -> bool:
+    return node.op == "call_function" and node.target is not operator.getitem
+
+
+def _computes(nodes) -> bool:
+    """A region worth a graphc call: it has an op that is not a view."""
+    views = {"StaticReshape", "StaticTranspose", "StaticReshape (identity)"}
+    return any(_is_aten(n) and TABLE[n.target].ops not in views for n in nodes)
+
+
+def lower(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, LowerReport]:
+    """``gm`` with graphc regions in place of the nodes graphc takes, and the report."""
+    start = time.perf_counter()
+    report = LowerReport()
+    reasons = {n: reason_not_taken(n) for n in gm.graph.nodes if n.op == "call_function"}
+    why_not = {n.name: r for n, r in reasons.items()}   # (by name: fusing may copy nodes)
+    parts = CapabilityBasedPartitioner(gm, _Taken(reasons), allows_single_node_partition=True).propose_partitions()
+    parts = [p for p in parts if _computes(p.nodes)]
+    fused = fuse_by_partitions(gm, [dict.fromkeys(p.nodes) for p in parts], prefix="graphc_",
+                               always_return_tuple=True) if parts else gm
+    for node in list(fused.graph.nodes):
+        if node.op == "call_module" and str(node.target).startswith("graphc_"):
+            sub = getattr(fused, node.target)
+            region = _compile_region(sub, node)
+            if region is not None:
+                setattr(fused, node.target, region)
+                report.regions += 1
+                report.partitions += region.partitions
+                report.kernels += region.kernels
+                report.in_graphc += region.aten_nodes
+                continue
+            for n in sub.graph.nodes:   # it runs in ATen
+                if _is_aten(n):
+                    report.fallback[n.target.name()] += 1
+                    report.reasons.setdefault(n.target.name(), "refused at compile")
+        elif _is_aten(node):
+            report.fallback[node.target.name()] += 1
+            why = why_not.get(node.name)
+            report.reasons.setdefault(node.target.name(), why or "not in a region")
+    report.aten_nodes = report.in_graphc + sum(report.fallback.values())
+    fused.recompile()
+    report.compile_seconds = time.perf_counter() - start
+    return fused, report
+
+
+def _compile_region(sub: torch.fx.GraphModule, call) -> GraphcRegion | None:
+    """The region ``sub`` (called by node ``call``) compiled, or None after a
+    warning when graphc refuses it."""
+    import graphc
+    b = RegionBuilder()
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    (out_node,) = [n for n in sub.graph.nodes if n.op == "output"]
+    results = list(out_node.args[0])
+    for ph, arg in zip(placeholders, call.args):
+        ph.meta.setdefault("val", meta(arg))
+        b.input(ph)
+    b.wanted = {r for r in results if isinstance(r, torch.fx.Node)}
+    node = None
+    try:
+        for node in sub.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if node.target is operator.getitem:
+                b.env[node] = b.env[node.args[0]][node.args[1]]
+            else:
+                b.current = node
+                b.env[node] = TABLE[node.target].convert(b, node)
+        outs = [b.env.get(r) for r in results]
+        if any(o is None or isinstance(o, tuple) or r.op == "placeholder" for o, r in zip(outs, results)):
+            raise graphc.Unimplemented("a region output graphc does not compute")
+        b.graph.set_ports(inputs=[tid for _, tid in b.inputs] + list(b.constants), outputs=[o.id for o in outs])
+        compiled = graphc.compile(b.graph)
+    except GraphcError as e:
+        at = b.origin.get(getattr(getattr(e, "op", None), "id", None), node)
+        where = f"{at.target.name()} (node {at.name})" if at is not None and at.op == "call_function" else "its output"
+        warnings.warn(f"graphc leaves a region of {sum(map(_is_aten, sub.graph.nodes))} ATen ops to torch at "
+                      f"{where}: {e}", GraphcFallbackWarning, stacklevel=2)
+        return None
+    return GraphcRegion(compiled, [tid for _, tid in b.inputs], [o.id for o in outs], b.constants,
+                        sum(map(_is_aten, sub.graph.nodes)))
