@@ -59,20 +59,46 @@ def _computes(nodes) -> bool:
     return any(_is_aten(n) and TABLE[n.target].ops not in views for n in nodes)
 
 
+#: how many times lowering starts again with the nodes graphc refused at compile left out
+RETRIES = 4
+
+
 def lower(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, LowerReport]:
-    """``gm`` with graphc regions in place of the nodes graphc takes, and the report."""
+    """``gm`` with graphc regions in place of the nodes graphc takes, and the
+    report.  A node graphc refuses at compile is left out and the regions are
+    formed again (at most RETRIES times; then a refused region runs in ATen)."""
     start = time.perf_counter()
-    report = LowerReport()
-    reasons = {n: reason_not_taken(n) for n in gm.graph.nodes if n.op == "call_function"}
-    why_not = {n.name: r for n, r in reasons.items()}   # (by name: fusing may copy nodes)
-    parts = CapabilityBasedPartitioner(gm, _Taken(reasons), allows_single_node_partition=True).propose_partitions()
+    why_not = {n.name: reason_not_taken(n) for n in gm.graph.nodes if n.op == "call_function"}
+    for attempt in range(RETRIES + 1):
+        fused, report, refused = _lower_once(_copy(gm), why_not, final=attempt == RETRIES)
+        if not refused:
+            break
+        why_not.update(refused)
+    report.compile_seconds = time.perf_counter() - start
+    return fused, report
+
+
+def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose graph fusing may change (node metadata shared)."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _lower_once(gm, why_not: dict, final: bool):
+    """(the lowered module, its report, {node name: reason} of nodes graphc
+    refused at compile: lowering again without them is better than leaving
+    their regions in ATen, unless ``final``)."""
+    report, refused = LowerReport(), {}
+    taken = {n: why_not.get(n.name) for n in gm.graph.nodes if n.op == "call_function"}
+    parts = CapabilityBasedPartitioner(gm, _Taken(taken), allows_single_node_partition=True).propose_partitions()
     parts = [p for p in parts if _computes(p.nodes)]
     fused = fuse_by_partitions(gm, [dict.fromkeys(p.nodes) for p in parts], prefix="graphc_",
                                always_return_tuple=True) if parts else gm
     for node in list(fused.graph.nodes):
         if node.op == "call_module" and str(node.target).startswith("graphc_"):
             sub = getattr(fused, node.target)
-            region = _compile_region(sub, node)
+            region, at, reason = _compile_region(sub, node, warn=final)
             if region is not None:
                 setattr(fused, node.target, region)
                 report.regions += 1
@@ -80,23 +106,24 @@ def lower(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, LowerReport]:
                 report.kernels += region.kernels
                 report.in_graphc += region.aten_nodes
                 continue
+            if at is not None and not final:
+                refused[at] = f"refused at compile: {reason}"
             for n in sub.graph.nodes:   # it runs in ATen
                 if _is_aten(n):
                     report.fallback[n.target.name()] += 1
                     report.reasons.setdefault(n.target.name(), "refused at compile")
         elif _is_aten(node):
             report.fallback[node.target.name()] += 1
-            why = why_not.get(node.name)
-            report.reasons.setdefault(node.target.name(), why or "not in a region")
+            report.reasons.setdefault(node.target.name(), why_not.get(node.name) or "not in a region")
     report.aten_nodes = report.in_graphc + sum(report.fallback.values())
     fused.recompile()
-    report.compile_seconds = time.perf_counter() - start
-    return fused, report
+    return fused, report, refused
 
 
-def _compile_region(sub: torch.fx.GraphModule, call) -> GraphcRegion | None:
-    """The region ``sub`` (called by node ``call``) compiled, or None after a
-    warning when graphc refuses it."""
+def _compile_region(sub: torch.fx.GraphModule, call, warn: bool):
+    """(the region ``sub`` (called by node ``call``) compiled, None, None), or
+    when graphc refuses it (None, the name of the node it refused or None, the
+    reason).  Every refusal warns, naming the node and the reason."""
     import graphc
     b = RegionBuilder()
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
@@ -123,9 +150,10 @@ def _compile_region(sub: torch.fx.GraphModule, call) -> GraphcRegion | None:
         compiled = graphc.compile(b.graph)
     except GraphcError as e:
         at = b.origin.get(getattr(getattr(e, "op", None), "id", None), node)
-        where = f"{at.target.name()} (node {at.name})" if at is not None and at.op == "call_function" else "its output"
-        warnings.warn(f"graphc leaves a region of {sum(map(_is_aten, sub.graph.nodes))} ATen ops to torch at "
-                      f"{where}: {e}", GraphcFallbackWarning, stacklevel=2)
-        return None
+        known = at is not None and at.op == "call_function"
+        where = f"{at.target.name()} (node {at.name})" if known else "its output"
+        what = f"a region of {sum(map(_is_aten, sub.graph.nodes))} ATen ops" if warn or not known else "the node"
+        warnings.warn(f"graphc leaves {what} to torch at {where}: {e}", GraphcFallbackWarning, stacklevel=2)
+        return None, at.name if known else None, str(e)
     return GraphcRegion(compiled, [tid for _, tid in b.inputs], [o.id for o in outs], b.constants,
-                        sum(map(_is_aten, sub.graph.nodes)))
+                        sum(map(_is_aten, sub.graph.nodes))), None, None

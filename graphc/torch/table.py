@@ -133,21 +133,55 @@ def _rsqrt(b, n):
 # ------------------------------------------------------------------ normalization, softmax
 def _layer_norm_guard(n):
     w, bias = n.args[2], n.args[3]
-    if (w is None) != (bias is None):
-        return "only one of weight and bias"
-    return _only_first_output(n)
+    return "only one of weight and bias" if (w is None) != (bias is None) else None
 
 
-@row([aten.native_layer_norm.default], "LayerNorm", says="weight and bias both or neither; mean and rstd unread",
-     guard=_layer_norm_guard)
+@row([aten.native_layer_norm.default], "LayerNorm (+ Add, Pow, StaticReshape for mean and rstd)",
+     says="weight and bias both or neither", guard=_layer_norm_guard)
 def _layer_norm(b, n):
     x, shape, w, bias, eps = n.args[:5]
     src = b.value(x)
     affine = w is not None
     ins = [src] + ([b.value(w), b.value(bias)] if affine else [])
-    y = b.op("LayerNorm", ins, [b.out(n, 0)], keep_stats=False, begin_norm_axis=src.ndim - len(shape),
-             use_affine=affine, epsilon=float(eps))
-    return (y, None, None)
+    used = _users_of_outputs(n)
+    begin = src.ndim - len(shape)
+    if not used & {1, 2}:
+        y = b.op("LayerNorm", ins, [b.out(n, 0)], keep_stats=False, begin_norm_axis=begin, use_affine=affine,
+                 epsilon=float(eps))
+        return (y, None, None)
+    lead = list(src.shape[:begin])
+    y, mean, var = b.op("LayerNorm", ins, [b.out(n, 0), b.tmp(src, lead), b.tmp(src, lead)], keep_stats=True,
+                        begin_norm_axis=begin, use_affine=affine, epsilon=float(eps))
+    mean_t, rstd_t = b.out(n, 1), b.out(n, 2)
+    b.op("StaticReshape", [mean], [mean_t], shape=list(mean_t.shape), special_zero=False)
+    shifted = b.op("Add", [var, b.value(float(eps), like=var)], [b.tmp(var)])
+    rstd = b.op("Pow", [shifted], [b.tmp(var)], beta=-0.5)
+    b.op("StaticReshape", [rstd], [rstd_t], shape=list(rstd_t.shape), special_zero=False)
+    return (y, mean_t, rstd_t)
+
+
+def _layer_norm_backward_guard(n):
+    w, bias = n.args[5], n.args[6]
+    if w is None or bias is None:
+        return "no weight or bias"
+    return None
+
+
+@row([aten.native_layer_norm_backward.default], "LayerNormBackward (variance from rstd: Pow, Subtract)",
+     says="with weight and bias", guard=_layer_norm_backward_guard)
+def _layer_norm_backward(b, n):
+    grad, x, shape, mean, rstd, w, bias = n.args[:7]
+    src = b.value(x)
+    begin = src.ndim - len(shape)
+    lead = list(src.shape[:begin])
+    eps = 1e-12   # (torch saves rstd: graphc gets var = rstd ** -2 - eps and adds eps back)
+    mean_g = b.op("StaticReshape", [b.value(mean)], [b.tmp(src, lead)], shape=lead, special_zero=False)
+    r = b.op("StaticReshape", [b.value(rstd)], [b.tmp(src, lead)], shape=lead, special_zero=False)
+    inv2 = b.op("Pow", [r], [b.tmp(r)], beta=-2.0)
+    var = b.op("Subtract", [inv2, b.value(eps, like=inv2)], [b.tmp(r)])
+    ins = [src, b.value(grad), mean_g, var, b.value(w), b.value(bias)]
+    return tuple(b.op("LayerNormBackward", ins, [b.out(n, 0), b.out(n, 1), b.out(n, 2)], begin_norm_axis=begin,
+                      use_affine=True, epsilon=eps))
 
 
 @row([aten._softmax.default], "SoftMax", says="no half-to-float",
@@ -165,20 +199,44 @@ def _batch_norm(b, n):
     return (b.op("BatchNormInference", ins, [b.out(n, 0)], epsilon=float(eps), data_format="NCX"), None, None)
 
 
+@row([aten._softmax_backward_data.default], "SoftMaxBackward")
+def _softmax_backward(b, n):
+    grad, y, dim = n.args[:3]
+    return b.op("SoftMaxBackward", [b.value(grad), b.value(y)], [b.out(n)], axis=int(dim))
+
+
+@row([aten.gelu_backward.default], "GELUBackward")
+def _gelu_backward(b, n):
+    mode = "gelu_tanh" if n.kwargs.get("approximate", "none") == "tanh" else "gelu_erf"
+    return b.op("GELUBackward", [b.value(n.args[1]), b.value(n.args[0])], [b.out(n)], mode=mode)
+
+
+@row([aten.tanh_backward.default], "TanhBackward (from the output)")
+def _tanh_backward(b, n):
+    return b.op("TanhBackward", [b.value(n.args[1]), b.value(n.args[0])], [b.out(n)], use_dst=True)
+
+
+@row([aten.threshold_backward.default], "ReLUBackward", says="threshold 0",
+     guard=lambda n: None if n.args[2] == 0 else "threshold != 0")
+def _threshold_backward(b, n):
+    return b.op("ReLUBackward", [b.value(n.args[1]), b.value(n.args[0])], [b.out(n)], use_dst=False)
+
+
 # ------------------------------------------------------------------ views
-@row([aten.view.default, aten._unsafe_view.default, aten.reshape.default], "StaticReshape", dtypes=ANY)
+@row([aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+      aten.squeeze.dim, aten.squeeze.dims], "StaticReshape")
 def _view(b, n):
     out = b.out(n)
     return b.op("StaticReshape", [b.value(n.args[0])], [out], shape=list(out.shape), special_zero=False)
 
 
-@row([aten.permute.default], "StaticTranspose", dtypes=ANY)
+@row([aten.permute.default], "StaticTranspose")
 def _permute(b, n):
     x = b.value(n.args[0])
     return b.op("StaticTranspose", [x], [b.out(n)], order=[d % x.ndim for d in n.args[1]])
 
 
-@row([aten.transpose.int, aten.t.default], "StaticTranspose", dtypes=ANY)
+@row([aten.transpose.int, aten.t.default], "StaticTranspose")
 def _transpose(b, n):
     x = b.value(n.args[0])
     d0, d1 = (n.args[1] % x.ndim, n.args[2] % x.ndim) if len(n.args) > 1 else (0, 1)
@@ -187,12 +245,20 @@ def _transpose(b, n):
     return b.op("StaticTranspose", [x], [b.out(n)], order=order)
 
 
-@row([aten.expand.default], "StaticReshape (identity)", dtypes=ANY, says="to its own shape",
+@row([aten.expand.default], "StaticReshape (identity)", says="to its own shape",
      guard=lambda n: None if list(meta(n).shape) == list(meta(n.args[0]).shape) else "broadcasts")
-@row([aten.clone.default, aten.alias.default], "StaticReshape (identity)", dtypes=ANY)
+@row([aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default], "StaticReshape (identity)")
 def _identity(b, n):
     out = b.out(n)
     return b.op("StaticReshape", [b.value(n.args[0])], [out], shape=list(out.shape), special_zero=False)
+
+
+@row([aten.cat.default], "Concat", says="no empty operand", guard=lambda n: None if all(
+    meta(a).numel() for a in n.args[0]) else "an empty operand")
+def _cat(b, n):
+    ins = [b.value(a) for a in n.args[0]]
+    dim = n.args[1] if len(n.args) > 1 else 0
+    return b.op("Concat", ins, [b.out(n)], axis=int(dim) % ins[0].ndim)
 
 
 # ------------------------------------------------------------------ convolution and pooling

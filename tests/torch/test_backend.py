@@ -55,6 +55,7 @@ def test_a_region_graphc_refuses_runs_in_aten_with_a_warning(monkeypatch):
     row = table.TABLE[torch.ops.aten.relu.default]
     monkeypatch.setitem(table.TABLE, torch.ops.aten.relu.default,
                         table.Row(row.targets, row.ops, bad_relu, None, row.dtypes))
-    with pytest.warns(GraphcFallbackWarning, match=r"aten::relu \(node relu\).*"):
+    with pytest.warns(GraphcFallbackWarning, match=r"aten::relu \(node relu\): .*wrong shape|shape"):
         lowered = check_against_eager(lambda x: torch.relu(x) * 2, torch.randn(4, 6), table=ORACLE)
-    assert lowered.fallback["aten::relu"] == 1 and lowered.coverage == 0.0
+    # the refused node is left out and the regions formed again: the Multiply still runs in graphc
+    assert lowered.fallback == {"aten::relu": 1} and lowered.coverage == 0.5

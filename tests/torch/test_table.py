@@ -51,6 +51,8 @@ TAKEN = [
     ("max_pool2d", lambda x: F.max_pool2d(x, 3, 2, 1), (_r(1, 2, 8, 8),), "aten::max_pool2d_with_indices"),
     ("mean", lambda x: x.mean((2, 3), keepdim=True), (_r(2, 3, 4, 4),), "aten::mean.dim"),
     ("sum", lambda x: torch.relu(x).sum(1), (_r(3, 5),), "aten::sum.dim_IntList"),
+    ("cat", lambda x, y: torch.relu(torch.cat([x, y], 1)), (_r(3, 5), _r(3, 2)), "aten::cat"),
+    ("unsqueeze", lambda x: torch.relu(x).unsqueeze(1) + 1, (_r(3, 5),), "aten::unsqueeze"),
     ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (_r(1, 2, 5, 8), _r(1, 2, 6, 8, seed=1),
                                                                         _r(1, 2, 6, 8, seed=2)),
      "aten::_scaled_dot_product_flash_attention_for_cpu"),
@@ -81,6 +83,31 @@ def test_low_precision_rows(dt):
     assert lowered.coverage == 1.0, lowered.fallback
 
 
+def _leaf(*shape, seed=0):
+    return _r(*shape, seed=seed).requires_grad_(True)
+
+
+#: backward rows: (name, function, leaf inputs, the ATen op that must run in graphc); a training step
+TRAINED = [
+    ("gelu_backward", F.gelu, (_leaf(4, 6),), "aten::gelu_backward"),
+    ("tanh_backward", torch.tanh, (_leaf(4, 6),), "aten::tanh_backward"),
+    ("threshold_backward", torch.relu, (_leaf(4, 6),), "aten::threshold_backward"),
+    ("softmax_backward", lambda x: F.softmax(x, -1), (_leaf(3, 6),), "aten::_softmax_backward_data"),
+    ("layer_norm statistics", lambda x, w, b: F.layer_norm(x, (6,), w, b), (_leaf(3, 4, 6), _leaf(6), _leaf(6, seed=1)),
+     "aten::native_layer_norm"),
+    ("layer_norm_backward", lambda x, w, b: F.layer_norm(x, (6,), w, b), (_leaf(3, 4, 6), _leaf(6), _leaf(6, seed=1)),
+     "aten::native_layer_norm_backward"),
+]
+
+
+@pytest.mark.parametrize("name,fn,inputs,op", TRAINED, ids=[t[0] for t in TRAINED])
+def test_backward_row_runs_in_graphc(name, fn, inputs, op):
+    for x in inputs:
+        x.grad = None
+    lowered = check_against_eager(fn, *inputs, table=ORACLE, train=True)
+    assert op not in lowered.fallback, lowered.fallback
+
+
 #: (name, function, inputs, the ATen op its guard leaves in torch)
 REFUSED = [
     ("addmm beta", lambda x, w, b: torch.addmm(b, x, w, beta=2.0), (_r(4, 6), _r(6, 5), _r(5)), "aten::addmm"),
@@ -103,11 +130,11 @@ def test_guard_leaves_the_node_in_torch(name, fn, inputs, op):
 
 
 def test_every_row_is_tested_and_in_the_readme_table():
-    tested = {t[3] for t in TAKEN} | {"aten::_native_batch_norm_legit_no_training"}
+    tested = {t[3] for t in TAKEN + TRAINED} | {"aten::_native_batch_norm_legit_no_training"}
     rows = {id(r): r for r in TABLE.values()}
     for r in rows.values():
         names = {t.name() for t in r.targets}
-        assert names & tested or r.ops.startswith(("StaticReshape (identity)", "ReduceMean")) or \
+        assert names & tested or r.ops.startswith(("StaticReshape (identity)", "ReduceMean", "Concat")) or \
             names & {"aten::mul.Scalar", "aten::maximum", "aten::abs"}, f"row {sorted(names)} has no test"
     table = markdown()
     assert all(f"`{t.name()}`" in table for t in TABLE)
