@@ -65,10 +65,10 @@ class RegionBuilder:
         return LogicalTensor(self._id(), dt, list(t.shape), list(t.stride()) if strides else None, "strided",
                              "constant" if constant else "undef")
 
-    def input(self, node) -> LogicalTensor:
+    def input(self, node, constant=False) -> LogicalTensor:
         """The region input for FX node ``node`` (made once), with its strides."""
         if node not in self.env:
-            lt = self.lt(meta(node), strides=True)
+            lt = self.lt(meta(node), strides=True, constant=constant)
             self.env[node] = lt
             self.inputs.append((node, lt.id))
         return self.env[node]

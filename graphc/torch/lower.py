@@ -36,6 +36,7 @@ class LowerReport:
     fallback: Counter = field(default_factory=Counter)   # ATen op -> count left in torch
     reasons: dict = field(default_factory=dict)          # ATen op -> why (the first reason met)
     regions: int = 0
+    constant_inputs: int = 0            # region inputs that are constant tensors (parameters in inference)
     partitions: int = 0
     kernels: int = 0
     compile_seconds: float = 0.0
@@ -63,14 +64,15 @@ def _computes(nodes) -> bool:
 RETRIES = 4
 
 
-def lower(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, LowerReport]:
+def lower(gm: torch.fx.GraphModule, constants=frozenset()) -> tuple[torch.fx.GraphModule, LowerReport]:
     """``gm`` with graphc regions in place of the nodes graphc takes, and the
-    report.  A node graphc refuses at compile is left out and the regions are
+    report; the placeholders named in ``constants`` (parameters in inference)
+    are constant tensors.  A node graphc refuses at compile is left out and the regions are
     formed again (at most RETRIES times; then a refused region runs in ATen)."""
     start = time.perf_counter()
     why_not = {n.name: reason_not_taken(n) for n in gm.graph.nodes if n.op == "call_function"}
     for attempt in range(RETRIES + 1):
-        fused, report, refused = _lower_once(_copy(gm), why_not, final=attempt == RETRIES)
+        fused, report, refused = _lower_once(_copy(gm), why_not, constants, final=attempt == RETRIES)
         if not refused:
             break
         why_not.update(refused)
@@ -85,7 +87,7 @@ def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
-def _lower_once(gm, why_not: dict, final: bool):
+def _lower_once(gm, why_not: dict, constants, final: bool):
     """(the lowered module, its report, {node name: reason} of nodes graphc
     refused at compile: lowering again without them is better than leaving
     their regions in ATen, unless ``final``)."""
@@ -98,10 +100,11 @@ def _lower_once(gm, why_not: dict, final: bool):
     for node in list(fused.graph.nodes):
         if node.op == "call_module" and str(node.target).startswith("graphc_"):
             sub = getattr(fused, node.target)
-            region, at, reason = _compile_region(sub, node, warn=final)
+            region, at, reason = _compile_region(sub, node, constants, warn=final)
             if region is not None:
                 setattr(fused, node.target, region)
                 report.regions += 1
+                report.constant_inputs += region.constant_inputs
                 report.partitions += region.partitions
                 report.kernels += region.kernels
                 report.in_graphc += region.aten_nodes
@@ -120,7 +123,7 @@ def _lower_once(gm, why_not: dict, final: bool):
     return fused, report, refused
 
 
-def _compile_region(sub: torch.fx.GraphModule, call, warn: bool):
+def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
     """(the region ``sub`` (called by node ``call``) compiled, None, None), or
     when graphc refuses it (None, the name of the node it refused or None, the
     reason).  Every refusal warns, naming the node and the reason."""
@@ -131,7 +134,7 @@ def _compile_region(sub: torch.fx.GraphModule, call, warn: bool):
     results = list(out_node.args[0])
     for ph, arg in zip(placeholders, call.args):
         ph.meta.setdefault("val", meta(arg))
-        b.input(ph)
+        b.input(ph, constant=getattr(arg, "op", None) == "placeholder" and arg.name in constants)
     b.wanted = {r for r in results if isinstance(r, torch.fx.Node)}
     node = None
     try:
@@ -155,5 +158,7 @@ def _compile_region(sub: torch.fx.GraphModule, call, warn: bool):
         what = f"a region of {sum(map(_is_aten, sub.graph.nodes))} ATen ops" if warn or not known else "the node"
         warnings.warn(f"graphc leaves {what} to torch at {where}: {e}", GraphcFallbackWarning, stacklevel=2)
         return None, at.name if known else None, str(e)
-    return GraphcRegion(compiled, [tid for _, tid in b.inputs], [o.id for o in outs], b.constants,
-                        sum(map(_is_aten, sub.graph.nodes))), None, None
+    region = GraphcRegion(compiled, [tid for _, tid in b.inputs], [o.id for o in outs], b.constants,
+                          sum(map(_is_aten, sub.graph.nodes)))
+    region.constant_inputs = sum(b.env[ph].property_type == "constant" for ph in placeholders)
+    return region, None, None

@@ -59,3 +59,18 @@ def test_a_region_graphc_refuses_runs_in_aten_with_a_warning(monkeypatch):
         lowered = check_against_eager(lambda x: torch.relu(x) * 2, torch.randn(4, 6), table=ORACLE)
     # the refused node is left out and the regions formed again: the Multiply still runs in graphc
     assert lowered.fallback == {"aten::relu": 1} and lowered.coverage == 0.5
+
+
+def test_parameters_are_constant_tensors_in_inference_only():
+    import graphc
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+    graphc.set_constant_tensor_cache(1)
+    try:
+        inference = check_against_eager(m, x, table=ORACLE)
+        inference_again = check_against_eager(m, x, table=ORACLE)   # (outputs of constant partitions kept)
+    finally:
+        graphc.set_constant_tensor_cache(0)
+    assert inference.reports[0].constant_inputs == 4 and inference_again.coverage == 1.0
+    training = check_against_eager(m, x, table=ORACLE, train=True, params=list(m.parameters()))
+    assert sum(r.constant_inputs for r in training.reports) == 0
