@@ -222,6 +222,20 @@ def _threshold_backward(b, n):
     return b.op("ReLUBackward", [b.value(n.args[1]), b.value(n.args[0])], [b.out(n)], use_dst=False)
 
 
+def _to_copy_guard(n):
+    extra = set(n.kwargs) - {"dtype", "memory_format", "layout", "device"}
+    if extra or n.kwargs.get("layout") not in (None, torch.strided) or \
+            n.kwargs.get("memory_format") not in (None, torch.preserve_format):
+        return f"arguments {sorted(extra) or 'layout / memory_format'}"
+    src, dst = DTYPES.get(meta(n.args[0]).dtype), DTYPES.get(meta(n).dtype)
+    return None if src != dst and "f32" in (src, dst) else f"a cast {src} -> {dst}"
+
+
+@row([aten._to_copy.default], "TypeCast", says="f32 <-> bf16 / f16 (autocast's casts)", guard=_to_copy_guard)
+def _to_copy(b, n):
+    return b.op("TypeCast", [b.value(n.args[0])], [b.out(n)])
+
+
 # ------------------------------------------------------------------ views
 @row([aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
       aten.squeeze.dim, aten.squeeze.dims], "StaticReshape")

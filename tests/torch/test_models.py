@@ -37,6 +37,17 @@ def test_transformer_inference_f32(make, coverage):
     assert lowered.coverage >= coverage, lowered.fallback
 
 
+def test_bert_inference_under_bf16_autocast():
+    torch.manual_seed(0)
+    model = _bert().eval()
+
+    def run(ids):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(ids).last_hidden_state
+    lowered = check_against_eager(run, _ids(3), table=MODEL)
+    assert lowered.coverage >= 0.9, lowered.fallback
+
+
 def test_bert_with_attention_mask():
     torch.manual_seed(0)
     model = _bert().eval()

@@ -51,6 +51,8 @@ TAKEN = [
     ("max_pool2d", lambda x: F.max_pool2d(x, 3, 2, 1), (_r(1, 2, 8, 8),), "aten::max_pool2d_with_indices"),
     ("mean", lambda x: x.mean((2, 3), keepdim=True), (_r(2, 3, 4, 4),), "aten::mean.dim"),
     ("sum", lambda x: torch.relu(x).sum(1), (_r(3, 5),), "aten::sum.dim_IntList"),
+    ("to bf16", lambda x: torch.relu(x).to(torch.bfloat16), (_r(3, 5),), "aten::_to_copy"),
+    ("to f32", lambda x: torch.relu(x).float(), (_r(3, 5, dtype=torch.float16),), "aten::_to_copy"),
     ("cat", lambda x, y: torch.relu(torch.cat([x, y], 1)), (_r(3, 5), _r(3, 2)), "aten::cat"),
     ("unsqueeze", lambda x: torch.relu(x).unsqueeze(1) + 1, (_r(3, 5),), "aten::unsqueeze"),
     ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (_r(1, 2, 5, 8), _r(1, 2, 6, 8, seed=1),
