@@ -123,6 +123,18 @@ def _lower_once(gm, why_not: dict, constants, final: bool):
     return fused, report, refused
 
 
+def _convert(b: RegionBuilder, node):
+    """The node's ops added by its row's converter; a converter meeting arguments
+    it was not written for raises Unimplemented (the node then stays in ATen)."""
+    try:
+        return TABLE[node.target].convert(b, node)
+    except GraphcError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        from ..errors import Unimplemented
+        raise Unimplemented(f"graphc.torch cannot convert these arguments ({type(e).__name__}: {e})") from e
+
+
 def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
     """(the region ``sub`` (called by node ``call``) compiled, None, None), or
     when graphc refuses it (None, the name of the node it refused or None, the
@@ -145,7 +157,7 @@ def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
                 b.env[node] = b.env[node.args[0]][node.args[1]]
             else:
                 b.current = node
-                b.env[node] = TABLE[node.target].convert(b, node)
+                b.env[node] = _convert(b, node)
         outs = [b.env.get(r) for r in results]
         if any(o is None or isinstance(o, tuple) or r.op == "placeholder" for o, r in zip(outs, results)):
             raise graphc.Unimplemented("a region output graphc does not compute")
