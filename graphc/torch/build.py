@@ -46,7 +46,8 @@ class RegionBuilder:
     def __init__(self):
         self.graph = Graph()
         self.env: dict = {}           # fx node -> LogicalTensor (or tuple for multi-output nodes)
-        self.inputs: list = []        # (fx node, tensor id): the region's tensor inputs, in order
+        self.inputs: list = []        # (fx node, tensor id): the region's tensor inputs, as first used
+        self.constant_nodes: set = set()   # placeholders that are constant tensors (parameters in inference)
         self.constants: dict = {}     # tensor id -> numpy array fed at every run
         self._ids = 0
         self.wanted: set = set()      # fx nodes whose results leave the region (they keep torch's strides)
@@ -65,10 +66,10 @@ class RegionBuilder:
         return LogicalTensor(self._id(), dt, list(t.shape), list(t.stride()) if strides else None, "strided",
                              "constant" if constant else "undef")
 
-    def input(self, node, constant=False) -> LogicalTensor:
-        """The region input for FX node ``node`` (made once), with its strides."""
+    def input(self, node) -> LogicalTensor:
+        """The region input for FX node ``node`` (made once, when first used), with its strides."""
         if node not in self.env:
-            lt = self.lt(meta(node), strides=True, constant=constant)
+            lt = self.lt(meta(node), strides=True, constant=node in self.constant_nodes)
             self.env[node] = lt
             self.inputs.append((node, lt.id))
         return self.env[node]

@@ -144,9 +144,10 @@ def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     (out_node,) = [n for n in sub.graph.nodes if n.op == "output"]
     results = list(out_node.args[0])
-    for ph, arg in zip(placeholders, call.args):
+    for ph, arg in zip(placeholders, call.args):   # (inputs made as used: an empty operand left out is not)
         ph.meta.setdefault("val", meta(arg))
-        b.input(ph, constant=getattr(arg, "op", None) == "placeholder" and arg.name in constants)
+        if getattr(arg, "op", None) == "placeholder" and arg.name in constants:
+            b.constant_nodes.add(ph)
     b.wanted = {r for r in results if isinstance(r, torch.fx.Node)}
     node = None
     try:
@@ -170,7 +171,7 @@ def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
         what = f"a region of {sum(map(_is_aten, sub.graph.nodes))} ATen ops" if warn or not known else "the node"
         warnings.warn(f"graphc leaves {what} to torch at {where}: {e}", GraphcFallbackWarning, stacklevel=2)
         return None, at.name if known else None, str(e)
-    region = GraphcRegion(compiled, [tid for _, tid in b.inputs], [o.id for o in outs], b.constants,
-                          sum(map(_is_aten, sub.graph.nodes)))
-    region.constant_inputs = sum(b.env[ph].property_type == "constant" for ph in placeholders)
+    region = GraphcRegion(compiled, [b.env[ph].id if ph in b.env else None for ph in placeholders],
+                          [o.id for o in outs], b.constants, sum(map(_is_aten, sub.graph.nodes)))
+    region.constant_inputs = sum(b.env[ph].property_type == "constant" for ph in placeholders if ph in b.env)
     return region, None, None

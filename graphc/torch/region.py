@@ -11,7 +11,7 @@ from ..interop import as_array, to_torch
 
 class GraphcRegion(torch.nn.Module):
     """Runs ``compiled`` (a graphc CompiledGraph) on the region's inputs (tensor
-    ids ``input_ids``, in call order) and its ``constants`` ({tensor id: array});
+    ids ``input_ids``, in call order; None for an argument it does not read) and its ``constants`` ({tensor id: array});
     returns the outputs ``output_ids`` as a tuple of torch tensors."""
 
     def __init__(self, compiled, input_ids, output_ids, constants, aten_nodes: int):
@@ -32,8 +32,8 @@ class GraphcRegion(torch.nn.Module):
 
     def forward(self, *args):
         feed = dict(self.constants)
-        ins = [as_array(a) for a in args]
-        feed.update(zip(self.input_ids, ins))
+        ins = [as_array(a) for tid, a in zip(self.input_ids, args) if tid is not None]
+        feed.update(zip((tid for tid in self.input_ids if tid is not None), ins))
         result = self.compiled.run(feed)
         outs = []
         for tid in self.output_ids:

@@ -267,12 +267,14 @@ def _identity(b, n):
     return b.op("StaticReshape", [b.value(n.args[0])], [out], shape=list(out.shape), special_zero=False)
 
 
-@row([aten.cat.default], "Concat", says="no empty operand", guard=lambda n: None if all(
-    meta(a).numel() for a in n.args[0]) else "an empty operand")
+@row([aten.cat.default], "Concat (empty operands left out; one left: StaticReshape)",
+     says="an operand not empty", guard=lambda n: None if any(meta(a).numel() for a in n.args[0]) else "all empty")
 def _cat(b, n):
-    ins = [b.value(a) for a in n.args[0]]
-    dim = n.args[1] if len(n.args) > 1 else 0
-    return b.op("Concat", ins, [b.out(n)], axis=int(dim) % ins[0].ndim)
+    ins = [b.value(a) for a in n.args[0] if meta(a).numel()]   # (a cache's empty past, say)
+    out = b.out(n)
+    if len(ins) == 1:
+        return b.op("StaticReshape", ins, [out], shape=list(out.shape), special_zero=False)
+    return b.op("Concat", ins, [out], axis=int(n.args[1] if len(n.args) > 1 else 0) % out.ndim)
 
 
 # ------------------------------------------------------------------ convolution and pooling

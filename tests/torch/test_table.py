@@ -54,6 +54,8 @@ TAKEN = [
     ("to bf16", lambda x: torch.relu(x).to(torch.bfloat16), (_r(3, 5),), "aten::_to_copy"),
     ("to f32", lambda x: torch.relu(x).float(), (_r(3, 5, dtype=torch.float16),), "aten::_to_copy"),
     ("cat", lambda x, y: torch.relu(torch.cat([x, y], 1)), (_r(3, 5), _r(3, 2)), "aten::cat"),
+    ("cat with an empty operand", lambda e, x: torch.relu(torch.cat([e, x], 1)), (_r(3, 0), _r(3, 5)),
+     "aten::cat"),
     ("unsqueeze", lambda x: torch.relu(x).unsqueeze(1) + 1, (_r(3, 5),), "aten::unsqueeze"),
     ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (_r(1, 2, 5, 8), _r(1, 2, 6, 8, seed=1),
                                                                         _r(1, 2, 6, 8, seed=2)),
