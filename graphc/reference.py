@@ -13,13 +13,16 @@ from .comm import check_comm, default_comm
 from .errors import GraphcError, InvalidArguments, RuntimeFault
 from .graph import ensure_graph
 from .numerics import fpmath_down, fpmath_round, round_to, widen
+from .interop import as_array
 from .types import DataType, LogicalTensor
 
 
 def check_input_array(lt: LogicalTensor, arr, what: str = "input") -> np.ndarray:
     """Check one user array against its logical tensor; return it as an ndarray
-    (a subclass such as np.matrix as a plain ndarray view of the same memory).
-    An output must be writable."""
+    (a subclass such as np.matrix as a plain ndarray view of the same memory; a
+    torch tensor or a ``__dlpack__`` object as a numpy array over its memory:
+    graphc.interop).  An output must be writable."""
+    arr = as_array(arr, f"{what} tensor {lt.id}")
     if isinstance(arr, np.ma.MaskedArray):
         raise InvalidArguments(f"{what} tensor {lt.id} is a masked array: graphc would ignore its mask",
                                expected="a numpy ndarray", found=type(arr).__name__)
@@ -29,7 +32,8 @@ def check_input_array(lt: LogicalTensor, arr, what: str = "input") -> np.ndarray
         if np.isscalar(arr) and lt.ndim == 0:
             arr = np.asarray(arr, dtype=lt.dtype.np)
         else:
-            raise InvalidArguments(f"{what} tensor {lt.id} must be a numpy array", found=type(arr).__name__)
+            raise InvalidArguments(f"{what} tensor {lt.id} must be a numpy array, a torch tensor or a "
+                                   "__dlpack__ object", found=type(arr).__name__)
     if arr.dtype != lt.dtype.np:
         raise InvalidArguments(f"{what} tensor {lt.id} has the wrong dtype", expected=f"{lt.dtype} ({lt.dtype.np})",
                                found=str(arr.dtype))

@@ -9,6 +9,7 @@ low-precision types, one rounding on store), so about one or two ulps of the
 output dtype, relative to the magnitude of the data.
 ``ORACLE``: graphc's reference vs an independent oracle (PyTorch in its own
 precision, or float64 finite differences).
+``MODEL``: a model run by graphc.torch vs the same model in eager torch.
 Types without a row tolerance (integers, booleans) compare exactly.
 """
 from __future__ import annotations
@@ -21,6 +22,9 @@ from .types import DataType
 #: dtype -> (rtol, atol)
 COMPILED = {r.dtype: r.compiled_tol for r in ROWS if r.compiled_tol is not None}
 ORACLE = {r.dtype: r.oracle_tol for r in ROWS if r.oracle_tol is not None}
+#: a whole model compiled by the torch backend vs eager torch (rounding differences
+#: add up through its layers; relative to the largest |expected| of the tensor)
+MODEL = {DataType.f32: (1e-3, 1e-6), DataType.bf16: (3e-2, 1e-3), DataType.f16: (1e-2, 1e-4)}
 #: finite differences: float64 central differences with step 1e-6
 GRADCHECK = (1e-5, 1e-6)
 

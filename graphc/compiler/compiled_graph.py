@@ -8,6 +8,7 @@ import warnings
 from ..comm import check_comm, exchanges
 from ..errors import MAX_ITEMS, GraphcError, InvalidArguments, Unimplemented, quote, short
 from ..graph import ensure_graph
+from ..interop import as_array
 from ..partition import partition_graph
 from ..types import LogicalTensor
 from .any_layout import any_layouts
@@ -102,7 +103,7 @@ class CompiledGraph:
         if missing:
             failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
                                        expected=repr(self.graph.tensors[missing[0]]))
-        values = {tid: inputs[tid] for tid in self._input_ports if tid in inputs}
+        values = {tid: as_array(inputs[tid], f"input tensor {tid}") for tid in self._input_ports if tid in inputs}
         if failure is None and self._steps is not None:   # no collective: nothing to tell anyone
             for cp, ids in self._steps:
                 values.update(cp.execute([values[t] for t in ids]))

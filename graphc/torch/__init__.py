@@ -1,0 +1,12 @@
+"""graphc.torch: a torch.compile backend running ATen graphs in graphc kernels.
+
+``torch.compile(model, backend="graphc")`` (registered through the
+``torch_dynamo_backends`` entry point), or ``backend=graphc.torch.backend``.
+Modules: ``decompositions`` (what AOTAutograd breaks up), ``table`` (ATen op ->
+graphc ops, guards, dtypes), ``build`` (a region as a graphc graph), ``lower``
+(regions found, compiled, put in place), ``region`` (running one), ``backend``,
+``explain``."""
+from .backend import graphc as backend
+from .explain import explain
+
+__all__ = ["backend", "explain"]

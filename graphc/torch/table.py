@@ -1,0 +1,404 @@
+"""The one mapping table: ATen op -> graphc ops, with each row's guard (when
+graphc takes the node) and dtypes.  A converter adds the node's ops to a
+RegionBuilder and returns its result's logical tensor (a tuple for an op of
+several outputs, None where an output is not computed).  A node whose row is
+missing or whose guard says no stays an ATen call (graphc.torch.lower).  The
+README's table is ``markdown()``."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .build import FLOAT, DTYPES, meta, static_dims
+
+aten = torch.ops.aten
+ANY = tuple(DTYPES.values())
+
+
+@dataclass(frozen=True)
+class Row:
+    targets: tuple            # ATen overloads
+    ops: str                  # the graphc ops it becomes (for the table)
+    convert: Callable         # (builder, node) -> LogicalTensor | tuple
+    guard: Callable | None    # (node) -> None when graphc takes it, else the reason
+    dtypes: tuple = FLOAT
+    says: str = ""            # the guards in words
+
+
+TABLE: dict = {}
+
+
+def row(targets, ops, dtypes=FLOAT, says="", guard=None):
+    def register(convert):
+        r = Row(tuple(targets), ops, convert, guard, dtypes, says)
+        for t in r.targets:
+            TABLE[t] = r
+        return convert
+    return register
+
+
+def _users_of_outputs(node) -> set:
+    """The output indices of a multi-output node that something reads."""
+    import operator
+    return {u.args[1] for u in node.users if u.target is operator.getitem}
+
+
+def _only_first_output(node):
+    used = _users_of_outputs(node)
+    return None if used <= {0} else f"outputs {sorted(used - {0})} are read (only output 0 is computed)"
+
+
+def _alpha_one(node):
+    return None if node.kwargs.get("alpha", 1) == 1 else "alpha != 1"
+
+
+# ------------------------------------------------------------------ GEMMs
+@row([aten.mm.default, aten.bmm.default], "MatMul")
+def _mm(b, n):
+    return b.op("MatMul", [b.value(n.args[0]), b.value(n.args[1])], [b.out(n)])
+
+
+@row([aten.addmm.default], "MatMul (bias)", says="beta = alpha = 1",
+     guard=lambda n: None if n.kwargs.get("beta", 1) == 1 and n.kwargs.get("alpha", 1) == 1 else "beta or alpha != 1")
+def _addmm(b, n):
+    bias, a, w = (b.value(x) for x in n.args[:3])
+    return b.op("MatMul", [a, w, bias], [b.out(n)])
+
+
+# ------------------------------------------------------------------ pointwise
+_BINARY = {aten.add.Tensor: "Add", aten.sub.Tensor: "Subtract", aten.mul.Tensor: "Multiply",
+           aten.div.Tensor: "Divide", aten.maximum.default: "Maximum", aten.minimum.default: "Minimum"}
+
+
+def _binary_guard(n):
+    if n.target in (aten.add.Tensor, aten.sub.Tensor) and _alpha_one(n):
+        return _alpha_one(n)
+    if not any(isinstance(a, torch.fx.Node) for a in n.args[:2]):
+        return "no tensor operand"
+    return None
+
+
+@row(list(_BINARY), "Add / Subtract / Multiply / Divide / Maximum / Minimum",
+     says="alpha = 1; a number operand is a constant tensor", guard=_binary_guard)
+def _binary(b, n):
+    out = b.out(n)
+    x, y = (b.value(a, like=out) for a in n.args[:2])
+    return b.op(_BINARY[n.target], [x, y], [out])
+
+
+@row([aten.mul.Scalar, aten.div.Scalar, aten.add.Scalar, aten.sub.Scalar], "Multiply / Divide / Add / Subtract",
+     says="a constant tensor of the number")
+def _binary_scalar(b, n):
+    kind = {"mul": "Multiply", "div": "Divide", "add": "Add", "sub": "Subtract"}[n.target.__name__.split(".")[0]]
+    out = b.out(n)
+    return b.op(kind, [b.value(n.args[0]), b.value(n.args[1], like=out)], [out])
+
+
+_UNARY = {aten.relu.default: "ReLU", aten.tanh.default: "Tanh", aten.sigmoid.default: "Sigmoid",
+          aten.exp.default: "Exp", aten.sqrt.default: "Sqrt", aten.abs.default: "Abs", aten.log.default: "Log"}
+
+
+@row(list(_UNARY), "ReLU / Tanh / Sigmoid / Exp / Sqrt / Abs / Log")
+def _unary(b, n):
+    return b.op(_UNARY[n.target], [b.value(n.args[0])], [b.out(n)])
+
+
+@row([aten.gelu.default], "GELU (gelu_erf, gelu_tanh)")
+def _gelu(b, n):
+    mode = "gelu_tanh" if n.kwargs.get("approximate", "none") == "tanh" else "gelu_erf"
+    return b.op("GELU", [b.value(n.args[0])], [b.out(n)], mode=mode)
+
+
+@row([aten.pow.Tensor_Scalar], "Pow", says="a number exponent")
+def _pow(b, n):
+    return b.op("Pow", [b.value(n.args[0])], [b.out(n)], beta=float(n.args[1]))
+
+
+@row([aten.neg.default], "Multiply (by -1)")
+def _neg(b, n):
+    out = b.out(n)
+    return b.op("Multiply", [b.value(n.args[0]), b.value(-1.0, like=out)], [out])
+
+
+@row([aten.rsqrt.default], "Sqrt, Reciprocal")
+def _rsqrt(b, n):
+    x = b.value(n.args[0])
+    return b.op("Reciprocal", [b.op("Sqrt", [x], [b.tmp(x)])], [b.out(n)])
+
+
+# ------------------------------------------------------------------ normalization, softmax
+def _layer_norm_guard(n):
+    w, bias = n.args[2], n.args[3]
+    return "only one of weight and bias" if (w is None) != (bias is None) else None
+
+
+@row([aten.native_layer_norm.default], "LayerNorm (+ Add, Pow, StaticReshape for mean and rstd)",
+     says="weight and bias both or neither", guard=_layer_norm_guard)
+def _layer_norm(b, n):
+    x, shape, w, bias, eps = n.args[:5]
+    src = b.value(x)
+    affine = w is not None
+    ins = [src] + ([b.value(w), b.value(bias)] if affine else [])
+    used = _users_of_outputs(n)
+    begin = src.ndim - len(shape)
+    if not used & {1, 2}:
+        y = b.op("LayerNorm", ins, [b.out(n, 0)], keep_stats=False, begin_norm_axis=begin, use_affine=affine,
+                 epsilon=float(eps))
+        return (y, None, None)
+    lead = list(src.shape[:begin])
+    y, mean, var = b.op("LayerNorm", ins, [b.out(n, 0), b.tmp(src, lead), b.tmp(src, lead)], keep_stats=True,
+                        begin_norm_axis=begin, use_affine=affine, epsilon=float(eps))
+    mean_t, rstd_t = b.out(n, 1), b.out(n, 2)
+    b.op("StaticReshape", [mean], [mean_t], shape=list(mean_t.shape), special_zero=False)
+    shifted = b.op("Add", [var, b.value(float(eps), like=var)], [b.tmp(var)])
+    rstd = b.op("Pow", [shifted], [b.tmp(var)], beta=-0.5)
+    b.op("StaticReshape", [rstd], [rstd_t], shape=list(rstd_t.shape), special_zero=False)
+    return (y, mean_t, rstd_t)
+
+
+def _layer_norm_backward_guard(n):
+    w, bias = n.args[5], n.args[6]
+    if w is None or bias is None:
+        return "no weight or bias"
+    return None
+
+
+@row([aten.native_layer_norm_backward.default], "LayerNormBackward (variance from rstd: Pow, Subtract)",
+     says="with weight and bias", guard=_layer_norm_backward_guard)
+def _layer_norm_backward(b, n):
+    grad, x, shape, mean, rstd, w, bias = n.args[:7]
+    src = b.value(x)
+    begin = src.ndim - len(shape)
+    lead = list(src.shape[:begin])
+    eps = 1e-12   # (torch saves rstd: graphc gets var = rstd ** -2 - eps and adds eps back)
+    mean_g = b.op("StaticReshape", [b.value(mean)], [b.tmp(src, lead)], shape=lead, special_zero=False)
+    r = b.op("StaticReshape", [b.value(rstd)], [b.tmp(src, lead)], shape=lead, special_zero=False)
+    inv2 = b.op("Pow", [r], [b.tmp(r)], beta=-2.0)
+    var = b.op("Subtract", [inv2, b.value(eps, like=inv2)], [b.tmp(r)])
+    ins = [src, b.value(grad), mean_g, var, b.value(w), b.value(bias)]
+    return tuple(b.op("LayerNormBackward", ins, [b.out(n, 0), b.out(n, 1), b.out(n, 2)], begin_norm_axis=begin,
+                      use_affine=True, epsilon=eps))
+
+
+@row([aten._softmax.default], "SoftMax", says="no half-to-float",
+     guard=lambda n: "half_to_float" if n.args[2] else None)
+def _softmax(b, n):
+    return b.op("SoftMax", [b.value(n.args[0])], [b.out(n)], axis=int(n.args[1]))
+
+
+@row([aten._native_batch_norm_legit_no_training.default], "BatchNormInference",
+     says="NCX; saved mean and rstd unread", guard=_only_first_output)
+def _batch_norm(b, n):
+    x, w, bias, mean, var, _momentum, eps = n.args[:7]
+    src = b.value(x)
+    ins = [src, b.value(w), b.value(bias), b.value(mean), b.value(var)]
+    return (b.op("BatchNormInference", ins, [b.out(n, 0)], epsilon=float(eps), data_format="NCX"), None, None)
+
+
+@row([aten._softmax_backward_data.default], "SoftMaxBackward")
+def _softmax_backward(b, n):
+    grad, y, dim = n.args[:3]
+    return b.op("SoftMaxBackward", [b.value(grad), b.value(y)], [b.out(n)], axis=int(dim))
+
+
+@row([aten.gelu_backward.default], "GELUBackward")
+def _gelu_backward(b, n):
+    mode = "gelu_tanh" if n.kwargs.get("approximate", "none") == "tanh" else "gelu_erf"
+    return b.op("GELUBackward", [b.value(n.args[1]), b.value(n.args[0])], [b.out(n)], mode=mode)
+
+
+@row([aten.tanh_backward.default], "TanhBackward (from the output)")
+def _tanh_backward(b, n):
+    return b.op("TanhBackward", [b.value(n.args[1]), b.value(n.args[0])], [b.out(n)], use_dst=True)
+
+
+@row([aten.threshold_backward.default], "ReLUBackward", says="threshold 0",
+     guard=lambda n: None if n.args[2] == 0 else "threshold != 0")
+def _threshold_backward(b, n):
+    return b.op("ReLUBackward", [b.value(n.args[1]), b.value(n.args[0])], [b.out(n)], use_dst=False)
+
+
+def _to_copy_guard(n):
+    extra = set(n.kwargs) - {"dtype", "memory_format", "layout", "device"}
+    if extra or n.kwargs.get("layout") not in (None, torch.strided) or \
+            n.kwargs.get("memory_format") not in (None, torch.preserve_format):
+        return f"arguments {sorted(extra) or 'layout / memory_format'}"
+    src, dst = DTYPES.get(meta(n.args[0]).dtype), DTYPES.get(meta(n).dtype)
+    return None if src != dst and "f32" in (src, dst) else f"a cast {src} -> {dst}"
+
+
+@row([aten._to_copy.default], "TypeCast", says="f32 <-> bf16 / f16 (autocast's casts)", guard=_to_copy_guard)
+def _to_copy(b, n):
+    return b.op("TypeCast", [b.value(n.args[0])], [b.out(n)])
+
+
+# ------------------------------------------------------------------ views
+@row([aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+      aten.squeeze.dim, aten.squeeze.dims], "StaticReshape")
+def _view(b, n):
+    out = b.out(n)
+    return b.op("StaticReshape", [b.value(n.args[0])], [out], shape=list(out.shape), special_zero=False)
+
+
+@row([aten.permute.default], "StaticTranspose")
+def _permute(b, n):
+    x = b.value(n.args[0])
+    return b.op("StaticTranspose", [x], [b.out(n)], order=[d % x.ndim for d in n.args[1]])
+
+
+@row([aten.transpose.int, aten.t.default], "StaticTranspose")
+def _transpose(b, n):
+    x = b.value(n.args[0])
+    d0, d1 = (n.args[1] % x.ndim, n.args[2] % x.ndim) if len(n.args) > 1 else (0, 1)
+    order = list(range(x.ndim))
+    order[d0], order[d1] = order[d1], order[d0]
+    return b.op("StaticTranspose", [x], [b.out(n)], order=order)
+
+
+@row([aten.expand.default], "StaticReshape (identity)", says="to its own shape",
+     guard=lambda n: None if list(meta(n).shape) == list(meta(n.args[0]).shape) else "broadcasts")
+@row([aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default], "StaticReshape (identity)")
+def _identity(b, n):
+    out = b.out(n)
+    return b.op("StaticReshape", [b.value(n.args[0])], [out], shape=list(out.shape), special_zero=False)
+
+
+@row([aten.cat.default], "Concat (empty operands left out; one left: StaticReshape)",
+     says="an operand not empty", guard=lambda n: None if any(meta(a).numel() for a in n.args[0]) else "all empty")
+def _cat(b, n):
+    ins = [b.value(a) for a in n.args[0] if meta(a).numel()]   # (a cache's empty past, say)
+    out = b.out(n)
+    if len(ins) == 1:
+        return b.op("StaticReshape", ins, [out], shape=list(out.shape), special_zero=False)
+    return b.op("Concat", ins, [out], axis=int(n.args[1] if len(n.args) > 1 else 0) % out.ndim)
+
+
+# ------------------------------------------------------------------ convolution and pooling
+def _conv_guard(n):
+    return "transposed" if n.args[6] else None
+
+
+@row([aten.convolution.default], "Convolution", says="NCX / OIX, not transposed", guard=_conv_guard)
+def _convolution(b, n):
+    x, w, bias, stride, padding, dilation, _t, _op, groups = n.args[:9]
+    ins = [b.value(x), b.value(w)] + ([b.value(bias)] if bias is not None else [])
+    return b.op("Convolution", ins, [b.out(n)], strides=list(stride), pads_begin=list(padding),
+                pads_end=list(padding), dilations=list(dilation), groups=int(groups), data_format="NCX",
+                weights_format="OIX")
+
+
+def _pool_args(n, ndim):
+    kernel = list(n.args[1])
+    stride = list(n.args[2]) if len(n.args) > 2 and n.args[2] else kernel
+    pad = list(n.args[3]) if len(n.args) > 3 else [0] * len(kernel)
+    return kernel * (ndim if len(kernel) == 1 else 1), stride, pad
+
+
+def _max_pool_guard(n):
+    dil = n.args[4] if len(n.args) > 4 else [1]
+    if any(d != 1 for d in dil):
+        return "dilation"
+    return _only_first_output(n)
+
+
+@row([aten.max_pool2d_with_indices.default], "MaxPool", says="NCX; indices unread; floor rounding",
+     guard=lambda n: "ceil_mode" if len(n.args) > 5 and n.args[5] else _max_pool_guard(n))
+def _max_pool(b, n):
+    kernel, stride, pad = _pool_args(n, 2)
+    pad = pad * (2 if len(pad) == 1 else 1)
+    stride = stride * (2 if len(stride) == 1 else 1)
+    y = b.op("MaxPool", [b.value(n.args[0])], [b.out(n, 0)], kernel=kernel, strides=stride, pads_begin=pad,
+             pads_end=pad, data_format="NCX")
+    return (y, None)
+
+
+@row([aten.mean.dim, aten.sum.dim_IntList], "ReduceMean / ReduceSum", dtypes=("f32", "bf16", "f16"),
+     says="given dims", guard=lambda n: None if n.args[1] and not n.kwargs.get("dtype") else "all dims or a dtype")
+def _reduce(b, n):
+    x = b.value(n.args[0])
+    axes = [d % x.ndim for d in n.args[1]]
+    keep = bool(n.args[2]) if len(n.args) > 2 else bool(n.kwargs.get("keepdim", False))
+    kind = "ReduceMean" if n.target is aten.mean.dim else "ReduceSum"
+    return b.op(kind, [x], [b.out(n)], axes=axes, keep_dims=keep)
+
+
+# ------------------------------------------------------------------ attention
+def _sdpa_guard(n):
+    dropout = n.args[3] if len(n.args) > 3 else n.kwargs.get("dropout_p", 0.0)
+    if dropout:
+        return "dropout"
+    mask = n.kwargs.get("attn_mask")
+    if mask is not None and meta(mask).dtype not in (torch.bool, meta(n.args[0]).dtype):
+        return "mask dtype"
+    return _only_first_output(n)
+
+
+@row([aten._scaled_dot_product_flash_attention_for_cpu.default],
+     "MatMul, Multiply, Add / Select (mask), SoftMax, MatMul (the attention pattern)",
+     says="no dropout; logsumexp unread", guard=_sdpa_guard)
+def _sdpa(b, n):
+    q, k, v = (b.value(a) for a in n.args[:3])
+    causal = n.args[4] if len(n.args) > 4 else n.kwargs.get("is_causal", False)
+    scale = n.kwargs.get("scale") or 1.0 / math.sqrt(q.shape[-1])
+    s_shape = list(q.shape[:-1]) + [k.shape[-2]]
+    s = b.op("MatMul", [q, k], [b.tmp(q, s_shape)], transpose_b=True)
+    s = b.op("Multiply", [s, b.value(float(scale), like=s)], [b.tmp(s)])
+    mask = n.kwargs.get("attn_mask")
+    L, S = q.shape[-2], k.shape[-2]
+    if causal:
+        keep = np.tril(np.ones((L, S), dtype=bool))
+        s = b.op("Select", [b.constant(keep), s, b.value(-math.inf, like=s)], [b.tmp(s)])
+    if mask is not None:
+        m = b.value(mask)
+        if m.dtype == "boolean":
+            s = b.op("Select", [m, s, b.value(-math.inf, like=s)], [b.tmp(s)])
+        else:
+            s = b.op("Add", [s, m], [b.tmp(s)])
+    p = b.op("SoftMax", [s], [b.tmp(s)], axis=-1)
+    return (b.op("MatMul", [p, v], [b.out(n, 0)]), None)
+
+
+def markdown() -> str:
+    """The table as Markdown: ATen op | graphc ops | taken when | dtypes."""
+    lines = ["| ATen op | graphc ops | graphc takes it when | dtypes |", "|---|---|---|---|"]
+    seen = set()
+    for r in TABLE.values():
+        if id(r) in seen:
+            continue
+        seen.add(id(r))
+        names = ", ".join(f"`{t.name()}`" for t in r.targets)
+        dts = "any" if r.dtypes == ANY else ", ".join(r.dtypes)
+        lines.append(f"| {names} | {r.ops} | {r.says or 'always'} | {dts} |")
+    return "\n".join(lines)
+
+
+def reason_not_taken(node) -> str | None:
+    """None when graphc takes ``node``, else why not (no row, a guard, a dtype, a shape)."""
+    import operator
+    if node.op != "call_function":
+        return "not an op call"
+    if node.target is operator.getitem:
+        return None if node.args[0].target in TABLE and reason_not_taken(node.args[0]) is None else "of an ATen op"
+    r = TABLE.get(node.target)
+    if r is None:
+        return "no mapping"
+    vals = [meta(a) for a in node.all_input_nodes] + _flat(meta(node))
+    if any(not isinstance(v, torch.Tensor) for v in vals):
+        return "a non-tensor value"
+    for v in vals:
+        if v.device.type != "cpu" or not static_dims(v):
+            return "not a static CPU tensor"
+        if DTYPES.get(v.dtype) not in r.dtypes and not (v.dtype is torch.bool and r.targets[0] is
+                                                         aten._scaled_dot_product_flash_attention_for_cpu.default):
+            return f"dtype {v.dtype}"
+    return r.guard(node) if r.guard is not None else None
+
+
+def _flat(v):
+    """The outputs whose dtypes matter: of an op of several, the first (the rows'
+    guards require the others unread)."""
+    return [v[0]] if isinstance(v, (tuple, list)) else [v]

@@ -1,0 +1,76 @@
+"""The backend as a user meets it: found by name in a fresh process, explain's
+report, and a region graphc refuses at compile time left to ATen with a warning
+naming the node and the reason (the model still runs)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import graphc.torch as gt  # noqa: E402
+from graphc.torch import table  # noqa: E402
+from graphc.torch.lower import GraphcFallbackWarning  # noqa: E402
+from graphc.tolerances import ORACLE  # noqa: E402
+
+from support.torch_backend import check_against_eager  # noqa: E402
+
+
+def test_backend_by_name_in_a_fresh_process():
+    code = ("import torch\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))\n"
+            "x = torch.randn(3, 8)\n"
+            "with torch.no_grad():\n"
+            "    got, want = torch.compile(m, backend='graphc')(x), m(x)\n"
+            "import sys\n"
+            "print(float((got - want).abs().max() / want.abs().max()), 'graphc.torch.region' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    err, used = out.stdout.split()
+    assert float(err) < 1e-4 and used == "True"
+
+
+def test_explain_reports_coverage_fallback_and_kernels():
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    report = gt.explain(lambda x: torch.cumsum(m(x), 1), torch.randn(3, 8))
+    assert report.fallback == {"aten::cumsum": 1}
+    assert report.reasons["aten::cumsum"] == "no mapping"
+    # addmm, relu, addmm and the two weight transposes in graphc; cumsum in torch
+    assert report.aten_nodes == 6 and report.coverage == pytest.approx(5 / 6)
+    assert report.regions == 1 and report.kernels >= 1 and report.partitions >= report.kernels
+    assert report.compile_seconds > 0
+    text = str(report)
+    assert "83.3% of 6 ATen nodes" in text and "fallback aten::cumsum" in text
+
+
+def test_a_region_graphc_refuses_runs_in_aten_with_a_warning(monkeypatch):
+    """A converter building what graphc's checks refuse (here a reshape to a
+    wrong shape, as a bad dtype or shape combination would): the region runs in ATen."""
+    def bad_relu(b, n):
+        x = b.value(n.args[0])
+        out = b.out(n)
+        return b.op("StaticReshape", [x], [out], shape=[7], special_zero=False)
+    row = table.TABLE[torch.ops.aten.relu.default]
+    monkeypatch.setitem(table.TABLE, torch.ops.aten.relu.default,
+                        table.Row(row.targets, row.ops, bad_relu, None, row.dtypes))
+    with pytest.warns(GraphcFallbackWarning, match=r"aten::relu \(node relu\): .*wrong shape|shape"):
+        lowered = check_against_eager(lambda x: torch.relu(x) * 2, torch.randn(4, 6), table=ORACLE)
+    # the refused node is left out and the regions formed again: the Multiply still runs in graphc
+    assert lowered.fallback == {"aten::relu": 1} and lowered.coverage == 0.5
+
+
+def test_parameters_are_constant_tensors_in_inference_only():
+    import graphc
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+    graphc.set_constant_tensor_cache(1)
+    try:
+        inference = check_against_eager(m, x, table=ORACLE)
+        inference_again = check_against_eager(m, x, table=ORACLE)   # (outputs of constant partitions kept)
+    finally:
+        graphc.set_constant_tensor_cache(0)
+    assert inference.reports[0].constant_inputs == 4 and inference_again.coverage == 1.0
+    training = check_against_eager(m, x, table=ORACLE, train=True, params=list(m.parameters()))
+    assert sum(r.constant_inputs for r in training.reports) == 0

@@ -1,0 +1,150 @@
+"""Each row of graphc.torch's mapping table: one ATen op compiled by the
+backend against eager torch, taken by graphc (not in the fallback), and, for a
+row with a guard, a node the guard refuses left in torch with the same result."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from graphc.tolerances import ORACLE  # noqa: E402
+from graphc.torch.table import TABLE, markdown  # noqa: E402
+
+from support.torch_backend import check_against_eager  # noqa: E402
+
+aten = torch.ops.aten
+
+
+def _r(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed + len(shape) + shape[-1])
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+#: (name, function, inputs, the ATen op that must run in graphc)
+TAKEN = [
+    ("mm", lambda a, b: a @ b, (_r(5, 7), _r(7, 3)), "aten::mm"),
+    ("bmm", torch.bmm, (_r(2, 5, 7), _r(2, 7, 3)), "aten::bmm"),
+    ("addmm", lambda x, w, b: F.linear(x, w, b), (_r(4, 6), _r(5, 6), _r(5)), "aten::addmm"),
+    ("add", lambda a, b: torch.relu(a + b), (_r(4, 6), _r(6)), "aten::add.Tensor"),
+    ("sub", lambda a, b: torch.relu(a - b), (_r(4, 6), _r(4, 6, seed=1)), "aten::sub.Tensor"),
+    ("mul scalar", lambda a: torch.relu(a * 0.5), (_r(4, 6),), "aten::mul.Tensor"),
+    ("div", lambda a, b: torch.relu(a / (b.abs() + 1)), (_r(4, 6), _r(4, 6, seed=1)), "aten::div.Tensor"),
+    ("relu", torch.relu, (_r(4, 6),), "aten::relu"),
+    ("tanh", torch.tanh, (_r(4, 6),), "aten::tanh"),
+    ("sigmoid", torch.sigmoid, (_r(4, 6),), "aten::sigmoid"),
+    ("exp", torch.exp, (_r(4, 6),), "aten::exp"),
+    ("neg", lambda a: torch.relu(-a), (_r(4, 6),), "aten::neg"),
+    ("rsqrt", lambda a: torch.rsqrt(a.abs() + 1), (_r(4, 6),), "aten::rsqrt"),
+    ("pow", lambda a: torch.relu(a) ** 3, (_r(4, 6),), "aten::pow.Tensor_Scalar"),
+    ("gelu", F.gelu, (_r(4, 6),), "aten::gelu"),
+    ("gelu tanh", lambda a: F.gelu(a, approximate="tanh"), (_r(4, 6),), "aten::gelu"),
+    ("layer_norm", lambda x, w, b: F.layer_norm(x, (6,), w, b), (_r(3, 4, 6), _r(6), _r(6, seed=1)),
+     "aten::native_layer_norm"),
+    ("layer_norm no affine", lambda x: F.layer_norm(x, (4, 6)), (_r(3, 4, 6),), "aten::native_layer_norm"),
+    ("softmax", lambda x: F.softmax(x, -1), (_r(3, 4, 6),), "aten::_softmax"),
+    ("view", lambda x: torch.relu(x).view(4, 6), (_r(2, 2, 6),), "aten::view"),
+    ("permute", lambda x: torch.relu(x).permute(2, 0, 1) + 1, (_r(2, 3, 4),), "aten::permute"),
+    ("transpose", lambda x: torch.relu(x).transpose(0, 1) @ x, (_r(3, 4),), "aten::transpose.int"),
+    ("conv2d", lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1), (_r(1, 3, 8, 8), _r(4, 3, 3, 3), _r(4)),
+     "aten::convolution"),
+    ("max_pool2d", lambda x: F.max_pool2d(x, 3, 2, 1), (_r(1, 2, 8, 8),), "aten::max_pool2d_with_indices"),
+    ("mean", lambda x: x.mean((2, 3), keepdim=True), (_r(2, 3, 4, 4),), "aten::mean.dim"),
+    ("sum", lambda x: torch.relu(x).sum(1), (_r(3, 5),), "aten::sum.dim_IntList"),
+    ("to bf16", lambda x: torch.relu(x).to(torch.bfloat16), (_r(3, 5),), "aten::_to_copy"),
+    ("to f32", lambda x: torch.relu(x).float(), (_r(3, 5, dtype=torch.float16),), "aten::_to_copy"),
+    ("cat", lambda x, y: torch.relu(torch.cat([x, y], 1)), (_r(3, 5), _r(3, 2)), "aten::cat"),
+    ("cat with an empty operand", lambda e, x: torch.relu(torch.cat([e, x], 1)), (_r(3, 0), _r(3, 5)),
+     "aten::cat"),
+    ("unsqueeze", lambda x: torch.relu(x).unsqueeze(1) + 1, (_r(3, 5),), "aten::unsqueeze"),
+    ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (_r(1, 2, 5, 8), _r(1, 2, 6, 8, seed=1),
+                                                                        _r(1, 2, 6, 8, seed=2)),
+     "aten::_scaled_dot_product_flash_attention_for_cpu"),
+    ("sdpa causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     (_r(1, 2, 5, 8), _r(1, 2, 5, 8, seed=1), _r(1, 2, 5, 8, seed=2)),
+     "aten::_scaled_dot_product_flash_attention_for_cpu"),
+]
+
+
+@pytest.mark.parametrize("name,fn,inputs,op", TAKEN, ids=[t[0] for t in TAKEN])
+def test_row_runs_in_graphc(name, fn, inputs, op):
+    lowered = check_against_eager(fn, *inputs, table=ORACLE)
+    assert op not in lowered.fallback, lowered.fallback
+    assert lowered.regions >= 1
+
+
+def test_batch_norm_inference():
+    bn = torch.nn.BatchNorm2d(3).eval()
+    bn.running_mean.copy_(_r(3)); bn.running_var.copy_(_r(3).abs() + 0.5)
+    lowered = check_against_eager(lambda x: torch.relu(bn(x)), _r(2, 3, 4, 4), table=ORACLE)
+    assert "aten::_native_batch_norm_legit_no_training" not in lowered.fallback, lowered.fallback
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_low_precision_rows(dt):
+    fn = lambda x, w, b: F.softmax(F.gelu(F.linear(F.layer_norm(x, (8,)), w, b)), -1)  # noqa: E731
+    lowered = check_against_eager(fn, _r(4, 8, dtype=dt), _r(6, 8, dtype=dt), _r(6, dtype=dt), table=ORACLE)
+    assert lowered.coverage == 1.0, lowered.fallback
+
+
+def _leaf(*shape, seed=0):
+    return _r(*shape, seed=seed).requires_grad_(True)
+
+
+#: backward rows: (name, function, leaf inputs, the ATen op that must run in graphc); a training step
+TRAINED = [
+    ("gelu_backward", F.gelu, (_leaf(4, 6),), "aten::gelu_backward"),
+    ("tanh_backward", torch.tanh, (_leaf(4, 6),), "aten::tanh_backward"),
+    ("threshold_backward", torch.relu, (_leaf(4, 6),), "aten::threshold_backward"),
+    ("softmax_backward", lambda x: F.softmax(x, -1), (_leaf(3, 6),), "aten::_softmax_backward_data"),
+    ("layer_norm statistics", lambda x, w, b: F.layer_norm(x, (6,), w, b), (_leaf(3, 4, 6), _leaf(6), _leaf(6, seed=1)),
+     "aten::native_layer_norm"),
+    ("layer_norm_backward", lambda x, w, b: F.layer_norm(x, (6,), w, b), (_leaf(3, 4, 6), _leaf(6), _leaf(6, seed=1)),
+     "aten::native_layer_norm_backward"),
+]
+
+
+@pytest.mark.parametrize("name,fn,inputs,op", TRAINED, ids=[t[0] for t in TRAINED])
+def test_backward_row_runs_in_graphc(name, fn, inputs, op):
+    for x in inputs:
+        x.grad = None
+    lowered = check_against_eager(fn, *inputs, table=ORACLE, train=True)
+    assert op not in lowered.fallback, lowered.fallback
+
+
+#: (name, function, inputs, the ATen op its guard leaves in torch)
+REFUSED = [
+    ("addmm beta", lambda x, w, b: torch.addmm(b, x, w, beta=2.0), (_r(4, 6), _r(6, 5), _r(5)), "aten::addmm"),
+    ("add alpha", lambda a, b: torch.relu(torch.add(a, b, alpha=2.0)), (_r(4, 6), _r(4, 6, seed=1)),
+     "aten::add.Tensor"),
+    ("expand broadcasting", lambda x: torch.relu(x).expand(3, 4, 6) + 0, (_r(1, 4, 6),), "aten::expand"),
+    ("layer_norm weight only", lambda x, w: F.layer_norm(x, (6,), w), (_r(3, 6), _r(6)), "aten::native_layer_norm"),
+    ("conv transposed", lambda x, w: F.conv_transpose2d(x, w), (_r(1, 2, 4, 4), _r(2, 3, 3, 3)),
+     "aten::convolution"),
+    ("max_pool ceil", lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), (_r(1, 2, 8, 8),),
+     "aten::max_pool2d_with_indices"),
+    ("int add", lambda a, b: a + b, (torch.arange(6), torch.arange(6)), "aten::add.Tensor"),
+]
+
+
+@pytest.mark.parametrize("name,fn,inputs,op", REFUSED, ids=[t[0] for t in REFUSED])
+def test_guard_leaves_the_node_in_torch(name, fn, inputs, op):
+    lowered = check_against_eager(fn, *inputs, table=ORACLE)
+    assert lowered.fallback[op] >= 1, lowered.fallback
+
+
+def test_every_row_is_tested_and_in_the_readme_table():
+    tested = {t[3] for t in TAKEN + TRAINED} | {"aten::_native_batch_norm_legit_no_training"}
+    rows = {id(r): r for r in TABLE.values()}
+    for r in rows.values():
+        names = {t.name() for t in r.targets}
+        assert names & tested or r.ops.startswith(("StaticReshape (identity)", "ReduceMean", "Concat")) or \
+            names & {"aten::mul.Scalar", "aten::maximum", "aten::abs"}, f"row {sorted(names)} has no test"
+    table = markdown()
+    assert all(f"`{t.name()}`" in table for t in TABLE)
+
+
+def test_the_readme_shows_the_table_as_it_is():
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert markdown() in readme
