@@ -497,6 +497,15 @@ class Convolution(_Conv):
             y += bias.reshape(-1, *[1] * (y.ndim - 2))
         return (from_ncx(op, y),)
 
+    def vjp(self, op, em):
+        src, weights, bias = op.input("src"), op.input("weights"), op.input("bias")
+        dy = em.grad(op.outputs[0])
+        return [em.like("ConvolutionBackwardData", [dy, weights], op, dst_shape=list(src.shape))[0]
+                if em.wants(src) else None,
+                em.like("ConvolutionBackwardWeights", [src, dy], op, weights_shape=list(weights.shape))[0]
+                if em.wants(weights) else None,
+                em.like("BiasAddBackward", [dy], op)[0] if em.wants(bias) else None]
+
 
 class ConvolutionBackwardData(_Conv):
     kind = "ConvolutionBackwardData"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidGraphOp
+from ..types import DataType
 from .common import merged_shape
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, merge_dim,
                      norm_axis, positive)
@@ -181,6 +182,16 @@ class BatchNormForwardTraining(_BatchNorm):
         m = op.attr("momentum", DEFAULT_MOMENTUM)
         return dst, m * mean + (1 - m) * bmean, m * variance + (1 - m) * bvar, bmean, bvar
 
+    grad_outputs = ("dst",)
+
+    def vjp(self, op, em):
+        """BatchNormTrainingBackward on the forward's batch statistics."""
+        src, gamma = op.input("src"), op.input("gamma")
+        ins = [src, em.grad(op.outputs[0]), op.output("batch_mean"), op.output("batch_variance"), gamma]
+        outs = [src.dtype] + [gamma.dtype] * 2 * (gamma is not None)
+        grads = em.like("BatchNormTrainingBackward", ins, op, outs)
+        return [grads[0], None, None] + grads[1:]
+
 
 class BatchNormTrainingBackward(_BatchNorm):
     kind = "BatchNormTrainingBackward"
@@ -262,6 +273,18 @@ class LayerNorm(_LayerNorm):
             dst = affine[0] * dst + affine[1]
         lead = src.shape[:self.begin(op)]
         return (dst, mean.reshape(lead), var.reshape(lead))[:len(op.outputs)]
+
+    grad_outputs = ("dst",)
+
+    def vjp(self, op, em):
+        """LayerNormBackward on the forward's mean and variance (keep_stats made
+        true when the forward did not keep them)."""
+        src, affine = op.input("src"), op.attr("use_affine")
+        dtype = op.inputs[1].dtype if len(op.inputs) > 1 else DataType.f32
+        stats = [em.stat(op, name, dtype, keep_stats=True) for name in ("mean", "variance")]
+        ins = [src, em.grad(op.outputs[0])] + stats + (op.inputs[1:] if affine else [])
+        outs = [src.dtype] + [t.dtype for t in op.inputs[1:]] * affine
+        return em.like("LayerNormBackward", ins, op, outs)
 
 
 class LayerNormBackward(_LayerNorm):
