@@ -26,18 +26,20 @@ def training_inputs(g, tr, seed=0, inputs=None) -> dict:
     return feed
 
 
-def torch_training(g, tr, feed, torch_fn, wrt):
+def torch_training(g, tr, feed, torch_fn, wrt, outputs=None):
     """(forward outputs {id: float64 array}, gradients {wrt id: float64 array}) of
-    ``torch_fn`` (the graph's inputs in input-port order -> its outputs in
-    output-port order) in float64, the loss being sum(seed * output)."""
+    ``torch_fn`` (the graph's inputs in input-port order -> its ``outputs``, by
+    default its output ports, in that order) in float64, the loss being
+    sum(seed * output)."""
     import torch
     args = {tid: t64(feed[tid], grad=tid in wrt) if g.tensors[tid].dtype.is_float else torch.from_numpy(feed[tid])
             for tid in g.input_ports}
     outs = torch_fn(*args.values())
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
-    loss = sum((o * t64(feed[tr.seeds[oid]])).sum() for oid, o in zip(g.output_ports, outs) if oid in tr.seeds)
+    ids = g.output_ports if outputs is None else outputs
+    loss = sum((o * t64(feed[tr.seeds[oid]])).sum() for oid, o in zip(ids, outs) if oid in tr.seeds)
     loss.backward()
-    return ({oid: n64(o) for oid, o in zip(g.output_ports, outs)},
+    return ({oid: n64(o) for oid, o in zip(ids, outs)},
             {w: n64(args[w].grad) if args[w].grad is not None else np.zeros(feed[w].shape) for w in wrt})
 
 
@@ -49,7 +51,7 @@ def check_training(g, wrt, torch_fn, inputs=None, seed=0, outputs=None, tol_dtyp
     tr = graphc.grad(g, wrt, outputs)
     feed = training_inputs(g, tr, seed, inputs)
     got = graphc.compile(tr.graph).run(feed)
-    want, grads = torch_training(g, tr, feed, torch_fn, wrt)
+    want, grads = torch_training(g, tr, feed, torch_fn, wrt, outputs)
     for oid, w in want.items():
         assert_close(got[oid], w, tol_dtype or g.tensors[oid].dtype, ORACLE, what=f"forward output {oid}")
     for w, e in grads.items():
