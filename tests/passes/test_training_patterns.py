@@ -1,0 +1,19 @@
+"""The training patterns (passes/catalog/training.py) on graphs graphc.grad
+derives: attention's backward fuses its dP MatMul with SoftMaxBackward into
+one staged kernel, which computes what the reference does."""
+import numpy as np
+
+import graphc
+from support import check_compiled
+from support.training import chain, training_inputs
+
+
+def test_matmul_then_softmax_backward_is_one_staged_kernel():
+    g, ts = chain([("f32", (2, 4, 8)), ("f32", (2, 8, 4))],
+                  [("MatMul", [0, 1], {}), ("SoftMax", [2], {"axis": -1}), ("MatMul", [3, 1], {"transpose_b": True})])
+    tr = graphc.grad(g, [ts[0].id, ts[1].id])
+    parts = [p for p in tr.graph.get_partitions() if p.pattern == "matmul_softmax_bwd"]
+    assert len(parts) == 1 and [op.kind for op in parts[0].ops] == ["MatMul", "SoftMaxBackward"]
+    assert parts[0].plan.shape == "staged"
+    got = check_compiled(tr.graph, training_inputs(g, tr))
+    assert np.isfinite(got[tr.grad_out(ts[0].id)]).all()
