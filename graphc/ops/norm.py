@@ -149,6 +149,28 @@ class BatchNormInference(_BatchNorm):
         gamma, beta, mean, variance = (channel_view(v, src.ndim, ca) for v in (gamma, beta, mean, variance))
         return (gamma * normalize(src, mean, variance, op.attr("epsilon")) + beta,)
 
+    def vjp(self, op, em):
+        """dst = gamma * inv * (src - mean) + beta, inv = (variance + epsilon)^-1/2,
+        differentiated with binary ops per channel."""
+        src, gamma, beta, mean, var = op.inputs
+        dy = em.cast(em.grad(op.outputs[0]), gamma.dtype)     # (sums per channel in the statistics' type)
+        view = with_dim((1,) * src.ndim, channel_dim(op), gamma.shape[0])
+        g, m, v = (em.reshape(t, view) for t in (gamma, mean, var))
+        inv = em.one("Pow", [em.one("Add", [v, em.full_like(v, op.attr("epsilon"))])], {"beta": -0.5})
+        centred, scaled = em.one("Subtract", [src, m], dtype=m.dtype), em.one("Multiply", [g, inv])
+        dx = em.one("Multiply", [dy, scaled], dtype=m.dtype)
+
+        def per_channel(t):
+            return em.reshape(em.sum_to(t, view), gamma.shape)
+        return [dx,
+                per_channel(em.one("Multiply", [dy, em.one("Multiply", [centred, inv])], dtype=m.dtype))
+                if em.wants(gamma) else None,
+                per_channel(dy) if em.wants(beta) else None,
+                em.neg(per_channel(dx)) if em.wants(mean) else None,
+                em.scale(em.one("Multiply", [per_channel(em.one("Multiply", [dy, centred], dtype=m.dtype)),
+                                             em.reshape(em.one("Multiply", [scaled, em.one("Multiply", [inv, inv])]),
+                                                        gamma.shape)]), -0.5) if em.wants(var) else None]
+
 
 class BatchNormForwardTraining(_BatchNorm):
     kind = "BatchNormForwardTraining"
@@ -388,3 +410,19 @@ class RMSNorm(_LayerNorm):
         ms = (src * src).mean(axis=self.axes(op), keepdims=True)
         dst = src / np.sqrt(ms + op.attr("epsilon"))
         return (dst * gamma[0] if gamma else dst,)
+
+    def vjp(self, op, em):
+        """dst = src * r * gamma, r = (mean(src^2) + epsilon)^-1/2 recomputed in f32:
+        diff_src = r * (g - src * r^2 * mean(g * src)), g = diff_dst * gamma."""
+        x, gamma = em.cast(op.inputs[0], DataType.f32), op.input("gamma")
+        dy = em.cast(em.grad(op.outputs[0]), DataType.f32)
+        mean = {"axes": list(self.axes(op)), "keep_dims": True}
+        ms = em.one("ReduceMean", [em.one("Multiply", [x, x])], mean)
+        r = em.one("Pow", [em.one("Add", [ms, em.full_like(ms, op.attr("epsilon"))])], {"beta": -0.5})
+        g = dy if gamma is None else em.one("Multiply", [dy, em.cast(gamma, DataType.f32)])
+        c = em.one("ReduceMean", [em.one("Multiply", [g, x])], mean)
+        t = em.one("Multiply", [em.one("Multiply", [x, em.one("Multiply", [r, r])]), c])
+        dx = em.one("Multiply", [r, em.one("Subtract", [g, t])])
+        dgamma = em.sum_to(em.one("Multiply", [dy, em.one("Multiply", [x, r])]), gamma.shape) \
+            if em.wants(gamma) else None
+        return [dx, dgamma]

@@ -108,6 +108,14 @@ class Reduce(OpSchema):
         kept = tuple(1 if i in axes else d for i, d in enumerate(src.shape))
         return axes, em.broadcast_to(em.reshape(g, kept), src)
 
+    def to_extremes(self, op, em, largest: bool):
+        """diff_dst to the src elements equal to dst (to each of a tie, where torch's
+        amax/amin share it out)."""
+        src, y = op.inputs[0], op.outputs[0]
+        dy, extreme = self.spread(op, em, em.grad(y))[1], self.spread(op, em, y)[1]
+        hit = em.one("GreaterEqual", [src, extreme] if largest else [extreme, src], dtype="boolean")
+        return [em.one("Select", [hit, dy, em.zeros_like(dy)], dtype=dy.dtype)]
+
 
 class ReduceL1(Reduce):
     kind = "ReduceL1"
@@ -141,6 +149,9 @@ class ReduceMax(Reduce):
     def reduce(self, x, axes):
         return np.max(x, axis=axes, initial=-np.inf)
 
+    def vjp(self, op, em):
+        return self.to_extremes(op, em, True)
+
 
 class ReduceMean(Reduce):
     kind = "ReduceMean"
@@ -162,6 +173,9 @@ class ReduceMin(Reduce):
 
     def reduce(self, x, axes):
         return np.min(x, axis=axes, initial=np.inf)
+
+    def vjp(self, op, em):
+        return self.to_extremes(op, em, False)
 
 
 class ReduceProd(Reduce):

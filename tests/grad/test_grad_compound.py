@@ -1,8 +1,9 @@
 """Training graphs of small networks (graphc.grad, compiled) against
 torch.autograd: an MLP, a ResNet block in both data formats, attention with
-head reshapes and transposes."""
+head reshapes and transposes, a transformer block."""
 import pytest
 
+from graphc.builder import GraphBuilder
 from support.training import chain, check_training
 
 torch = pytest.importorskip("torch")
@@ -66,3 +67,46 @@ def test_attention(dt):
         return (p @ v).transpose(1, 2).reshape(b, s, h * d)
     tr, _ = check_training(g, [t.id for t in ts[:3]], fn)
     assert "SoftMaxBackward" in [op.kind for op in tr.graph.ops.values()]
+
+
+def test_transformer_block():
+    """LayerNorm -> attention (Q, K, V projections, heads, SoftMax, output
+    projection) -> residual Add -> LayerNorm -> gated MLP (SwiGlu) -> residual Add."""
+    b, s, h, d, f = 2, 4, 2, 4, 12
+    e = h * d
+    bld = GraphBuilder()
+    x = bld.tensor("f32", (b, s, e))
+    params = {name: bld.tensor("f32", shape) for name, shape in [
+        ("g1", (e,)), ("b1", (e,)), ("wq", (e, e)), ("wk", (e, e)), ("wv", (e, e)), ("scale", (1,)),
+        ("wo", (e, e)), ("g2", (e,)), ("b2", (e,)), ("wup", (e, 2 * f)), ("wdown", (f, e))]}
+
+    def op(kind, ins, attrs=None, outs=1):
+        return bld.op(kind, ins, [("f32", None)] * outs, attrs)
+
+    def heads(t):
+        t = op("StaticReshape", [t], {"shape": [b, s, h, d], "special_zero": False})[0]
+        return op("StaticTranspose", [t], {"order": [0, 2, 1, 3]})[0]
+
+    n1 = op("LayerNorm", [x, params["g1"], params["b1"]], {"keep_stats": False})[0]
+    q, k, v = (heads(op("MatMul", [n1, params[w]])[0]) for w in ("wq", "wk", "wv"))
+    p = op("SoftMax", [op("Multiply", [op("MatMul", [q, k], {"transpose_b": True})[0], params["scale"]])[0]],
+           {"axis": -1})[0]
+    o = op("StaticTranspose", [op("MatMul", [p, v])[0]], {"order": [0, 2, 1, 3]})[0]
+    o = op("StaticReshape", [o], {"shape": [b, s, e], "special_zero": False})[0]
+    r1 = op("Add", [op("MatMul", [o, params["wo"]])[0], x])[0]
+    n2 = op("LayerNorm", [r1, params["g2"], params["b2"]], {"keep_stats": False})[0]
+    mlp = op("MatMul", [op("SwiGlu", [op("MatMul", [n2, params["wup"]])[0]])[0], params["wdown"]])[0]
+    y = op("Add", [mlp, r1])[0]
+    g = bld.finalize()
+
+    def fn(x, g1, b1, wq, wk, wv, scale, wo, g2, b2, wup, wdown):
+        n1 = F.layer_norm(x, (e,), g1, b1)
+        q, k, v = ((n1 @ w).reshape(b, s, h, d).transpose(1, 2) for w in (wq, wk, wv))
+        o = (torch.softmax(q @ k.transpose(-1, -2) * scale, -1) @ v).transpose(1, 2).reshape(b, s, e)
+        r1 = o @ wo + x
+        u = F.layer_norm(r1, (e,), g2, b2) @ wup
+        return (F.silu(u[..., :f]) * u[..., f:]) @ wdown + r1
+    wrt = [x.id] + [t.id for name, t in params.items() if name != "scale"]
+    tr, _ = check_training(g, wrt, fn, outputs=[y.id])
+    kinds = [op.kind for op in tr.graph.ops.values()]
+    assert kinds.count("LayerNormBackward") == 2 and "SwiGluGrad" in kinds and "SoftMaxBackward" in kinds

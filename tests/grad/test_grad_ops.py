@@ -226,6 +226,34 @@ def test_reductions(dt):
 
 
 @pytest.mark.parametrize("dt", DTYPES)
+def test_reduce_max_min(dt):
+    """src uniform (no ties): the gradient goes to the extreme element."""
+    g, ts = chain([(dt, X)], [("ReduceMax", [0], {"axes": [2]}), ("ReduceMin", [0], {"axes": [0, 1], "keep_dims": True})])
+    check_training(g, [ts[0].id], lambda x: (x.amax(2), x.amin((0, 1), keepdim=True)),
+                   inputs={ts[0].id: uniform(X, dt, 5)})
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_batch_norm_inference(dt, fmt):
+    shape = (4, 3, 5) if fmt == "NCX" else (4, 5, 3)
+    g, ts = chain([(dt, shape)] + [("f32", (3,))] * 4,
+                  [("BatchNormInference", [0, 1, 2, 3, 4], {"epsilon": 1e-3, "data_format": fmt})])
+
+    def fn(x, gamma, beta, mean, var):
+        view = (3, 1) if fmt == "NCX" else (3,)
+        return (x - mean.reshape(view)) / torch.sqrt(var.reshape(view) + 1e-3) * gamma.reshape(view) \
+            + beta.reshape(view)
+    check_training(g, [t.id for t in ts[:5]], fn)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_rms_norm(dt):
+    g, ts = chain([(dt, X), ("f32", (8,))], [("RMSNorm", [0, 1], {"epsilon": 1e-5})])
+    check_training(g, [ts[0].id, ts[1].id], lambda x, w: F.rms_norm(x, (8,), w, 1e-5))
+
+
+@pytest.mark.parametrize("dt", DTYPES)
 def test_swiglu(dt):
     g, ts = chain([(dt, (2, 3, 8))], [("SwiGlu", [0], {})])
     tr, _ = check_training(g, [ts[0].id], lambda x: F.silu(x[..., :4]) * x[..., 4:])
