@@ -386,6 +386,43 @@ class GroupNorm(OpSchema):
             dst = gamma * dst + beta
         return (dst, mean.reshape(n, g), var.reshape(n, g))[:len(op.outputs)]
 
+    grad_outputs = ("dst",)
+
+    def vjp(self, op, em):
+        """LayerNormBackward over [N, groups, the group's elements] with the
+        forward's mean and variance (keep_stats made true when off); gamma's and
+        beta's gradients summed per channel (BiasAddBackward)."""
+        src, dy = op.input("src"), em.grad(op.outputs[0])
+        affine = op.attr("use_affine") and op.input("gamma") is not None
+        dtype = op.input("gamma").dtype if op.input("gamma") is not None else DataType.f32
+        mean, var = (em.stat(op, name, dtype, keep_stats=True) for name in ("mean", "variance"))
+        view = with_dim((1,) * src.ndim, channel_dim(op), src.shape[channel_dim(op)])
+        g = em.one("Multiply", [dy, em.reshape(op.input("gamma"), view)], dtype=dtype) if affine else dy
+        x = em.cast(src, g.dtype)
+        to, back = self.grouped(op, em)
+        lnb = {"begin_norm_axis": 2, "use_affine": False, "epsilon": op.attr("epsilon")}
+        dx = back(em.one("LayerNormBackward", [to(x), to(g), mean, var], lnb))
+        if not affine:
+            return [dx]
+        stat = (op.input("src").shape[0], op.attr("groups"), 1)
+        inv = em.one("Pow", [em.one("Add", [var, em.full_like(var, op.attr("epsilon"))])], {"beta": -0.5})
+        xhat = em.one("Multiply", [em.one("Subtract", [to(x), em.reshape(mean, stat)]), em.reshape(inv, stat)])
+        per_channel, dy = {"data_format": op.attr("data_format")}, em.cast(dy, dtype)   # (sums in gamma's type)
+        return [dx, em.one("BiasAddBackward", [em.one("Multiply", [dy, back(xhat)], dtype=dtype)], per_channel),
+                em.one("BiasAddBackward", [dy], per_channel)]
+
+    def grouped(self, op, em):
+        """(a tensor of src's shape to [N, groups, the group's elements], and back):
+        a reshape for NCX; NXC's channels (last) go before the spatial dims first."""
+        shape, groups = op.input("src").shape, op.attr("groups")
+        n, rest = shape[0], int(np.prod(shape[1:])) // groups
+        if op.attr("data_format") == "NCX":
+            return (lambda t: em.reshape(t, (n, groups, rest))), (lambda t: em.reshape(t, shape))
+        split = (n, int(np.prod(shape[1:-1])), groups, shape[-1] // groups)
+        swapped = (n, groups, split[1], split[3])
+        return (lambda t: em.reshape(em.transpose(em.reshape(t, split), (0, 2, 1, 3)), (n, groups, rest)),
+                lambda t: em.reshape(em.transpose(em.reshape(t, swapped), (0, 2, 1, 3)), shape))
+
 
 # ---------------------------------------------------------------------- RMSNorm
 class RMSNorm(_LayerNorm):

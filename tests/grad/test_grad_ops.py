@@ -202,20 +202,49 @@ def test_convolution(dt, fmt):
     assert {"ConvolutionBackwardData", "ConvolutionBackwardWeights", "BiasAddBackward"} <= kinds
 
 
-POOL = {"strides": [2, 2], "pads_begin": [1, 1], "pads_end": [1, 1], "kernel": [3, 3], "data_format": "NCX"}
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_conv_transpose(dt, fmt):
+    """ConvTranspose from 3 to 4 channels, stride 2: ConvTransposeBackwardData and -Weights."""
+    ncx = fmt == "NCX"
+    src = (2, 3, 4, 4) if ncx else (2, 4, 4, 3)
+    wei = (4, 3, 3, 3) if ncx else (3, 3, 3, 4)
+    attrs = dict(CONV, data_format=fmt, weights_format="OIX" if ncx else "XIO", output_padding=[1, 1])
+    g, ts = chain([(dt, src), (dt, wei), (dt, (4,))], [("ConvTranspose", [0, 1, 2], attrs)])
+
+    def fn(x, w, b):
+        w = w.transpose(0, 1) if ncx else w.permute(2, 3, 0, 1)    # torch: [C_in, C_out, kh, kw]
+        y = F.conv_transpose2d(x if ncx else x.permute(0, 3, 1, 2), w, b, stride=2, padding=1, output_padding=1)
+        return y if ncx else y.permute(0, 2, 3, 1)
+    tr, _ = check_training(g, [t.id for t in ts[:3]], fn)
+    kinds = {op.kind for op in tr.graph.ops.values()}
+    assert {"ConvTransposeBackwardData", "ConvTransposeBackwardWeights", "BiasAddBackward"} <= kinds
+
+
+POOL = {"strides": [2, 2], "pads_begin": [1, 1], "pads_end": [1, 1], "kernel": [3, 3]}
+
+
+def _nxc(fn, fmt):
+    """``fn`` of NCX tensors applied to ``fmt`` ones."""
+    if fmt == "NCX":
+        return fn
+    return lambda x: tuple(y.permute(0, 2, 3, 1) for y in fn(x.permute(0, 3, 1, 2)))
 
 
 @pytest.mark.parametrize("dt", DTYPES)
-def test_pools(dt):
-    g, ts = chain([(dt, (2, 3, 6, 6))], [("MaxPool", [0], POOL), ("AvgPool", [0], dict(POOL, exclude_pad=False))])
-    check_training(g, [ts[0].id], lambda x: (F.max_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 3, 2, 1)))
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_pools(dt, fmt):
+    pool = dict(POOL, data_format=fmt)
+    g, ts = chain([(dt, (2, 3, 6, 6))], [("MaxPool", [0], pool), ("AvgPool", [0], dict(pool, exclude_pad=False))])
+    check_training(g, [ts[0].id], _nxc(lambda x: (F.max_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 3, 2, 1)), fmt))
 
 
 @pytest.mark.parametrize("dt", DTYPES)
-def test_interpolate(dt):
-    attrs = {"mode": "bilinear", "sizes": [8, 8], "data_format": "NCX"}
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_interpolate(dt, fmt):
+    attrs = {"mode": "bilinear", "sizes": [8, 8], "data_format": fmt}
     g, ts = chain([(dt, (1, 2, 4, 4))], [("Interpolate", [0], attrs)])
-    check_training(g, [ts[0].id], lambda x: F.interpolate(x, size=(8, 8), mode="bilinear"))
+    check_training(g, [ts[0].id], _nxc(lambda x: (F.interpolate(x, size=(8, 8), mode="bilinear"),), fmt))
 
 
 @pytest.mark.parametrize("dt", DTYPES)
@@ -245,6 +274,19 @@ def test_batch_norm_inference(dt, fmt):
         return (x - mean.reshape(view)) / torch.sqrt(var.reshape(view) + 1e-3) * gamma.reshape(view) \
             + beta.reshape(view)
     check_training(g, [t.id for t in ts[:5]], fn)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_group_norm(dt, fmt):
+    shape = (2, 6, 2, 3) if fmt == "NCX" else (2, 2, 3, 6)
+    g, ts = chain([(dt, shape), ("f32", (6,)), ("f32", (6,))],
+                  [("GroupNorm", [0, 1, 2], {"groups": 3, "data_format": fmt, "keep_stats": False})])
+
+    def fn(x, w, b):
+        y = F.group_norm(x if fmt == "NCX" else x.permute(0, 3, 1, 2), 3, w, b, 1e-5)
+        return y if fmt == "NCX" else y.permute(0, 2, 3, 1)
+    check_training(g, [t.id for t in ts[:3]], fn)
 
 
 @pytest.mark.parametrize("dt", DTYPES)
