@@ -43,6 +43,8 @@ def test_resnet_block(fmt):
     tr, _ = check_training(g, wrt, fn, outputs=[ts[-1].id])
     kinds = [op.kind for op in tr.graph.ops.values()]
     assert kinds.count("ConvolutionBackwardData") == 2 and "BatchNormTrainingBackward" in kinds
+    patterns = {p.pattern for p in tr.graph.get_partitions()}
+    assert {"bnorm_fwd_train_relu", "relu_bwd_bnorm_bwd"} <= patterns     # fused as forward graphs are
 
 
 @pytest.mark.parametrize("dt", ["f32", "bf16"])

@@ -7,7 +7,7 @@ import pytest
 
 import graphc
 from graphc import reference
-from support import assert_grad_close, numeric_grad, uniform
+from support import assert_grad_close, assert_outputs, numeric_grad, run_single, uniform
 from support.training import chain, check_training, training_inputs
 
 torch = pytest.importorskip("torch")
@@ -80,6 +80,19 @@ def test_binary(kind, fn, dt, shapes):
     tr, _ = check_training(g, [ts[0].id, ts[1].id], fn, inputs=positive)
     if shapes[0] != shapes[1]:
         assert "ReduceSum" in {op.kind for op in tr.graph.ops.values()}
+
+
+def test_add_with_broadcasting_is_the_seeds_add_backward():
+    """The derived gradients of a broadcasting Add are what the seed op
+    AddBackward (ttnn.add_bw) gives for the same diff_dst."""
+    a, b = (2, 3, 8), (3, 1)
+    g, ts = chain([("f32", a), ("f32", b)], [("Add", [0, 1], {})])
+    tr = graphc.grad(g, [ts[0].id, ts[1].id])
+    feed = training_inputs(g, tr)
+    got = graphc.compile(tr.graph).run(feed)
+    want = run_single("AddBackward", [feed[tr.grad_in(ts[2].id)], feed[ts[0].id], feed[ts[1].id]],
+                      [("f32", a), ("f32", b)])
+    assert_outputs([got[tr.grad_out(ts[0].id)], got[tr.grad_out(ts[1].id)]], want)
 
 
 def test_binary_mixed_dtypes():
