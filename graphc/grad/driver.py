@@ -55,26 +55,35 @@ def _ids(ids, what, graph) -> list[int]:
 
 
 def grad_ports(op: Op) -> list:
-    """The outputs of ``op`` a gradient flows back through."""
+    """The outputs of ``op`` a gradient flows back through (of any dtype: an
+    integer tensor on a path makes its op one without a derivative)."""
     names = op.schema.grad_outputs
-    return [t for n, t in zip(op.output_names, op.outputs) if (not names or n in names) and is_float(t)]
+    return [t for n, t in zip(op.output_names, op.outputs) if not names or n in names]
+
+
+def grad_inputs(op: Op) -> list[tuple[int, object]]:
+    """(index, tensor) of the inputs of ``op`` its grad ports depend on differentiably."""
+    names, values = op.schema.grad_inputs, op.schema.value_inputs
+    return [(i, t) for i, (n, t) in enumerate(zip(op.input_names, op.inputs))
+            if (not names or n in names) and n not in values]
 
 
 def paths(graph: Graph, wrt, outputs):
     """(active tensor ids: those depending on a wrt tensor; the ops on a path
-    from a wrt tensor to an output, in topological order; the outputs on one)."""
+    from a wrt tensor to an output, in topological order; the floating-point
+    outputs on one)."""
     active = set(wrt)
     order = graph.topo_ops()
     for op in order:
-        if any(t.id in active and is_float(t) for t in op.inputs):
+        if any(t.id in active for _, t in grad_inputs(op)):
             active.update(t.id for t in grad_ports(op))
-    needed = {o for o in outputs if o in active}
+    needed = {o for o in outputs if o in active and is_float(graph.tensors[o])}
     reached = sorted(needed, key=outputs.index)
     on_path = []
     for op in reversed(order):
-        if any(t.id in needed for t in grad_ports(op)) and any(t.id in active for t in op.inputs):
+        if any(t.id in needed for t in grad_ports(op)) and any(t.id in active for _, t in grad_inputs(op)):
             on_path.append(op)
-            needed.update(t.id for t in op.inputs if t.id in active)
+            needed.update(t.id for _, t in grad_inputs(op) if t.id in active)
     return active, on_path[::-1], reached
 
 
@@ -108,7 +117,12 @@ def grad(graph: Graph, wrt, outputs=None) -> TrainingGraph:
     for op in reversed(on_path):
         em.current = op
         fwd = em.forward[op.id]
-        given = fwd.schema.vjp(fwd, em)
+        given = list(fwd.schema.vjp(fwd, em))
+        given += [None] * (len(op.inputs) - len(given))
+        for i, t in grad_inputs(op):
+            if given[i] is None and em.wants(t):
+                raise Unimplemented("the op's rule gives no gradient for an input that needs one", op=op,
+                                    where=f"input {i} ({op.input_names[i]}, tensor {t.id})")
         for t, g in zip(op.inputs, given):
             if g is not None and em.wants(t):
                 em.accumulate(t, g)

@@ -43,7 +43,7 @@ class Emitter:
 
     def wants(self, t: LogicalTensor | None) -> bool:
         """Whether forward tensor ``t`` (an input of the op) needs a gradient."""
-        return t is not None and t.id in self.active
+        return t is not None and t.id in self.active and is_float(t)
 
     def stat(self, op: Op, name: str, dtype, **attrs) -> LogicalTensor:
         """Output ``name`` of forward op ``op`` (its training-graph copy), which the

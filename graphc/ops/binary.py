@@ -137,6 +137,7 @@ class Select(Elementwise):
 
     kind = "Select"
     family = "binary"
+    grad_inputs = ("src_0", "src_1")
     doc = "dst = cond ? src_0 : src_1"
     inputs = (In("cond"), In("src_0"), In("src_1"))
     outputs = (Out("dst"),)

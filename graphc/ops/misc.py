@@ -110,6 +110,7 @@ class Dropout(OpSchema):
         return (dst, mask.astype(np.uint8))[:len(op.outputs)]
 
     grad_outputs = ("dst",)
+    grad_inputs = ("src",)
 
     def vjp(self, op, em):
         """The same op on diff_dst: the same seed and offset drop the same elements."""

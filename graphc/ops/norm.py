@@ -105,6 +105,12 @@ def norm_grad(x, dy, mean, var, eps, axes, gamma=None):
     return dx, xhat
 
 
+def unused(op, em, inputs) -> list:
+    """Zero gradients for ``inputs`` given but not used (gamma and beta without
+    use_affine), None where none is wanted."""
+    return [em.zeros_like(t) if em.wants(t) else None for t in inputs]
+
+
 def channel_view(v, ndim, axis):
     """A [C] vector shaped to broadcast along dim ``axis`` of a rank-ndim tensor."""
     return v.reshape(with_dim((1,) * ndim, axis, -1))
@@ -205,12 +211,13 @@ class BatchNormForwardTraining(_BatchNorm):
         return dst, m * mean + (1 - m) * bmean, m * variance + (1 - m) * bvar, bmean, bvar
 
     grad_outputs = ("dst",)
+    grad_inputs = ("src", "gamma", "beta")   # (dst is normalized by the batch's statistics, not the running ones)
 
     def vjp(self, op, em):
         """BatchNormTrainingBackward on the forward's batch statistics."""
         src, gamma = op.input("src"), op.input("gamma")
         ins = [src, em.grad(op.outputs[0]), op.output("batch_mean"), op.output("batch_variance"), gamma]
-        outs = [src.dtype] + [gamma.dtype] * 2 * (gamma is not None)
+        outs = [src.dtype] + ([gamma.dtype] * 2 if gamma is not None else [])
         grads = em.like("BatchNormTrainingBackward", ins, op, outs)
         return [grads[0], None, None] + grads[1:]
 
@@ -306,7 +313,7 @@ class LayerNorm(_LayerNorm):
         stats = [em.stat(op, name, dtype, keep_stats=True) for name in ("mean", "variance")]
         ins = [src, em.grad(op.outputs[0])] + stats + (op.inputs[1:] if affine else [])
         outs = [src.dtype] + [t.dtype for t in op.inputs[1:]] * affine
-        return em.like("LayerNormBackward", ins, op, outs)
+        return em.like("LayerNormBackward", ins, op, outs) + unused(op, em, [] if affine else op.inputs[1:])
 
 
 class LayerNormBackward(_LayerNorm):
@@ -403,7 +410,7 @@ class GroupNorm(OpSchema):
         lnb = {"begin_norm_axis": 2, "use_affine": False, "epsilon": op.attr("epsilon")}
         dx = back(em.one("LayerNormBackward", [to(x), to(g), mean, var], lnb))
         if not affine:
-            return [dx]
+            return [dx] + unused(op, em, op.inputs[1:])
         stat = (op.input("src").shape[0], op.attr("groups"), 1)
         inv = em.one("Pow", [em.one("Add", [var, em.full_like(var, op.attr("epsilon"))])], {"beta": -0.5})
         xhat = em.one("Multiply", [em.one("Subtract", [to(x), em.reshape(mean, stat)]), em.reshape(inv, stat)])

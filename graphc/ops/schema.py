@@ -327,9 +327,12 @@ class OpSchema:
     def reference(self, op, *inputs):
         raise Unimplemented("this op has no reference implementation", op=op)
 
-    #: the outputs a gradient flows back through (empty: every float output);
-    #: a norm's statistics and running averages carry none
+    #: the outputs a gradient flows back through (empty: every output); a norm's
+    #: statistics and running averages carry none
     grad_outputs: tuple = ()
+    #: the inputs the outputs depend on differentiably (empty: every input but
+    #: the ``value_inputs``); Select's cond and a running mean carry none
+    grad_inputs: tuple = ()
 
     def vjp(self, op, em):
         """The vector-Jacobian rule (graphc.grad): emit, through ``em`` (a

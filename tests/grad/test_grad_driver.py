@@ -100,3 +100,37 @@ def test_layer_norm_without_stats_gets_them():
     ln = next(op for op in tr.graph.ops.values() if op.kind == "LayerNorm")
     assert ln.attrs["keep_stats"] and len(ln.outputs) == 3
     assert not g.ops[0].attrs["keep_stats"]   # the forward graph is left as it was
+
+
+def test_quantize_on_the_path_is_unimplemented():
+    """x -> Quantize -> s8 -> Dequantize -> y: the s8 tensor lies on the path, and
+    Quantize has no derivative (no silent zeros)."""
+    q = {"qtype": "per_tensor", "scales": [0.5], "zps": [0]}
+    g, ts = chain([("f32", (2, 4))], [("Quantize", [0], q, "s8"), ("Dequantize", [1], q, "f32")])
+    with pytest.raises(graphc.Unimplemented, match=r"op 0 \(Quantize\).*no derivative"):
+        graphc.grad(g, [ts[0].id])
+
+
+def test_select_condition_from_the_wrt_tensor():
+    """cond = x >= y (a mask computed from x) carries no gradient: only src_0 and
+    src_1 do, and GreaterEqual gets no backward."""
+    g, ts = chain([("f32", (4,)), ("f32", (4,))],
+                  [("GreaterEqual", [0, 1], {}, "boolean"), ("Select", [2, 0, 1], {}, "f32")])
+    tr = graphc.grad(g, [ts[0].id, ts[1].id])
+    feed = training_inputs(g, tr)
+    got = reference.run(tr.graph, feed)
+    x, y, dy = (feed[i] for i in (ts[0].id, ts[1].id, tr.grad_in(ts[3].id)))
+    np.testing.assert_array_equal(got[tr.grad_out(ts[0].id)], np.where(x >= y, dy, 0))
+    np.testing.assert_array_equal(got[tr.grad_out(ts[1].id)], np.where(x >= y, 0, dy))
+
+
+def test_running_statistics_get_zero_gradients():
+    """BatchNormForwardTraining's dst does not depend on the running mean and
+    variance it is given: their gradients are zeros; the batch's own
+    statistics are what BatchNormTrainingBackward reads."""
+    g, ts = chain([("f32", (4, 3, 2))] + [("f32", (3,))] * 2,
+                  [("BatchNormForwardTraining", [0, 1, 2], {"epsilon": 1e-5, "data_format": "NCX"}, ["f32"] * 5)])
+    tr = graphc.grad(g, [ts[0].id, ts[1].id, ts[2].id], outputs=[ts[3].id])
+    got = reference.run(tr.graph, training_inputs(g, tr))
+    assert not got[tr.grad_out(ts[1].id)].any() and not got[tr.grad_out(ts[2].id)].any()
+    assert got[tr.grad_out(ts[0].id)].any()
