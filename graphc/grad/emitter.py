@@ -139,8 +139,8 @@ class Emitter:
         shape = tuple(shape)
         lead = g.ndim - len(shape)
         axes = list(range(lead)) + [lead + i for i, d in enumerate(shape) if d == 1 and g.shape[lead + i] != 1]
-        if axes:
-            g = self.one("ReduceSum", [g], {"axes": axes, "keep_dims": False})
+        if axes:   # (kept dims: a sum of every element stays of known rank)
+            g = self.one("ReduceSum", [g], {"axes": axes, "keep_dims": True})
         return self.reshape(g, shape)
 
     def broadcast_to(self, t: LogicalTensor, like: LogicalTensor) -> LogicalTensor:

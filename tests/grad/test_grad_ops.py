@@ -336,3 +336,10 @@ def test_dropout_against_finite_differences():
     fixed = [feed[t.id] for t in ts[1:4]]
     numeric = numeric_grad(lambda x: op.schema.reference(op, x, *fixed)[0], feed[ts[0].id], dy)
     assert_grad_close(got[tr.grad_out(ts[0].id)], numeric, "Dropout")
+
+
+def test_select_with_a_one_element_operand():
+    """The corpus's Select: src_0 of one element broadcast to [1, 12, 128, 128]
+    (its gradient sums every element); cond broadcast one way."""
+    g, ts = chain([("boolean", (1, 1, 1, 16)), ("f32", (1,)), ("f32", (1, 3, 4, 16))], [("Select", [0, 1, 2], {}, "f32")])
+    check_training(g, [ts[1].id, ts[2].id], torch.where)
