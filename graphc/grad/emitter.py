@@ -77,6 +77,11 @@ class Emitter:
                 name=self._name())
         self.next_op += 1
         op.validate()
+        scalars = [i for i, t in enumerate(op.outputs) if t.unknown_rank]
+        if scalars:   # (an inferred rank 0 leaves a tensor of unknown rank as it was)
+            shapes = op.schema.infer(op)
+            op.outputs = [LogicalTensor(t.id, t.dtype, ()) if i in scalars and shapes[i] == () else t
+                          for i, t in enumerate(op.outputs)]
         for t in op.outputs:
             if not t.is_complete:
                 raise InvalidShape("a backward op's output shape is not known", op=op, where=f"tensor {t.id}",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import AUTO_BROADCAST, Binary, Elementwise, binary_shape
+from .common import AUTO_BROADCAST, Binary, Elementwise, binary_shape, summed_in_f32
 from .schema import DtypeTable, In, Out, bad_shape
 
 FLOAT_ROWS = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16")]
@@ -162,7 +162,7 @@ class Select(Elementwise):
         return (np.where(cond, a, b),)
 
     def vjp(self, op, em):
-        dy = em.grad(op.outputs[0])
+        dy = summed_in_f32(op, em)
         cond, a, b = op.inputs
         partials = select_partials(op, em, cond, dy, em.zeros_like(dy))
         return [None] + [None if g is None else em.sum_to(g, t.shape) for g, t in zip(partials, (a, b))]

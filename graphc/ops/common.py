@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import Unimplemented
+from ..types import DataType
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, get_schema, same_dtype
 
 F = "f32,bf16,f16"
@@ -159,8 +160,18 @@ class Binary(Elementwise):
         raise Unimplemented("this op has no derivative", op=op)
 
     def vjp(self, op, em):
-        partials = self.partials(op, em, em.grad(op.outputs[0]))
+        partials = self.partials(op, em, summed_in_f32(op, em))
         return [None if g is None or not em.wants(t) else em.sum_to(g, t.shape) for g, t in zip(partials, op.inputs)]
+
+
+def summed_in_f32(op, em):
+    """The gradient reaching ``op``'s dst, in f32 when it is of a narrower type and
+    an operand's gradient sums it over broadcast dims (products and sums in f32,
+    one rounding at the end)."""
+    dy = em.grad(op.outputs[0])
+    if dy.dtype.info.low_precision and any(em.wants(t) and t.shape != dy.shape for t in op.inputs[-2:]):
+        return em.cast(dy, DataType.f32)
+    return dy
 
 
 def unbroadcast(g: np.ndarray, shape) -> np.ndarray:

@@ -33,3 +33,28 @@ def test_wrt_and_outputs_options(corpus, tmp_path, capsys):
     assert len(json.loads(out.read_text())["graph"]) == 2      # the forward MatMul and one for src's gradient
     assert main(["grad", str(src), "--wrt", "12345", "-o", str(out)]) == 2
     assert "wrt (12345)" in capsys.readouterr().err
+
+
+def test_every_corpus_forward_case_gives_a_training_graph_or_unimplemented(corpus):
+    """graphc.grad of every graph of the corpus (op, pattern, complex_fusion) that
+    loads, for its floating-point inputs: a finalized training graph, or
+    Unimplemented naming an op without a derivative (backward ops, Concat,
+    quantization) - never another error."""
+    import graphc
+    from graphc.errors import GraphcError
+    made = refused = 0
+    for path in sorted(corpus.parent.glob("*/*/*.json")):
+        try:
+            g = load_graph_file(path)
+        except GraphcError:
+            continue
+        wrt = [t for t in g.input_ports if g.tensors[t].dtype.value in ("f32", "bf16", "f16")]
+        if not wrt:
+            continue
+        try:
+            assert graphc.grad(g, wrt).graph.finalized
+            made += 1
+        except graphc.Unimplemented as e:
+            assert "no derivative" in str(e) and e.op is not None, path
+            refused += 1
+    assert made > 100 and refused > 0
