@@ -134,3 +134,16 @@ def test_running_statistics_get_zero_gradients():
     got = reference.run(tr.graph, training_inputs(g, tr))
     assert not got[tr.grad_out(ts[1].id)].any() and not got[tr.grad_out(ts[2].id)].any()
     assert got[tr.grad_out(ts[0].id)].any()
+
+
+def test_wrt_an_intermediate_tensor():
+    """wrt h = tanh(x) as well as x: h's gradient is the one reaching it, x's
+    flows on through TanhBackward."""
+    g, ts = chain([("f32", (4,))], [("Tanh", [0], {}), ("Exp", [1], {})])
+    tr = graphc.grad(g, [ts[0].id, ts[1].id])
+    feed = training_inputs(g, tr)
+    got = reference.run(tr.graph, feed)
+    x, dy = feed[ts[0].id].astype(np.float64), feed[tr.grad_in(ts[2].id)].astype(np.float64)
+    dh = dy * np.exp(np.tanh(x))
+    np.testing.assert_allclose(got[tr.grad_out(ts[1].id)], dh, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[tr.grad_out(ts[0].id)], dh * (1 - np.tanh(x) ** 2), rtol=1e-5, atol=1e-6)

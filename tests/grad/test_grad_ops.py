@@ -316,9 +316,11 @@ def test_swiglu(dt):
 
 
 @pytest.mark.parametrize("dt", DTYPES)
-def test_prelu(dt):
-    g, ts = chain([(dt, (2, 3, 4)), (dt, (3,))], [("PReLU", [0, 1], {"data_format": "NCX"})])
-    check_training(g, [ts[0].id, ts[1].id], lambda x, s: F.prelu(x, s))
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_prelu(dt, fmt):
+    g, ts = chain([(dt, (2, 3, 4)), (dt, (3 if fmt == "NCX" else 4,))], [("PReLU", [0, 1], {"data_format": fmt})])
+    check_training(g, [ts[0].id, ts[1].id],
+                   lambda x, s: F.prelu(x, s) if fmt == "NCX" else F.prelu(x.transpose(1, 2), s).transpose(1, 2))
 
 
 def test_dropout_against_finite_differences():
