@@ -1,8 +1,9 @@
-"""Training graphs' patterns (the backward ops graphc.grad emits, with their
-neighbours)."""
+"""Training graphs' patterns: the backward ops graphc.grad emits, with the
+forward ops whose values they read."""
 from __future__ import annotations
 
 from ..pattern import Pattern
+from .pieces import ELTWISE, UNARY, UNARY_BWD, keeps_shape
 
 
 def matmul_softmax_bwd():
@@ -15,4 +16,15 @@ def matmul_softmax_bwd():
     return p
 
 
-BUILDERS = [matmul_softmax_bwd]
+def eltwise_fwd_bwd():
+    """An eltwise op -> its backward op reading its dst (use_dst: ReLU, Sigmoid,
+    Tanh, ...) -> post-ops: one loop reads src and diff_dst and writes dst and
+    diff_src (dst is not read back)."""
+    p = Pattern("eltwise_fwd_bwd", 6.5, "unary -> backward op (its dst) -> post-op*", kernel="eltwise")
+    fwd = p.op(UNARY, p.input())
+    bwd = p.op(UNARY_BWD, fwd, p.input(), pred=lambda o, m: o.attr("use_dst", False))
+    p.repeat(lambda q, x: q.op(ELTWISE + ["TypeCast"], x, None, either_order=True, pred=keeps_shape(x)), bwd, 0, 20)
+    return p
+
+
+BUILDERS = [matmul_softmax_bwd, eltwise_fwd_bwd]

@@ -2,6 +2,7 @@
 derives: attention's backward fuses its dP MatMul with SoftMaxBackward into
 one staged kernel, which computes what the reference does."""
 import numpy as np
+import pytest
 
 import graphc
 from support import check_compiled
@@ -17,3 +18,14 @@ def test_matmul_then_softmax_backward_is_one_staged_kernel():
     assert parts[0].plan.shape == "staged"
     got = check_compiled(tr.graph, training_inputs(g, tr))
     assert np.isfinite(got[tr.grad_out(ts[0].id)]).all()
+
+
+@pytest.mark.parametrize("kind", ["ReLU", "Sigmoid", "Tanh"])
+def test_eltwise_and_its_backward_reading_dst_are_one_loop(kind):
+    """x -> ReLU -> y, then ReLUBackward(y, dy) and the gradient's Add with the
+    other reader's: one eltwise kernel writing y and the gradient."""
+    g, ts = chain([("f32", (3, 16))], [(kind, [0], {}), ("Multiply", [1, 0], {})])
+    tr = graphc.grad(g, [ts[0].id])
+    parts = [p for p in tr.graph.get_partitions() if p.pattern == "eltwise_fwd_bwd"]
+    assert len(parts) == 1 and [op.kind for op in parts[0].ops][:2] == [kind, f"{kind}Backward"]
+    check_compiled(tr.graph, training_inputs(g, tr))
