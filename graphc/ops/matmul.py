@@ -84,6 +84,9 @@ class MatMul(OpSchema):
                   else em.one("MatMul", [dy, b2], {"transpose_b": not tb}))
             da = em.reshape(em.sum_to(da, a2.shape), a.shape)
         if em.wants(b):
+            if b2.ndim == 2 and a2.ndim > 2 and not ta:   # batch dims of src alone: rows of one product
+                rows = math.prod(a2.shape[:-1])
+                a2, dy = em.reshape(a2, (rows, a2.shape[-1])), em.reshape(dy, (rows, dy.shape[-1]))
             db = (em.one("MatMul", [dy, a2], {"transpose_a": True, "transpose_b": ta}) if tb
                   else em.one("MatMul", [a2, dy], {"transpose_a": not ta}))
             db = em.reshape(em.sum_to(db, b2.shape), b.shape)
