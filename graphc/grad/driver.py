@@ -9,7 +9,7 @@ op on one without a rule is Unimplemented.
 """
 from __future__ import annotations
 
-from ..errors import InvalidArguments, Unimplemented, short
+from ..errors import InvalidArguments, Unimplemented, describe_op, short
 from ..graph import Graph, ensure_graph
 from ..op import Op
 from ..types import INT64_MAX
@@ -77,6 +77,7 @@ def paths(graph: Graph, wrt, outputs):
     for op in order:
         if any(t.id in active for _, t in grad_inputs(op)):
             active.update(t.id for t in grad_ports(op))
+    check_no_blocked_path(graph, order, set(wrt), outputs)
     needed = {o for o in outputs if o in active and is_float(graph.tensors[o])}
     reached = sorted(needed, key=outputs.index)
     on_path = []
@@ -85,6 +86,30 @@ def paths(graph: Graph, wrt, outputs):
             on_path.append(op)
             needed.update(t.id for _, t in grad_inputs(op) if t.id in active)
     return active, on_path[::-1], reached
+
+
+def check_no_blocked_path(graph: Graph, order, wrt: set, outputs) -> None:
+    """Unimplemented when an output depends on a wrt tensor through an output
+    that carries no gradient (a LayerNorm's mean read by another op): the
+    gradient would miss that path.  Such an output that is only a graph output
+    is fine (it gets no seed)."""
+    depends = set(wrt)
+    for op in order:
+        if any(t.id in depends for _, t in grad_inputs(op)):
+            depends.update(t.id for t in op.outputs)
+    needed = {o for o in outputs if o in depends}
+    for op in reversed(order):
+        if not any(t.id in needed for t in op.outputs):
+            continue
+        for i, t in grad_inputs(op):
+            if t.id not in depends:
+                continue
+            needed.add(t.id)
+            producer = graph.ops[graph.producer[t.id][0]] if t.id in graph.producer else None
+            if producer is not None and is_float(t) and all(t.id != u.id for u in grad_ports(producer)):
+                name = producer.output_names[graph.producer[t.id][1]]
+                raise Unimplemented("an output depends on a wrt tensor through an output that carries no gradient",
+                                    op=producer, where=f"output '{name}' (tensor {t.id}), read by {describe_op(op)}")
 
 
 def grad(graph: Graph, wrt, outputs=None) -> TrainingGraph:

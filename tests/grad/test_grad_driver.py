@@ -147,3 +147,16 @@ def test_wrt_an_intermediate_tensor():
     dh = dy * np.exp(np.tanh(x))
     np.testing.assert_allclose(got[tr.grad_out(ts[1].id)], dh, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[tr.grad_out(ts[0].id)], dh * (1 - np.tanh(x) ** 2), rtol=1e-5, atol=1e-6)
+
+
+def test_a_path_through_statistics_is_unimplemented():
+    """LayerNorm's mean read by another op on the way to an output: the gradient
+    through the mean is not given (Unimplemented); the mean as a mere graph
+    output gets no seed instead."""
+    g, ts = chain([("f32", (2, 8))], [("LayerNorm", [0], {"use_affine": False}, ["f32"] * 3),
+                                      ("Tanh", [2], {})])
+    with pytest.raises(graphc.Unimplemented, match=r"op 0 \(LayerNorm\), output 'mean'.*carries no gradient"):
+        graphc.grad(g, [ts[0].id])
+    g, ts = chain([("f32", (2, 8))], [("LayerNorm", [0], {"use_affine": False}, ["f32"] * 3)])
+    tr = graphc.grad(g, [ts[0].id])
+    assert list(tr.seeds) == [ts[1].id]
