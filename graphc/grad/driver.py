@@ -101,7 +101,7 @@ def check_no_blocked_path(graph: Graph, order, wrt: set, outputs) -> None:
     for op in reversed(order):
         if not any(t.id in needed for t in op.outputs):
             continue
-        for i, t in grad_inputs(op):
+        for _, t in grad_inputs(op):
             if t.id not in depends:
                 continue
             needed.add(t.id)
@@ -139,6 +139,20 @@ def grad(graph: Graph, wrt, outputs=None) -> TrainingGraph:
     for tid in reached:
         t = graph.tensors[tid]
         seeds[tid] = em.grads[tid] = em.tensor(t.dtype, t.shape)
+    _run_rules(em, on_path)
+    grads = _grad_outputs(em, graph, wrt, set(s.id for s in seeds.values()))
+    read = {t.id for op in em.ops for t in op.inputs}
+    seeds = {k: s.id for k, s in seeds.items() if s.id in read}   # (a rule may give zeros without reading its seed)
+    out = type(graph)(engine_kind=graph.engine_kind, fpmath_mode=graph.fpmath_mode,
+                      fpmath_mode_apply_to_int=graph.fpmath_mode_apply_to_int)
+    for op in [em.forward[op.id] for op in forward] + em.ops:
+        out.add_op(op)
+    out.set_ports(inputs=graph.input_ports + list(seeds.values()), outputs=graph.output_ports + list(grads.values()))
+    return TrainingGraph(out.finalize(), seeds, grads)
+
+
+def _run_rules(em: Emitter, on_path) -> None:
+    """Each op's rule, last op first; the gradients it gives summed into its inputs'."""
     for op in reversed(on_path):
         em.current = op
         fwd = em.forward[op.id]
@@ -152,23 +166,10 @@ def grad(graph: Graph, wrt, outputs=None) -> TrainingGraph:
             if g is not None and em.wants(t):
                 em.accumulate(t, g)
     em.current = None
-    grads = _grad_outputs(em, graph, wrt, set(s.id for s in seeds.values()))
-    read = {t.id for op in em.ops for t in op.inputs}
-    seeds = {k: s for k, s in seeds.items() if s.id in read}   # (a rule may give zeros without reading its seed)
-    out = type(graph)(engine_kind=graph.engine_kind, fpmath_mode=graph.fpmath_mode,
-                      fpmath_mode_apply_to_int=graph.fpmath_mode_apply_to_int)
-    for op in forward:
-        out.add_op(em.forward[op.id])
-    for op in em.ops:
-        out.add_op(op)
-    out.set_ports(inputs=graph.input_ports + [s.id for s in seeds.values()],
-                  outputs=graph.output_ports + [g.id for g in grads.values()])
-    out.finalize()
-    return TrainingGraph(out, {k: v.id for k, v in seeds.items()}, {k: v.id for k, v in grads.items()})
 
 
 def _grad_outputs(em: Emitter, graph: Graph, wrt, seed_ids: set) -> dict:
-    """{wrt id: its gradient tensor}: zeros where no gradient reaches it; a copy
+    """{wrt id: its gradient's tensor id}: zeros where no gradient reaches it; a copy
     (Reorder) where the gradient is a seed, a forward tensor or another wrt
     tensor's."""
     out, taken = {}, set(seed_ids) | set(graph.tensors)
@@ -182,7 +183,7 @@ def _grad_outputs(em: Emitter, graph: Graph, wrt, seed_ids: set) -> dict:
         elif g.id in taken:
             g = em.one("Reorder", [g])
         taken.add(g.id)
-        out[tid] = g
+        out[tid] = g.id
     return out
 
 

@@ -164,8 +164,13 @@ class Emitter:
         self.grads[t.id] = g if old is None else self.one("Add", [old, g])
 
 
+#: the types gradients are taken in
+GRAD_TYPES = (DataType.f32, DataType.bf16, DataType.f16)
+
+
 def is_float(t: LogicalTensor) -> bool:
-    return t.dtype.is_float and t.dtype != DataType.c64
+    """Whether ``t`` has a type gradients are taken in (f32, bf16, f16)."""
+    return t.dtype in GRAD_TYPES
 
 
 __all__ = ["Emitter", "is_float"]
