@@ -72,10 +72,14 @@ def _id_list(text: str) -> list[int]:
 
 def _cmd_grad(args) -> int:
     from .grad import grad
+    from .grad.emitter import GRAD_TYPES
     from .jsonio import load_graph_file, save_graph
     g = load_graph_file(args.file)
-    wrt = args.wrt if args.wrt is not None else [tid for tid in g.input_ports
-                                                 if g.tensors[tid].dtype.is_float]
+    wrt = args.wrt if args.wrt is not None else [tid for tid in g.input_ports if g.tensors[tid].dtype in GRAD_TYPES]
+    if not wrt:
+        print(f"graphc: {shown(args.file)}: no tensor to differentiate (no f32, bf16 or f16 input): give --wrt",
+              file=sys.stderr)
+        return 2
     tr = grad(g, wrt, args.outputs)
     save_graph(tr.graph, args.output)
     print(f"{shown(args.output)}: {len(tr.graph.ops)} ops ({len(g.ops)} forward), "
@@ -125,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("grad", help="write the training graph of a forward graph (graphc.grad) as JSON")
     s.add_argument("file")
     s.add_argument("--wrt", type=_id_list, help="tensor ids to differentiate, comma-separated "
-                                                "(default: every floating-point input)")
+                                                "(default: every f32, bf16 and f16 input)")
     s.add_argument("--outputs", type=_id_list, help="forward outputs the gradients flow from (default: all)")
     s.add_argument("-o", "--output", required=True, help="the training graph's JSON file")
     s.set_defaults(fn=_cmd_grad)

@@ -33,6 +33,8 @@ def test_wrt_and_outputs_options(corpus, tmp_path, capsys):
     assert len(json.loads(out.read_text())["graph"]) == 2      # the forward MatMul and one for src's gradient
     assert main(["grad", str(src), "--wrt", "12345", "-o", str(out)]) == 2
     assert "wrt (12345)" in capsys.readouterr().err
+    assert main(["grad", str(src), "--wrt", "", "-o", str(out)]) == 2
+    assert "no tensor to differentiate" in capsys.readouterr().err
 
 
 def test_every_corpus_forward_case_gives_a_training_graph_or_unimplemented(corpus):
