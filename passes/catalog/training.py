@@ -27,4 +27,13 @@ def eltwise_fwd_bwd():
     return p
 
 
-BUILDERS = [matmul_softmax_bwd, eltwise_fwd_bwd]
+def norm_bwd_post_ops():
+    """LayerNormBackward -> post-ops (the residual branch's gradient added where
+    diff_src is stored)."""
+    p = Pattern("norm_bwd_post_ops", 8, "LayerNormBackward -> post-op*", kernel="anchor")
+    n = p.op("LayerNormBackward", p.input(), p.input(), p.input(), p.input())
+    p.repeat(lambda q, x: q.op(ELTWISE + ["TypeCast"], x, None, either_order=True, pred=keeps_shape(x)), n, 1, 20)
+    return p
+
+
+BUILDERS = [matmul_softmax_bwd, eltwise_fwd_bwd, norm_bwd_post_ops]
