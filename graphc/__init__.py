@@ -8,6 +8,7 @@ from .errors import (GraphcError, InvalidArguments, InvalidDataType, InvalidGrap
                      InvalidShape, RuntimeFault, Unimplemented)
 from . import ops  # noqa: F401  (registers every op kind)
 from .builder import Graph
+from .grad import TrainingGraph, grad
 from .jsonio import dump_graph, load_graph, save_graph
 from .op import Op
 from .partition import Partition
@@ -22,8 +23,9 @@ _LAZY = {name: "compiler" for name in (
     "set_constant_tensor_cache_capacity")}
 
 __all__ = ["GraphcError", "InvalidArguments", "InvalidDataType", "InvalidGraph", "InvalidGraphOp", "InvalidShape",
-           "RuntimeFault", "Unimplemented", "Graph", "Op", "Partition", "DataType", "LayoutType", "LogicalTensor",
-           "PropertyType", "UNKNOWN_NDIMS", "CompiledGraph", "CompiledPartition", "ReferencePartition", "FallbackWarning",
+           "RuntimeFault", "Unimplemented", "Graph", "Op", "TrainingGraph", "grad", "Partition", "DataType",
+           "LayoutType", "LogicalTensor", "PropertyType", "UNKNOWN_NDIMS", "CompiledGraph", "CompiledPartition",
+           "ReferencePartition", "FallbackWarning",
            "compile", "run", "load_graph", "dump_graph", "save_graph", "set_constant_tensor_cache",
            "get_constant_tensor_cache", "set_constant_tensor_cache_capacity", "get_constant_tensor_cache_capacity"]
 

@@ -63,6 +63,34 @@ def _cmd_partitions(args) -> int:
     return 0
 
 
+def _id_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected tensor ids separated by commas, found {text!r}") from None
+
+
+def _cmd_grad(args) -> int:
+    from .grad import grad
+    from .grad.emitter import GRAD_TYPES
+    from .jsonio import load_graph_file, save_graph
+    g = load_graph_file(args.file)
+    wrt = args.wrt if args.wrt is not None else [tid for tid in g.input_ports if g.tensors[tid].dtype in GRAD_TYPES]
+    if not wrt:
+        print(f"graphc: {shown(args.file)}: no tensor to differentiate (no f32, bf16 or f16 input): give --wrt",
+              file=sys.stderr)
+        return 2
+    tr = grad(g, wrt, args.outputs)
+    save_graph(tr.graph, args.output)
+    print(f"{shown(args.output)}: {len(tr.graph.ops)} ops ({len(g.ops)} forward), "
+          f"inputs {tr.graph.input_ports}, outputs {tr.graph.output_ports}")
+    for out, seed in tr.seeds.items():
+        print(f"  seed dL/d{out}: input {seed}")
+    for tid, gid in tr.grads.items():
+        print(f"  gradient dL/d{tid}: output {gid}")
+    return 0
+
+
 def _cmd_dot(args) -> int:
     from .jsonio import load_graph_file
     from .dot import to_dot
@@ -98,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--source", action="store_true", help="print each partition's generated kernel source")
     s.add_argument("--passes", action="store_true", help="show what each compiler pass changed")
     s.set_defaults(fn=_cmd_partitions)
+    s = sub.add_parser("grad", help="write the training graph of a forward graph (graphc.grad) as JSON")
+    s.add_argument("file")
+    s.add_argument("--wrt", type=_id_list, help="tensor ids to differentiate, comma-separated "
+                                                "(default: every f32, bf16 and f16 input)")
+    s.add_argument("--outputs", type=_id_list, help="forward outputs the gradients flow from (default: all)")
+    s.add_argument("-o", "--output", required=True, help="the training graph's JSON file")
+    s.set_defaults(fn=_cmd_grad)
     s = sub.add_parser("dot", help="Graphviz DOT of a graph with partitions as clusters")
     s.add_argument("file")
     s.add_argument("--policy", default="fusion", choices=("fusion", "debug"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import Unimplemented
 from .common import Elementwise, merged_shape, same_shape_as, unbroadcast
 from .norm import DATA_FORMAT, channel_dim, channel_view, other_axes, per_channel, with_dim
 from .schema import Attr, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, same_dtype
@@ -27,6 +28,10 @@ class BiasAdd(Elementwise):
 
     def input_dims(self, op, port):
         return [channel_dim(op)] if port == 1 else None
+
+    def vjp(self, op, em):
+        dy = em.grad(op.outputs[0])
+        return [dy, em.like("BiasAddBackward", [dy], op)[0] if em.wants(op.inputs[1]) else None]
 
 
 class BiasAddBackward(OpSchema):
@@ -84,6 +89,13 @@ class PReLU(OpSchema):
 
     def reference(self, op, src, slope):
         return (np.where(src >= 0, src, slope.reshape(self.view(op, src.shape, slope.shape)) * src),)
+
+    def vjp(self, op, em):
+        src, slope = op.inputs
+        if not op.attr("per_channel_broadcast") and slope.ndim == 1 and src.ndim >= 2 and slope.shape[0] != 1:
+            raise Unimplemented("PReLUBackward takes a 1-D slope per channel: no rule for a slope along the last dim",
+                                op=op, where="attribute 'per_channel_broadcast'", expected="true", found="false")
+        return em.like("PReLUBackward", [src, slope, em.grad(op.outputs[0])], op, [src.dtype, slope.dtype])
 
 
 class PReLUBackward(OpSchema):

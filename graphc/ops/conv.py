@@ -426,6 +426,20 @@ class _Conv(OpSchema):
     #: the data port defining the spatial rank, and the shape input/attribute if any
     data_port = "src"
     shape_name = ""
+    #: a forward op's data and weights gradient ops (graphc.grad)
+    grad_ops: tuple = ()
+
+    @classmethod
+    def has_vjp(cls) -> bool:
+        return bool(cls.grad_ops)
+
+    def vjp(self, op, em):
+        src, weights, bias = op.input("src"), op.input("weights"), op.input("bias")
+        dy, (data, wei) = em.grad(op.outputs[0]), self.grad_ops
+        shape = {"dst_shape": list(src.shape)} if data == "ConvolutionBackwardData" else {}
+        return [em.like(data, [dy, weights], op, **shape)[0] if em.wants(src) else None,
+                em.like(wei, [src, dy], op, weights_shape=list(weights.shape))[0] if em.wants(weights) else None,
+                em.like("BiasAddBackward", [dy], op)[0] if em.wants(bias) else None]
 
     def check(self, op):
         nsp = spatial_rank(op, self.data_port)
@@ -467,6 +481,7 @@ WEIGHTS_GRAD_TYPES = DtypeTable(["src|diff_dst|diff_weights", "weights_shape"],
 
 class Convolution(_Conv):
     kind = "Convolution"
+    grad_ops = ("ConvolutionBackwardData", "ConvolutionBackwardWeights")
     doc = "dst = src convolved with weights (+ bias), with groups, strides, dilations and padding"
     inputs = (In("src"), In("weights"), In("bias", optional=True))
     outputs = (Out("dst"),)
@@ -496,6 +511,7 @@ class Convolution(_Conv):
         if bias is not None:
             y += bias.reshape(-1, *[1] * (y.ndim - 2))
         return (from_ncx(op, y),)
+
 
 
 class ConvolutionBackwardData(_Conv):
@@ -586,6 +602,7 @@ class ConvolutionBackwardWeights(_Conv):
 
 class ConvTranspose(_Conv):
     kind = "ConvTranspose"
+    grad_ops = ("ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
     doc = "dst = src transposed-convolved with weights (+ bias): the data gradient of a convolution"
     inputs = (In("src"), In("weights"), In("bias", optional=True))
     outputs = (Out("dst"),)

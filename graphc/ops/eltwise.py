@@ -51,6 +51,7 @@ def _erf_arr(x):
 
 class Abs(Unary):
     kind = "Abs"
+    backward = "AbsBackward"
 
     def fn(self, op, x):
         return np.abs(x)
@@ -66,6 +67,10 @@ def check_min_max(op):
 
 class Clamp(Unary):
     kind = "Clamp"
+    backward = "ClampBackward"
+    #: src: a dst rounded to bf16 or f16 (f32(-1.3) clamped, stored as -1.296875)
+    #: falls inside the bounds and would pass the gradient
+    backward_reads_dst = False
     attrs = (Attr("min", "f32"), Attr("max", "f32"))
 
     def check(self, op):
@@ -78,6 +83,7 @@ class Clamp(Unary):
 
 class Elu(Unary):
     kind = "Elu"
+    backward = "EluBackward"
     attrs = (Attr("alpha", "f32", check=non_negative, check_doc="non-negative"),)
 
     def fn(self, op, x):
@@ -90,9 +96,13 @@ class Exp(Unary):
     def fn(self, op, x):
         return np.exp(x)
 
+    def vjp(self, op, em):
+        return [em.one("Multiply", [em.grad(op.outputs[0]), op.outputs[0]])]
+
 
 class GELU(Unary):
     kind = "GELU"
+    backward = "GELUBackward"
     attrs = (GELU_MODE,)
 
     def fn(self, op, x):
@@ -103,6 +113,7 @@ class GELU(Unary):
 
 class HardSigmoid(Unary):
     kind = "HardSigmoid"
+    backward = "HardSigmoidBackward"
     attrs = (Attr("alpha", "f32"), Attr("beta", "f32"))
 
     def fn(self, op, x):
@@ -111,6 +122,7 @@ class HardSigmoid(Unary):
 
 class HardSwish(Unary):
     kind = "HardSwish"
+    backward = "HardSwishBackward"
 
     def fn(self, op, x):
         return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
@@ -123,6 +135,12 @@ class LeakyReLU(Unary):
     def fn(self, op, x):
         return np.where(x >= 0, x, op.attr("alpha") * x)
 
+    def vjp(self, op, em):
+        """dy where src > 0, else alpha * dy (torch's choice at 0)."""
+        x, dy = op.inputs[0], em.grad(op.outputs[0])
+        at_most_0 = em.one("GreaterEqual", [em.zeros_like(x), x], dtype="boolean")
+        return [em.one("Select", [at_most_0, em.scale(dy, op.attr("alpha")), dy], dtype=dy.dtype)]
+
 
 class Log(PositiveSrc, Unary):
     kind = "Log"
@@ -131,9 +149,13 @@ class Log(PositiveSrc, Unary):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(x)
 
+    def vjp(self, op, em):
+        return [em.one("Divide", [em.grad(op.outputs[0]), op.inputs[0]])]
+
 
 class Mish(Unary):
     kind = "Mish"
+    backward = "MishBackward"
 
     def fn(self, op, x):
         return x * np.tanh(_softplus(x))
@@ -147,6 +169,13 @@ class Pow(PositiveSrc, Unary):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.power(x, op.attr("beta"))
 
+    def vjp(self, op, em):
+        beta = op.attr("beta")
+        if beta == 0.0:
+            return [em.zeros_like(em.grad(op.outputs[0]))]
+        slope = em.scale(em.one("Pow", [op.inputs[0]], {"beta": beta - 1.0}), beta)
+        return [em.one("Multiply", [em.grad(op.outputs[0]), slope])]
+
 
 class Reciprocal(PositiveSrc, Unary):
     kind = "Reciprocal"
@@ -155,9 +184,14 @@ class Reciprocal(PositiveSrc, Unary):
         with np.errstate(divide="ignore"):
             return 1.0 / x
 
+    def vjp(self, op, em):
+        y = op.outputs[0]
+        return [em.neg(em.one("Multiply", [em.grad(y), em.one("Multiply", [y, y])]))]
+
 
 class ReLU(Unary):
     kind = "ReLU"
+    backward = "ReLUBackward"
 
     def fn(self, op, x):
         return np.maximum(x, 0.0)
@@ -170,9 +204,13 @@ class Round(Unary):
         # half away from zero, as oneDNN's round
         return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
+    def vjp(self, op, em):
+        return [em.zeros_like(em.grad(op.outputs[0]))]
+
 
 class Sigmoid(Unary):
     kind = "Sigmoid"
+    backward = "SigmoidBackward"
 
     def fn(self, op, x):
         return _sigmoid(x)
@@ -180,6 +218,7 @@ class Sigmoid(Unary):
 
 class SoftPlus(Unary):
     kind = "SoftPlus"
+    backward = "SoftPlusBackward"
     attrs = (Attr("beta", "f32", 1.0),)
 
     def fn(self, op, x):
@@ -188,6 +227,7 @@ class SoftPlus(Unary):
 
 class Sqrt(PositiveSrc, Unary):
     kind = "Sqrt"
+    backward = "SqrtBackward"
 
     def fn(self, op, x):
         with np.errstate(invalid="ignore"):
@@ -200,9 +240,14 @@ class Square(Unary):
     def fn(self, op, x):
         return x * x
 
+    def vjp(self, op, em):
+        x = op.inputs[0]
+        return [em.one("Multiply", [em.grad(op.outputs[0]), em.one("Add", [x, x])])]
+
 
 class Tanh(Unary):
     kind = "Tanh"
+    backward = "TanhBackward"
 
     def fn(self, op, x):
         return np.tanh(x)

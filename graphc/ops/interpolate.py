@@ -167,6 +167,9 @@ class Interpolate(OpSchema):
         axes = spatial_axes(op, src.ndim)
         return (resize(op, src, [src.shape[i] for i in axes], dst_spatial(op, src.shape, sizes)),)
 
+    def vjp(self, op, em):
+        return em.like("InterpolateBackward", [op.inputs[0], em.grad(op.outputs[0])] + op.inputs[1:], op)
+
 
 class InterpolateBackward(OpSchema):
     kind = "InterpolateBackward"

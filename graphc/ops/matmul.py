@@ -65,6 +65,33 @@ class MatMul(OpSchema):
         dst = np.matmul(a, b)  # float64 in, float64 accumulation
         return (dst if bias is None else dst + bias,)
 
+    def vjp(self, op, em):
+        """MatMuls of diff_dst with the other operand (transposed as the forward's
+        attributes say), summed over broadcast batch dims; 1-D operands as
+        matrices of one row (src) or column (weights); bias: diff_dst summed to
+        its shape."""
+        a, b = op.inputs[:2]
+        y, bias = op.outputs[0], op.input("bias")
+        ta, tb = op.attr("transpose_a") and a.ndim > 1, op.attr("transpose_b") and b.ndim > 1
+        full = y.shape + (1,) * (b.ndim == 1)
+        full = full[:-1] + (1,) * (a.ndim == 1) + full[-1:]
+        dy = em.reshape(em.cast(em.grad(y), a.dtype), full)
+        a2 = em.reshape(a, (1,) + a.shape) if a.ndim == 1 else a
+        b2 = em.reshape(b, b.shape + (1,)) if b.ndim == 1 else b
+        da = db = None
+        if em.wants(a):
+            da = (em.one("MatMul", [b2, dy], {"transpose_a": tb, "transpose_b": True}) if ta
+                  else em.one("MatMul", [dy, b2], {"transpose_b": not tb}))
+            da = em.reshape(em.sum_to(da, a2.shape), a.shape)
+        if em.wants(b):
+            if b2.ndim == 2 and a2.ndim > 2 and not ta:   # batch dims of src alone: rows of one product
+                rows = math.prod(a2.shape[:-1])
+                a2, dy = em.reshape(a2, (rows, a2.shape[-1])), em.reshape(dy, (rows, dy.shape[-1]))
+            db = (em.one("MatMul", [dy, a2], {"transpose_a": True, "transpose_b": ta}) if tb
+                  else em.one("MatMul", [a2, dy], {"transpose_a": not ta}))
+            db = em.reshape(em.sum_to(db, b2.shape), b.shape)
+        return [da, db, em.sum_to(em.grad(y), bias.shape) if em.wants(bias) else None]
+
     def flops(self, op):
         """2 * M * N * K * batch: two per multiply-add for every dst element."""
         src = op.inputs[0].shape

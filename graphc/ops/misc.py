@@ -109,6 +109,13 @@ class Dropout(OpSchema):
         dst = np.where(mask, src * (1.0 / (1.0 - p) if p < 1.0 else 0.0), 0.0)
         return (dst, mask.astype(np.uint8))[:len(op.outputs)]
 
+    grad_outputs = ("dst",)
+    grad_inputs = ("src",)
+
+    def vjp(self, op, em):
+        """The same op on diff_dst: the same seed and offset drop the same elements."""
+        return em.op("Dropout", [em.grad(op.outputs[0])] + op.inputs[1:])[:1] + [None] * 3
+
 
 # ------------------------------------------------------------------------ markers
 class End(OpSchema):

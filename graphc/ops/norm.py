@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidGraphOp
+from ..types import DataType
 from .common import merged_shape
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, channel_axis, dims_equal, merge_dim,
                      norm_axis, positive)
@@ -104,6 +105,12 @@ def norm_grad(x, dy, mean, var, eps, axes, gamma=None):
     return dx, xhat
 
 
+def unused(op, em, inputs) -> list:
+    """Zero gradients for ``inputs`` given but not used (gamma and beta without
+    use_affine), None where none is wanted."""
+    return [em.zeros_like(t) if em.wants(t) else None for t in inputs]
+
+
 def channel_view(v, ndim, axis):
     """A [C] vector shaped to broadcast along dim ``axis`` of a rank-ndim tensor."""
     return v.reshape(with_dim((1,) * ndim, axis, -1))
@@ -148,6 +155,28 @@ class BatchNormInference(_BatchNorm):
         gamma, beta, mean, variance = (channel_view(v, src.ndim, ca) for v in (gamma, beta, mean, variance))
         return (gamma * normalize(src, mean, variance, op.attr("epsilon")) + beta,)
 
+    def vjp(self, op, em):
+        """dst = gamma * inv * (src - mean) + beta, inv = (variance + epsilon)^-1/2,
+        differentiated with binary ops per channel."""
+        src, gamma, beta, mean, var = op.inputs
+        dy = em.cast(em.grad(op.outputs[0]), gamma.dtype)     # (sums per channel in the statistics' type)
+        view = with_dim((1,) * src.ndim, channel_dim(op), gamma.shape[0])
+        g, m, v = (em.reshape(t, view) for t in (gamma, mean, var))
+        inv = em.one("Pow", [em.one("Add", [v, em.full_like(v, op.attr("epsilon"))])], {"beta": -0.5})
+        centred, scaled = em.one("Subtract", [src, m], dtype=m.dtype), em.one("Multiply", [g, inv])
+        dx = em.one("Multiply", [dy, scaled], dtype=m.dtype)
+
+        def per_channel(t):
+            return em.reshape(em.sum_to(t, view), gamma.shape)
+        return [dx,
+                per_channel(em.one("Multiply", [dy, em.one("Multiply", [centred, inv])], dtype=m.dtype))
+                if em.wants(gamma) else None,
+                per_channel(dy) if em.wants(beta) else None,
+                em.neg(per_channel(dx)) if em.wants(mean) else None,
+                em.scale(em.one("Multiply", [per_channel(em.one("Multiply", [dy, centred], dtype=m.dtype)),
+                                             em.reshape(em.one("Multiply", [scaled, em.one("Multiply", [inv, inv])]),
+                                                        gamma.shape)]), -0.5) if em.wants(var) else None]
+
 
 class BatchNormForwardTraining(_BatchNorm):
     kind = "BatchNormForwardTraining"
@@ -180,6 +209,17 @@ class BatchNormForwardTraining(_BatchNorm):
         bmean, bvar = bmean.reshape(-1), bvar.reshape(-1)
         m = op.attr("momentum", DEFAULT_MOMENTUM)
         return dst, m * mean + (1 - m) * bmean, m * variance + (1 - m) * bvar, bmean, bvar
+
+    grad_outputs = ("dst",)
+    grad_inputs = ("src", "gamma", "beta")   # (dst is normalized by the batch's statistics, not the running ones)
+
+    def vjp(self, op, em):
+        """BatchNormTrainingBackward on the forward's batch statistics."""
+        src, gamma = op.input("src"), op.input("gamma")
+        ins = [src, em.grad(op.outputs[0]), op.output("batch_mean"), op.output("batch_variance"), gamma]
+        outs = [src.dtype] + ([gamma.dtype] * 2 if gamma is not None else [])
+        grads = em.like("BatchNormTrainingBackward", ins, op, outs)
+        return [grads[0], None, None] + grads[1:]
 
 
 class BatchNormTrainingBackward(_BatchNorm):
@@ -263,6 +303,18 @@ class LayerNorm(_LayerNorm):
         lead = src.shape[:self.begin(op)]
         return (dst, mean.reshape(lead), var.reshape(lead))[:len(op.outputs)]
 
+    grad_outputs = ("dst",)
+
+    def vjp(self, op, em):
+        """LayerNormBackward on the forward's mean and variance (keep_stats made
+        true when the forward did not keep them)."""
+        src, affine = op.input("src"), op.attr("use_affine")
+        dtype = op.inputs[1].dtype if len(op.inputs) > 1 else DataType.f32
+        stats = [em.stat(op, name, dtype, keep_stats=True) for name in ("mean", "variance")]
+        ins = [src, em.grad(op.outputs[0])] + stats + (op.inputs[1:] if affine else [])
+        outs = [src.dtype] + [t.dtype for t in op.inputs[1:]] * affine
+        return em.like("LayerNormBackward", ins, op, outs) + unused(op, em, [] if affine else op.inputs[1:])
+
 
 class LayerNormBackward(_LayerNorm):
     kind = "LayerNormBackward"
@@ -341,6 +393,43 @@ class GroupNorm(OpSchema):
             dst = gamma * dst + beta
         return (dst, mean.reshape(n, g), var.reshape(n, g))[:len(op.outputs)]
 
+    grad_outputs = ("dst",)
+
+    def vjp(self, op, em):
+        """LayerNormBackward over [N, groups, the group's elements] with the
+        forward's mean and variance (keep_stats made true when off); gamma's and
+        beta's gradients summed per channel (BiasAddBackward)."""
+        src, dy = op.input("src"), em.grad(op.outputs[0])
+        affine = op.attr("use_affine") and op.input("gamma") is not None
+        dtype = op.input("gamma").dtype if op.input("gamma") is not None else DataType.f32
+        mean, var = (em.stat(op, name, dtype, keep_stats=True) for name in ("mean", "variance"))
+        view = with_dim((1,) * src.ndim, channel_dim(op), src.shape[channel_dim(op)])
+        g = em.one("Multiply", [dy, em.reshape(op.input("gamma"), view)], dtype=dtype) if affine else dy
+        x = em.cast(src, g.dtype)
+        to, back = self.grouped(op, em)
+        lnb = {"begin_norm_axis": 2, "use_affine": False, "epsilon": op.attr("epsilon")}
+        dx = back(em.one("LayerNormBackward", [to(x), to(g), mean, var], lnb))
+        if not affine:
+            return [dx] + unused(op, em, op.inputs[1:])
+        stat = (op.input("src").shape[0], op.attr("groups"), 1)
+        inv = em.one("Pow", [em.one("Add", [var, em.full_like(var, op.attr("epsilon"))])], {"beta": -0.5})
+        xhat = em.one("Multiply", [em.one("Subtract", [to(x), em.reshape(mean, stat)]), em.reshape(inv, stat)])
+        per_channel, dy = {"data_format": op.attr("data_format")}, em.cast(dy, dtype)   # (sums in gamma's type)
+        return [dx, em.one("BiasAddBackward", [em.one("Multiply", [dy, back(xhat)], dtype=dtype)], per_channel),
+                em.one("BiasAddBackward", [dy], per_channel)]
+
+    def grouped(self, op, em):
+        """(a tensor of src's shape to [N, groups, the group's elements], and back):
+        a reshape for NCX; NXC's channels (last) go before the spatial dims first."""
+        shape, groups = op.input("src").shape, op.attr("groups")
+        n, rest = shape[0], int(np.prod(shape[1:])) // groups
+        if op.attr("data_format") == "NCX":
+            return (lambda t: em.reshape(t, (n, groups, rest))), (lambda t: em.reshape(t, shape))
+        split = (n, int(np.prod(shape[1:-1])), groups, shape[-1] // groups)
+        swapped = (n, groups, split[1], split[3])
+        return (lambda t: em.reshape(em.transpose(em.reshape(t, split), (0, 2, 1, 3)), (n, groups, rest)),
+                lambda t: em.reshape(em.transpose(em.reshape(t, swapped), (0, 2, 1, 3)), shape))
+
 
 # ---------------------------------------------------------------------- RMSNorm
 class RMSNorm(_LayerNorm):
@@ -365,3 +454,19 @@ class RMSNorm(_LayerNorm):
         ms = (src * src).mean(axis=self.axes(op), keepdims=True)
         dst = src / np.sqrt(ms + op.attr("epsilon"))
         return (dst * gamma[0] if gamma else dst,)
+
+    def vjp(self, op, em):
+        """dst = src * r * gamma, r = (mean(src^2) + epsilon)^-1/2 recomputed in f32:
+        diff_src = r * (g - src * r^2 * mean(g * src)), g = diff_dst * gamma."""
+        x, gamma = em.cast(op.inputs[0], DataType.f32), op.input("gamma")
+        dy = em.cast(em.grad(op.outputs[0]), DataType.f32)
+        mean = {"axes": list(self.axes(op)), "keep_dims": True}
+        ms = em.one("ReduceMean", [em.one("Multiply", [x, x])], mean)
+        r = em.one("Pow", [em.one("Add", [ms, em.full_like(ms, op.attr("epsilon"))])], {"beta": -0.5})
+        g = dy if gamma is None else em.one("Multiply", [dy, em.cast(gamma, DataType.f32)])
+        c = em.one("ReduceMean", [em.one("Multiply", [g, x])], mean)
+        t = em.one("Multiply", [em.one("Multiply", [x, em.one("Multiply", [r, r])]), c])
+        dx = em.one("Multiply", [r, em.one("Subtract", [g, t])])
+        dgamma = em.sum_to(em.one("Multiply", [dy, em.one("Multiply", [x, r])]), gamma.shape) \
+            if em.wants(gamma) else None
+        return [dx, dgamma]

@@ -121,6 +121,9 @@ class AvgPool(_PoolForward):
         total = sum(xp[sl] for sl in win.slices(out))
         return (from_ncx(op, total / _divisor(win, x.shape[2:], out, op.attr("exclude_pad"))),)
 
+    def vjp(self, op, em):
+        return em.like("AvgPoolBackward", [em.grad(op.outputs[0])], op, src_shape=list(op.inputs[0].shape))
+
 
 class AvgPoolBackward(_Pool):
     kind = "AvgPoolBackward"
@@ -164,6 +167,9 @@ class MaxPool(_PoolForward):
     def reference(self, op, src):
         _, win, out, xp = self.padded_windows(op, src, -np.inf)
         return (from_ncx(op, functools.reduce(np.maximum, (xp[sl] for sl in win.slices(out)))),)
+
+    def vjp(self, op, em):
+        return em.like("MaxPoolBackward", [op.inputs[0], em.grad(op.outputs[0])], op)
 
 
 class MaxPoolBackward(_Pool):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidGraphOp, RuntimeFault
+from ..errors import InvalidGraphOp, RuntimeFault, Unimplemented
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape
 
 
@@ -98,6 +98,24 @@ class Reduce(OpSchema):
     def reduce(self, x, axes):
         raise NotImplementedError
 
+    def spread(self, op, em, g):
+        """(the reduced axes, ``g`` of dst's shape broadcast back to src's)."""
+        if op.input("axes") is not None:
+            raise Unimplemented("no gradient of a reduction whose axes are an input (known only at run)", op=op,
+                                where="port 'axes'", expected="the axes attribute")
+        src = op.inputs[0]
+        axes = normalized_axes(op, op.attr("axes"), src.ndim)
+        kept = tuple(1 if i in axes else d for i, d in enumerate(src.shape))
+        return axes, em.broadcast_to(em.reshape(g, kept), src)
+
+    def to_extremes(self, op, em, largest: bool):
+        """diff_dst to the src elements equal to dst (to each of a tie, where torch's
+        amax/amin share it out)."""
+        src, y = op.inputs[0], op.outputs[0]
+        dy, extreme = self.spread(op, em, em.grad(y))[1], self.spread(op, em, y)[1]
+        hit = em.one("GreaterEqual", [src, extreme] if largest else [extreme, src], dtype="boolean")
+        return [em.one("Select", [hit, dy, em.zeros_like(dy)], dtype=dy.dtype)]
+
 
 class ReduceL1(Reduce):
     kind = "ReduceL1"
@@ -105,6 +123,10 @@ class ReduceL1(Reduce):
 
     def reduce(self, x, axes):
         return np.sum(np.abs(x), axis=axes)
+
+    def vjp(self, op, em):
+        """diff_dst times the sign of src (AbsBackward)."""
+        return [em.one("AbsBackward", [op.inputs[0], self.spread(op, em, em.grad(op.outputs[0]))[1]])]
 
 
 class ReduceL2(Reduce):
@@ -114,6 +136,11 @@ class ReduceL2(Reduce):
     def reduce(self, x, axes):
         return np.sqrt(np.sum(x * x, axis=axes))
 
+    def vjp(self, op, em):
+        """diff_dst / dst times src."""
+        y = op.outputs[0]
+        return [em.one("Multiply", [self.spread(op, em, em.one("Divide", [em.grad(y), y]))[1], op.inputs[0]])]
+
 
 class ReduceMax(Reduce):
     kind = "ReduceMax"
@@ -121,6 +148,9 @@ class ReduceMax(Reduce):
 
     def reduce(self, x, axes):
         return np.max(x, axis=axes, initial=-np.inf)
+
+    def vjp(self, op, em):
+        return self.to_extremes(op, em, True)
 
 
 class ReduceMean(Reduce):
@@ -130,6 +160,12 @@ class ReduceMean(Reduce):
     def reduce(self, x, axes):
         return np.mean(x, axis=axes)
 
+    def vjp(self, op, em):
+        """diff_dst spread over the reduced elements, over their count."""
+        axes, g = self.spread(op, em, em.grad(op.outputs[0]))
+        count = int(np.prod([op.inputs[0].shape[a] for a in axes]))
+        return [em.scale(g, 1.0 / count) if count else g]
+
 
 class ReduceMin(Reduce):
     kind = "ReduceMin"
@@ -137,6 +173,9 @@ class ReduceMin(Reduce):
 
     def reduce(self, x, axes):
         return np.min(x, axis=axes, initial=np.inf)
+
+    def vjp(self, op, em):
+        return self.to_extremes(op, em, False)
 
 
 class ReduceProd(Reduce):
@@ -159,3 +198,6 @@ class ReduceSum(Reduce):
 
     def reduce(self, x, axes):
         return np.sum(x, axis=axes)
+
+    def vjp(self, op, em):
+        return [self.spread(op, em, em.grad(op.outputs[0]))[1]]

@@ -327,6 +327,25 @@ class OpSchema:
     def reference(self, op, *inputs):
         raise Unimplemented("this op has no reference implementation", op=op)
 
+    #: the outputs a gradient flows back through (empty: every output); a norm's
+    #: statistics and running averages carry none
+    grad_outputs: tuple = ()
+    #: the inputs the outputs depend on differentiably (empty: every input but
+    #: the ``value_inputs``); Select's cond and a running mean carry none
+    grad_inputs: tuple = ()
+
+    def vjp(self, op, em):
+        """The vector-Jacobian rule (graphc.grad): emit, through ``em`` (a
+        graphc.grad.emitter.Emitter), the ops computing the gradients of
+        ``op``'s inputs from those reaching its outputs; return one gradient
+        (a LogicalTensor) per input, None where none is given.  This default is
+        an op with no derivative."""
+        raise Unimplemented("this op has no derivative", op=op)
+
+    @classmethod
+    def has_vjp(cls) -> bool:
+        return cls.vjp is not OpSchema.vjp
+
     def input_range(self, op, index: int):
         """(lo, hi) or (lo, hi, "int") for generated data of input ``index``, or None
         for the default.  Ports named like variances and scales default positive."""

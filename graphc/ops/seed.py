@@ -177,6 +177,9 @@ class SwiGlu(_SwiGluBase):
         a, b, s = _swish_halves(x, self.split_axis(op))
         return (a * s * b,)
 
+    def vjp(self, op, em):
+        return em.like("SwiGluGrad", [em.grad(op.outputs[0]), op.inputs[0]], op)
+
 
 class SwiGluGrad(_SwiGluBase):
     kind = "SwiGluGrad"

@@ -100,6 +100,9 @@ class StaticReshape(OpSchema):
     def reference(self, op, src):
         return (src.reshape(self.target(op, src.shape)),)
 
+    def vjp(self, op, em):
+        return [em.reshape(em.grad(op.outputs[0]), op.inputs[0].shape)]
+
 
 class StaticTranspose(OpSchema):
     kind = "StaticTranspose"
@@ -126,6 +129,10 @@ class StaticTranspose(OpSchema):
     def reference(self, op, src):
         return (np.transpose(src, self.order(op)),)
 
+    def vjp(self, op, em):
+        inverse = np.argsort(self.order(op))
+        return [em.transpose(em.grad(op.outputs[0]), [int(i) for i in inverse])]
+
 
 class SameShape(Elementwise):
     """dst has src's shape and values; only strides or dtype may differ (the
@@ -142,6 +149,10 @@ class SameShape(Elementwise):
 
     def reference(self, op, src):
         return (src,)
+
+    def vjp(self, op, em):
+        """diff_dst itself, in src's dtype (the accumulation casts)."""
+        return [em.grad(op.outputs[0])]
 
 
 class Reorder(SameShape):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..types import DataType
 from .common import merged_shape, same_shape_as
 from .schema import Attr, DtypeTable, In, OpSchema, Out, norm_axis, same_dtype
 
@@ -56,6 +57,13 @@ class SoftMax(_AlongAxis):
             dst = np.where(s == 0, 0.0, dst)
         return (dst, m + np.log(s))[:len(op.outputs)]
 
+    grad_outputs = ("dst",)
+
+    def vjp(self, op, em):
+        src, dst = op.inputs[0], op.outputs[0]
+        dtype = src.dtype if src.dtype == dst.dtype else DataType.f32
+        return em.like("SoftMaxBackward", [em.grad(dst), dst], op, [dtype])
+
 
 class SoftMaxBackward(_AlongAxis):
     kind = "SoftMaxBackward"
@@ -82,6 +90,10 @@ class LogSoftmax(_AlongAxis):
         m = src.max(axis=axis, keepdims=True, initial=-np.inf)
         z = src - m
         return (z - np.log(np.exp(z).sum(axis=axis, keepdims=True)),)
+
+    def vjp(self, op, em):
+        dst = op.outputs[0]
+        return em.like("LogSoftmaxBackward", [em.grad(dst), dst], op)
 
 
 class LogSoftmaxBackward(_AlongAxis):

@@ -22,11 +22,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..pattern import Pattern
-from . import attention, basic, pools, quantized, views
+from . import attention, basic, pools, quantized, training, views
 from .pieces import BINARY, ELTWISE, REDUCE, UNARY, UNARY_BWD  # noqa: F401 (the kind lists, for tests and passes)
 
 #: every block's builders, in the order the blocks were written (priority decides among matches)
-BUILDERS = basic.BUILDERS + quantized.BUILDERS + attention.BUILDERS + views.BUILDERS + pools.BUILDERS
+BUILDERS = (basic.BUILDERS + quantized.BUILDERS + attention.BUILDERS + views.BUILDERS + pools.BUILDERS
+            + training.BUILDERS)
 
 
 
