@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import warnings
 
+from . import verbose
 from .codegen import rules
 from .codegen.fused_values import NotFusable
 from .codegen.fusion import lower_fused
@@ -81,6 +82,7 @@ def build_kernel(partition, ops, in_lts, out_lts, values: dict):
         text = f"partition {partition.id} ({partition.kind}) lowers one op at a time: {why}"
         if os.environ.get(STRICT_FUSION) == "1":
             raise InternalError(f"{text} ({STRICT_FUSION}=1)", op=ops[0])
+        verbose.emit(2, "fallback", verbose.graph_id(partition.graph), partition.id, "op_by_op", why)
         if not planned:   # (a planned one is in the pass log already)
             warnings.warn(text, FusionFallbackWarning, stacklevel=3)
     return _one_op_at_a_time(ops, in_lts, out_lts, values)

@@ -82,7 +82,9 @@ def lower_attention(kb, ops, refs, plan) -> None:
     """Emit the attention partition ``ops`` (plan.shape "attention") into ``kb``:
     the forward kernel, or without a SoftMax the training backward's."""
     if not any(o.kind == "SoftMax" for o in ops):
+        kb.road("flash_backward")
         return lower_attention_backward(kb, ops, refs, plan)
+    kb.road("flash")
     _Forward(kb, ops, refs, plan).emit()
 
 

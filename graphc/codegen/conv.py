@@ -597,14 +597,19 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
     are fractions), and im2col when the sum must be split into exact runs."""
     if exact_k is not None:
         if shifted(geo) and geo.kd <= exact_k:
+            kb.road("shifted_gemm")
             emit_forward_shifted(kb, geo, x, w, store, rounding)
         else:
+            kb.road("im2col")
             emit_forward(kb, geo, x, w, store, rounding, out, exact_k)
     elif winograd(geo):
+        kb.road("winograd")
         emit_forward_winograd(kb, geo, x, w, store, rounding)
     elif shifted(geo):
+        kb.road("shifted_gemm")
         emit_forward_shifted(kb, geo, x, w, store, rounding)
     else:
+        kb.road("im2col")
         emit_forward(kb, geo, x, w, store, rounding, out)
 
 
@@ -618,6 +623,7 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     if fwd is not None and (exact_k is not None or winograd(fwd) or shifted(fwd)):
         emit_convolution(kb, fwd, dy, FlippedWeights(w, geo), store, rounding, exact_k=exact_k)
         return
+    kb.road("col2im")
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
     # integer operands (exact_k): each column value a sum of ocg products, taken
     # in exact runs; the columns added up in an f64 accumulator
@@ -661,6 +667,7 @@ def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=
     """dw = the gradient of conv(x, w) w.r.t. w: per-thread f32 partial sums of
     Cols^T @ dY over (image, group, tile) work items, added up at the end;
     ``store(g, oc, ic, taps, value)`` stores one element of dw."""
+    kb.road("im2col_weights")
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))
     mt = -(-P // tm)

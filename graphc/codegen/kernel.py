@@ -207,11 +207,19 @@ class KernelBuilder:
         #: allocates once and passes after the arguments (see :meth:`workspace`)
         self.workspaces: list[tuple] = []
         self.consts: set[str] = set()   # module-level constant arrays (const_array)
+        #: the implementations chosen by the emitters, in order (see :meth:`road`)
+        self.roads: list[str] = []
 
     def arg(self, lt: LogicalTensor, prefix: str = "a") -> ArrayRef:
         ref = ArrayRef(f"{prefix}{len(self.args)}", lt)
         self.args.append(ref)
         return ref
+
+    def road(self, name: str) -> None:
+        """Record an implementation an emitter chose (``winograd``, ``flash``):
+        the kernel's impl info (CompiledPartition.get_impl_info)."""
+        if name not in self.roads:
+            self.roads.append(name)
 
     def fresh(self, prefix: str) -> str:
         """A new name ``prefix<n>``, never an argument's (a0, o1, t2, ...)."""
@@ -382,7 +390,10 @@ class KernelBuilder:
     def source(self, entry: str = "kernel") -> outline.KernelSource:
         """The kernel module's source, which records whether the kernel runs
         loops on several threads (``.parallel``: a parallel loop was emitted)."""
-        helpers.import_called(self, ir.calls(self.body))
+        called = ir.calls(self.body)
+        helpers.import_called(self, called)
+        for name in sorted(called & BLAS_ROADS.keys()):
+            self.road(blas_road(name))
         params = [a.name for a in self.args] + [w[0] for w in self.workspaces]
         stmts, lines, functions, opts = self.body, list(self.helpers), [], KERNEL_JIT
         out = outline.outline(self) if self.parallel else None
@@ -399,7 +410,17 @@ class KernelBuilder:
         return outline.KernelSource(HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in lines) +
                                     "".join(f + "\n\n" for f in functions) +
                                     f"\n@njit({opts})\ndef {entry}({', '.join(params)}):\n" + "\n".join(body)
-                                    + "\n", self.parallel)
+                                    + "\n", self.parallel, tuple(self.roads) + (("threads",) * self.parallel))
+
+
+#: the BLAS helpers a kernel may call, and the library function each runs (graphc.codegen.blas)
+BLAS_ROADS = {"gemm_f32": "sgemm", "gemm_bf16": "gemm_bf16bf16f32", "gemm_u8s8": "gemm_s8u8s32"}
+
+
+def blas_road(helper: str) -> str:
+    """``mkl_sgemm``, ``openblas_sgemm``, ...: the library and function a BLAS helper runs."""
+    from .blas import BACKEND
+    return f"{BACKEND}_{BLAS_ROADS[helper]}"
 
 
 def helper_source(text: str) -> str:

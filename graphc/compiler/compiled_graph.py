@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 
+from .. import verbose
 from ..comm import check_comm, exchanges
 from ..errors import MAX_ITEMS, GraphcError, InvalidArguments, Unimplemented, quote, short
 from ..graph import ensure_graph
@@ -44,6 +45,9 @@ class CompiledGraph:
             listed = [f"partition {p.id} ({quote(p.kind)}: ops {quote([op.id for op in p.ops])})"
                       for p in bad[:MAX_ITEMS]]   # (a bounded warning, as errors are: graphc.errors.quote)
             more = f"; ... ({len(bad) - MAX_ITEMS} more)" if len(bad) > MAX_ITEMS else ""
+            for p in bad:
+                verbose.emit(2, "fallback", verbose.graph_id(graph), p.id, "reference",
+                             "no kernel for " + "+".join(op.kind for op in p.ops))
             warnings.warn(f"graphc cannot compile {len(bad)} of {len(self.partitions)} partitions; they run in "
                           f"the numpy reference: {'; '.join(listed)}{more}", FallbackWarning, stacklevel=3)
         chosen = any_layouts(graph, self.partitions)
