@@ -90,6 +90,14 @@ class CompiledGraph:
         lts = [_resolved(t, values[t.id]) for t in p.inputs]
         return self._at_run.get((p.id, tuple(t.shape for t in lts)), lambda: p.compile(lts, p.outputs))
 
+    def profile(self, inputs: dict, repeat: int = 10, comm=None):
+        """Where a run on ``inputs`` spends its time (graphc.compiler.profile.Profile):
+        per partition, its fastest time over ``repeat`` runs, its share, the bytes
+        it moves, and the fraction of the bandwidth (or FMA peak) it achieves;
+        ``print(cg.profile(x))`` prints the table."""
+        from .profile import profile
+        return profile(self, inputs, repeat, comm)
+
     def run(self, inputs: dict, comm=None) -> dict:
         """Run every partition in order; collectives on ``comm`` (see graphc.comm).
         Any exception on this member of the group (a GraphcError, a bug, a
