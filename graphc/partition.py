@@ -1,7 +1,12 @@
 """Partitions: groups of ops compiled together."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .types import LogicalTensor
+
+if TYPE_CHECKING:
+    from .compiler.compiled_partition import CompiledPartition
 
 
 class Partition:
@@ -59,7 +64,8 @@ class Partition:
     def get_output_ports(self) -> list[LogicalTensor]:
         return list(self.outputs)
 
-    def compile(self, inputs=None, outputs=None):
+    def compile(self, inputs: list[LogicalTensor] | None = None,
+                outputs: list[LogicalTensor] | None = None) -> "CompiledPartition":
         """Compile for concrete input (and optionally output) logical tensors."""
         from .compiler.build import compile_partition
         return compile_partition(self, inputs, outputs)

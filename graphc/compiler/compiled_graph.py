@@ -4,6 +4,7 @@ members of a group at the collectives still ahead."""
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any
 
 from .. import verbose
 from ..comm import check_comm, exchanges
@@ -16,6 +17,10 @@ from .bounded import BoundedCache
 from .compiled_partition import CompiledPartition, ReferencePartition
 from .executables import collective_of
 
+if TYPE_CHECKING:
+    from ..graph import Graph
+    from .profile import Profile
+
 
 class FallbackWarning(UserWarning):
     """Partitions graphc cannot compile run in the numpy reference (opt-in)."""
@@ -26,7 +31,7 @@ class CompiledGraph:
     input dims known only at run (after a collective whose output dim is the
     group's) compiles at its first run, once per set of input shapes."""
 
-    def __init__(self, graph, policy: str = "fusion", fallback: str | None = None):
+    def __init__(self, graph: Graph, policy: str = "fusion", fallback: str | None = None):
         if fallback not in (None, "reference"):
             raise InvalidArguments("unknown fallback", expected="None or 'reference'", found=short(fallback))
         ensure_graph(graph, "compile").finalize()
@@ -90,7 +95,7 @@ class CompiledGraph:
         lts = [_resolved(t, values[t.id]) for t in p.inputs]
         return self._at_run.get((p.id, tuple(t.shape for t in lts)), lambda: p.compile(lts, p.outputs))
 
-    def profile(self, inputs: dict, repeat: int = 10, comm=None):
+    def profile(self, inputs: dict, repeat: int = 10, comm: Any = None) -> Profile:
         """Where a run on ``inputs`` spends its time (graphc.compiler.profile.Profile):
         per partition, its fastest time over ``repeat`` runs, its share, the bytes
         it moves, and the fraction of the bandwidth (or FMA peak) it achieves;
@@ -98,7 +103,7 @@ class CompiledGraph:
         from .profile import profile
         return profile(self, inputs, repeat, comm)
 
-    def run(self, inputs: dict, comm=None) -> dict:
+    def run(self, inputs: dict, comm: Any = None) -> dict:
         """Run every partition in order; collectives on ``comm`` (see graphc.comm).
         Any exception on this member of the group (a GraphcError, a bug, a
         MemoryError, a KeyboardInterrupt) is raised once the collectives still
@@ -111,6 +116,12 @@ class CompiledGraph:
         check_comm(comm)
         failure = None
         missing = [tid for tid in self._input_ports if tid not in inputs]
+        if len(inputs) + len(missing) > len(self._input_ports):   # (only then can an id be none of the graph's)
+            ports = set(self._input_ports)
+            unknown = next(tid for tid in inputs if tid not in ports)
+            raise InvalidArguments("the graph has no input tensor of this id", where=f"tensor {short(unknown)}",
+                                   expected=f"the ids of the graph's inputs {self._input_ports[:MAX_ITEMS]}",
+                                   found=short(unknown))
         if missing:
             failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
                                        expected=repr(self.graph.tensors[missing[0]]))
@@ -163,13 +174,13 @@ def _resolved(lt: LogicalTensor, value) -> LogicalTensor:
                          "strided", lt.property_type)
 
 
-def compile(graph, policy: str = "fusion", fallback: str | None = None) -> CompiledGraph:  # noqa: A001
+def compile(graph: Graph, policy: str = "fusion", fallback: str | None = None) -> CompiledGraph:  # noqa: A001
     """Every partition of ``graph`` compiled.  A partition graphc cannot compile
     raises Unimplemented, unless ``fallback="reference"``: then such partitions
     run in the numpy reference, and a FallbackWarning lists them."""
     return CompiledGraph(graph, policy, fallback)
 
 
-def run(graph, inputs: dict, comm=None, policy: str = "fusion", fallback: str | None = None) -> dict:
+def run(graph: Graph, inputs: dict, comm: Any = None, policy: str = "fusion", fallback: str | None = None) -> dict:
     """``compile(graph, policy, fallback).run(inputs, comm)``."""
     return CompiledGraph(graph, policy, fallback).run(inputs, comm=comm)

@@ -3,6 +3,7 @@ executable (graphc.compiler.executables), chosen when the partition compiled."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 import time
 import weakref
 
@@ -118,7 +119,7 @@ class CompiledPartition:
         return [(self.inputs[i].id, self.outputs[o].id) for i, o in self._inplace]
 
     # --------------------------------------------------------- running
-    def execute(self, inputs, outputs=None, comm=None) -> dict:
+    def execute(self, inputs: dict | list, outputs: dict | list | None = None, comm: Any = None) -> dict:
         """Run on ``inputs`` ({id: array} or a list in partition order).  Caller-given
         ``outputs`` are written in place; returns {output id: array}.  A collective
         runs on ``comm`` (see graphc.comm); bad arguments to it on any member of
