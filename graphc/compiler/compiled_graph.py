@@ -16,6 +16,7 @@ from .any_layout import any_layouts
 from .bounded import BoundedCache
 from .compiled_partition import CompiledPartition, ReferencePartition
 from .executables import collective_of
+from .progress import CompileProgress
 
 if TYPE_CHECKING:
     from ..graph import Graph
@@ -58,16 +59,20 @@ class CompiledGraph:
         chosen = any_layouts(graph, self.partitions)
         resolved: dict[int, LogicalTensor] = {}   # output tensors as compiled (their strides chosen)
         self.compiled = []
-        for p in self.partitions:
-            if p in bad or not all(t.is_complete for t in p.inputs):
-                self.compiled.append(ReferencePartition(p) if p in bad else None)
-                continue
-            outs = [t if t.id not in chosen else
-                    LogicalTensor(t.id, t.dtype, t.shape, chosen[t.id], "strided", t.property_type)
-                    for t in p.outputs]
-            cp = p.compile([resolved.get(t.id, t) for t in p.inputs], outs)
-            resolved.update((t.id, t) for t in cp.outputs)
-            self.compiled.append(cp)
+        with CompileProgress(len(self.partitions)) as bar:   # (a bar on a terminal for a compile over a second)
+            for p in self.partitions:
+                bar.label(p.kind)
+                if p in bad or not all(t.is_complete for t in p.inputs):
+                    self.compiled.append(ReferencePartition(p) if p in bad else None)
+                    bar.step()
+                    continue
+                outs = [t if t.id not in chosen else
+                        LogicalTensor(t.id, t.dtype, t.shape, chosen[t.id], "strided", t.property_type)
+                        for t in p.outputs]
+                cp = p.compile([resolved.get(t.id, t) for t in p.inputs], outs)
+                resolved.update((t.id, t) for t in cp.outputs)
+                self.compiled.append(cp)
+                bar.step()
         self._at_run = BoundedCache()   # (partition id, input shapes) -> compiled, as many as kernels kept
         self._collectives = [collective_of(p.ops) for p in self.partitions]
         self._input_ports, self._output_ports = graph.input_ports, graph.output_ports  # (a topological sort each)
