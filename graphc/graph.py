@@ -18,7 +18,11 @@ FPMATH_MODES = ("strict", "bf16", "f16", "tf32", "any")
 
 
 class Graph:
-    """``Graph(engine_kind="cpu", fpmath_mode="strict")``.
+    """``Graph(engine_kind="cpu", fpmath_mode="strict", deterministic=False)``.
+
+    ``deterministic`` (oneDNN's deterministic mode): every kernel compiled from
+    the graph gives bitwise-identical results from run to run and for any numba
+    thread count (docs/design.md, "Determinism").
 
     ``add_op`` checks each op against its schema at once; ``finalize`` checks
     the graph as a whole (unique ids, one producer per tensor, consistent
@@ -29,7 +33,7 @@ class Graph:
     """
 
     def __init__(self, engine_kind: str = "cpu", fpmath_mode: str = "strict",
-                 fpmath_mode_apply_to_int: bool = False):
+                 fpmath_mode_apply_to_int: bool = False, deterministic: bool = False):
         if engine_kind not in ENGINE_KINDS:
             raise InvalidArguments("unsupported engine kind", expected=" or ".join(ENGINE_KINDS),
                                    found=short(engine_kind))
@@ -40,6 +44,10 @@ class Graph:
         self.fpmath_mode = fpmath_mode
         self.ignored_output_ports: list[int] = []   # declared output_ports the graph has no tensor for
         self.fpmath_mode_apply_to_int = bool(fpmath_mode_apply_to_int)
+        if not isinstance(deterministic, (bool, np.bool_)):
+            raise InvalidArguments("deterministic must be a boolean", expected="True or False",
+                                   found=short(deterministic))
+        self.deterministic = bool(deterministic)
         self.ops: dict[int, Op] = {}
         #: op id -> {consumer op id: tensor id}: the edges, in the order they were added
         self._succ: dict[int, dict[int, int]] = {}
@@ -294,6 +302,16 @@ class Graph:
     # oneDNN's accessor names
     def get_engine_kind(self) -> str:
         return self.engine_kind
+
+    def get_deterministic(self) -> bool:
+        """Whether the graph's kernels are bitwise reproducible (any run, any thread count)."""
+        return self.deterministic
+
+    def set_deterministic(self, flag: bool) -> None:
+        """Turn deterministic mode on or off (before compiling: it shapes the kernels)."""
+        if not isinstance(flag, (bool, np.bool_)):
+            raise InvalidArguments("deterministic must be a boolean", expected="True or False", found=short(flag))
+        self.deterministic = bool(flag)
 
     def get_fpmath_mode(self) -> tuple[str, bool]:
         """(fpmath mode, whether it applies to integral types), as oneDNN's graph::get_fpmath_mode."""

@@ -151,8 +151,12 @@ def graph_from_dict(d: dict, errors: list | None = None) -> Graph:
     if to_int not in (True, False, "true", "false"):
         raise _fail(root.key("fpmath_mode_apply_to_int"), "expected a boolean", expected="true or false",
                     found=short(to_int))
+    det = _get(d, "deterministic", root, (bool, str), required=False, default=False)
+    if det not in (True, False, "true", "false"):
+        raise _fail(root.key("deterministic"), "expected a boolean", expected="true or false", found=short(det))
     try:
-        g = Graph(engine_kind=engine_kind, fpmath_mode=fpmath_mode, fpmath_mode_apply_to_int=to_int in (True, "true"))
+        g = Graph(engine_kind=engine_kind, fpmath_mode=fpmath_mode, fpmath_mode_apply_to_int=to_int in (True, "true"),
+                  deterministic=det in (True, "true"))
     except GraphcError as e:
         raise _with_path(e, root.key("engine_kind" if "engine" in e.message else "fpmath_mode")) from None
     ops = _get(d, "graph", root, list)
@@ -360,9 +364,11 @@ def dump_graph(graph: Graph) -> dict:
                     "kind": op.kind, "attrs": attrs,
                     "inputs": [lt_to_json(graph.tensors.get(t.id, t)) for t in op.inputs],
                     "outputs": [lt_to_json(t) for t in op.outputs]})
-    return {"version": "3.0.0", "engine_kind": graph.engine_kind, "fpmath_mode": graph.fpmath_mode,
-            "fpmath_mode_apply_to_int": "true" if graph.fpmath_mode_apply_to_int else "false",
-            "input_ports": graph.input_ports, "output_ports": graph.output_ports, "graph": ops}
+    doc = {"version": "3.0.0", "engine_kind": graph.engine_kind, "fpmath_mode": graph.fpmath_mode,
+           "fpmath_mode_apply_to_int": "true" if graph.fpmath_mode_apply_to_int else "false"}
+    if graph.deterministic:
+        doc["deterministic"] = True
+    return doc | {"input_ports": graph.input_ports, "output_ports": graph.output_ports, "graph": ops}
 
 
 def save_graph(graph: Graph, path: str | os.PathLike) -> None:

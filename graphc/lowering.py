@@ -13,6 +13,7 @@ from . import verbose
 from .codegen import rules
 from .codegen.fused_values import NotFusable
 from .codegen.fusion import lower_fused
+from .codegen import kernel
 from .codegen.kernel import ArrayRef, KernelBuilder
 from .errors import InternalError
 from .types import LogicalTensor
@@ -70,6 +71,12 @@ def build_kernel(partition, ops, in_lts, out_lts, values: dict):
     so (``one_at_a_time``, shown in the pass log), or when it is compiled for
     strides other than the graph's that make its folded views no views; either
     is an InternalError under ``GRAPHC_STRICT_FUSION=1`` (the test suite)."""
+    graph = getattr(partition, "graph", None)
+    with kernel.deterministic(getattr(graph, "deterministic", False)):
+        return _build_kernel(partition, ops, in_lts, out_lts, values)
+
+
+def _build_kernel(partition, ops, in_lts, out_lts, values: dict):
     fusion = getattr(partition, "plan", None)
     if fusion is not None and len(ops) > 1:
         why, planned = fusion.one_at_a_time, True

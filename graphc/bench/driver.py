@@ -211,7 +211,8 @@ class Run:
 
     def repro(self, case: Case) -> str:
         mode = "" if self.g.mode == "C" else f"--mode={self.g.mode} "
-        return f"{mode}--graph {case.knobs_repro()}"
+        det = "--deterministic " if self.g.deterministic else ""
+        return f"{mode}{det}--graph {case.knobs_repro()}"
 
     def graph(self, case: Case):
         """The case's graph, or a reason it cannot be built."""
@@ -229,7 +230,10 @@ class Run:
         if why:
             return None, why
         try:
-            return build_graph(doc, case.values), ""
+            graph = build_graph(doc, case.values)
+            if self.g.deterministic:
+                graph.set_deterministic(True)
+            return graph, ""
         except GraphcError as e:
             return None, _why(e)
 
@@ -316,6 +320,8 @@ global options:
   --engine=cpu                 the only engine
   -v, -vN, --verbose=N         verbosity; in performance mode, -v prints each case's
                                partitions profiled ([profile] lines: CompiledGraph.profile)
+  --deterministic              compile every case's graph in deterministic mode (bitwise
+                               reproducible kernels for any numba thread count)
   --summary                    after each case, one line per partition: its pattern,
                                kernel and impl string; the run's impl strings counted
                                before the summary line

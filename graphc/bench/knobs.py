@@ -234,6 +234,7 @@ class Globals:
     inputs_dir: Path | None = None
     verbose: int = 0
     summary: bool = False
+    deterministic: bool = False
 
 
 MODES = {"c": "C", "p": "P", "l": "L"}
@@ -289,6 +290,10 @@ class _Parser:
                 raise KnobError(f"--engine: graphc runs on the cpu engine only, found {value!r}")
         elif tok == "-v":
             g.verbose = 1
+        elif name == "--deterministic":
+            if value.lower() not in ("", "true", "false"):
+                raise KnobError(f"--deterministic: expected true or false, found {value!r}")
+            g.deterministic = value.lower() != "false"
         elif name == "--summary":
             if value.lower() not in ("", "true", "false"):
                 raise KnobError(f"--summary: expected true or false, found {value!r}")

@@ -33,7 +33,7 @@ import numpy as np
 
 from . import ir
 from .gemm import Matrix, direct, exact_runs
-from .kernel import NUM_THREADS, ArrayRef, worth_parallel
+from .kernel import ArrayRef, plan_threads, worth_parallel
 from .loops import linear, unravel
 from ..types import DataType, dense_strides
 
@@ -301,8 +301,9 @@ def _item(kb, t, geo: Geometry, blocks: int, size: int, total: int):
 
 def _tile_rows(geo: Geometry, items: int, width: int) -> int:
     rows = geo.positions
-    if items < NUM_THREADS:
-        rows = -(-rows // -(-NUM_THREADS // items))
+    threads = plan_threads()
+    if items < threads:
+        rows = -(-rows // -(-threads // items))
     return max(1, min(rows, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))
 
 
@@ -415,7 +416,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
     wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
     rt = max(1, min(geo.small[0], -(-SHIFTED_TILE_ROWS // inner)))
-    while rt > 1 and geo.n * G * -(-geo.small[0] // rt) < 2 * NUM_THREADS:
+    while rt > 1 and geo.n * G * -(-geo.small[0] // rt) < 2 * plan_threads():
         rt = -(-rt // 2)
     mt = -(-geo.small[0] // rt)
     tm = rt * inner
@@ -506,7 +507,7 @@ def emit_forward_winograd(kb, geo: Geometry, x: Data, w: Weights, store, roundin
     # 3. work items: tiles of one image and group
     tpi = th * tw
     nb = min(tpi, WINOGRAD_TILES)
-    while nb > 64 and geo.n * G * -(-tpi // nb) < 2 * NUM_THREADS:
+    while nb > 64 and geo.n * G * -(-tpi // nb) < 2 * plan_threads():
         nb = -(-nb // 2)
     mt = -(-tpi // nb)
     items = geo.n * G * mt
@@ -672,7 +673,7 @@ def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))
     mt = -(-P // tm)
     items = geo.n * G * mt
-    chunks = max(1, min(items, NUM_THREADS)) if worth_parallel(geo.n * P * geo.oc * kd // 8) else 1
+    chunks = max(1, min(items, plan_threads())) if worth_parallel(geo.n * P * geo.oc * kd // 8) else 1
     size = G * kd * ocg
     part = kb.alloc(chunks * size, "f32", fill=0, prefix="part")
     with kb.for_(chunks, "ch", chunks > 1) as ch:

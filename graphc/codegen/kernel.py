@@ -6,6 +6,7 @@ by :func:`num` from validated values.  Nothing from a graph or JSON file.
 """
 from __future__ import annotations
 
+import contextvars
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +28,29 @@ from numba import njit, prange
 
 #: threads of numba's pool (get_thread_id is below it): per-thread workspaces hold this many parts
 NUM_THREADS = numba_config.NUMBA_NUM_THREADS
+
+#: the thread count kernels of a deterministic graph are planned for, whatever the pool: their
+#: blocks, chunks and partial sums (so the order of every sum) are then those of any pool size
+DETERMINISTIC_THREADS = 8
+_deterministic = contextvars.ContextVar("graphc_deterministic", default=False)
+
+
+def plan_threads() -> int:
+    """The thread count a kernel's plan divides work for: numba's pool, or
+    DETERMINISTIC_THREADS while a deterministic graph's kernel is lowered
+    (:func:`deterministic`).  Partial sums are indexed by chunk, never by the
+    thread that ran it, so a plan's results do not depend on scheduling."""
+    return DETERMINISTIC_THREADS if _deterministic.get() else NUM_THREADS
+
+
+@contextmanager
+def deterministic(on: bool):
+    """Lower kernels inside for a deterministic graph (``on``) or not."""
+    token = _deterministic.set(bool(on))
+    try:
+        yield
+    finally:
+        _deterministic.reset(token)
 
 #: options of a kernel function: cached on disk; no GIL (a caller's threads may run kernels at
 #: once); numpy's error model (no division-by-zero checks); no entry points for C or Python
