@@ -58,6 +58,9 @@ class Graph:
         self._declared_outputs: list[int] | None = None
         self.finalized = False
         self._cache: dict = {}   # topological order and ports, once finalized (the graph no longer changes)
+        #: ops that read a tensor of unknown rank no op produces (a graph input of unknown rank, or what
+        #: such ops produce): checked and their shapes inferred when the rank is known (with_input_ranks)
+        self._rank_pending: set[int] = set()
 
     # ------------------------------------------------------------------ building
     def add_op(self, op: Op) -> Op:
@@ -70,10 +73,12 @@ class Graph:
         if op.id in self.ops:
             raise InvalidGraph("duplicate op id", op=op, expected="a unique id",
                                found=f"{op.id}, already used by {self.ops[op.id]!r}")
-        self._resolve_unknown_ranks(op)
-        op.validate()
-        for i, t in enumerate(op.outputs):
-            check_output_layout(op, i, t)
+        if self._resolve_unknown_ranks(op):
+            self._rank_pending.add(op.id)   # checked once the rank is known (with_input_ranks)
+        else:
+            op.validate()
+            for i, t in enumerate(op.outputs):
+                check_output_layout(op, i, t)
         seen_out = set()
         for i, t in enumerate(op.outputs):
             if t.id in self.producer or t.id in seen_out:
@@ -116,22 +121,57 @@ class Graph:
         """The (producer op id, consumer op id) pairs, as ``nx.edges()`` gives them."""
         return [(a, b) for a, outs in self._succ.items() for b in outs]
 
-    def _resolve_unknown_ranks(self, op: Op) -> None:
+    def _resolve_unknown_ranks(self, op: Op) -> bool:
         """Inputs of unknown rank (ndims -1) take the tensor their producer,
-        added before, resolved; a graph input must come with its rank (its
-        dims may still be -1)."""
+        added before, resolved.  True when an input's rank is known nowhere
+        yet (a graph input of unknown rank, oneDNN's DNNL_GRAPH_UNKNOWN_NDIMS,
+        or a tensor computed from one): the op is then checked once the rank
+        is (:meth:`with_input_ranks`, which compiling and running do)."""
+        pending = False
         for i, t in enumerate(op.inputs):
             if not t.unknown_rank:
                 continue
             known = self.tensors.get(t.id)
-            if known is None or known.unknown_rank:
-                raise InvalidShape("an input of unknown rank must be the output of an op added before", op=op,
-                                   where=f"input {i} (tensor {t.id})",
-                                   expected="a rank (dims may be -1) or an earlier producer", found="ndims -1")
-            if known.dtype != t.dtype:
+            if known is not None and known.dtype != t.dtype:
                 raise InvalidGraph("tensor appears with different data types", op=op,
                                    where=f"input {i} (tensor {t.id})", expected=str(known.dtype), found=str(t.dtype))
-            op.inputs[i] = known
+            if known is None or known.unknown_rank:
+                pending = True
+            else:
+                op.inputs[i] = known
+        return pending
+
+    @property
+    def rank_pending(self) -> bool:
+        """Some tensor's rank is known only from the arrays (a graph input of
+        unknown rank): partitions come from :meth:`with_input_ranks`."""
+        return bool(self._rank_pending)
+
+    def unknown_rank_inputs(self) -> list[int]:
+        """The graph inputs of unknown rank, in input-port order."""
+        return [tid for tid in self.input_ports if self.tensors[tid].unknown_rank]
+
+    def with_input_ranks(self, ranks: dict) -> "Graph":
+        """This graph with each input of unknown rank given the rank ``ranks``
+        says ({tensor id: ndim}; its dims -1, known when compiled for arrays),
+        every op then checked and its shapes inferred: a finalized graph of the
+        same class and settings."""
+        missing = [tid for tid in self.unknown_rank_inputs() if tid not in ranks]
+        if missing:
+            raise InvalidArguments("the rank of a graph input of unknown rank is needed", where=f"tensor {missing[0]}",
+                                   expected="its array (or ndim)", found="none given")
+        g = type(self)(self.engine_kind, self.fpmath_mode, self.fpmath_mode_apply_to_int,
+                       deterministic=getattr(self, "deterministic", False))
+
+        def given(t: LogicalTensor) -> LogicalTensor:
+            if not t.unknown_rank or t.id in self.producer or t.id not in ranks:
+                return t
+            return LogicalTensor(t.id, t.dtype, [-1] * int(ranks[t.id]), None, t.layout_type, t.property_type)
+
+        for op in (self.ops[i] for i in topological_order(self.ops, self._succ) or self.ops):
+            g.add_op(Op(op.id, op.kind, [given(t) for t in op.inputs], list(op.outputs), op.raw_attrs, op.name))
+        g.set_ports(self._declared_inputs, self._declared_outputs)
+        return g.finalize()
 
     def _note_tensor(self, noted: dict, op, where, t: LogicalTensor):
         """Note ``t`` in ``noted`` (tensor id -> LogicalTensor), checked against
@@ -185,10 +225,11 @@ class Graph:
         for oid in order:
             op = self.ops[oid]
             op.fpmath_mode = self.fpmath_mode     # the ops it concerns read it (graphc.numerics.fpmath_down)
-            new_inputs = [self._known(op, i, t) for i, t in enumerate(op.inputs)]
-            op.rebind_inputs(new_inputs)
+            if op.id not in self._rank_pending:   # (a pending op is checked once its ranks are known)
+                op.rebind_inputs([self._known(op, i, t) for i, t in enumerate(op.inputs)])
             for i, t in enumerate(op.outputs):
-                check_output_layout(op, i, t)
+                if op.id not in self._rank_pending:
+                    check_output_layout(op, i, t)
                 self.tensors[t.id] = t
         self._check_declared_inputs()
         if self._declared_outputs is not None:
@@ -219,7 +260,7 @@ class Graph:
     def _known(self, op, i, t: LogicalTensor) -> LogicalTensor:
         """Input ``i`` of ``op`` with every dim known anywhere in the graph."""
         best = self.tensors.get(t.id, t)
-        if best.shape == t.shape or len(best.shape) != len(t.shape):
+        if best.unknown_rank or t.unknown_rank or best.shape == t.shape or len(best.shape) != len(t.shape):
             return best
         for a, b in zip(best.shape, t.shape):
             if a != -1 and b != -1 and a != b:

@@ -335,6 +335,9 @@ def _parse(text) -> Graph:
 
 
 def lt_to_json(t: LogicalTensor) -> dict:
+    if t.unknown_rank:   # oneDNN's marker of an unknown shape
+        return {"id": t.id, "dtype": t.dtype.value, "shape": [UNKNOWN_DIM], "stride": [UNKNOWN_DIM],
+                "layout_type": t.layout_type.value, "property_type": t.property_type.value}
     return {"id": t.id, "dtype": t.dtype.value, "shape": list(t.shape),
             "stride": list(t.strides) if t.strides is not None else [],
             "layout_type": t.layout_type.value, "property_type": t.property_type.value}

@@ -38,6 +38,11 @@ class CompiledGraph:
         ensure_graph(graph, "compile").finalize()
         self.graph = graph
         self.policy, self.fallback = policy, fallback
+        #: graph inputs of unknown rank: compiled at run, once per ranks of their arrays
+        self._by_ranks = BoundedCache() if graph.rank_pending else None
+        if self._by_ranks is not None:
+            self.partitions, self.compiled, self.fallback_partitions, self._steps = [], [], [], None
+            return
         self.partitions = partition_graph(graph, policy)
         bad = [p for p in self.partitions if not p.is_supported()]
         if bad and fallback is None:
@@ -106,7 +111,18 @@ class CompiledGraph:
         it moves, and the fraction of the bandwidth (or FMA peak) it achieves;
         ``print(cg.profile(x))`` prints the table."""
         from .profile import profile
+        if self._by_ranks is not None:
+            return self._for_ranks(inputs).profile(inputs, repeat, comm)
         return profile(self, inputs, repeat, comm)
+
+    def _for_ranks(self, inputs: dict) -> CompiledGraph:
+        """The graph compiled for the ranks of the arrays given to its inputs of unknown rank."""
+        if not isinstance(inputs, dict):
+            raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
+        ranks = tuple((tid, len(getattr(inputs[tid], "shape", ()))) for tid in self.graph.unknown_rank_inputs()
+                      if tid in inputs)
+        return self._by_ranks.get(ranks, lambda: CompiledGraph(self.graph.with_input_ranks(dict(ranks)),
+                                                               self.policy, self.fallback))
 
     def run(self, inputs: dict, comm: Any = None) -> dict:
         """Run every partition in order; collectives on ``comm`` (see graphc.comm).
@@ -116,6 +132,8 @@ class CompiledGraph:
         of waiting for this one: this member raises that RuntimeFault too for a
         GraphcError, and the exception itself otherwise.  A member that does not
         answer at all is caught by the collectives' timeout (graphc.comm)."""
+        if self._by_ranks is not None:
+            return self._for_ranks(inputs).run(inputs, comm)
         if not isinstance(inputs, dict):
             raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
         check_comm(comm)
