@@ -40,7 +40,8 @@ def test_summary_lists_every_partition(capsys, tmp_path):
     assert rc == 0, lines
     assert lines[0].startswith("0:PASSED")
     rows = [ln for ln in lines if ln.startswith("summary,0,")]
-    assert [r.split(",")[2:4] for r in rows] == [["partition 0", "pattern matmul_post_ops"], ["partition 1", "pattern -"]]
+    assert [r.split(",")[2:4] for r in rows] == [["partition 0", "pattern matmul_post_ops"],
+                                                 ["partition 1", "pattern -"]]
     assert rows[0].split(",")[4:] and rows[0].split(",")[4] == "kernel MatMul+ReLU"
     assert re.fullmatch(r"impl anchor:MatMul\+ReLU/(mkl|openblas)_sgemm", rows[0].split(",")[5])
     assert rows[1].split(",")[4:] == ["kernel SoftMax", "impl op:SoftMax"]
