@@ -57,6 +57,8 @@ class ChannelsLast:
         # position blocks per batch item
         self.B = 1 if self.whole else max(1, min(self.S, MAX_CHUNKS // self.N))
         self.K = self.N * self.B
+        if self.B > 1:
+            kb.road("position_blocks")
 
     def _bounds(self, b):
         """The first and past-the-last position of position block ``b`` of a batch item."""

@@ -674,6 +674,8 @@ def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=
     mt = -(-P // tm)
     items = geo.n * G * mt
     chunks = max(1, min(items, plan_threads())) if worth_parallel(geo.n * P * geo.oc * kd // 8) else 1
+    if chunks > 1:
+        kb.road("dw_partial_sums")
     size = G * kd * ocg
     part = kb.alloc(chunks * size, "f32", fill=0, prefix="part")
     with kb.for_(chunks, "ch", chunks > 1) as ch:

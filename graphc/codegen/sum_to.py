@@ -112,6 +112,8 @@ class _SumPlan:
         zero = ir.Expr("cast", ("c128", ir.const(0.0)), "c128") if cplx else ir.const(0.0)
         nw = self.nP * nch
         nth = min(nw, chunks()) if self.par else 1
+        if nch > 1:
+            kb.road("sum_to_chunks")
         reds = [_Red(o, s, loc, size,
                      ir.array(kb.fresh("acc"), adt) if size > 1 else ir.var(kb.fresh("acc"), adt),
                      ir.array(kb.fresh("part"), adt) if nch > 1 else None)

@@ -92,8 +92,10 @@ class CompiledPartition:
         (``eltwise``, ``anchor``, ``staged``, ``attention``, ``op`` for one op),
         or ``view``, ``collective``, ``per_values``, ``reference``; the roads are
         the implementations taken inside (``mkl_sgemm`` or ``openblas_sgemm``,
-        ``winograd``, ``shifted_gemm``, ``im2col``, ``flash``, ``threads`` when it
-        runs loops on several threads).  E.g. ``anchor:MatMul+GELU/mkl_sgemm``."""
+        ``winograd``, ``shifted_gemm``, ``im2col``, ``flash``; the partial sums of
+        a parallel reduction: ``row_chunks``, ``sum_to_chunks``,
+        ``position_blocks``, ``dw_partial_sums``; ``threads`` when it runs loops
+        on several threads).  E.g. ``anchor:MatMul+GELU/mkl_sgemm``."""
         info = self._impl
         if info is None:
             ex, p = self.executable, self.partition

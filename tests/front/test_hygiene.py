@@ -112,3 +112,31 @@ def test_launcher_rank_variables(var, monkeypatch):
     monkeypatch.setitem(sys.modules, "mpi4py", fake)
     monkeypatch.setenv(var, "0")
     assert comm.default_comm() is world
+
+
+def test_the_public_api_has_type_hints():
+    """Every parameter and return of graphc's public functions and methods is
+    annotated (constructors of what graphc itself builds aside: Partition,
+    CompiledPartition)."""
+    import inspect
+    built_by_graphc = {"Partition.__init__", "CompiledPartition.__init__", "ReferencePartition.__init__"}
+    missing = []
+
+    def check(name, fn):
+        sig = inspect.signature(fn)
+        if sig.return_annotation is inspect.Signature.empty and not name.endswith("__init__"):
+            missing.append(f"{name} -> ?")
+        missing.extend(f"{name}({p.name})" for p in sig.parameters.values()
+                       if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                       and p.annotation is inspect.Parameter.empty)
+
+    for name in graphc.__all__:
+        obj = getattr(graphc, name)
+        if inspect.isclass(obj) and not issubclass(obj, BaseException):
+            for attr, fn in vars(obj).items():
+                if inspect.isfunction(fn) and (not attr.startswith("_") or attr == "__init__") \
+                        and f"{name}.{attr}" not in built_by_graphc:
+                    check(f"{name}.{attr}", fn)
+        elif inspect.isfunction(obj):
+            check(name, obj)
+    assert not missing
