@@ -142,10 +142,10 @@ class CompiledGraph:
         if len(inputs) + len(missing) > len(self._input_ports):   # (only then can an id be none of the graph's)
             ports = set(self._input_ports)
             unknown = next(tid for tid in inputs if tid not in ports)
-            raise InvalidArguments("the graph has no input tensor of this id", where=f"tensor {short(unknown)}",
-                                   expected=f"the ids of the graph's inputs {self._input_ports[:MAX_ITEMS]}",
-                                   found=short(unknown))
-        if missing:
+            failure = InvalidArguments("the graph has no input tensor of this id", where=f"tensor {short(unknown)}",
+                                       expected=f"the ids of the graph's inputs {self._input_ports[:MAX_ITEMS]}",
+                                       found=short(unknown))
+        elif missing:
             failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
                                        expected=repr(self.graph.tensors[missing[0]]))
         values = {tid: inputs[tid] for tid in self._input_ports if tid in inputs}
