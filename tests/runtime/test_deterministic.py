@@ -73,3 +73,24 @@ def test_bitwise_identical_over_runs_and_thread_counts():
             assert result[name]["same"], f"{name}: runs differ at {t} threads"
         hashes = {t: tuple(result[name]["hashes"]) for t, result in by_threads.items()}
         assert len(set(hashes.values())) == 1, f"{name}: outputs differ between thread counts {hashes}"
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_numba_set_num_threads_at_run_changes_no_bit(deterministic):
+    """Fewer active threads than the pool (numba.set_num_threads) run the same
+    chunks: the same bits, with or without the flag (docs/design.md)."""
+    import numba
+    import numpy as np
+    g, inputs = determinism.graph_and_inputs("sdpa", deterministic)
+    cg = graphc.compile(g)
+    pool = numba.config.NUMBA_NUM_THREADS
+    before = numba.get_num_threads()
+    outs = []
+    try:
+        for n in sorted({1, pool}):
+            numba.set_num_threads(n)
+            outs.append({t: a.copy() for t, a in cg.run(inputs).items()})
+    finally:
+        numba.set_num_threads(before)
+    for t in outs[0]:
+        assert all(np.array_equal(o[t].view(np.uint8), outs[0][t].view(np.uint8)) for o in outs)
