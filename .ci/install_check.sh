@@ -47,5 +47,12 @@ expected = sorted(p.name for p in (repo / "specs").glob("*.json"))
 assert bundled == expected, (bundled, expected)
 top = {f.parts[0] for f in files("graphc") if f.parts[0] != ".." and not f.parts[0].endswith(".dist-info")}
 assert top == {"graphc"}, f"the wheel installs top-level {sorted(top)}"
-print(f"install_check: graphc.passes and {len(bundled)} bundled specs found in {site}; top level {sorted(top)}")
+meta = {f.name for f in files("graphc") if f.parts[0].endswith(".dist-info")}
+assert "LICENSE" in meta, f"no LICENSE in the distribution's metadata: {sorted(meta)}"
+assert (site / "py.typed").is_file(), "py.typed is not installed"
+# `graphc demo` above compiled kernels: numba wrote nothing inside the installed package
+written = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.suffix in (".nbi", ".nbc"))
+assert not written, f"numba cache files inside the installed package: {written[:5]}"
+print(f"install_check: graphc.passes and {len(bundled)} bundled specs found in {site}; top level {sorted(top)}; "
+      "LICENSE and py.typed shipped; nothing written in the package")
 EOF

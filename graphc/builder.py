@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import graph
 from .op import Op
-from .partition import partition_graph
+from .partition import Partition, partition_graph
 from .types import LogicalTensor
 
 
@@ -14,7 +14,7 @@ class Graph(graph.Graph):
     ``get_partitions``, which runs the pass pipeline: the core graph knows no
     partitions."""
 
-    def get_partitions(self, policy: str = "fusion"):
+    def get_partitions(self, policy: str = "fusion") -> list[Partition]:
         """The partitions of the finalized graph: fused patterns under policy
         "fusion", one op per partition under "debug"."""
         return partition_graph(self, policy)

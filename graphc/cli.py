@@ -24,14 +24,19 @@ def _cmd_ops(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from .jsonio import load_graph_file
+    """Every error of each file, one line each (ops that fail their checks are
+    left out and the rest checked on), or OK."""
+    from .jsonio import graph_file_errors
     bad = 0
     for path in args.files:
-        try:
-            g = load_graph_file(path)
+        g, errors = graph_file_errors(path)
+        if g is not None:
             print(f"{shown(path)}: OK ({len(g.ops)} ops, inputs {g.input_ports}, outputs {g.output_ports})")
-        except GraphcError as e:
-            bad += 1
+            continue
+        bad += 1
+        if len(errors) > 1:
+            print(f"{shown(path)}: {len(errors)} errors")
+        for e in errors:
             print(f"{shown(path)}: {type(e).__name__}: {shown(e)}")
     return 1 if bad else 0
 
@@ -112,7 +117,9 @@ def _cmd_distributed_layernorm(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .distributed_demo import add_arguments as distributed_arguments
 
+    from . import __version__
     p = argparse.ArgumentParser(prog="graphc", description="graphc: an operation graph compiler lowering to Numba")
+    p.add_argument("--version", action="version", version=f"graphc {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("ops", help="list op kinds, or print one kind's schema")
     s.add_argument("kind", nargs="?")

@@ -30,8 +30,11 @@ import numpy as np
 
 from .errors import GraphcError, InvalidArguments, RuntimeFault
 
-#: set in each process by MPI launchers (MPICH/Hydra, Intel MPI, Open MPI)
-LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID")
+#: set in each process by MPI launchers: MPICH/Hydra and Intel MPI (PMI_*, MPI_LOCALRANKID), Open MPI
+#: (OMPI_*), PMIx-based ones (PMIX_RANK: Open MPI 5, Slurm's srun --mpi=pmix), MVAPICH (MV2_COMM_WORLD_*)
+#: and Cray's ALPS (ALPS_APP_PE).  (Slurm's SLURM_PROCID is not one: srun sets it for tasks without MPI.)
+LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID",
+                 "PMIX_RANK", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "ALPS_APP_PE")
 TIMEOUT_VAR = "GRAPHC_COLLECTIVE_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
 #: message tags of the status exchange and of the gathered data (below 32767, MPI's least tag bound)

@@ -8,6 +8,10 @@ def _q(s) -> str:
     return json.dumps(str(s))  # a quoted, escaped DOT string
 
 
+def _dims(t) -> str:
+    return "[?]" if t.shape is None else str(list(t.shape))
+
+
 def to_dot(graph, partitions) -> str:
     lines = ["digraph graphc {", "  rankdir=TB;", "  node [shape=box, fontname=Helvetica];"]
     placed = set()
@@ -27,9 +31,10 @@ def to_dot(graph, partitions) -> str:
         lines.append(f"  t{int(tid)} [shape=ellipse, label={_q(f'{tid}: {t.dtype} {list(t.shape)}')}];")
         for cid, _ in graph.consumers.get(tid, []):
             lines.append(f"  t{int(tid)} -> op{int(cid)};")
-    for a, b, data in graph.nx.edges(data=True):
-        t = graph.tensors[data["tensor"]]
-        lines.append(f"  op{int(a)} -> op{int(b)} [label={_q(f'{t.id}: {t.dtype} {list(t.shape)}')}];")
+    for tid, (a, _) in graph.producer.items():   # one edge per tensor and consumer (not per pair of ops)
+        t = graph.tensors[tid]
+        for b in dict.fromkeys(cid for cid, _ in graph.consumers.get(tid, [])):
+            lines.append(f"  op{int(a)} -> op{int(b)} [label={_q(f'{t.id}: {t.dtype} {_dims(t)}')}];")
     for tid in graph.output_ports:
         if tid in graph.producer:
             t = graph.tensors[tid]

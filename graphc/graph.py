@@ -18,7 +18,11 @@ FPMATH_MODES = ("strict", "bf16", "f16", "tf32", "any")
 
 
 class Graph:
-    """``Graph(engine_kind="cpu", fpmath_mode="strict")``.
+    """``Graph(engine_kind="cpu", fpmath_mode="strict", deterministic=False)``.
+
+    ``deterministic`` (oneDNN's deterministic mode): every kernel compiled from
+    the graph gives bitwise-identical results from run to run and for any numba
+    thread count (docs/design.md, "Determinism").
 
     ``add_op`` checks each op against its schema at once; ``finalize`` checks
     the graph as a whole (unique ids, one producer per tensor, consistent
@@ -29,7 +33,7 @@ class Graph:
     """
 
     def __init__(self, engine_kind: str = "cpu", fpmath_mode: str = "strict",
-                 fpmath_mode_apply_to_int: bool = False):
+                 fpmath_mode_apply_to_int: bool = False, deterministic: bool = False):
         if engine_kind not in ENGINE_KINDS:
             raise InvalidArguments("unsupported engine kind", expected=" or ".join(ENGINE_KINDS),
                                    found=short(engine_kind))
@@ -40,6 +44,10 @@ class Graph:
         self.fpmath_mode = fpmath_mode
         self.ignored_output_ports: list[int] = []   # declared output_ports the graph has no tensor for
         self.fpmath_mode_apply_to_int = bool(fpmath_mode_apply_to_int)
+        if not isinstance(deterministic, (bool, np.bool_)):
+            raise InvalidArguments("deterministic must be a boolean", expected="True or False",
+                                   found=short(deterministic))
+        self.deterministic = bool(deterministic)
         self.ops: dict[int, Op] = {}
         #: op id -> {consumer op id: tensor id}: the edges, in the order they were added
         self._succ: dict[int, dict[int, int]] = {}
@@ -50,6 +58,9 @@ class Graph:
         self._declared_outputs: list[int] | None = None
         self.finalized = False
         self._cache: dict = {}   # topological order and ports, once finalized (the graph no longer changes)
+        #: ops that read a tensor of unknown rank no op produces (a graph input of unknown rank, or what
+        #: such ops produce): checked and their shapes inferred when the rank is known (with_input_ranks)
+        self._rank_pending: set[int] = set()
 
     # ------------------------------------------------------------------ building
     def add_op(self, op: Op) -> Op:
@@ -62,10 +73,12 @@ class Graph:
         if op.id in self.ops:
             raise InvalidGraph("duplicate op id", op=op, expected="a unique id",
                                found=f"{op.id}, already used by {self.ops[op.id]!r}")
-        self._resolve_unknown_ranks(op)
-        op.validate()
-        for i, t in enumerate(op.outputs):
-            check_output_layout(op, i, t)
+        if self._resolve_unknown_ranks(op):
+            self._rank_pending.add(op.id)   # checked once the rank is known (with_input_ranks)
+        else:
+            op.validate()
+            for i, t in enumerate(op.outputs):
+                check_output_layout(op, i, t)
         seen_out = set()
         for i, t in enumerate(op.outputs):
             if t.id in self.producer or t.id in seen_out:
@@ -108,22 +121,57 @@ class Graph:
         """The (producer op id, consumer op id) pairs, as ``nx.edges()`` gives them."""
         return [(a, b) for a, outs in self._succ.items() for b in outs]
 
-    def _resolve_unknown_ranks(self, op: Op) -> None:
+    def _resolve_unknown_ranks(self, op: Op) -> bool:
         """Inputs of unknown rank (ndims -1) take the tensor their producer,
-        added before, resolved; a graph input must come with its rank (its
-        dims may still be -1)."""
+        added before, resolved.  True when an input's rank is known nowhere
+        yet (a graph input of unknown rank, oneDNN's DNNL_GRAPH_UNKNOWN_NDIMS,
+        or a tensor computed from one): the op is then checked once the rank
+        is (:meth:`with_input_ranks`, which compiling and running do)."""
+        pending = False
         for i, t in enumerate(op.inputs):
             if not t.unknown_rank:
                 continue
             known = self.tensors.get(t.id)
-            if known is None or known.unknown_rank:
-                raise InvalidShape("an input of unknown rank must be the output of an op added before", op=op,
-                                   where=f"input {i} (tensor {t.id})",
-                                   expected="a rank (dims may be -1) or an earlier producer", found="ndims -1")
-            if known.dtype != t.dtype:
+            if known is not None and known.dtype != t.dtype:
                 raise InvalidGraph("tensor appears with different data types", op=op,
                                    where=f"input {i} (tensor {t.id})", expected=str(known.dtype), found=str(t.dtype))
-            op.inputs[i] = known
+            if known is None or known.unknown_rank:
+                pending = True
+            else:
+                op.inputs[i] = known
+        return pending
+
+    @property
+    def rank_pending(self) -> bool:
+        """Some tensor's rank is known only from the arrays (a graph input of
+        unknown rank): partitions come from :meth:`with_input_ranks`."""
+        return bool(self._rank_pending)
+
+    def unknown_rank_inputs(self) -> list[int]:
+        """The graph inputs of unknown rank, in input-port order."""
+        return [tid for tid in self.input_ports if self.tensors[tid].unknown_rank]
+
+    def with_input_ranks(self, ranks: dict) -> "Graph":
+        """This graph with each input of unknown rank given the rank ``ranks``
+        says ({tensor id: ndim}; its dims -1, known when compiled for arrays),
+        every op then checked and its shapes inferred: a finalized graph of the
+        same class and settings."""
+        missing = [tid for tid in self.unknown_rank_inputs() if tid not in ranks]
+        if missing:
+            raise InvalidArguments("the rank of a graph input of unknown rank is needed", where=f"tensor {missing[0]}",
+                                   expected="its array (or ndim)", found="none given")
+        g = type(self)(self.engine_kind, self.fpmath_mode, self.fpmath_mode_apply_to_int,
+                       deterministic=getattr(self, "deterministic", False))
+
+        def given(t: LogicalTensor) -> LogicalTensor:
+            if not t.unknown_rank or t.id in self.producer or t.id not in ranks:
+                return t
+            return LogicalTensor(t.id, t.dtype, [-1] * int(ranks[t.id]), None, t.layout_type, t.property_type)
+
+        for op in (self.ops[i] for i in topological_order(self.ops, self._succ) or self.ops):
+            g.add_op(Op(op.id, op.kind, [given(t) for t in op.inputs], list(op.outputs), op.raw_attrs, op.name))
+        g.set_ports(self._declared_inputs, self._declared_outputs)
+        return g.finalize()
 
     def _note_tensor(self, noted: dict, op, where, t: LogicalTensor):
         """Note ``t`` in ``noted`` (tensor id -> LogicalTensor), checked against
@@ -177,10 +225,11 @@ class Graph:
         for oid in order:
             op = self.ops[oid]
             op.fpmath_mode = self.fpmath_mode     # the ops it concerns read it (graphc.numerics.fpmath_down)
-            new_inputs = [self._known(op, i, t) for i, t in enumerate(op.inputs)]
-            op.rebind_inputs(new_inputs)
+            if op.id not in self._rank_pending:   # (a pending op is checked once its ranks are known)
+                op.rebind_inputs([self._known(op, i, t) for i, t in enumerate(op.inputs)])
             for i, t in enumerate(op.outputs):
-                check_output_layout(op, i, t)
+                if op.id not in self._rank_pending:
+                    check_output_layout(op, i, t)
                 self.tensors[t.id] = t
         self._check_declared_inputs()
         if self._declared_outputs is not None:
@@ -211,7 +260,7 @@ class Graph:
     def _known(self, op, i, t: LogicalTensor) -> LogicalTensor:
         """Input ``i`` of ``op`` with every dim known anywhere in the graph."""
         best = self.tensors.get(t.id, t)
-        if best.shape == t.shape or len(best.shape) != len(t.shape):
+        if best.unknown_rank or t.unknown_rank or best.shape == t.shape or len(best.shape) != len(t.shape):
             return best
         for a, b in zip(best.shape, t.shape):
             if a != -1 and b != -1 and a != b:
@@ -294,6 +343,16 @@ class Graph:
     # oneDNN's accessor names
     def get_engine_kind(self) -> str:
         return self.engine_kind
+
+    def get_deterministic(self) -> bool:
+        """Whether the graph's kernels are bitwise reproducible (any run, any thread count)."""
+        return self.deterministic
+
+    def set_deterministic(self, flag: bool) -> None:
+        """Turn deterministic mode on or off (before compiling: it shapes the kernels)."""
+        if not isinstance(flag, (bool, np.bool_)):
+            raise InvalidArguments("deterministic must be a boolean", expected="True or False", found=short(flag))
+        self.deterministic = bool(flag)
 
     def get_fpmath_mode(self) -> tuple[str, bool]:
         """(fpmath mode, whether it applies to integral types), as oneDNN's graph::get_fpmath_mode."""

@@ -132,7 +132,13 @@ def _attrs_from_json(d, path) -> dict:
     return attrs
 
 
-def graph_from_dict(d: dict) -> Graph:
+def graph_from_dict(d: dict, errors: list | None = None) -> Graph:
+    """The finalized Graph of JSON object ``d``.  With ``errors`` (a list), an
+    op that fails its checks is left out and its error appended, and loading
+    goes on with the next op, so that every bad op of a file is reported
+    (``graphc validate``); the ports and the graph as a whole are checked only
+    when every op passed (without the ops left out they would be judged on
+    another graph), and None is returned when an op failed."""
     root = _Path()
     if not isinstance(d, dict):
         raise _fail(root, "a graph JSON must be an object", found=type(d).__name__)
@@ -145,31 +151,48 @@ def graph_from_dict(d: dict) -> Graph:
     if to_int not in (True, False, "true", "false"):
         raise _fail(root.key("fpmath_mode_apply_to_int"), "expected a boolean", expected="true or false",
                     found=short(to_int))
+    det = _get(d, "deterministic", root, (bool, str), required=False, default=False)
+    if det not in (True, False, "true", "false"):
+        raise _fail(root.key("deterministic"), "expected a boolean", expected="true or false", found=short(det))
     try:
-        g = Graph(engine_kind=engine_kind, fpmath_mode=fpmath_mode, fpmath_mode_apply_to_int=to_int in (True, "true"))
+        g = Graph(engine_kind=engine_kind, fpmath_mode=fpmath_mode, fpmath_mode_apply_to_int=to_int in (True, "true"),
+                  deterministic=det in (True, "true"))
     except GraphcError as e:
         raise _with_path(e, root.key("engine_kind" if "engine" in e.message else "fpmath_mode")) from None
     ops = _get(d, "graph", root, list)
     for i, od in enumerate(ops):
-        p = root.key("graph").idx(i)
-        oid = _get(od, "id", p, int)
-        if not 0 <= oid <= INT64_MAX:
-            raise _fail(p.key("id"), "op id must be a non-negative integer that fits in int64",
-                        expected=f"0 to {INT64_MAX}", found=oid)
-        kind = _get(od, "kind", p, str)
-        name = _get(od, "name", p, str, required=False)
-        attrs = _attrs_from_json(_get(od, "attrs", p, dict, required=False, default={}), p.key("attrs"))
-        ins = [_lt_from_json(t, p.key("inputs").idx(j)) for j, t in enumerate(_get(od, "inputs", p, list))]
-        outs = [_lt_from_json(t, p.key("outputs").idx(j)) for j, t in enumerate(_get(od, "outputs", p, list))]
         try:
-            op = Op(oid, kind, ins, outs, attrs, name)
+            _add_op(g, od, root.key("graph").idx(i))
         except GraphcError as e:
-            raise _with_path(e, p.key("id")) from None
-        try:
-            g.add_op(op)
-        except GraphcError as e:
-            raise _with_path(e, p) from None
-        _check_attr_types(op, od.get("attrs", {}), p.key("attrs"))
+            if errors is None:
+                raise
+            errors.append(e)
+    return _finish(g, d, root) if not errors else None
+
+
+def _add_op(g: Graph, od, p) -> None:
+    """Op JSON object ``od`` (at path ``p``) checked and added to ``g``."""
+    oid = _get(od, "id", p, int)
+    if not 0 <= oid <= INT64_MAX:
+        raise _fail(p.key("id"), "op id must be a non-negative integer that fits in int64",
+                    expected=f"0 to {INT64_MAX}", found=oid)
+    kind = _get(od, "kind", p, str)
+    name = _get(od, "name", p, str, required=False)
+    attrs = _attrs_from_json(_get(od, "attrs", p, dict, required=False, default={}), p.key("attrs"))
+    ins = [_lt_from_json(t, p.key("inputs").idx(j)) for j, t in enumerate(_get(od, "inputs", p, list))]
+    outs = [_lt_from_json(t, p.key("outputs").idx(j)) for j, t in enumerate(_get(od, "outputs", p, list))]
+    try:
+        op = Op(oid, kind, ins, outs, attrs, name)
+    except GraphcError as e:
+        raise _with_path(e, p.key("id")) from None
+    try:
+        g.add_op(op)
+    except GraphcError as e:
+        raise _with_path(e, p) from None
+    _check_attr_types(op, od.get("attrs", {}), p.key("attrs"))
+
+
+def _finish(g: Graph, d: dict, root) -> Graph:
     inp = _get(d, "input_ports", root, list, required=False)
     outp = _get(d, "output_ports", root, list, required=False)
     if inp is not None:
@@ -263,12 +286,30 @@ def _read_at_most(f, limit: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def load_graph_file(path) -> Graph:
+def load_graph_file(path: str | os.PathLike) -> Graph:
     """Load a finalized Graph from a file path only (what `graphc validate` does)."""
     return _parse(read_graph_file(path))
 
 
-def load_graph(src) -> Graph:
+def graph_file_errors(path) -> tuple[Graph | None, list[GraphcError]]:
+    """(the graph or None, every error found) of a graph file: each op that
+    fails its checks, or else the first error of the ports and the graph as a
+    whole; what ``graphc validate`` reports."""
+    errors: list[GraphcError] = []
+    try:
+        text = read_graph_file(path)
+        try:
+            d = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise InvalidArguments("not valid JSON", found=str(e)[:300]) from None
+        g = graph_from_dict(d, errors)
+    except GraphcError as e:
+        errors.append(e)
+        g = None
+    return (g if not errors else None), errors
+
+
+def load_graph(src: str | bytes | os.PathLike | dict) -> Graph:
     """Load a finalized Graph from a path, a JSON string (text starting with '{')
     or a dict."""
     if isinstance(src, dict):
@@ -294,6 +335,9 @@ def _parse(text) -> Graph:
 
 
 def lt_to_json(t: LogicalTensor) -> dict:
+    if t.unknown_rank:   # oneDNN's marker of an unknown shape
+        return {"id": t.id, "dtype": t.dtype.value, "shape": [UNKNOWN_DIM], "stride": [UNKNOWN_DIM],
+                "layout_type": t.layout_type.value, "property_type": t.property_type.value}
     return {"id": t.id, "dtype": t.dtype.value, "shape": list(t.shape),
             "stride": list(t.strides) if t.strides is not None else [],
             "layout_type": t.layout_type.value, "property_type": t.property_type.value}
@@ -323,12 +367,14 @@ def dump_graph(graph: Graph) -> dict:
                     "kind": op.kind, "attrs": attrs,
                     "inputs": [lt_to_json(graph.tensors.get(t.id, t)) for t in op.inputs],
                     "outputs": [lt_to_json(t) for t in op.outputs]})
-    return {"version": "3.0.0", "engine_kind": graph.engine_kind, "fpmath_mode": graph.fpmath_mode,
-            "fpmath_mode_apply_to_int": "true" if graph.fpmath_mode_apply_to_int else "false",
-            "input_ports": graph.input_ports, "output_ports": graph.output_ports, "graph": ops}
+    doc = {"version": "3.0.0", "engine_kind": graph.engine_kind, "fpmath_mode": graph.fpmath_mode,
+           "fpmath_mode_apply_to_int": "true" if graph.fpmath_mode_apply_to_int else "false"}
+    if graph.deterministic:
+        doc["deterministic"] = True
+    return doc | {"input_ports": graph.input_ports, "output_ports": graph.output_ports, "graph": ops}
 
 
-def save_graph(graph: Graph, path) -> None:
+def save_graph(graph: Graph, path: str | os.PathLike) -> None:
     """Write ``graph`` as JSON to ``path`` (through a temporary file next to it,
     replaced at once); a path that cannot be written is InvalidArguments."""
     doc = dump_graph(graph)

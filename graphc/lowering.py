@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import warnings
 
+from . import verbose
 from .codegen import rules
 from .codegen.fused_values import NotFusable
 from .codegen.fusion import lower_fused
+from .codegen import kernel
 from .codegen.kernel import ArrayRef, KernelBuilder
 from .errors import InternalError
 from .types import LogicalTensor
@@ -69,6 +71,12 @@ def build_kernel(partition, ops, in_lts, out_lts, values: dict):
     so (``one_at_a_time``, shown in the pass log), or when it is compiled for
     strides other than the graph's that make its folded views no views; either
     is an InternalError under ``GRAPHC_STRICT_FUSION=1`` (the test suite)."""
+    graph = getattr(partition, "graph", None)
+    with kernel.deterministic(getattr(graph, "deterministic", False)):
+        return _build_kernel(partition, ops, in_lts, out_lts, values)
+
+
+def _build_kernel(partition, ops, in_lts, out_lts, values: dict):
     fusion = getattr(partition, "plan", None)
     if fusion is not None and len(ops) > 1:
         why, planned = fusion.one_at_a_time, True
@@ -81,6 +89,7 @@ def build_kernel(partition, ops, in_lts, out_lts, values: dict):
         text = f"partition {partition.id} ({partition.kind}) lowers one op at a time: {why}"
         if os.environ.get(STRICT_FUSION) == "1":
             raise InternalError(f"{text} ({STRICT_FUSION}=1)", op=ops[0])
+        verbose.emit(2, "fallback", verbose.graph_id(partition.graph), partition.id, "op_by_op", why)
         if not planned:   # (a planned one is in the pass log already)
             warnings.warn(text, FusionFallbackWarning, stacklevel=3)
     return _one_op_at_a_time(ops, in_lts, out_lts, values)

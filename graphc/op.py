@@ -2,6 +2,9 @@
 against the kind's schema."""
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
 import numpy as np
 
 from .errors import GraphcError, InvalidArguments, InvalidGraphOp, InvalidShape, short
@@ -17,7 +20,8 @@ class Op:
     against its schema: arity, attributes, dtypes, cross-port rules and shapes.
     """
 
-    def __init__(self, id, kind, inputs=(), outputs=(), attrs=None, name=None):
+    def __init__(self, id: int, kind: str, inputs: Sequence[LogicalTensor] = (), outputs: Sequence[LogicalTensor] = (),
+                 attrs: Mapping[str, Any] | None = None, name: str | None = None):
         if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or id < 0:
             raise InvalidArguments("op id must be a non-negative integer", found=short(id))
         self.id = int(id)
@@ -147,11 +151,11 @@ class Op:
     def ports(self, name: str) -> list[LogicalTensor]:
         return [t for n, t in self.named_ports() if n == name]
 
-    def named_ports(self):
+    def named_ports(self) -> Iterator[tuple[str, LogicalTensor]]:
         yield from zip(self.input_names, self.inputs)
         yield from zip(self.output_names, self.outputs)
 
-    def attr(self, name: str, default=None):
+    def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
     def __repr__(self) -> str:

@@ -1,7 +1,12 @@
 """Partitions: groups of ops compiled together."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .types import LogicalTensor
+
+if TYPE_CHECKING:
+    from .compiler.compiled_partition import CompiledPartition
 
 
 class Partition:
@@ -59,7 +64,8 @@ class Partition:
     def get_output_ports(self) -> list[LogicalTensor]:
         return list(self.outputs)
 
-    def compile(self, inputs=None, outputs=None):
+    def compile(self, inputs: list[LogicalTensor] | None = None,
+                outputs: list[LogicalTensor] | None = None) -> "CompiledPartition":
         """Compile for concrete input (and optionally output) logical tensors."""
         from .compiler.build import compile_partition
         return compile_partition(self, inputs, outputs)
@@ -95,6 +101,13 @@ def run_passes(graph, policy: str = "fusion", verbose: bool = False, out=None):
         raise InvalidArguments("unknown partition policy", expected="'fusion' or 'debug'", found=short(policy))
     from .graph import ensure_graph
     ensure_graph(graph, "partitioning")
+    if getattr(graph.finalize(), "rank_pending", False):
+        from .errors import InvalidArguments
+        tid = graph.unknown_rank_inputs()[0] if graph.unknown_rank_inputs() else None
+        raise InvalidArguments("the graph has inputs of unknown rank: its partitions depend on their ranks",
+                               where=f"tensor {tid}", expected="g.with_input_ranks({id: ndim}).get_partitions(), "
+                               "or graphc.compile / graphc.run, which take the ranks from the arrays",
+                               found="ndims -1")
     require_jit()
     from .codegen.rules import can_lower
     from .passes import run_pipeline

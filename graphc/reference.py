@@ -53,6 +53,9 @@ def run(graph, inputs: dict, comm=None) -> dict:
     if not isinstance(inputs, dict):
         raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
     check_comm(comm, reference=True)
+    if graph.rank_pending:   # graph inputs of unknown rank: their arrays give it
+        graph = graph.with_input_ranks({tid: np.ndim(inputs[tid]) for tid in graph.unknown_rank_inputs()
+                                        if tid in inputs})
     values: dict[int, np.ndarray] = {}
     for tid in graph.input_ports:
         lt = graph.tensors[tid]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,8 +98,9 @@ class LogicalTensor:
     property_type: PropertyType = PropertyType.undef
     unknown_rank: bool = False
 
-    def __init__(self, id, dtype, shape=None, strides=None, layout_type=LayoutType.strided,
-                 property_type=PropertyType.undef):
+    def __init__(self, id: int, dtype: DataType | str, shape: Sequence[int] | int | None = None,
+                 strides: Sequence[int] | None = None, layout_type: LayoutType | str = LayoutType.strided,
+                 property_type: PropertyType | str = PropertyType.undef):
         if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or not 0 <= id <= INT64_MAX:
             raise InvalidArguments("logical tensor id must be a non-negative integer that fits in int64",
                                    expected=f"0 to {INT64_MAX}", found=short(id))
@@ -162,7 +164,7 @@ class LogicalTensor:
     def is_dense(self) -> bool:
         return self.strides is not None and _dense_equal(self.shape, self.strides)
 
-    def with_shape(self, shape, strides=None) -> "LogicalTensor":
+    def with_shape(self, shape: Sequence[int], strides: Sequence[int] | None = None) -> "LogicalTensor":
         """The same tensor with a (more) resolved shape; dense strides unless given
         (none for layout any: graphc chooses them at compile)."""
         if strides is None and self.strides is not None and len(self.strides) == len(shape) and all(s >= 0 for s in self.strides) \
@@ -213,7 +215,7 @@ class LogicalTensor:
             else dense_strides(self.shape)
         return span(self.shape, strides) * self.dtype.itemsize
 
-    def is_equal(self, other) -> bool:
+    def is_equal(self, other: "LogicalTensor") -> bool:
         """The same id, data type, rank, dims, strides, layout and property (oneDNN's is_equal)."""
         return isinstance(other, LogicalTensor) and self == other
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -54,6 +54,8 @@ class Outcome:
     compile_ms: float = NAN
     execute_ms: float = NAN
     max_error: float = NAN
+    #: (partition id, pattern, kernel, impl) of each compiled partition (--summary)
+    kernels: list = field(default_factory=list)
 
 
 def _describe(lt) -> str:
@@ -79,6 +81,8 @@ def _compile(graph, expected: int, out: Outcome):
         out.status, out.reason = UNIMPLEMENTED, e.message
         return None
     out.compile_ms = (time.perf_counter() - t0) * 1e3
+    out.kernels = [(p.id, p.pattern or "-", p.kind, "at_run" if cp is None else cp.get_impl_info())
+                   for p, cp in zip(cg.partitions, cg.compiled)]
     return cg
 
 
@@ -129,10 +133,13 @@ class Timing:
     cold_ms: float
     cached_ms: float
     cost: cost.Cost | None = None
+    profile: object = None     # CompiledGraph.profile's table (-v in performance mode)
 
 
 #: triad runs before and after a case's timed runs (the fastest of them all counts)
 TRIAD_RUNS = 5
+#: runs of CompiledGraph.profile per case at most (performance mode, -v)
+PROFILE_RUNS = 20
 
 
 def _laid_out(graph, inputs: dict) -> dict:
@@ -147,12 +154,13 @@ def _laid_out(graph, inputs: dict) -> dict:
     return out
 
 
-def measure(graph, expected_partitions: int, fix_times: int, max_ms: float, seed: int = 0):
+def measure(graph, expected_partitions: int, fix_times: int, max_ms: float, seed: int = 0, profile: bool = False):
     """(Outcome, Timing or None): executions repeated ``fix_times`` times, or
     until ``max_ms`` have passed when fix_times is 0, after one warm-up run.
     Timing.cost holds the bytes and FLOPs of a run against a triad moving the
     same bytes, timed before and after the case, and the FMA peak (measured at
-    the first case with FLOPs)."""
+    the first case with FLOPs); with ``profile``, Timing.profile holds
+    CompiledGraph.profile's table of the partitions."""
     out = Outcome()
     try:
         cg = _compile(graph, expected_partitions, out)
@@ -175,12 +183,13 @@ def measure(graph, expected_partitions: int, fix_times: int, max_ms: float, seed
             times.append((time.perf_counter() - t0) * 1e3)
             total += times[-1]
         bandwidth = max(bandwidth, triad.bandwidth(TRIAD_RUNS))
+        table = cg.profile(inputs, repeat=max(1, min(len(times), PROFILE_RUNS))) if profile else None
     except Exception as e:  # noqa: BLE001 - as in check()
         out.status, out.reason = FAILED, _why(e)
         return out, None
     best = min(times)
     work = cost.Cost(nbytes, nflops, best / 1e3, bandwidth, cost.fma_peak() if nflops else NAN)
-    return out, Timing(best, sum(times) / len(times), out.compile_ms, cached, work)
+    return out, Timing(best, sum(times) / len(times), out.compile_ms, cached, work, table)
 
 
 def cost_columns(c: cost.Cost) -> str:
@@ -198,10 +207,12 @@ class Run:
         self.total_min = self.total_avg = 0.0
         self.costs: list[str] = []   # performance mode: one cost line per timed case
         self._docs: dict = {}
+        self.impls: dict[str, int] = {}   # --summary: impl string -> partitions of the run
 
     def repro(self, case: Case) -> str:
         mode = "" if self.g.mode == "C" else f"--mode={self.g.mode} "
-        return f"{mode}--graph {case.knobs_repro()}"
+        det = "--deterministic " if self.g.deterministic else ""
+        return f"{mode}{det}--graph {case.knobs_repro()}"
 
     def graph(self, case: Case):
         """The case's graph, or a reason it cannot be built."""
@@ -219,7 +230,10 @@ class Run:
         if why:
             return None, why
         try:
-            return build_graph(doc, case.values), ""
+            graph = build_graph(doc, case.values)
+            if self.g.deterministic:
+                graph.set_deterministic(True)
+            return graph, ""
         except GraphcError as e:
             return None, _why(e)
 
@@ -236,18 +250,33 @@ class Run:
             emit(f"[graph] inputs {ins}; partitions {len(graph.get_partitions())}")
         expected = case.values["expected-n-partitions"]
         if self.g.mode == "P":
-            out, t = measure(graph, expected, self.g.fix_times, self.g.max_ms)
+            out, t = measure(graph, expected, self.g.fix_times, self.g.max_ms, profile=self.g.verbose > 0)
             if t is not None:
                 self.counts[out.status] += 1
                 self.total_min += t.min_ms
                 self.total_avg += t.avg_ms
                 emit(f"perf,cpu,{case.knobs_repro()},{t.min_ms:g},{t.avg_ms:g}")
                 emit(f"compile,{t.cold_ms:g},{t.cached_ms:g}")
+                if t.profile is not None:
+                    for line in t.profile.table().splitlines():
+                        emit(f"[profile] {line}")
                 self.costs.append(f"cost,cpu,{case.knobs_repro()},{cost_columns(t.cost)}")
+                self.summarize(i, out, emit)
                 return
         else:
             out = check(graph, expected)
         self.report(i, case, out, emit)
+        self.summarize(i, out, emit)
+
+    def summarize(self, i: int, out: Outcome, emit) -> None:
+        """--summary: the case's partitions, each with its pattern, kernel and
+        impl string, as benchdnn's graph driver prints them; counted for the run's
+        summary."""
+        if not self.g.summary:
+            return
+        for pid, pattern, kernel, impl in out.kernels:
+            emit(f"summary,{i},partition {pid},pattern {pattern},kernel {kernel},impl {impl}")
+            self.impls[impl] = self.impls.get(impl, 0) + 1
 
     def report(self, i, case, out: Outcome, emit) -> None:
         self.counts[out.status] += 1
@@ -259,6 +288,8 @@ class Run:
         lines = [f"tests:{len(self.cases)} passed:{c[PASSED]} skipped:0 mistrusted:{c[MISTRUSTED]} "
                  f"unimplemented:{c[UNIMPLEMENTED]} invalid_arguments:{c[INVALID]} failed:{c[FAILED]} "
                  f"listed:{c[LISTED]}"]
+        if self.g.summary:
+            lines = [f"summary,impl {impl},partitions {n}" for impl, n in sorted(self.impls.items())] + lines
         if self.g.mode == "P":
             lines = self.costs + lines
             lines.append(f"total perf: min(ms):{self.total_min:g} avg(ms):{self.total_avg:g}")
@@ -287,7 +318,13 @@ global options:
   --max-ms-per-prb=MS          performance: time budget per case (10..60000, default 3000)
   --inputs-dir=DIR             where --case and --batch files are looked for too
   --engine=cpu                 the only engine
-  -vN, --verbose=N             verbosity
+  -v, -vN, --verbose=N         verbosity; in performance mode, -v prints each case's
+                               partitions profiled ([profile] lines: CompiledGraph.profile)
+  --deterministic              compile every case's graph in deterministic mode (bitwise
+                               reproducible kernels for any numba thread count)
+  --summary                    after each case, one line per partition: its pattern,
+                               kernel and impl string; the run's impl strings counted
+                               before the summary line
   --graph                      benchdnn's driver selector (accepted, ignored)
   -h, --help                   this help
 

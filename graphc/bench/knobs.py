@@ -233,6 +233,8 @@ class Globals:
     max_ms: int = 3000
     inputs_dir: Path | None = None
     verbose: int = 0
+    summary: bool = False
+    deterministic: bool = False
 
 
 MODES = {"c": "C", "p": "P", "l": "L"}
@@ -286,6 +288,16 @@ class _Parser:
         elif name == "--engine":
             if value not in ("cpu", "cpu:0"):
                 raise KnobError(f"--engine: graphc runs on the cpu engine only, found {value!r}")
+        elif tok == "-v":
+            g.verbose = 1
+        elif name == "--deterministic":
+            if value.lower() not in ("", "true", "false"):
+                raise KnobError(f"--deterministic: expected true or false, found {value!r}")
+            g.deterministic = value.lower() != "false"
+        elif name == "--summary":
+            if value.lower() not in ("", "true", "false"):
+                raise KnobError(f"--summary: expected true or false, found {value!r}")
+            g.summary = value.lower() != "false"
         elif name == "--verbose" or (tok.startswith("-v") and tok[2:].isdigit()):
             g.verbose = _int(value if name == "--verbose" else tok[2:], "--verbose")
         else:

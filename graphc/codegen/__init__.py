@@ -32,4 +32,8 @@ def _prefer_512_bit_vectors() -> None:
 
 _prefer_512_bit_vectors()
 
+from .helper_cache import install as _install_helper_cache  # noqa: E402
+
+_install_helper_cache()   # (before any module with numba's cache=True functions is imported)
+
 from . import helpers  # noqa: E402,F401  (declares the kernel helpers to the kernel IR)

@@ -62,7 +62,7 @@ from .attention_operands import (REORDERS, ZERO, IndexRef, as_matrix, dropout_ke
                                  mm_rounding, output_store, prologue_views, stored, tile_operand)
 from .fused_values import PrologueRef, Values
 from .helpers import use_helper
-from .kernel import NUM_THREADS, ArrayRef, Scratch, as_stored, is_narrow_float, worth_parallel
+from .kernel import ArrayRef, Scratch, as_stored, is_narrow_float, plan_threads, worth_parallel
 from .loops import unravel
 from .rules.misc import dropout_params
 
@@ -82,7 +82,9 @@ def lower_attention(kb, ops, refs, plan) -> None:
     """Emit the attention partition ``ops`` (plan.shape "attention") into ``kb``:
     the forward kernel, or without a SoftMax the training backward's."""
     if not any(o.kind == "SoftMax" for o in ops):
+        kb.road("flash_backward")
         return lower_attention_backward(kb, ops, refs, plan)
+    kb.road("flash")
     _Forward(kb, ops, refs, plan).emit()
 
 
@@ -155,7 +157,7 @@ class _Forward:
         self.nbatch = nbatch = math.prod(self.batch)
         bm, self.bn = min(BM, sq), min(BN, skv)
         if any(not isinstance(self.local[t.id], ArrayRef) for t in self.operands[1:]):
-            while 2 * bm <= BM_PACKED and bm < sq and nbatch * -(-sq // (2 * bm)) >= NUM_THREADS:
+            while 2 * bm <= BM_PACKED and bm < sq and nbatch * -(-sq // (2 * bm)) >= plan_threads():
                 bm *= 2
             bm = min(bm, sq)
         self.bm = bm

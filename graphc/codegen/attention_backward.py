@@ -33,7 +33,7 @@ from . import ir
 from .attention_operands import (ZERO, as_matrix, dropout_kept, gemm, gemm_block, output_store, prologue_views,
                                  stored, tile_operand)
 from .fused_values import Values
-from .kernel import NUM_THREADS, Scratch, as_stored, is_narrow_float, worth_parallel
+from .kernel import Scratch, as_stored, is_narrow_float, plan_threads, worth_parallel
 from .loops import linear, unravel
 from .rules.misc import dropout_params
 from ..types import dense_strides
@@ -141,7 +141,7 @@ class _Backward:
         self.ngroup = math.prod(batch[a] for a in self.sum_axes)
         self.parallel = worth_parallel(self.nbatch * sq * skv * (2 * self.d + 2 * self.dvd) // 8)
         self.bq, bk = min(BQ, sq), min(BK, skv)
-        while self.parallel and bk > 16 and self.nouter * -(-skv // bk) < NUM_THREADS:   # (MQA: one K/V head)
+        while self.parallel and bk > 16 and self.nouter * -(-skv // bk) < plan_threads():   # (MQA: one K/V head)
             bk //= 2
         self.bk = bk
         self.nqb, self.nkb = -(-sq // self.bq), -(-skv // bk)

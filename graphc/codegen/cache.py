@@ -43,6 +43,7 @@ import weakref
 from collections import OrderedDict
 from pathlib import Path
 
+from .. import verbose
 from . import cache_files as files
 from . import cache_folder as folder
 from . import cache_worker as worker
@@ -179,7 +180,10 @@ def load_kernel(source: str, entry: str = "kernel"):
         fn = _mem.get(key)
         if fn is not None:
             _mem.move_to_end(key)
-            return fn
+    if fn is not None:
+        if verbose.wanted(2):
+            verbose.emit(2, "cache", "hit", "memory", key)
+        return fn
     evicted = []
     with _lock:
         fn = _mem.get(key)
@@ -242,13 +246,25 @@ def compile_kernel(fn, sig: tuple) -> None:
     from numba.core.compiler_lock import global_compiler_lock
 
     with global_compiler_lock:
-        if sig in fn.overloads or _load_cached(fn, sig):
+        if sig in fn.overloads:
+            return
+        if _load_cached(fn, sig):
+            _tell(fn, "hit", "disk")
             return
     if worker.compile_elsewhere(fn, sig):
         with global_compiler_lock:
             if sig in fn.overloads or _load_cached(fn, sig):
+                _tell(fn, "miss", "worker")
                 return
     fn.compile(sig)
+    _tell(fn, "miss", "compiled")
+
+
+def _tell(fn, what: str, where: str) -> None:
+    """A ``cache`` line (GRAPHC_VERBOSE=2): where kernel ``fn``'s machine code came from."""
+    if verbose.wanted(2):
+        source = getattr(fn, "py_func", fn).__globals__.get("__graphc_source__")
+        verbose.emit(2, "cache", what, where, kernel_key(source) if source else "-")
 
 
 def _serve() -> None:

@@ -1,5 +1,5 @@
 """The kernel cache's folder (see graphc.codegen.cache): ``$GRAPHC_CACHE_DIR`` or
-``~/.cache/graphc``, with one version subfolder per graphc cache format/numba/
+``$XDG_CACHE_HOME/graphc`` or ``~/.cache/graphc``, with one version subfolder per graphc cache format/numba/
 python version and per version of the code linked into cached kernels.
 
 The folder, its version subfolder, their ``__pycache__`` and any parent graphc
@@ -66,7 +66,14 @@ def _runtime_digest() -> str:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("GRAPHC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "graphc")
+    """``$GRAPHC_CACHE_DIR``, else ``graphc`` in ``$XDG_CACHE_HOME`` (an absolute
+    path, as the XDG base directory specification wants; a relative one is
+    ignored), else ``~/.cache/graphc``."""
+    base = os.environ.get("GRAPHC_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        home = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(home, "graphc")
     return Path(os.path.abspath(base))
 
 

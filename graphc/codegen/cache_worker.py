@@ -23,6 +23,7 @@ import threading
 import warnings
 from pathlib import Path
 
+from .. import verbose
 from .cache_folder import cache_dir
 
 #: kernels compiled in this process before the worker takes over
@@ -81,6 +82,7 @@ class _Worker:
         self.proc = subprocess.Popen(worker_command(), cwd=self.root,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        verbose.emit(2, "worker", "start", self.proc.pid)
 
     def compile(self, source: str, entry: str, sig: tuple) -> bool:
         msg = pickle.dumps((source, entry, sig), protocol=pickle.HIGHEST_PROTOCOL)
@@ -146,6 +148,7 @@ def compile_elsewhere(fn, sig: tuple) -> bool:
                 _worker = None
             if not isinstance(e, Exception):
                 raise
+            verbose.emit(2, "worker", "broken", f"{type(e).__name__}: {e}; kernels compile in this process")
             _worker_broken = True
             return False
 

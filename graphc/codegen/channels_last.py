@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from . import ir
 from .accumulators import FOLD_ROWS
-from .kernel import NUM_THREADS, worth_parallel
+from .kernel import plan_threads, worth_parallel
 from .loops import clamp, i64, min_of, unravel
 from .moments import inv_std
 from .reduce_plan import MAX_CHUNKS
@@ -53,10 +53,12 @@ class ChannelsLast:
         self.S = math.prod(self.pshape)
         self.count = self.per * self.S
         self.par = worth_parallel(self.N * self.C * self.S)
-        self.whole = not self.par or self.N % NUM_THREADS == 0 or self.N >= 8 * NUM_THREADS
+        self.whole = not self.par or self.N % plan_threads() == 0 or self.N >= 8 * plan_threads()
         # position blocks per batch item
         self.B = 1 if self.whole else max(1, min(self.S, MAX_CHUNKS // self.N))
         self.K = self.N * self.B
+        if self.B > 1:
+            kb.road("position_blocks")
 
     def _bounds(self, b):
         """The first and past-the-last position of position block ``b`` of a batch item."""

@@ -33,7 +33,7 @@ import numpy as np
 
 from . import ir
 from .gemm import Matrix, direct, exact_runs
-from .kernel import NUM_THREADS, ArrayRef, worth_parallel
+from .kernel import ArrayRef, plan_threads, worth_parallel
 from .loops import linear, unravel
 from ..types import DataType, dense_strides
 
@@ -301,8 +301,9 @@ def _item(kb, t, geo: Geometry, blocks: int, size: int, total: int):
 
 def _tile_rows(geo: Geometry, items: int, width: int) -> int:
     rows = geo.positions
-    if items < NUM_THREADS:
-        rows = -(-rows // -(-NUM_THREADS // items))
+    threads = plan_threads()
+    if items < threads:
+        rows = -(-rows // -(-threads // items))
     return max(1, min(rows, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))
 
 
@@ -415,7 +416,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
     wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
     rt = max(1, min(geo.small[0], -(-SHIFTED_TILE_ROWS // inner)))
-    while rt > 1 and geo.n * G * -(-geo.small[0] // rt) < 2 * NUM_THREADS:
+    while rt > 1 and geo.n * G * -(-geo.small[0] // rt) < 2 * plan_threads():
         rt = -(-rt // 2)
     mt = -(-geo.small[0] // rt)
     tm = rt * inner
@@ -506,7 +507,7 @@ def emit_forward_winograd(kb, geo: Geometry, x: Data, w: Weights, store, roundin
     # 3. work items: tiles of one image and group
     tpi = th * tw
     nb = min(tpi, WINOGRAD_TILES)
-    while nb > 64 and geo.n * G * -(-tpi // nb) < 2 * NUM_THREADS:
+    while nb > 64 and geo.n * G * -(-tpi // nb) < 2 * plan_threads():
         nb = -(-nb // 2)
     mt = -(-tpi // nb)
     items = geo.n * G * mt
@@ -597,14 +598,19 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
     are fractions), and im2col when the sum must be split into exact runs."""
     if exact_k is not None:
         if shifted(geo) and geo.kd <= exact_k:
+            kb.road("shifted_gemm")
             emit_forward_shifted(kb, geo, x, w, store, rounding)
         else:
+            kb.road("im2col")
             emit_forward(kb, geo, x, w, store, rounding, out, exact_k)
     elif winograd(geo):
+        kb.road("winograd")
         emit_forward_winograd(kb, geo, x, w, store, rounding)
     elif shifted(geo):
+        kb.road("shifted_gemm")
         emit_forward_shifted(kb, geo, x, w, store, rounding)
     else:
+        kb.road("im2col")
         emit_forward(kb, geo, x, w, store, rounding, out)
 
 
@@ -618,6 +624,7 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     if fwd is not None and (exact_k is not None or winograd(fwd) or shifted(fwd)):
         emit_convolution(kb, fwd, dy, FlippedWeights(w, geo), store, rounding, exact_k=exact_k)
         return
+    kb.road("col2im")
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
     # integer operands (exact_k): each column value a sum of ocg products, taken
     # in exact runs; the columns added up in an f64 accumulator
@@ -661,11 +668,14 @@ def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=
     """dw = the gradient of conv(x, w) w.r.t. w: per-thread f32 partial sums of
     Cols^T @ dY over (image, group, tile) work items, added up at the end;
     ``store(g, oc, ic, taps, value)`` stores one element of dw."""
+    kb.road("im2col_weights")
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))
     mt = -(-P // tm)
     items = geo.n * G * mt
-    chunks = max(1, min(items, NUM_THREADS)) if worth_parallel(geo.n * P * geo.oc * kd // 8) else 1
+    chunks = max(1, min(items, plan_threads())) if worth_parallel(geo.n * P * geo.oc * kd // 8) else 1
+    if chunks > 1:
+        kb.road("dw_partial_sums")
     size = G * kd * ocg
     part = kb.alloc(chunks * size, "f32", fill=0, prefix="part")
     with kb.for_(chunks, "ch", chunks > 1) as ch:

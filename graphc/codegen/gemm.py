@@ -24,7 +24,7 @@ from typing import Callable
 
 from . import ir
 from .blas_import import bf16_gemm
-from .kernel import NUM_THREADS, ArrayRef, as_stored, worth_parallel
+from .kernel import ArrayRef, as_stored, plan_threads, worth_parallel
 from ..numerics import fpmath_down
 from .loops import linear, unravel
 from ..types import DataType
@@ -51,7 +51,7 @@ def tiles(nbatch, M, N, in_place, cpus=None, K=None) -> tuple:
     whole tall matrix (batched 512x64x64: 0.36 against 0.50 ms per 16 matrices
     on one core; with rows SHORT_K_ROWS floats apart, a transformer's heads read
     in place, 0.44 against 0.71 ms)."""
-    cpus = cpus or NUM_THREADS
+    cpus = cpus or plan_threads()
     blocks = -(-cpus // nbatch) if nbatch < cpus else 1
     if blocks > 1 and N > M and N >= 2 * MIN_TILE_COLS:
         tm, tn = M, max(MIN_TILE_COLS, -(-N // blocks))

@@ -88,6 +88,8 @@ class Nest:
             self.mode, self.chunks = "groups", min(self.G, MAX_CHUNKS)
         else:
             self.mode, self.chunks = "rows", max(1, min(self.R, MAX_CHUNKS))
+        if self.mode == "rows" and self.chunks > 1:
+            kb.road("row_chunks")   # (each group's rows summed in chunks, the partial sums added in order)
         #: the most rows a pass sweeps in one chunk
         self.sweep_rows = -(-self.R // self.chunks) if self.mode == "rows" else self.R
         self.names = [ir.var(kb.fresh("i")) if d.extent != 1 else None for d in vdims]

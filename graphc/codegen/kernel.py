@@ -6,6 +6,7 @@ by :func:`num` from validated values.  Nothing from a graph or JSON file.
 """
 from __future__ import annotations
 
+import contextvars
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +28,29 @@ from numba import njit, prange
 
 #: threads of numba's pool (get_thread_id is below it): per-thread workspaces hold this many parts
 NUM_THREADS = numba_config.NUMBA_NUM_THREADS
+
+#: the thread count kernels of a deterministic graph are planned for, whatever the pool: their
+#: blocks, chunks and partial sums (so the order of every sum) are then those of any pool size
+DETERMINISTIC_THREADS = 8
+_deterministic = contextvars.ContextVar("graphc_deterministic", default=False)
+
+
+def plan_threads() -> int:
+    """The thread count a kernel's plan divides work for: numba's pool, or
+    DETERMINISTIC_THREADS while a deterministic graph's kernel is lowered
+    (:func:`deterministic`).  Partial sums are indexed by chunk, never by the
+    thread that ran it, so a plan's results do not depend on scheduling."""
+    return DETERMINISTIC_THREADS if _deterministic.get() else NUM_THREADS
+
+
+@contextmanager
+def deterministic(on: bool):
+    """Lower kernels inside for a deterministic graph (``on``) or not."""
+    token = _deterministic.set(bool(on))
+    try:
+        yield
+    finally:
+        _deterministic.reset(token)
 
 #: options of a kernel function: cached on disk; no GIL (a caller's threads may run kernels at
 #: once); numpy's error model (no division-by-zero checks); no entry points for C or Python
@@ -207,11 +231,19 @@ class KernelBuilder:
         #: allocates once and passes after the arguments (see :meth:`workspace`)
         self.workspaces: list[tuple] = []
         self.consts: set[str] = set()   # module-level constant arrays (const_array)
+        #: the implementations chosen by the emitters, in order (see :meth:`road`)
+        self.roads: list[str] = []
 
     def arg(self, lt: LogicalTensor, prefix: str = "a") -> ArrayRef:
         ref = ArrayRef(f"{prefix}{len(self.args)}", lt)
         self.args.append(ref)
         return ref
+
+    def road(self, name: str) -> None:
+        """Record an implementation an emitter chose (``winograd``, ``flash``):
+        the kernel's impl info (CompiledPartition.get_impl_info)."""
+        if name not in self.roads:
+            self.roads.append(name)
 
     def fresh(self, prefix: str) -> str:
         """A new name ``prefix<n>``, never an argument's (a0, o1, t2, ...)."""
@@ -382,7 +414,10 @@ class KernelBuilder:
     def source(self, entry: str = "kernel") -> outline.KernelSource:
         """The kernel module's source, which records whether the kernel runs
         loops on several threads (``.parallel``: a parallel loop was emitted)."""
-        helpers.import_called(self, ir.calls(self.body))
+        called = ir.calls(self.body)
+        helpers.import_called(self, called)
+        for name in sorted(called & BLAS_ROADS.keys()):
+            self.road(blas_road(name))
         params = [a.name for a in self.args] + [w[0] for w in self.workspaces]
         stmts, lines, functions, opts = self.body, list(self.helpers), [], KERNEL_JIT
         out = outline.outline(self) if self.parallel else None
@@ -399,7 +434,17 @@ class KernelBuilder:
         return outline.KernelSource(HEADER + "\n" + "".join(helper_source(h) + "\n\n" for h in lines) +
                                     "".join(f + "\n\n" for f in functions) +
                                     f"\n@njit({opts})\ndef {entry}({', '.join(params)}):\n" + "\n".join(body)
-                                    + "\n", self.parallel)
+                                    + "\n", self.parallel, tuple(self.roads) + (("threads",) * self.parallel))
+
+
+#: the BLAS helpers a kernel may call, and the library function each runs (graphc.codegen.blas)
+BLAS_ROADS = {"gemm_f32": "sgemm", "gemm_bf16": "gemm_bf16bf16f32", "gemm_u8s8": "gemm_s8u8s32"}
+
+
+def blas_road(helper: str) -> str:
+    """``mkl_sgemm``, ``openblas_sgemm``, ...: the library and function a BLAS helper runs."""
+    from .blas import BACKEND
+    return f"{BACKEND}_{BLAS_ROADS[helper]}"
 
 
 def helper_source(text: str) -> str:

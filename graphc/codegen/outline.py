@@ -35,15 +35,18 @@ IMPORT = "from graphc.codegen.launch import launch"
 class KernelSource(str):
     """A kernel module's source as KernelBuilder.source makes it, carrying what the
     builder knows of it: ``parallel``, whether its kernel runs loops on several
-    threads (the builder emitted a parallel loop)."""
+    threads (the builder emitted a parallel loop), and ``roads``, the
+    implementations its emitters chose (``winograd``, ``mkl_sgemm``, ``flash``:
+    CompiledPartition.get_impl_info)."""
 
-    def __new__(cls, text: str, parallel: bool):
+    def __new__(cls, text: str, parallel: bool, roads: tuple = ()):
         self = super().__new__(cls, text)
         self.parallel = bool(parallel)
+        self.roads = tuple(roads)
         return self
 
     def __reduce__(self):
-        return KernelSource, (str(self), self.parallel)
+        return KernelSource, (str(self), self.parallel, self.roads)
 
 
 def runs_parallel(compiled) -> bool:

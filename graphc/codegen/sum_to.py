@@ -7,17 +7,17 @@ import math
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-import numba
-
 from . import ir
 from .elementwise import aligned_strides, collapse, emit_elementwise
 from .fastmath import sum_helper
-from .kernel import ArrayRef, KernelBuilder, worth_parallel
+from .kernel import ArrayRef, KernelBuilder, plan_threads, worth_parallel
 from .loops import let_array, linear, unravel
 from ..types import DataType
 
-#: parallel work items a sum_to pass splits its work into (a few per thread, for balance)
-CHUNKS = max(8, 2 * numba.config.NUMBA_NUM_THREADS)
+def chunks() -> int:
+    """Parallel work items a sum_to pass splits its work into: 2 per planned
+    thread (graphc.codegen.kernel.plan_threads), for balance, 8 at least."""
+    return max(8, 2 * plan_threads())
 
 
 def dense(dims) -> list[int]:
@@ -97,8 +97,8 @@ class _SumPlan:
         self.local = [[d for d in self.Q if s[d]] + ([last] if s[last] else []) for _, s in reds]
         self.size = [math.prod(dims[d] for d in loc) for loc in self.local]
         self.nch = 1
-        if par and reds and self.nP < CHUNKS:
-            self.nch = min(self.nQ, -(-CHUNKS // self.nP))
+        if par and reds and self.nP < chunks():
+            self.nch = min(self.nQ, -(-chunks() // self.nP))
         per_chunk = self.nP * sum(self.size)
         #: whether the partial sums of every chunk fit in the scratch budget; if not, fewer chunks
         self.fits = self.nch == 1 or per_chunk * self.nch <= budget
@@ -111,7 +111,9 @@ class _SumPlan:
         adt = "c128" if cplx else "f64"
         zero = ir.Expr("cast", ("c128", ir.const(0.0)), "c128") if cplx else ir.const(0.0)
         nw = self.nP * nch
-        nth = min(nw, CHUNKS) if self.par else 1
+        nth = min(nw, chunks()) if self.par else 1
+        if nch > 1:
+            kb.road("sum_to_chunks")
         reds = [_Red(o, s, loc, size,
                      ir.array(kb.fresh("acc"), adt) if size > 1 else ir.var(kb.fresh("acc"), adt),
                      ir.array(kb.fresh("part"), adt) if nch > 1 else None)

@@ -12,6 +12,9 @@ compiled graphs run them.  One job per module:
 ``compiled_graph``         every partition compiled, run in order; failures told to the group
 ``layout``                 array layout helpers (allocate, into_layout, flat views)
 ``constant_cache``         oneDNN's constant tensor cache
+``cost``                   bytes moved, FLOPs, the machine's limits (bench --mode=P, profile)
+``profile``                CompiledGraph.profile: time, share, bytes, fraction of a limit per partition
+``progress``               the progress bar of a long compile on a terminal
 =========================  ===========================================================
 
 (The package is ``compiler``, not ``compile``: ``graphc.compile`` is the function

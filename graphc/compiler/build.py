@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from .. import lowering
+from .. import lowering, verbose
 from ..errors import InvalidArguments, Unimplemented
 from ..lowering import value_inputs
 from ..types import LogicalTensor, check_extent
@@ -67,6 +67,8 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
     cp = CompiledPartition(partition, in_lts, out_lts, ops, executable)
     cp.rebuild = (compile_partition, (partition, inputs, outputs, values))   # (pickling compiles it again)
     cp.compile_seconds = time.perf_counter() - t0
+    if verbose.wanted(1):
+        verbose.partition_line("compile", cp, cp.compile_seconds * 1e3)
     return cp
 
 

@@ -4,7 +4,9 @@ members of a group at the collectives still ahead."""
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any
 
+from .. import verbose
 from ..comm import check_comm, exchanges
 from ..errors import MAX_ITEMS, GraphcError, InvalidArguments, Unimplemented, quote, short
 from ..graph import ensure_graph
@@ -15,6 +17,11 @@ from .any_layout import any_layouts
 from .bounded import BoundedCache
 from .compiled_partition import CompiledPartition, ReferencePartition
 from .executables import collective_of
+from .progress import CompileProgress
+
+if TYPE_CHECKING:
+    from ..graph import Graph
+    from .profile import Profile
 
 
 class FallbackWarning(UserWarning):
@@ -26,12 +33,17 @@ class CompiledGraph:
     input dims known only at run (after a collective whose output dim is the
     group's) compiles at its first run, once per set of input shapes."""
 
-    def __init__(self, graph, policy: str = "fusion", fallback: str | None = None):
+    def __init__(self, graph: Graph, policy: str = "fusion", fallback: str | None = None):
         if fallback not in (None, "reference"):
             raise InvalidArguments("unknown fallback", expected="None or 'reference'", found=short(fallback))
         ensure_graph(graph, "compile").finalize()
         self.graph = graph
         self.policy, self.fallback = policy, fallback
+        #: graph inputs of unknown rank: compiled at run, once per ranks of their arrays
+        self._by_ranks = BoundedCache() if graph.rank_pending else None
+        if self._by_ranks is not None:
+            self.partitions, self.compiled, self.fallback_partitions, self._steps = [], [], [], None
+            return
         self.partitions = partition_graph(graph, policy)
         bad = [p for p in self.partitions if not p.is_supported()]
         if bad and fallback is None:
@@ -45,21 +57,28 @@ class CompiledGraph:
             listed = [f"partition {p.id} ({quote(p.kind)}: ops {quote([op.id for op in p.ops])})"
                       for p in bad[:MAX_ITEMS]]   # (a bounded warning, as errors are: graphc.errors.quote)
             more = f"; ... ({len(bad) - MAX_ITEMS} more)" if len(bad) > MAX_ITEMS else ""
+            for p in bad:
+                verbose.emit(2, "fallback", verbose.graph_id(graph), p.id, "reference",
+                             "no kernel for " + "+".join(op.kind for op in p.ops))
             warnings.warn(f"graphc cannot compile {len(bad)} of {len(self.partitions)} partitions; they run in "
                           f"the numpy reference: {'; '.join(listed)}{more}", FallbackWarning, stacklevel=3)
         chosen = any_layouts(graph, self.partitions)
         resolved: dict[int, LogicalTensor] = {}   # output tensors as compiled (their strides chosen)
         self.compiled = []
-        for p in self.partitions:
-            if p in bad or not all(t.is_complete for t in p.inputs):
-                self.compiled.append(ReferencePartition(p) if p in bad else None)
-                continue
-            outs = [t if t.id not in chosen else
-                    LogicalTensor(t.id, t.dtype, t.shape, chosen[t.id], "strided", t.property_type)
-                    for t in p.outputs]
-            cp = p.compile([resolved.get(t.id, t) for t in p.inputs], outs)
-            resolved.update((t.id, t) for t in cp.outputs)
-            self.compiled.append(cp)
+        with CompileProgress(len(self.partitions)) as bar:   # (a bar on a terminal for a compile over a second)
+            for p in self.partitions:
+                bar.label(p.kind)
+                if p in bad or not all(t.is_complete for t in p.inputs):
+                    self.compiled.append(ReferencePartition(p) if p in bad else None)
+                    bar.step()
+                    continue
+                outs = [t if t.id not in chosen else
+                        LogicalTensor(t.id, t.dtype, t.shape, chosen[t.id], "strided", t.property_type)
+                        for t in p.outputs]
+                cp = p.compile([resolved.get(t.id, t) for t in p.inputs], outs)
+                resolved.update((t.id, t) for t in cp.outputs)
+                self.compiled.append(cp)
+                bar.step()
         self._at_run = BoundedCache()   # (partition id, input shapes) -> compiled, as many as kernels kept
         self._collectives = [collective_of(p.ops) for p in self.partitions]
         self._input_ports, self._output_ports = graph.input_ports, graph.output_ports  # (a topological sort each)
@@ -87,7 +106,26 @@ class CompiledGraph:
         lts = [_resolved(t, values[t.id]) for t in p.inputs]
         return self._at_run.get((p.id, tuple(t.shape for t in lts)), lambda: p.compile(lts, p.outputs))
 
-    def run(self, inputs: dict, comm=None) -> dict:
+    def profile(self, inputs: dict, repeat: int = 10, comm: Any = None) -> Profile:
+        """Where a run on ``inputs`` spends its time (graphc.compiler.profile.Profile):
+        per partition, its fastest time over ``repeat`` runs, its share, the bytes
+        it moves, and the fraction of the bandwidth (or FMA peak) it achieves;
+        ``print(cg.profile(x))`` prints the table."""
+        from .profile import profile
+        if self._by_ranks is not None:
+            return self._for_ranks(inputs).profile(inputs, repeat, comm)
+        return profile(self, inputs, repeat, comm)
+
+    def _for_ranks(self, inputs: dict) -> CompiledGraph:
+        """The graph compiled for the ranks of the arrays given to its inputs of unknown rank."""
+        if not isinstance(inputs, dict):
+            raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
+        ranks = tuple((tid, len(getattr(inputs[tid], "shape", ()))) for tid in self.graph.unknown_rank_inputs()
+                      if tid in inputs)
+        return self._by_ranks.get(ranks, lambda: CompiledGraph(self.graph.with_input_ranks(dict(ranks)),
+                                                               self.policy, self.fallback))
+
+    def run(self, inputs: dict, comm: Any = None) -> dict:
         """Run every partition in order; collectives on ``comm`` (see graphc.comm).
         Any exception on this member of the group (a GraphcError, a bug, a
         MemoryError, a KeyboardInterrupt) is raised once the collectives still
@@ -95,12 +133,20 @@ class CompiledGraph:
         of waiting for this one: this member raises that RuntimeFault too for a
         GraphcError, and the exception itself otherwise.  A member that does not
         answer at all is caught by the collectives' timeout (graphc.comm)."""
+        if self._by_ranks is not None:
+            return self._for_ranks(inputs).run(inputs, comm)
         if not isinstance(inputs, dict):
             raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
         check_comm(comm)
         failure = None
         missing = [tid for tid in self._input_ports if tid not in inputs]
-        if missing:
+        if len(inputs) + len(missing) > len(self._input_ports):   # (only then can an id be none of the graph's)
+            ports = set(self._input_ports)
+            unknown = next(tid for tid in inputs if tid not in ports)
+            failure = InvalidArguments("the graph has no input tensor of this id", where=f"tensor {short(unknown)}",
+                                       expected=f"the ids of the graph's inputs {self._input_ports[:MAX_ITEMS]}",
+                                       found=short(unknown))
+        elif missing:
             failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
                                        expected=repr(self.graph.tensors[missing[0]]))
         values = {tid: as_array(inputs[tid], f"input tensor {tid}") for tid in self._input_ports if tid in inputs}
@@ -152,13 +198,13 @@ def _resolved(lt: LogicalTensor, value) -> LogicalTensor:
                          "strided", lt.property_type)
 
 
-def compile(graph, policy: str = "fusion", fallback: str | None = None) -> CompiledGraph:  # noqa: A001
+def compile(graph: Graph, policy: str = "fusion", fallback: str | None = None) -> CompiledGraph:  # noqa: A001
     """Every partition of ``graph`` compiled.  A partition graphc cannot compile
     raises Unimplemented, unless ``fallback="reference"``: then such partitions
     run in the numpy reference, and a FallbackWarning lists them."""
     return CompiledGraph(graph, policy, fallback)
 
 
-def run(graph, inputs: dict, comm=None, policy: str = "fusion", fallback: str | None = None) -> dict:
+def run(graph: Graph, inputs: dict, comm: Any = None, policy: str = "fusion", fallback: str | None = None) -> dict:
     """``compile(graph, policy, fallback).run(inputs, comm)``."""
     return CompiledGraph(graph, policy, fallback).run(inputs, comm=comm)

@@ -3,10 +3,13 @@ executable (graphc.compiler.executables), chosen when the partition compiled."""
 from __future__ import annotations
 
 import threading
+from typing import Any
+import time
 import weakref
 
 import numpy as np
 
+from .. import verbose
 from ..comm import check_comm
 from ..errors import GraphcError, InvalidArguments
 from ..reference import check_input_array
@@ -35,6 +38,7 @@ class CompiledPartition:
         self._inplace = executable.inplace_pairs()
         #: (function, arguments) that compile it again (set by the compile step)
         self.rebuild = None
+        self._impl = None
 
     def __reduce__(self):
         """A compiled partition pickles (and deep-copies) as its partition and
@@ -82,6 +86,26 @@ class CompiledPartition:
         values of the value inputs (empty for a partition without them)."""
         return self.executable.specializations
 
+    def get_impl_info(self) -> str:
+        """The implementation that runs this partition, as oneDNN's impl info:
+        ``<how>:<op kinds>/<road>/...``: how is the kernel's plan shape
+        (``eltwise``, ``anchor``, ``staged``, ``attention``, ``op`` for one op),
+        or ``view``, ``collective``, ``per_values``, ``reference``; the roads are
+        the implementations taken inside (``mkl_sgemm`` or ``openblas_sgemm``,
+        ``winograd``, ``shifted_gemm``, ``im2col``, ``flash``; the partial sums of
+        a parallel reduction: ``row_chunks``, ``sum_to_chunks``,
+        ``position_blocks``, ``dw_partial_sums``; ``threads`` when it runs loops
+        on several threads).  E.g. ``anchor:MatMul+GELU/mkl_sgemm``."""
+        info = self._impl
+        if info is None:
+            ex, p = self.executable, self.partition
+            how = ex.impl_kind
+            if how == "kernel":
+                plan = getattr(p, "plan", None)
+                how = plan.shape if plan is not None and len(self.ops) > 1 else "op"
+            info = self._impl = "/".join((f"{how}:{p.kind}", *ex.roads()))
+        return info
+
     def query_logical_tensor(self, tid: int) -> LogicalTensor:
         """An input or output logical tensor with every dim and stride resolved."""
         for t in list(self.inputs) + list(self.outputs):
@@ -97,7 +121,7 @@ class CompiledPartition:
         return [(self.inputs[i].id, self.outputs[o].id) for i, o in self._inplace]
 
     # --------------------------------------------------------- running
-    def execute(self, inputs, outputs=None, comm=None) -> dict:
+    def execute(self, inputs: dict | list, outputs: dict | list | None = None, comm: Any = None) -> dict:
         """Run on ``inputs`` ({id: array} or a list in partition order).  Caller-given
         ``outputs`` are written in place; returns {output id: array}.  A collective
         runs on ``comm`` (see graphc.comm); bad arguments to it on any member of
@@ -264,3 +288,20 @@ class ReferencePartition(CompiledPartition):
         super().__init__(partition, inputs, outputs, list(partition.ops),
                          ReferenceExecutable(partition.ops, inputs, outputs))
         self.rebuild = (ReferencePartition, (partition,))
+
+
+# GRAPHC_VERBOSE (graphc.verbose): while the level is 1 or more, ``execute`` is
+# the timed one, printing an ``exec`` line per run; otherwise the plain method,
+# so that an unset level costs the dispatch nothing.
+_plain_execute = CompiledPartition.execute
+
+
+def _timed_execute(self, inputs, outputs=None, comm=None) -> dict:
+    t0 = time.perf_counter()
+    result = _plain_execute(self, inputs, outputs, comm)
+    verbose.partition_line("exec", self, (time.perf_counter() - t0) * 1e3)
+    return result
+
+
+_timed_execute.__doc__ = _plain_execute.__doc__
+verbose.watch(lambda level: setattr(CompiledPartition, "execute", _timed_execute if level else _plain_execute))

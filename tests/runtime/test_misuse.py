@@ -220,3 +220,20 @@ def test_the_fallback_warning_lists_a_bounded_number_of_partitions(monkeypatch):
     text = str(w[0].message)
     assert f"cannot compile {n} of {n} partitions" in text and text.endswith("; ... (24 more)")
     assert text.count("partition ") == MAX_ITEMS and len(cg.fallback_partitions) == n   # ("partitions;" aside)
+
+
+def test_run_refuses_input_ids_the_graph_does_not_have():
+    import graphc
+    from graphc import Graph, InvalidArguments, LogicalTensor as L, Op
+    g = Graph()
+    g.add_op(Op(0, "ReLU", [L(0, "f32", [4])], [L(1, "f32", [4])]))
+    g.add_op(Op(1, "Abs", [L(1, "f32", [4])], [L(2, "f32", [4])]))
+    cg = graphc.compile(g.finalize())
+    x = np.ones(4, np.float32)
+    assert np.array_equal(cg.run({0: x})[2], x)
+    for extra in ({7: x}, {1: x}):   # an id of no tensor; an intermediate, not an input
+        with pytest.raises(InvalidArguments, match="no input tensor of this id") as e:
+            cg.run({0: x, **extra})
+        assert f"tensor {next(iter(extra))}" in str(e.value)
+    with pytest.raises(InvalidArguments, match="no input tensor of this id"):
+        graphc.run(g, {0: x, 9: x})

@@ -33,6 +33,13 @@ class Executable(ABC):
     #: another compiled partition, which this one runs, keeps them)
     keeps_constants = True
 
+    #: what runs the partition, the first word of its impl info (CompiledPartition.get_impl_info)
+    impl_kind = "kernel"
+
+    def roads(self) -> tuple[str, ...]:
+        """The implementations taken inside (``mkl_sgemm``, ``winograd``, ``flash``, ``threads``)."""
+        return ()
+
     def inplace_pairs(self) -> list[tuple[int, int]]:
         """(input index, output index) pairs whose buffers may be one."""
         return []

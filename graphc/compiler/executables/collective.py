@@ -15,8 +15,13 @@ from .base import Executable
 class CollectiveExecutable(Executable):
     """A collective op's executable; ``comm`` None means graphc.comm.default_comm()."""
 
+    impl_kind = "collective"
+
     def __init__(self, op):
         self.op = op
+
+    def roads(self):
+        return ("mpi_" + self.op.kind.lower(),)
 
 
 class AllGatherExecutable(CollectiveExecutable):

@@ -30,6 +30,9 @@ class KernelExecutable(Executable):
         self._ws_lock = threading.Lock()
         self._fast = None              # the per-run work done once (_fast_plan); False: no fast path
 
+    def roads(self):
+        return getattr(self.source, "roads", ())
+
     def inplace_pairs(self):
         """A kernel of pointwise ops only (each element of its one output computed
         from the same element of each input, loaded before the store) may write

@@ -16,6 +16,7 @@ class PerValuesExecutable(Executable):
     CompiledPartition, which runs the inputs (and keeps constant outputs)."""
 
     allocates_outputs = False   # the partition compiled for the values does
+    impl_kind = "per_values"
     keeps_constants = False
 
     def __init__(self, inputs, outputs, value_at: list[int], compile_for):

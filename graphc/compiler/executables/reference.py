@@ -11,6 +11,7 @@ class ReferenceExecutable(Executable):
     arrays of its own (copied into the caller's outputs when given)."""
 
     allocates_outputs = False
+    impl_kind = "reference"
     lays_out_inputs = False
 
     def __init__(self, ops, inputs, outputs):

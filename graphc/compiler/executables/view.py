@@ -14,6 +14,7 @@ class ViewExecutable(Executable):
     very view (the in-place port)."""
 
     is_view = True
+    impl_kind = "view"
     allocates_outputs = False
 
     def __init__(self, at: int, out):
