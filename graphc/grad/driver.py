@@ -9,6 +9,8 @@ op on one without a rule is Unimplemented.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..errors import InvalidArguments, Unimplemented, describe_op, short
 from ..graph import Graph, ensure_graph
 from ..op import Op
@@ -112,7 +114,7 @@ def check_no_blocked_path(graph: Graph, order, wrt: set, outputs) -> None:
                                     op=producer, where=f"output '{name}' (tensor {t.id}), read by {describe_op(op)}")
 
 
-def grad(graph: Graph, wrt, outputs=None) -> TrainingGraph:
+def grad(graph: Graph, wrt: Iterable[int], outputs: Iterable[int] | None = None) -> TrainingGraph:
     """The training graph of ``graph`` for the gradients of the tensors ``wrt``
     (ids) from the forward ``outputs`` (ids; the graph's outputs by default)."""
     graph = ensure_graph(graph, "graphc.grad").finalize()
