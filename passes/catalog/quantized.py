@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..pattern import Pattern
-from .pieces import BINARY, UNARY, per_tensor, post_ops, typecast
+from .pieces import BINARY, UNARY, compute_post_ops, per_tensor, post_ops, typecast
 
 
 COMPUTE = ["MatMul", "Convolution", "ConvTranspose"]
@@ -33,11 +33,12 @@ def q2f(p, x, weights: bool):
 def quantized_compute():
     p = Pattern("quantized_compute", 9.5,
                 "[Dynamic]Dequantize (per tensor, channel or group, [TypeCast]) on src and weights -> MatMul/Convolution/"
-                "ConvTranspose -> [BiasAdd] -> post-ops -> [TypeCast] -> [[Dynamic]Quantize per tensor or channel]",
+                "ConvTranspose -> [BiasAdd] -> post-ops (an int8 sum, TypeCasts, smooth-quant Multiply among them) -> "
+                "[[Dynamic]Quantize per tensor or channel]",
                 anchor="mm", kernel=("anchor", "staged"))
     mm = p.op(COMPUTE, q2f(p, p.input(), False), q2f(p, p.input(), True), label="mm")
     b = p.op("BiasAdd", mm, optional=True)
-    p.op(["Quantize", "DynamicQuantize"], typecast(p, post_ops(p, b)), optional=True, pred=static_quant)
+    p.op(["Quantize", "DynamicQuantize"], compute_post_ops(p, b), optional=True, pred=static_quant)
     p.check = lambda m: any(o.kind in DEQUANTIZE or o.kind == "DynamicQuantize"
                             or (o.kind == "Quantize" and not per_tensor(o, m)) for o in m.ops)
     return p
