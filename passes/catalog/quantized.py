@@ -6,6 +6,7 @@ from .pieces import BINARY, UNARY, compute_post_ops, per_tensor, post_ops, typec
 
 
 COMPUTE = ["MatMul", "Convolution", "ConvTranspose"]
+VIEWS = ["StaticReshape", "StaticTranspose"]
 
 
 #: Dequantize and DynamicDequantize (scales and zero points as tensors, also per group)
@@ -21,12 +22,16 @@ def static_quant(o, m) -> bool:
 
 def q2f(p, x, weights: bool):
     """oneDNN's Q2F conversion: [Dynamic]Dequantize -> [TypeCast]; for weights also
-    Quantize -> Dequantize -> [TypeCast] (f32 weights quantized in the graph).
+    [view] -> Quantize -> Dequantize -> [view] -> [TypeCast] (f32 weights quantized
+    in the graph; the views reshape a depthwise convolution's weights, as
+    TensorFlow dumps them, around their per-channel quantization).
     DynamicDequantize of int8/int4 weights into an f32/bf16/f16 MatMul is the
     weight-only-quantized MatMul."""
     if weights:
-        x = p.op("Quantize", x, optional=True, pred=static_quant)
+        x = p.op("Quantize", p.op(VIEWS, x, optional=True), optional=True, pred=static_quant)
     d = p.op(DEQUANTIZE, x, optional=True, pred=static_quant)
+    if weights:
+        d = p.op(VIEWS, d, optional=True)
     return p.op("TypeCast", d, optional=True)
 
 
