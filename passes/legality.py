@@ -54,6 +54,7 @@ from __future__ import annotations
 
 from ..ops.common import is_indexed, is_pointwise
 from .attention_plan import attention_plan
+from .catalog.pieces import one_frame
 from .kernel_plan import FusionPlan, Illegal
 from .kernel_rules import check_flat_loop, check_grouped_params, check_views_fold, fold_failure
 from .pattern import DERIVED
@@ -272,7 +273,7 @@ def _anchor_plan(graph, ops, anchor, roles, produced) -> FusionPlan:
     for o in ops:
         if o.id in epi:
             for t in o.outputs:
-                if roles[t.id] == "written" and tuple(t.shape) != shape0:
+                if roles[t.id] == "written" and not one_frame(t.shape, shape0):
                     raise Illegal(f"epilogue tensor {t.id} has shape {list(t.shape)}, "
                                   f"not the anchor's {list(shape0)}")
     side = ids - upstream - epi - {anchor.id}

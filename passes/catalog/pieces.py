@@ -22,8 +22,15 @@ REDUCE = ["ReduceL1", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin", "Reduc
 # -- decision functions --------------------------------------------------------------------
 def keeps_shape(x):
     """A post-op keeps the shape of the value it continues (``x``): the other
-    operand of a binary broadcasts into it, never the chain value into a larger one."""
-    return lambda o, m: tuple(o.outputs[0].shape) == tuple(m.tensor(x).shape)
+    operand of a binary broadcasts into it, never the chain value into a larger one
+    (but for one element becoming one element of another rank: a MatMul of two
+    vectors, whose dst has no dims, times a [1] scale)."""
+    return lambda o, m: one_frame(o.outputs[0].shape, m.tensor(x).shape)
+
+
+def one_frame(a, b) -> bool:
+    """Shapes ``a`` and ``b`` are one frame: equal, or both of one element."""
+    return tuple(a) == tuple(b) or (all(d == 1 for d in a) and all(d == 1 for d in b))
 
 
 def f32_dst(o, m) -> bool:
