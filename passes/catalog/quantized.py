@@ -62,8 +62,9 @@ def gated_mlp():
     on the gate (swish as Sigmoid and Multiply, or any unary op: GELU, ReLU,
     Sigmoid for GLU, ...), a binary op joining them (Multiply; oneDNN takes any),
     [TypeCast] (bf16/f16), FC down MatMul -> post-ops; each MatMul's weights
-    maybe [Dynamic]Dequantized (oneDNN's quantized_gated_mlp: int4/int8 weights).  A staged kernel: up and gate into scratch, the gated product
-    computed while the down MatMul packs its src."""
+    maybe [Dynamic]Dequantized (oneDNN's quantized_gated_mlp: int4/int8 weights).
+    A staged kernel: up and gate into scratch, the gated product computed while
+    the down MatMul packs its src."""
     p = Pattern("gated_mlp", 9.6, "MatMul up, MatMul gate (one src; weights [Dynamic]Dequantized) -> "
                                   "[swish/GELU/...] -> a binary op -> [TypeCast] -> MatMul down -> post-ops",
                 anchor="up", kernel="staged")
