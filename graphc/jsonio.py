@@ -132,6 +132,11 @@ def _attrs_from_json(d, path) -> dict:
     return attrs
 
 
+#: the engine kinds of oneDNN a dumped file may name: its graph loads on graphc's
+#: one engine, the CPU (benchdnn, too, runs a file on the engine it was given)
+DUMPED_ENGINE_KINDS = ("cpu", "gpu")
+
+
 def graph_from_dict(d: dict, errors: list | None = None) -> Graph:
     """The finalized Graph of JSON object ``d``.  With ``errors`` (a list), an
     op that fails its checks is left out and its error appended, and loading
@@ -146,6 +151,8 @@ def graph_from_dict(d: dict, errors: list | None = None) -> Graph:
     if not VERSION.fullmatch(version):
         raise _fail(root.key("version"), "unsupported JSON version", expected="3.x or 0.x", found=short(version))
     engine_kind = _get(d, "engine_kind", root, str, required=False, default="cpu")
+    if engine_kind in DUMPED_ENGINE_KINDS:   # a file dumped on another engine runs on the CPU, as benchdnn runs it
+        engine_kind = "cpu"
     fpmath_mode = _get(d, "fpmath_mode", root, str, required=False, default="strict")
     to_int = _get(d, "fpmath_mode_apply_to_int", root, (bool, str), required=False, default=False)
     if to_int not in (True, False, "true", "false"):

@@ -46,9 +46,11 @@ def check_input_array(lt: LogicalTensor, arr, what: str = "input") -> np.ndarray
     return arr
 
 
-def run(graph, inputs: dict, comm=None) -> dict:
+def run(graph, inputs: dict, comm=None, unrounded: dict | None = None) -> dict:
     """Run ``graph`` in numpy on ``inputs`` ({tensor id: array}); return every
-    graph output {tensor id: array} in its logical tensor's dtype."""
+    graph output {tensor id: array} in its logical tensor's dtype.  ``unrounded``
+    (a dict, filled when given): each integer tensor computed from floats (a
+    Quantize's dst) as the float64 value it was rounded from."""
     ensure_graph(graph, "the reference's run").finalize()
     if not isinstance(inputs, dict):
         raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
@@ -65,13 +67,14 @@ def run(graph, inputs: dict, comm=None) -> dict:
     for op in graph.topo_ops():
         if op.kind == "End":
             continue
-        values.update(run_op(op, [values[t.id] for t in op.inputs], comm=comm))
+        values.update(run_op(op, [values[t.id] for t in op.inputs], comm=comm, unrounded=unrounded))
     return {tid: values[tid] for tid in graph.output_ports}
 
 
-def run_op(op, arrays: list, comm=None) -> dict:
+def run_op(op, arrays: list, comm=None, unrounded: dict | None = None) -> dict:
     """Run one op's reference on storage-format arrays; returns {tensor id: array}.
-    A collective (``needs_comm``) runs on ``comm``, by default graphc.comm.default_comm()."""
+    A collective (``needs_comm``) runs on ``comm``, by default graphc.comm.default_comm().
+    ``unrounded``: as in :func:`run`."""
     schema = op.schema
     kw = {"comm": check_comm(comm if comm is not None else default_comm(), reference=True)} \
         if getattr(schema, "needs_comm", False) else {}
@@ -102,6 +105,8 @@ def run_op(op, arrays: list, comm=None) -> dict:
             else:
                 raise RuntimeFault("reference output has the wrong shape", op=op, where=f"tensor {t.id}",
                                    expected=list(t.shape), found=list(v.shape))
+        if unrounded is not None and t.dtype.is_int and v.dtype.kind == "f":
+            unrounded[t.id] = v
         try:
             result[t.id] = round_to(v, t.dtype)
         except MemoryError:

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 from ..ops.common import is_indexed, is_pointwise
 from .attention_plan import attention_plan
+from .catalog.pieces import one_frame
 from .kernel_plan import FusionPlan, Illegal
 from .kernel_rules import check_flat_loop, check_grouped_params, check_views_fold, fold_failure
 from .pattern import DERIVED
@@ -272,7 +273,7 @@ def _anchor_plan(graph, ops, anchor, roles, produced) -> FusionPlan:
     for o in ops:
         if o.id in epi:
             for t in o.outputs:
-                if roles[t.id] == "written" and tuple(t.shape) != shape0:
+                if roles[t.id] == "written" and not one_frame(t.shape, shape0):
                     raise Illegal(f"epilogue tensor {t.id} has shape {list(t.shape)}, "
                                   f"not the anchor's {list(shape0)}")
     side = ids - upstream - epi - {anchor.id}
@@ -347,13 +348,36 @@ def convex(graph, ids: set) -> bool:
     return True
 
 
+def _weight_prologue(graph, ops, folded) -> bool:
+    """The constant ops of a match (``folded``: computable from constant tensors,
+    which the constant tensor cache would compute once) join it only as the
+    prologue of a GEMM or convolution (oneDNN's weight Quantize -> Dequantize ->
+    TypeCast on constant weights: the kernel converts them while packing): every
+    reader of their values inside the match is another of them or an op of
+    INDEXED_LOADS, and the match computes something else too."""
+    ids = {o.id for o in ops}
+    fold = {o.id for o in folded}
+    if fold == ids:
+        return False
+    for o in folded:
+        for t in o.outputs:
+            for c, _ in graph.consumers.get(t.id, []):
+                if c in ids and c not in fold and graph.ops[c].kind not in INDEXED_LOADS:
+                    return False
+    return True
+
+
 def accept(graph, can_lower, live=None, constant=(), rejected=None):
     """The engine's ``accept``: a match is taken when its ops are live, not
-    folded constants, and legal together (``can_lower`` as in :func:`plan`); the
+    folded constants (but for a GEMM's or convolution's constant weights:
+    :func:`_weight_prologue`), and legal together (``can_lower`` as in :func:`plan`); the
     plan is kept on the match, and why a match was refused appended to
     ``rejected`` (a list) if given."""
     def judge(m) -> bool:
-        if any((live is not None and o.id not in live) or o.id in constant for o in m.ops):
+        if any(live is not None and o.id not in live for o in m.ops):
+            return False
+        folded = [o for o in m.ops if o.id in constant]
+        if folded and not _weight_prologue(graph, m.ops, folded):
             return False
         try:
             m.plan = plan(graph, m.ops, can_lower, m.pattern.kernel, m.roles)

@@ -21,7 +21,8 @@ builder)::
   ``p.check = f(match)`` judges a whole match.
 * ``p.each_input(node, kinds)``: every input of ``node``'s op produced by an
   op of ``kinds`` (N Dequantize ops into one Concat).
-* ``p.repeat(body, x, min, max)``, ``p.optional_block(body, x)`` and
+* ``p.repeat(body, x, min, max)`` (``body`` a list: each round one of them),
+  ``p.optional_block(body, x)`` and
   ``p.alt(x, body, ...)``: sub-patterns entered by one tensor and left by one;
   ``body(q, x)`` builds the sub-pattern on ``q`` from its entry ``x`` and returns
   its exit.  Repetitions take as many rounds as they can (then back off).
@@ -205,7 +206,8 @@ class Pattern:
         return b
 
     def repeat(self, body, x, min: int = 0, max: int = INF, label: str = "") -> Block:  # noqa: A002
-        return self._block([body], x, min, max, label)
+        """``body`` repeated; a list of bodies: each round is one of them (tried in order)."""
+        return self._block(list(body) if isinstance(body, (list, tuple)) else [body], x, min, max, label)
 
     def optional_block(self, body, x, label: str = "") -> Block:
         return self._block([body], x, 0, 1, label)

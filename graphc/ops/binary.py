@@ -11,9 +11,12 @@ from .schema import DtypeTable, In, Out, bad_shape
 
 FLOAT_ROWS = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16")]
 SAME_FLOAT = DtypeTable(["src_0|src_1", "dst"], FLOAT_ROWS)
+#: the docs' rows, and bf16/f16 operands with an f32 dst (oneDNN's op schema takes
+#: each port's f32/bf16/f16 apart; binary-MatMul-binary graphs multiply bf16 into f32)
 MIXED_FLOAT = DtypeTable(["src_0", "src_1", "dst"],
                          [("f32", "f32", "f32"), ("bf16", "bf16", "bf16"), ("f16", "f16", "f16"),
-                          ("f32", "bf16,f16", "f32"), ("bf16,f16", "f32", "f32")])
+                          ("f32", "bf16,f16", "f32"), ("bf16,f16", "f32", "f32"), ("bf16", "bf16", "f32"),
+                          ("f16", "f16", "f32")])
 
 
 class Add(Binary):

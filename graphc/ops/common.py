@@ -143,7 +143,8 @@ class Binary(Elementwise):
     attrs = (AUTO_BROADCAST,)
     dtypes = DtypeTable(["src_0", "src_1", "dst"],
                         [("f32", "f32", "f32"), ("bf16", "bf16", "bf16"), ("f16", "f16", "f16"),
-                         ("f32", "bf16,f16", "f32"), ("bf16,f16", "f32", "f32"), ("s32", "s32", "s32")])
+                         ("f32", "bf16,f16", "f32"), ("bf16,f16", "f32", "f32"), ("bf16", "bf16", "f32"),
+                         ("f16", "f16", "f32"), ("s32", "s32", "s32")])
 
     def infer(self, op):
         return [binary_shape(op, op.inputs[0].shape, op.inputs[1].shape)]

@@ -223,11 +223,12 @@ class DynamicDequantize(_DynamicQuant):
     attrs = (Attr("qtype", "string", "per_tensor", choices=("per_tensor", "per_channel", "per_group")), AXIS,
              Attr("group_shape", "s64[]", None, check=all_positive, check_doc="positive group sizes",
                   doc="per_group: the group size of each src dim (1 where not grouped)"))
-    # the doc's table (scales and dst of one dtype), and beyond it oneDNN's MX
-    # formats: f4_e2m1 / f4_e3m0 src with e8m0 scales (or scales of dst's dtype), no zps
+    # the doc's table (scales and dst of one dtype) with zero points of any integer
+    # type (oneDNN's op schema takes them apart from src: u4 weights with u8 zps), and
+    # beyond it oneDNN's MX formats: f4_e2m1 / f4_e3m0 src with e8m0 scales (or scales
+    # of dst's dtype), no zps
     dtypes = DtypeTable(["src", "dst", "scales", "zps"],
-                        [(src, d, d, zps) for src, zps in (("s8", "s8,u8,s32"), ("u8", "s8,u8,s32"),
-                                                           ("s4", "s4,u4,s32"), ("u4", "s4,u4,s32"))
+                        [(src, d, d, "s4,u4,s8,u8,s32") for src in ("s8", "u8", "s4", "u4")
                          for d in ("f16", "bf16", "f32")] +
                         [("f4_e2m1,f4_e3m0", d, f"{d},e8m0", "s32") for d in ("f16", "bf16", "f32")])
     quantized_src = True

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..pattern import Pattern
-from .pieces import (BINARY, ELTWISE, MAX_POST_OPS, REDUCE, UNARY, UNARY_BWD, epilogue, f32_dst, int8_quant,
+from .pieces import (BINARY, ELTWISE, MAX_POST_OPS, REDUCE, UNARY, UNARY_BWD, compute_epilogue, epilogue, f32_dst,
+                     int8_quant,
                      keeps_shape, no_broadcast, per_tensor, post_ops, quantize, same_quant_params, typecast)
 
 
@@ -159,14 +160,18 @@ def eltwise_chain():
     return p
 
 
-def anchor_post_ops(name, kinds, doc, priority=8):
+def anchor_post_ops(name, kinds, doc, priority=8, dropout=False):
     """The epilogue hook of compute ops: [BiasAdd] -> post-ops (binary per-tensor,
-    per-channel or full, i.e. sum; eltwise) -> [TypeCast] -> [Quantize]."""
+    per-channel or full, i.e. sum; eltwise; TypeCasts and Select between them) ->
+    [Quantize]; with ``dropout``, oneDNN's fp_matmul_dropout too (a Dropout after
+    the chain: a second stage of the kernel)."""
     def build():
-        p = Pattern(name, priority, doc, kernel="anchor")
+        p = Pattern(name, priority, doc, kernel=("anchor", "staged") if dropout else "anchor")
         a = p.op(kinds, p.input())
         b = p.op("BiasAdd", a, optional=True)
-        epilogue(p, b)
+        y = compute_epilogue(p, b)
+        if dropout:
+            p.op("Dropout", y, optional=True)
         return p
     return build
 
@@ -187,9 +192,10 @@ BUILDERS = [
     norm_post_ops, softmax_post_ops, reduction_post_ops, swiglu, swiglu_grad_dy, swiglu_post_ops,
     ln_post_all_gather_post_ops, eltwise_dropout, reorder_sum, x8_reorder, int8_concat, s8f32s8_bnorm,
     typecast_quantize, dequant_eltwise_quant, two_branches, eltwise_chain,
-    anchor_post_ops("matmul_post_ops", ["MatMul"], "MatMul -> [BiasAdd] -> post-ops -> [TypeCast] -> [Quantize]"),
+    anchor_post_ops("matmul_post_ops", ["MatMul"], "MatMul -> [BiasAdd] -> post-ops, TypeCasts, Select -> "
+                    "[Quantize] -> [Dropout]", dropout=True),
     anchor_post_ops("conv_post_ops", ["Convolution", "ConvTranspose"],
-                    "Convolution/ConvTranspose -> [BiasAdd] -> post-ops -> [Quantize]"),
+                    "Convolution/ConvTranspose -> [BiasAdd] -> post-ops, TypeCasts -> [Quantize]"),
     anchor_post_ops("pool_post_ops", ["AvgPool", "MaxPool"], "AvgPool/MaxPool -> post-ops", 7),
     anchor_post_ops("interpolate_post_ops", ["Interpolate"], "Interpolate -> post-ops", 7),
     quantized_matmul,

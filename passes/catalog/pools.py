@@ -21,13 +21,15 @@ def int8_pool(p):
 
 
 def x8_pool_post_ops():
-    """oneDNN's x8_pool_post_ops, and x8_pool_reshape_transpose without its optional
-    view: legality folds a view into a kernel's output only when the view's dst leaves
-    the partition; one between the pool and the Quantize would make a staged kernel
-    with two scratch buffers, so that variant is left out."""
-    p = Pattern("x8_pool_post_ops", 10, "int8 Dequantize -> AvgPool/MaxPool -> post-ops -> int8 Quantize",
-                anchor="pool", kernel="anchor")
-    p.op("Quantize", post_ops(p, int8_pool(p)), pred=int8_quant)
+    """oneDNN's x8_pool_post_ops and x8_pool_reshape_transpose: post-ops, then an
+    optional reshape or transpose before the Quantize.  Legality folds a view into
+    a kernel's output only when the view's dst leaves the partition; one between the
+    pool and the Quantize makes a staged kernel (the pool and the view's copy into
+    scratch, the Quantize a loop of its own)."""
+    p = Pattern("x8_pool_post_ops", 10, "int8 Dequantize -> AvgPool/MaxPool -> post-ops -> [reshape/transpose] -> "
+                                        "int8 Quantize", anchor="pool", kernel=("anchor", "staged"))
+    v = p.op(["StaticReshape", "StaticTranspose"], post_ops(p, int8_pool(p)), optional=True, label="view")
+    p.op("Quantize", v, pred=int8_quant)
     return p
 
 

@@ -66,3 +66,14 @@ def test_layouts_shapes_and_integers():
     assert compare(i, i + np.array([0, 0, 1], np.int32), DataType.s32) == (False, 1.0)
     c = np.array([1 + 1j, 2 - 1j], np.complex64)
     assert compare(c, c * np.complex64(1 + 1e-3), DataType.c64)[0] is False
+
+
+def test_integers_one_off_only_next_to_a_half():
+    """An integer rounded from a float may be one off where the reference's value
+    before rounding is within NEAR_HALF of a half (benchdnn's rule), nowhere else."""
+    want = np.array([13, 5, 22, 7], np.uint8)
+    unrounded = np.array([13.500003, 4.5000467, 22.5000439, 7.2])
+    assert compare(np.array([13, 4, 22, 7], np.uint8), want, DataType.u8, unrounded=unrounded) == (True, 0.0)
+    assert not compare(np.array([13, 5, 22, 8], np.uint8), want, DataType.u8, unrounded=unrounded)[0]
+    assert not compare(np.array([13, 3, 22, 7], np.uint8), want, DataType.u8, unrounded=unrounded)[0]
+    assert not compare(np.array([12, 5, 22, 7], np.uint8), want, DataType.u8)[0]   # without the values: exact

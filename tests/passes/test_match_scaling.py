@@ -42,11 +42,13 @@ def test_sibling_searches_come_last_and_producers_are_found_backwards():
     hows = [how[0] for _, how in plans["two_branches"]]
     assert hows == ["anchor", "fwd", "bwd", "block"]
     # gated_mlp: the gate MatMul (a reader of the up MatMul's src) after every
-    # node found from the anchor: only the gate's activation (found from it) follows
+    # node found from the anchor: only what is found from it follows (its weights'
+    # optional converters, as producers of what it reads, and its activation)
     order = plans["gated_mlp"]
     gate = next(i for i, (it, _) in enumerate(order) if getattr(it, "label", "") == "gate")
     assert pattern._sibling(*order[gate])
-    assert [it.label for it, _ in order[gate + 1:]] == ["gate activation"]
+    after = order[gate + 1:]
+    assert [how[0] for _, how in after] == ["bwd", "bwd", "block"] and after[-1][0].label == "gate activation"
     assert not any(pattern._sibling(*step) for p in catalog() if p.name != "gated_mlp" for step in p.plan())
 
 

@@ -17,7 +17,8 @@
 
 Imported from their own modules: ``fusion`` (``one_partition``, the one fused
 partition of a graph and its plan; ``dequantize``), ``windows`` (convolution and
-pooling against torch), ``sdpa`` and ``sdpa_gqa`` (attention graphs), ``mpi``.
+pooling against torch), ``sdpa`` and ``sdpa_gqa`` (attention graphs), ``framework_forms``
+(the forms frameworks dump around a compute op, each one partition), ``mpi``.
 
 Tolerances are not written here: they come from graphc.tolerances."""
 from .compare import assert_close, assert_close_each, assert_outputs, assert_same

@@ -73,7 +73,7 @@ def test_all_passing_exits_zero(corpus, capsys):
 def test_mismatch_fails(corpus, capsys, monkeypatch):
     real = driver.reference.run
     monkeypatch.setattr(driver.reference, "run",
-                        lambda g, ins: {k: (v + np.ones_like(v)) for k, v in real(g, ins).items()})
+                        lambda g, ins, **kw: {k: (v + np.ones_like(v)) for k, v in real(g, ins, **kw).items()})
     rc, lines = bench(capsys, f"--inputs-dir={corpus.parent}", SMALL, "--case=op/f32/abs.json")
     assert rc == 1
     assert re.fullmatch(r"0:FAILED \(tensor 1: scaled error .* > 1\) __REPRO: .*", lines[0])
@@ -147,6 +147,6 @@ def test_demo_runs(capsys):
 def test_demo_fails_on_mismatch(capsys, monkeypatch):
     real = driver.reference.run
     monkeypatch.setattr(driver.reference, "run",
-                        lambda g, ins: {k: (v + np.ones_like(v)) for k, v in real(g, ins).items()})
+                        lambda g, ins, **kw: {k: (v + np.ones_like(v)) for k, v in real(g, ins, **kw).items()})
     assert demo.main(None) == 1
     assert "failed" in capsys.readouterr().out

@@ -26,6 +26,8 @@ def test_s32_only_for_add_and_subtract(kind):
 def test_mixed_precision_rows(kind):
     single_op_graph(kind, [("f32", [2]), ("bf16", [2])], [("f32", [2])])
     single_op_graph(kind, [("f16", [2]), ("f32", [2])], [("f32", [2])])
+    single_op_graph(kind, [("bf16", [2]), ("bf16", [2])], [("f32", [2])])   # oneDNN's schema: ports apart
+    single_op_graph(kind, [("f16", [2]), ("f16", [2])], [("f32", [2])])
     with pytest.raises(InvalidDataType):
         single_op_graph(kind, [("f32", [2]), ("bf16", [2])], [("bf16", [2])])
     with pytest.raises(InvalidDataType):

@@ -40,7 +40,8 @@ def test_binary_float(kind, dt):
 
 
 @pytest.mark.parametrize("kind,dts", [("Add", ("f32", "bf16")), ("Multiply", ("f16", "f32")),
-                                      ("Divide", ("bf16", "f32")), ("Subtract", ("f32", "f16"))])
+                                      ("Divide", ("bf16", "f32")), ("Subtract", ("f32", "f16")),
+                                      ("Multiply", ("bf16", "bf16")), ("Add", ("f16", "f16"))])
 def test_binary_mixed_precision(kind, dts):
     g = one_op(kind, [(dts[0], [4, 3]), (dts[1], [3])], [("f32", [4, 3])])
     check_compiled(g, what=f"{kind} {dts}")

@@ -125,7 +125,7 @@ def test_dynamic_dequantize_groups_checked_at_run_time():
      InvalidDataType, "data type"),
     ("DynamicQuantize", [("f32", [2, 3]), ("f32", [1])], [("s4", [2, 3])], {}, InvalidDataType, "data type"),
     ("DynamicDequantize", [("s8", [2, 3]), ("f16", [1])], [("f32", [2, 3])], {}, InvalidDataType, "data type"),
-    ("DynamicDequantize", [("s4", [2, 3]), ("f32", [1]), ("u8", [1])], [("f32", [2, 3])], {},
+    ("DynamicDequantize", [("s4", [2, 3]), ("f32", [1]), ("f32", [1])], [("f32", [2, 3])], {},
      InvalidDataType, "data type"),
     ("DynamicDequantize", [("u8", [4, 6]), ("f32", [4, 2])], [("f32", [4, 6])], {"qtype": "per_group"},
      InvalidGraphOp, "group shape"),

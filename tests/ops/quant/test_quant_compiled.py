@@ -124,7 +124,8 @@ DG4 = ("per_group", 2, (1, 2, 3, 1), (2, 4, 6, 5), (120, 1, 20, 4))
 @pytest.mark.parametrize("src_dt,zps,dst,layout", [
     ("s8", "s8", "f32", DT), ("u8", None, "bf16", DC0), ("u8", "s32", "f16", DCL), ("s4", "s4", "bf16", DG2),
     ("s4", "s32", "f32", DG4), ("u4", "u4", "f16", DG4), ("u4", None, "f32", DCL), ("s8", "u8", "bf16", DG2),
-    ("s4", None, "f16", DT), ("u8", "s8", "f32", DG4)], ids=case_id)
+    ("s4", None, "f16", DT), ("u8", "s8", "f32", DG4),
+    ("u4", "u8", "f16", DG2), ("s8", "u4", "f32", DCL)], ids=case_id)   # zps of another integer type (oneDNN's schema)
 def test_dynamic_dequantize(src_dt, zps, dst, layout):
     qtype, axis, groups, shape, strides = layout
     rng = np.random.default_rng(4)
