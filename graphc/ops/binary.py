@@ -11,9 +11,13 @@ from .schema import DtypeTable, In, Out, bad_shape
 
 FLOAT_ROWS = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16")]
 SAME_FLOAT = DtypeTable(["src_0|src_1", "dst"], FLOAT_ROWS)
-MIXED_FLOAT = DtypeTable(["src_0", "src_1", "dst"],
-                         [("f32", "f32", "f32"), ("bf16", "bf16", "bf16"), ("f16", "f16", "f16"),
-                          ("f32", "bf16,f16", "f32"), ("bf16,f16", "f32", "f32")])
+#: Add, Subtract, Multiply, Divide: src_0, src_1 and dst each of any floating type (oneDNN's
+#: op schemas, src/graph/interface/op_def.hpp: three independent type constraints T1, T2, T3;
+#: the doc tables list the common rows only): frameworks dump bf16 * bf16 -> f32 (training's
+#: O * dO) and bf16 / f32 -> bf16 (a scale kept in f32).  The value is computed in f32 and
+#: rounded once to dst.
+ANY_FLOAT = "f32,bf16,f16"
+MIXED_FLOAT = DtypeTable(["src_0", "src_1", "dst"], [(ANY_FLOAT, ANY_FLOAT, ANY_FLOAT)])
 
 
 class Add(Binary):

@@ -125,9 +125,9 @@ class Binary(Elementwise):
     inputs = (In("src_0"), In("src_1"))
     outputs = (Out("dst"),)
     attrs = (AUTO_BROADCAST,)
+    #: any floating types (oneDNN's Add/Subtract schemas: T1, T2, T3 independent), or s32
     dtypes = DtypeTable(["src_0", "src_1", "dst"],
-                        [("f32", "f32", "f32"), ("bf16", "bf16", "bf16"), ("f16", "f16", "f16"),
-                         ("f32", "bf16,f16", "f32"), ("bf16,f16", "f32", "f32"), ("s32", "s32", "s32")])
+                        [("f32,bf16,f16", "f32,bf16,f16", "f32,bf16,f16"), ("s32", "s32", "s32")])
 
     def infer(self, op):
         return [binary_shape(op, op.inputs[0].shape, op.inputs[1].shape)]
