@@ -71,7 +71,42 @@ def add_mask(q, x):
 
 
 def select_mask(q, x):
-    return q.op("Select", viewed(q, "mask"), x, None, pred=keeps_shape(x), label="mask")
+    """Select(mask, x, fill) (GPT: the masked scores replaced) or Select(mask, fill, x)
+    (DistilBERT: the kept scores are the else branch)."""
+    return q.alt(x, lambda b, y: b.op("Select", viewed(b, "mask"), y, None, pred=keeps_shape(y), label="mask"),
+                 lambda b, y: b.op("Select", viewed(b, "mask"), None, y, pred=keeps_shape(y), label="mask"))
+
+
+def scale(q, x):
+    return q.op(["Multiply", "Divide"], x, viewed(q, "scale"), either_order=True, pred=sdpa_scale(x), label="scale")
+
+
+def soft_cap(q, x):
+    """Gemma-2's soft-capping: [Multiply 1/cap] -> Tanh -> Multiply cap (the scales are ``scale``s)."""
+    return q.op("Tanh", x, label="soft cap")
+
+
+#: at most this many ops between the Q@K^T MatMul and the SoftMax (scales, masks, soft-capping)
+MAX_SCORE_OPS = 6
+
+
+def score_ops(p, x):
+    """The ops on the scores before the SoftMax, in any order (frameworks dump them so:
+    GPT's Select -> Divide -> Add, DistilBERT's Divide -> Select, Gemma-2's Multiply ->
+    Tanh -> Multiply -> Select): scales (Multiply/Divide), masks (implicit causal, Add,
+    Select with the scores in either branch) and soft-capping."""
+    return p.repeat(lambda q, y: q.alt(y, scale, causal_mask, add_mask, select_mask, soft_cap), x,
+                    0, MAX_SCORE_OPS, label="score ops")
+
+
+def probabilities(p, x):
+    """The probabilities into @V: [Dropout] -> TypeCasts and a per-tensor Quantize ->
+    Dequantize (quantized SDPA; int8-bf16 casts to f32 around them)."""
+    x = p.op("Dropout", x, None, None, None, optional=True, label="dropout")
+    return p.repeat(lambda q, y: q.alt(
+        y, lambda b, z: b.op("TypeCast", z, label="p typecast"),
+        lambda b, z: b.op("Quantize", z, pred=per_tensor, label="p quantize"),
+        lambda b, z: b.op("Dequantize", z, pred=per_tensor, label="p dequantize")), x, 0, 5, label="p chain")
 
 
 def last_axis(o, m) -> bool:
@@ -85,19 +120,15 @@ def sdpa():
     exported]) -> [Dropout] -> [Quantize -> Dequantize] -> MatMul @V ->
     [reorders/TypeCasts] -> [Quantize]; GQA/MQA as StaticReshapes around the MatMuls.  One
     flash-style kernel (legality's attention plan, graphc/codegen/attention.py)."""
-    p = Pattern("sdpa", 11, "[reorder] -> [(Dynamic)Dequantize] -> MatMul QK -> [Multiply/Divide] -> "
-                            "[causal/Add/Select mask] -> SoftMax [stats] -> [Dropout] -> [Quantize/Dequantize] -> "
-                            "MatMul V -> [reorder/TypeCast] -> [Quantize]", anchor="qk", kernel="attention")
+    p = Pattern("sdpa", 11, "[reorder] -> [(Dynamic)Dequantize] -> MatMul QK -> [scales, causal/Add/Select "
+                            "masks, Tanh soft-capping, any order] -> SoftMax [stats] -> [Dropout] -> "
+                            "[TypeCast/Quantize/Dequantize] -> MatMul V -> [reorder/Reorder/TypeCast] -> [Quantize]",
+                anchor="qk", kernel="attention")
     qk = p.op("MatMul", sdpa_operand(p, "query"), sdpa_operand(p, "key"), label="qk")
-    s = p.optional_block(lambda q, x: q.op(["Multiply", "Divide"], x, viewed(q, "scale"), either_order=True,
-                                           pred=sdpa_scale(x), label="scale"), qk, label="scale")
-    s = p.optional_block(lambda q, x: q.alt(x, causal_mask, add_mask, select_mask), s, label="mask")
-    sm = p.op("SoftMax", s, pred=last_axis, label="softmax")
-    sm = p.op("Dropout", sm, None, None, None, optional=True, label="dropout")
-    sm = p.op("Dequantize", p.op("Quantize", sm, optional=True, pred=per_tensor, label="p quantize"),
-              optional=True, pred=per_tensor, label="p dequantize")
-    o = p.op("MatMul", sm, sdpa_operand(p, "value"), label="pv")
-    o = p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["TypeCast"], x, label="output"), o, 0, 4, label="output reorders")
+    sm = p.op("SoftMax", score_ops(p, qk), pred=last_axis, label="softmax")
+    o = p.op("MatMul", probabilities(p, sm), sdpa_operand(p, "value"), label="pv")
+    o = p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["Reorder", "TypeCast"], x, label="output"), o, 0, 5,
+                 label="output reorders")
     p.op("Quantize", o, optional=True, pred=per_tensor, label="output quantize")
     return p
 
