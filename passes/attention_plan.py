@@ -185,8 +185,8 @@ def _backward_plan(ops, roles, produced, leaving) -> FusionPlan:
         if o.kind == "Dropout":
             if len(o.outputs) > 1 or any(t.id in computed for t in o.inputs[1:]):
                 raise Illegal("a Dropout in attention backward has a mask output or computed seeds")
-        elif not is_pointwise(o) or any(tuple(t.shape) != sshape for t in o.outputs):
-            raise Illegal(f"op {o.id} ({o.kind}) is not a pointwise op of the scores' shape")
+        elif not (is_pointwise(o) or o.kind == "GenIndex") or any(tuple(t.shape) != sshape for t in o.outputs):
+            raise Illegal(f"op {o.id} ({o.kind}) is not a pointwise op (or GenIndex) of the scores' shape")
     if not is_pointwise(computed[red.id]) or any(t.id in computed for t in computed[red.id].inputs):
         raise Illegal("O * dO is not one pointwise op of partition inputs")
     roles_of = {}

@@ -134,14 +134,15 @@ def sdpa():
 
 
 def sdpa_backward():
-    """sdpa.md (training backpropagation): S = Q@K^T -> [scale] -> [Add/Select mask] ->
+    """sdpa.md (training backpropagation): S = Q@K^T -> the forward's score ops (scales, masks
+    with the implicit causal one, in any order) ->
     Subtract Stats -> Exp = P; dV = ([Dropout] -> [TypeCast] P)^T @ dO; dP = dO@V^T ->
     [Dropout]; dS = P * (dP - ReduceSum(O * dO)) (dM when it leaves) -> [scale] ->
     [TypeCast] -> dQ = dS@K and dK = dS^T@Q (GQA/MQA: K, V broadcast over the query
     heads of a group, dK and dV ReduceSums over them; 4-D GQA: the inputs reshaped to
     5-D and the gradients back, views in the kernel).  One flash-style backward kernel
     (legality's attention plan, graphc/codegen/attention.py)."""
-    p = Pattern("sdpa_backward", 11, "MatMul QK -> [scale] -> [mask] -> Subtract stats -> Exp -> "
+    p = Pattern("sdpa_backward", 11, "MatMul QK -> [scales, masks] -> Subtract stats -> Exp -> "
                                      "MatMuls dV, dP -> dS = P * (dP - ReduceSum(O * dO)) -> MatMuls dQ, dK",
                 anchor="qk", kernel="attention")
     q, k, do = viewed(p, "query"), viewed(p, "key"), viewed(p, "diff_dst")
@@ -157,9 +158,7 @@ def sdpa_backward():
         return p.repeat(lambda b, y: b.op(SDPA_REORDERS, y, label="output"), x, 0, 4, label=f"{label} reorders")
 
     qk = p.op("MatMul", q, k, label="qk")
-    s = p.optional_block(lambda b, x: b.op(["Multiply", "Divide"], x, b.input("scale"), either_order=True,
-                                           pred=sdpa_scale(x), label="scale"), qk, label="scale")
-    s = p.optional_block(lambda b, x: b.alt(x, add_mask, select_mask), s, label="mask")
+    s = score_ops(p, qk)
     prob = p.op("Exp", p.op("Subtract", s, viewed(p, "stats"), label="minus stats"), label="p")
     pd = p.op("TypeCast", p.op("Dropout", prob, None, None, None, optional=True), optional=True)
     head_sum(p, p.op("MatMul", pd, do, label="dv"), "dv")
