@@ -113,12 +113,31 @@ def last_axis(o, m) -> bool:
     return o.attr("axis") % max(1, o.inputs[0].ndim) == o.inputs[0].ndim - 1
 
 
+def p_at_v(q, x):
+    """O = P @ V."""
+    return q.op("MatMul", x, sdpa_operand(q, "value"), label="pv")
+
+
+def swaps_last_two(o, m) -> bool:
+    order = [a % max(1, o.inputs[0].ndim) for a in o.attr("order")]
+    return len(order) >= 2 and order == list(range(len(order) - 2)) + [len(order) - 1, len(order) - 2]
+
+
+def v_at_p_transposed(q, x):
+    """JAX: O^T = V^T @ P^T, the probabilities transposed (StaticTranspose of the last two
+    axes -> [Reorder]) into the second input; the output transposed back after."""
+    t = q.op("StaticTranspose", x, pred=swaps_last_two, label="p transpose")
+    t = q.op("Reorder", t, optional=True, label="p transpose")
+    return q.op("MatMul", sdpa_operand(q, "value"), t, label="pv")
+
+
 def sdpa():
     """sdpa.md / gqa.md (inference and training forward), sdpa_with_compressed_kv.md and
     sdpa_quantized.md (dequantized operands: ``sdpa_operand``): MatMul Q@K^T -> [scale] ->
     [mask: causal (GenIndex/GreaterEqual/Select), Add or Select] -> SoftMax (last axis, [stats
     exported]) -> [Dropout] -> [Quantize -> Dequantize] -> MatMul @V ->
-    [reorders/TypeCasts] -> [Quantize]; GQA/MQA as StaticReshapes around the MatMuls.  One
+    [reorders/TypeCasts] -> [Quantize] (JAX: O^T = V^T @ P^T, ``v_at_p_transposed``); GQA/MQA as
+    StaticReshapes around the MatMuls.  One
     flash-style kernel (legality's attention plan, graphc/codegen/attention.py)."""
     p = Pattern("sdpa", 11, "[reorder] -> [(Dynamic)Dequantize] -> MatMul QK -> [scales, causal/Add/Select "
                             "masks, Tanh soft-capping, any order] -> SoftMax [stats] -> [Dropout] -> "
@@ -126,7 +145,7 @@ def sdpa():
                 anchor="qk", kernel="attention")
     qk = p.op("MatMul", sdpa_operand(p, "query"), sdpa_operand(p, "key"), label="qk")
     sm = p.op("SoftMax", score_ops(p, qk), pred=last_axis, label="softmax")
-    o = p.op("MatMul", probabilities(p, sm), sdpa_operand(p, "value"), label="pv")
+    o = p.alt(probabilities(p, sm), p_at_v, v_at_p_transposed, label="@V")
     o = p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["Reorder", "TypeCast"], x, label="output"), o, 0, 5,
                  label="output reorders")
     p.op("Quantize", o, optional=True, pred=per_tensor, label="output quantize")

@@ -9,21 +9,28 @@ import pytest
 
 from conftest import SHARED
 from graphc.builder import GraphBuilder
+from graphc.codegen.rules import can_lower
 from graphc.jsonio import load_graph_file
+from graphc.passes.catalog.attention import sdpa
+from graphc.passes.legality import accept
+from graphc.passes.pattern import match_all
 from support.sdpa import check_sdpa
 
 N, H, SQ, SKV, D = 2, 3, 40, 72, 16
 
 
-def framework_sdpa(steps, dt="f32", probs=(), out=("transpose", "reorder")):
+def framework_sdpa(steps, dt="f32", probs=(), out=("transpose", "reorder"), jax=False, sq=SQ, pv_attrs=None):
     """Q [N, H, SQ, D] @ K [N, H, D, SKV] -> ``steps`` on the scores -> SoftMax -> ``probs``
     (("typecast", dtype) or ("quant", dtype): a per-tensor Quantize -> Dequantize) -> @ V ->
-    ``out`` ("transpose" to [N, SQ, H, D], "reorder", ("typecast", dtype)).  Steps: "mul",
+    ``out`` ("transpose" to [N, SQ, H, D], "reorder", ("typecast", dtype)); ``jax``: JAX's
+    O^T = V^T [N, H, D, SKV] @ (P transposed, reordered), transposed to [N, SQ, H, D].  Steps: "mul",
     "div" (each by a scalar of its own), "add" (mask [N, 1, 1, SKV]), "select" (Select(mask,
-    scores, fill)), "select_else" (Select(mask, fill, scores)), "tanh"."""
+    scores, fill)), "select_else" (Select(mask, fill, scores)), "tanh"; ``pv_attrs``: the second
+    MatMul's attributes."""
     b = GraphBuilder()
-    sshape = [N, H, SQ, SKV]
-    q, k, v = b.tensor(dt, [N, H, SQ, D]), b.tensor(dt, [N, H, D, SKV]), b.tensor(dt, [N, H, SKV, D])
+    sshape = [N, H, sq, SKV]
+    q, k, v = b.tensor(dt, [N, H, sq, D]), b.tensor(dt, [N, H, D, SKV]), b.tensor(dt, [N, H, D, SKV] if jax else
+                                                                                    [N, H, SKV, D])
     ids = {"q": q.id, "k": k.id, "v": v.id}
     x = b.op("MatMul", [q, k], out=[(dt, sshape)])[0]
     for step in steps:
@@ -47,10 +54,16 @@ def framework_sdpa(steps, dt="f32", probs=(), out=("transpose", "reorder")):
             attrs = {"qtype": "per_tensor", "scales": [1 / 255], "zps": [0]}
             p = b.op("Dequantize", [b.op("Quantize", [p], out=[(pdt, sshape)], attrs=attrs)[0]],
                      out=[("f32", sshape)], attrs=attrs)[0]
-    o = b.op("MatMul", [p, v], out=[(dt, [N, H, SQ, D])])[0]
+    if jax:
+        p = b.op("StaticTranspose", [p], out=[(p.dtype, [N, H, SKV, sq])], attrs={"order": [0, 1, 3, 2]})[0]
+        p = b.op("Reorder", [p], out=[(p.dtype, [N, H, SKV, sq])])[0]
+        o = b.op("MatMul", [v, p], out=[(dt, [N, H, D, sq])], attrs=pv_attrs or {})[0]
+    else:
+        o = b.op("MatMul", [p, v], out=[(dt, [N, H, sq, D])], attrs=pv_attrs or {})[0]
     for step in out:
         if step == "transpose":
-            o = b.op("StaticTranspose", [o], out=[(o.dtype, [N, SQ, H, D])], attrs={"order": [0, 2, 1, 3]})[0]
+            o = b.op("StaticTranspose", [o], out=[(o.dtype, [N, sq, H, D])],
+                     attrs={"order": [0, 3, 1, 2] if jax else [0, 2, 1, 3]})[0]
         elif step == "reorder":
             o = b.op("Reorder", [o], out=[(o.dtype, list(o.shape))])[0]
         else:
@@ -69,6 +82,24 @@ def framework_sdpa(steps, dt="f32", probs=(), out=("transpose", "reorder")):
 def test_score_ops_in_any_order(steps):
     g, ids = framework_sdpa(steps)
     check_sdpa(g, ids)
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_jax_transposed_probabilities(dt):
+    """JAX-MHA: O^T = V^T @ P^T (the probabilities transposed and reordered into the second
+    MatMul's input 1), the output transposed back: the kernel computes O = P @ V and stores
+    it transposed."""
+    g, ids = framework_sdpa(["div", "add"], dt, jax=True)
+    check_sdpa(g, ids)
+
+
+def test_transposed_probabilities_with_transpose_b_are_refused():
+    """V^T @ (P^T)^T (the second MatMul transposing the transposed probabilities back) is
+    no attention the kernel computes: legality says why."""
+    g, _ = framework_sdpa(["div"], jax=True, sq=SKV, pv_attrs={"transpose_b": True})
+    rejected = []
+    assert not match_all(g, [sdpa()], accept(g, can_lower, rejected=rejected))
+    assert rejected and "transposed into the second MatMul" in rejected[0][1]
 
 
 def test_bf16_probabilities_cast_around_their_quantization():
@@ -91,7 +122,7 @@ def test_each_round_of_score_ops_binds_its_own_scale():
 
 # -- the corpus's files, as dumped ---------------------------------------------------------------
 MHA = SHARED / "onednn" / "benchdnn" / "inputs" / "graph" / "complex_fusion" / "mha"
-FORMS = ["MHA-bert_large-inf-fp32-bs1", "MHA-GPT-inf-fp32-bs1", "MHA-distill_bert-inf-fp32-bs1", "gemma2-bf16-f32",
+FORMS = ["JAX-MHA-inf-fp32", "MHA-bert_large-inf-fp32-bs1", "MHA-GPT-inf-fp32-bs1", "MHA-distill_bert-inf-fp32-bs1", "gemma2-bf16-f32",
          "MHA-GPT-inf-int8-bs1", "MHA-distill_bert-inf-int8-bs1", "sdpa-plain-wo-scale-int8-bs1",
          "MHA-bert_large-inf-int8-bs1"]
 
