@@ -34,6 +34,7 @@ from ..terminal import shown
 from ..tolerances import compare
 from . import cost
 from .chunks import reference_outputs
+from .stats_fill import consistent_stats
 from .knobs import Case, KnobError, parse
 from .progress import Progress
 from .resolve import resolve
@@ -117,7 +118,7 @@ def _for_mb(values: dict, old: int, mb: int) -> dict:
 
 def _compare_once(graph, cg, seed, out, rebuild=None):
     """Run compiled and reference on one set of inputs: (mismatches, all outputs zero)."""
-    inputs = make_inputs(graph, seed)
+    inputs = consistent_stats(graph, make_inputs(graph, seed))
     t0 = time.perf_counter()
     got = cg.run(inputs)
     out.execute_ms = (time.perf_counter() - t0) * 1e3
