@@ -4,8 +4,8 @@ graphc's reference runs op by op and keeps every value: attention's scores of a
 128 x 12 x 1370 x 1370 case are 23 GB in float64, where the compiled kernel keeps
 tiles.  When :func:`graphc.reference.reference_bytes` exceeds the budget and the
 graph is separable along dim 0 (no op mixes the elements of two minibatch rows:
-batched MatMuls, pointwise ops, SoftMax over another axis, reorders keeping dim
-0), the case is rebuilt for smaller minibatches (benchdnn's ``--mb`` rewrite),
+batched MatMuls, pointwise ops, SoftMax and reductions over other axes, reorders
+keeping dim 0), the case is rebuilt for smaller minibatches (benchdnn's ``--mb`` rewrite),
 the reference run on the matching slices of the inputs and the slices of its
 outputs joined: memory stays bounded and the comparison is the same.  A graph
 that is not separable is refused by the reference before it allocates."""
@@ -39,6 +39,8 @@ def _separable_op(op, batched) -> bool:
         return True
     if k == "GenIndex":
         return _axis_not_0(op, "axis", len(op.outputs[0].shape))
+    if k.startswith("Reduce"):   # (training backward's ReduceSum(O * dO) over the last axis)
+        return all(a % max(rank, 1) != 0 for a in op.attr("axes") or ())
     if k in ("Dropout", "DynamicDequantize", "DynamicQuantize"):
         return False
     if is_pointwise(op):

@@ -28,6 +28,19 @@ def test_minibatch_by_minibatch_equals_the_whole(kw):
         np.testing.assert_allclose(got[tid], whole[tid], rtol=1e-6, atol=1e-7)
 
 
+def test_training_backward_is_chunked():
+    """ReduceSum(O * dO) over the last axis keeps the minibatch rows apart."""
+    from support.sdpa import sdpa_backward_graph, sdpa_backward_inputs
+    g, ids = sdpa_backward_graph("f32", n=4, h=2, sq=12, skv=20, d=8, mask="add")
+    ins = sdpa_backward_inputs(g, ids)
+    whole = reference.run(g, ins)
+    got = chunks.chunked_reference(g, lambda mb: sdpa_backward_graph("f32", n=mb, h=2, sq=12, skv=20, d=8,
+                                                                     mask="add")[0], ins, 1)
+    assert got is not None
+    for tid in whole:
+        np.testing.assert_allclose(got[tid], whole[tid], rtol=1e-6, atol=1e-6)
+
+
 def test_a_graph_mixing_rows_is_not_chunked():
     """A Dropout's random stream runs over the flat index: minibatch slices would differ."""
     g, _ = sdpa_graph("f32", n=4, sq=8, skv=8, dropout=True)
