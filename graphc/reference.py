@@ -46,6 +46,55 @@ def check_input_array(lt: LogicalTensor, arr, what: str = "input") -> np.ndarray
     return arr
 
 
+#: the share of the memory available that the reference may plan to use
+MEMORY_SHARE = 0.6
+
+
+def available_bytes() -> int | None:
+    """The memory the system can give without swapping (Linux's MemAvailable), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _nbytes(t, itemsize=None) -> int:
+    n = t.nelems if t.is_complete else 0
+    return n * (itemsize or t.dtype.np.itemsize) if n > 0 else 0
+
+
+def op_bytes(op) -> int:
+    """What running ``op``'s reference allocates at most: its inputs widened to float64, its
+    outputs in float64 and rounded to their dtypes."""
+    return sum(_nbytes(t, 8) for t in op.inputs if t is not None) + \
+        sum(_nbytes(t, 8) + _nbytes(t) for t in op.outputs)
+
+
+def reference_bytes(graph) -> int:
+    """The reference's peak memory, bounded above: every value it keeps (each op's outputs in
+    their dtypes) plus the largest working set of one op (:func:`op_bytes`)."""
+    ops = [o for o in graph.topo_ops() if o.kind != "End"]
+    kept = sum(_nbytes(t) for o in ops for t in o.outputs)
+    return kept + max((op_bytes(o) for o in ops), default=0)
+
+
+def check_memory(graph, budget=None) -> None:
+    """Refuse, before allocating, a graph whose reference would need more memory than
+    ``budget`` (default: MEMORY_SHARE of what is available), rather than be killed."""
+    budget = budget if budget is not None else (lambda a: None if a is None else int(a * MEMORY_SHARE))(
+        available_bytes())
+    need = reference_bytes(graph)
+    if budget is not None and need > budget:
+        big = max((o for o in graph.topo_ops()), key=op_bytes)
+        raise RuntimeFault("the reference would need more memory than is available", op=big,
+                           expected=f"at most {budget / 2 ** 30:.1f} GiB",
+                           found=f"{need / 2 ** 30:.1f} GiB (its largest op {op_bytes(big) / 2 ** 30:.1f} GiB)")
+
+
 def run(graph, inputs: dict, comm=None, unrounded: dict | None = None) -> dict:
     """Run ``graph`` in numpy on ``inputs`` ({tensor id: array}); return every
     graph output {tensor id: array} in its logical tensor's dtype.  ``unrounded``
@@ -58,6 +107,7 @@ def run(graph, inputs: dict, comm=None, unrounded: dict | None = None) -> dict:
     if graph.rank_pending:   # graph inputs of unknown rank: their arrays give it
         graph = graph.with_input_ranks({tid: np.ndim(inputs[tid]) for tid in graph.unknown_rank_inputs()
                                         if tid in inputs})
+    check_memory(graph)
     values: dict[int, np.ndarray] = {}
     for tid in graph.input_ports:
         lt = graph.tensors[tid]
@@ -115,4 +165,4 @@ def run_op(op, arrays: list, comm=None, unrounded: dict | None = None) -> dict:
     return result
 
 
-__all__ = ["run", "run_op", "check_input_array", "DataType"]
+__all__ = ["run", "run_op", "check_input_array", "DataType", "reference_bytes", "check_memory", "available_bytes"]

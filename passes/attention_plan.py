@@ -73,13 +73,15 @@ def _forward_plan(ops, roles, produced, leaving) -> FusionPlan:
         raise Illegal("a Dropout in attention must take the SoftMax's dst and have no mask output")
     probs = (drop[0] if drop else sm).outputs[0].id
     from_probs = _downstream_ops(ops, {probs})
-    if mm2.id not in from_probs or not (mm2.inputs[0].id == probs or produced.get(mm2.inputs[0].id) is not None
-                                        and produced[mm2.inputs[0].id].id in from_probs):
+    p_views = _transposed_probs(roles, probs, mm2)
+    pin = 1 if p_views else 0   # the second MatMul's input the probabilities enter
+    if mm2.id not in from_probs or not (mm2.inputs[pin].id == probs or produced.get(mm2.inputs[pin].id) is not None
+                                        and produced[mm2.inputs[pin].id].id in from_probs):
         raise Illegal("the SoftMax's dst (after a Dropout) is not the second MatMul's src")
     for mm in (mm1, mm2):   # (fpmath_mode's rounding of f32 inputs: the kernel rounds as it packs)
         if len(mm.inputs) > 2 or any(t.ndim < 2 for t in mm.inputs):
             raise Illegal(f"attention MatMul {mm.id} has a bias or a 1-D operand")
-    if mm2.attr("transpose_a"):
+    if mm2.attr("transpose_b" if pin else "transpose_a"):
         raise Illegal("the probabilities are transposed into the second MatMul")
     score = mm1.outputs[0]
     sshape = tuple(score.shape)
@@ -92,7 +94,7 @@ def _forward_plan(ops, roles, produced, leaving) -> FusionPlan:
         raise Illegal("V's batch dims broadcast the output beyond the scores'")
     reorders = {o.id for o in roles.get("reorder", ())}
     after = _downstream_ops(ops, {mm2.outputs[0].id}) - {mm2.id}
-    _forward_middle(ops, (mm1, sm, mm2), drop, reorders, after, produced, from_probs)
+    _forward_middle(ops, (mm1, sm, mm2), drop, reorders | p_views, after, produced, from_probs, pin)
     _input_views(ops, produced, reorders)
     epi = [o for o in ops if o.id in after]
     for prev, o in zip([mm2] + epi, epi):
@@ -111,8 +113,27 @@ def _forward_plan(ops, roles, produced, leaving) -> FusionPlan:
     return FusionPlan("attention", [mm1.id, sm.id, mm2.id], roles_of, reorders, {o.id for o in epi})
 
 
-def _forward_middle(ops, anchors, drop, reorders, after, produced, from_probs) -> None:
-    """Every op other than the anchors, the Dropout, the input reorders and the
+def _transposed_probs(roles, probs, mm2) -> set:
+    """The ops transposing the probabilities into the second MatMul's input 1 (JAX's
+    O^T = V^T @ P^T: a StaticTranspose of the last two axes of the SoftMax's dst, then
+    Reorders), or none; Illegal if they are not such a chain."""
+    ops = list(roles.get("p transpose", ()))
+    if not ops:
+        return set()
+    t = probs
+    for o in ops:
+        if o.inputs[0].id != t or len(o.outputs) != 1 or (o.kind == "StaticTranspose") != (o is ops[0]):
+            raise Illegal("the probabilities are not transposed into the second MatMul by one StaticTranspose "
+                          "of the SoftMax's dst and Reorders")
+        t = o.outputs[0].id
+    if mm2.inputs[1].id != t:
+        raise Illegal("the transposed probabilities are not the second MatMul's input 1")
+    return {o.id for o in ops}
+
+
+def _forward_middle(ops, anchors, drop, reorders, after, produced, from_probs, pin=0) -> None:
+    """Every op other than the anchors, the Dropout, the input reorders (and the
+    probabilities' transpose into input ``pin`` 1 of the second MatMul) and the
     chain after the second MatMul has a place the kernel computes it in: on the
     score tile (pointwise ops and GenIndex of the scores' shape), on the
     probabilities (pointwise ops of them), or while packing Q/K/V (pointwise or
@@ -120,11 +141,11 @@ def _forward_middle(ops, anchors, drop, reorders, after, produced, from_probs) -
     mm1, sm, mm2 = anchors
     score = mm1.outputs[0]
     sshape = tuple(score.shape)
-    chain = _downstream_ops(ops, {score.id}) - {sm.id, mm2.id} - {o.id for o in drop}
+    chain = _downstream_ops(ops, {score.id}) - {sm.id, mm2.id} - {o.id for o in drop} - reorders
     # the probabilities' chain (quantized SDPA: Quantize -> Dequantize) and the
     # operands' chains (compressed K/V, fp8 Q/K/V: [Dynamic]Dequantize -> [TypeCast] -> reorders)
-    p_chain = from_probs & _upstream_ops(produced, [mm2.inputs[0]])
-    operand = _upstream_ops(produced, [mm1.inputs[0], mm1.inputs[1], mm2.inputs[1]])
+    p_chain = from_probs & _upstream_ops(produced, [mm2.inputs[pin]]) - reorders
+    operand = _upstream_ops(produced, [mm1.inputs[0], mm1.inputs[1], mm2.inputs[1 - pin]])
     if operand & (chain | {sm.id} | {o.id for o in drop}):
         raise Illegal("Q, K or V is computed from the scores")
     fed_by_probs = p_chain | {sm.id} | {d.id for d in drop}
@@ -185,8 +206,8 @@ def _backward_plan(ops, roles, produced, leaving) -> FusionPlan:
         if o.kind == "Dropout":
             if len(o.outputs) > 1 or any(t.id in computed for t in o.inputs[1:]):
                 raise Illegal("a Dropout in attention backward has a mask output or computed seeds")
-        elif not is_pointwise(o) or any(tuple(t.shape) != sshape for t in o.outputs):
-            raise Illegal(f"op {o.id} ({o.kind}) is not a pointwise op of the scores' shape")
+        elif not (is_pointwise(o) or o.kind == "GenIndex") or any(tuple(t.shape) != sshape for t in o.outputs):
+            raise Illegal(f"op {o.id} ({o.kind}) is not a pointwise op (or GenIndex) of the scores' shape")
     if not is_pointwise(computed[red.id]) or any(t.id in computed for t in computed[red.id].inputs):
         raise Illegal("O * dO is not one pointwise op of partition inputs")
     roles_of = {}

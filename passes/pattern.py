@@ -25,7 +25,9 @@ builder)::
   ``p.optional_block(body, x)`` and
   ``p.alt(x, body, ...)``: sub-patterns entered by one tensor and left by one;
   ``body(q, x)`` builds the sub-pattern on ``q`` from its entry ``x`` and returns
-  its exit.  Repetitions take as many rounds as they can (then back off).
+  its exit.  Repetitions take as many rounds as they can (then back off); an
+  outside tensor made in a body (``q.input()``) is bound afresh in each round
+  (two scales of a repeated scale step are two tensors).
 
 Matching starts at the pattern's anchor (its first op node, or the one named
 ``anchor=``) and walks from bound ops to their consumers (an input bound, as
@@ -169,6 +171,7 @@ class Pattern:
         if not self.kernel or any(k not in KERNEL_SHAPES for k in self.kernel):
             raise ValueError(f"pattern {name}: kernel shapes {kernel!r}, not of {KERNEL_SHAPES}")
         self.items: list = []
+        self.inputs: list = []            # the outside tensors made here (sub-patterns: fresh each round)
         self.entry: Input | None = None   # sub-patterns: the tensor entering
         self.exit = None                  # sub-patterns: the tensor leaving
         self.check: Callable | None = None
@@ -176,7 +179,9 @@ class Pattern:
 
     # -- building --------------------------------------------------------------------------
     def input(self, label: str = "") -> Input:
-        return Input(label)
+        i = Input(label)
+        self.inputs.append(i)
+        return i
 
     def op(self, kinds, *inputs, pred=None, either_order=False, optional=False, label="") -> Node:
         n = Node(_flat(kinds), inputs, pred, either_order, optional, label)
@@ -510,6 +515,8 @@ class _Matcher:
 
     def _body(self, body: Pattern, tid, st):
         st2 = st.copy()
+        for i in body.inputs:   # an outside tensor of the body is any tensor in each round
+            st2.t.pop(i, None)
         for it in body.items:   # the bindings of a previous round
             st2.o.pop(it, None)
             for k in list(st2.t):

@@ -22,17 +22,19 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import compiler, reference
+from .. import compiler
 from ..compiler.layout import into_layout
 from ..errors import GraphcError, Unimplemented
 from ..fill import make_inputs
 from ..terminal import shown
 from ..tolerances import compare
 from . import cost
+from .chunks import reference_outputs
+from .stats_fill import consistent_stats
 from .knobs import Case, KnobError, parse
 from .progress import Progress
 from .resolve import resolve
@@ -86,21 +88,23 @@ def _compile(graph, expected: int, out: Outcome):
     return cg
 
 
-def check(graph, expected_partitions: int = 1, seed: int = 0) -> Outcome:
+def check(graph, expected_partitions: int = 1, seed: int = 0, rebuild=None) -> Outcome:
     """Compile and run ``graph`` and compare every output with the reference.
-    ``expected_partitions`` 0 skips the partition count check."""
+    ``expected_partitions`` 0 skips the partition count check; ``rebuild(mb)``: the
+    case's graph for another minibatch (a reference too large for memory runs
+    minibatch by minibatch, graphc/bench/chunks.py)."""
     out = Outcome()
     try:
         cg = _compile(graph, expected_partitions, out)
         if cg is None:
             return out
         out.max_error = 0.0
-        bad, all_zero = _compare_once(graph, cg, seed, out)
+        bad, all_zero = _compare_once(graph, cg, seed, out, rebuild)
         if not bad and all_zero:
             # zeros everywhere may come from the data: judge again on other data; zeros
             # that every input gives (clamp to [0, 0], an index along a size-1 dim) are
             # the op's answer
-            bad, _ = _compare_once(graph, cg, seed + 1, out)
+            bad, _ = _compare_once(graph, cg, seed + 1, out, rebuild)
     except Exception as e:  # noqa: BLE001 - a lowering bug fails this case, not the run
         out.status, out.reason = FAILED, _why(e)
         return out
@@ -109,14 +113,21 @@ def check(graph, expected_partitions: int = 1, seed: int = 0) -> Outcome:
     return out
 
 
-def _compare_once(graph, cg, seed, out):
+def _for_mb(values: dict, old: int, mb: int) -> dict:
+    """Knob values for minibatch ``mb``: --mb, and --in-shapes entries of minibatch ``old``."""
+    shapes = {tid: replace(s, shape=(mb,) + tuple(s.shape[1:])) if s.shape and s.shape[0] == old else s
+              for tid, s in values["in-shapes"].items()}
+    return values | {"mb": mb, "in-shapes": shapes}
+
+
+def _compare_once(graph, cg, seed, out, rebuild=None):
     """Run compiled and reference on one set of inputs: (mismatches, all outputs zero)."""
-    inputs = make_inputs(graph, seed)
+    inputs = consistent_stats(graph, make_inputs(graph, seed))
     t0 = time.perf_counter()
     got = cg.run(inputs)
     out.execute_ms = (time.perf_counter() - t0) * 1e3
     unrounded: dict = {}
-    want = reference.run(graph, inputs, unrounded=unrounded)
+    want = reference_outputs(graph, inputs, rebuild, unrounded=unrounded)
     bad, all_zero = [], bool(graph.output_ports)
     for tid in graph.output_ports:
         ok, err = compare(got[tid], want[tid], graph.tensors[tid].dtype, unrounded=unrounded.get(tid))
@@ -215,8 +226,9 @@ class Run:
         det = "--deterministic " if self.g.deterministic else ""
         return f"{mode}{det}--graph {case.knobs_repro()}"
 
-    def graph(self, case: Case):
-        """The case's graph, or a reason it cannot be built."""
+    def graph(self, case: Case, mb: int = 0, old: int = 0):
+        """The case's graph, or a reason it cannot be built; for minibatch ``mb`` when given
+        (its --in-shapes of minibatch ``old`` too: the outputs' shapes and strides)."""
         if case.error:
             return None, case.error
         path = resolve(case.path, case.batch_dirs, self.g.inputs_dir)
@@ -231,7 +243,7 @@ class Run:
         if why:
             return None, why
         try:
-            graph = build_graph(doc, case.values)
+            graph = build_graph(doc, _for_mb(case.values, old, mb) if mb else case.values)
             if self.g.deterministic:
                 graph.set_deterministic(True)
             return graph, ""
@@ -265,7 +277,8 @@ class Run:
                 self.summarize(i, out, emit)
                 return
         else:
-            out = check(graph, expected)
+            n = next((graph.tensors[t].shape[0] for t in graph.input_ports if graph.tensors[t].shape), 0)
+            out = check(graph, expected, rebuild=lambda mb: self.graph(case, mb, n)[0])
         self.report(i, case, out, emit)
         self.summarize(i, out, emit)
 

@@ -116,7 +116,9 @@ class _Forward:
         self.drop = drop = next((o for o in ops if o.kind == "Dropout"), None)
         self.local = local = dict(refs)
         self.values = Values(ops, local, kb)
-        self.operands = (mm1.inputs[0], mm1.inputs[1], mm2.inputs[1])
+        # JAX's O^T = V^T @ P^T: the probabilities transposed into input 1, the output transposed
+        self.pin = pin = 0 if _computed_from(ops, mm2.inputs[0], sm) else 1
+        self.operands = (mm1.inputs[0], mm1.inputs[1], mm2.inputs[1 - pin])
         self._operand_refs(plan)
         self.score = score = mm1.outputs[0]
         self.sshape = sshape = tuple(score.shape)
@@ -124,15 +126,19 @@ class _Forward:
         self.sq, self.skv = sshape[-2], sshape[-1]
         self.q = as_matrix(local[mm1.inputs[0].id], mm1.attr("transpose_a"), batch, mm_rounding(mm1, 0))
         self.k = as_matrix(local[mm1.inputs[1].id], mm1.attr("transpose_b"), batch, mm_rounding(mm1, 1))
-        self.v = as_matrix(local[mm2.inputs[1].id], mm2.attr("transpose_b"), batch, mm_rounding(mm2, 1))
+        self.v = as_matrix(local[mm2.inputs[1 - pin].id], not mm2.attr("transpose_a") if pin else
+                           mm2.attr("transpose_b"), batch, mm_rounding(mm2, 1 - pin))
         self.d, self.dv = self.q.cols, self.v.cols
         self.p_dt = sm.outputs[0].dtype
         self.probs = (drop or sm).outputs[0]
-        self.p_chain = mm2.inputs[0].id != self.probs.id   # pointwise ops on the probabilities (Quantize -> Dequantize)
-        self.p_round = mm_rounding(mm2, 0)                 # fpmath_mode rounds the (normalised) f32 probabilities
+        # pointwise ops on the probabilities (Quantize -> Dequantize); the transposed ones go in as they are
+        self.p_chain = not pin and mm2.inputs[0].id != self.probs.id
+        self.p_round = mm_rounding(mm2, pin)   # fpmath_mode rounds the (normalised) f32 probabilities
         self.two_pass = is_narrow_float(self.p_dt) or self.p_chain or self.p_round is not None
         self.inf_as_zero = sm.attr("mode") == "inf_as_zero"
-        self.store = output_store(ops, local, plan.epilogue, mm2.outputs[0])
+        store = output_store(ops, local, plan.epilogue, mm2.outputs[0])
+        # O's row i, column c; transposed (O^T's row c, column i) when P^T went in
+        self.store = (lambda iv, v: store(iv[:-2] + [iv[-1], iv[-2]], v)) if pin else store
         self._blocking()
         use_helper(kb, "attn_exp_row")   # (after exp_le0_f32, which it calls)
         self.dparams = dropout_params(kb, *(local[t.id] for t in drop.inputs[1:])) if drop else None
@@ -334,6 +340,21 @@ def _causal_blocks(kb, ops, local, values, sm, bivars, last_row, bn, kt, skv):
     # keys j <= diag are kept in some row of the block; blocks past them are skipped
     upto = kb.let(ir.call("min", skv, ir.call("max", 0, diag + 1)), "kj")
     return kb.let(ir.select(fill.eq(-math.inf), (upto + (bn - 1)) // bn, ir.const(kt)), "kt")
+
+
+def _computed_from(ops, t, op) -> bool:
+    """Whether tensor ``t`` is computed (within ``ops``) from an output of ``op``."""
+    producer = {x.id: o for o in ops for x in o.outputs}
+    stack, seen = [t.id], set()
+    while stack:
+        o = producer.get(stack.pop())
+        if o is None or o.id in seen:
+            continue
+        if o.id == op.id:
+            return True
+        seen.add(o.id)
+        stack.extend(x.id for x in o.inputs)
+    return False
 
 
 def _gen_index(op, last) -> bool:

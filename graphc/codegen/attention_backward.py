@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from . import ir
-from .attention_operands import (ZERO, as_matrix, dropout_kept, gemm, gemm_block, output_store, prologue_views,
+from .attention_operands import (ZERO, IndexRef, as_matrix, dropout_kept, gemm, gemm_block, output_store, prologue_views,
                                  stored, tile_operand)
 from .fused_values import Values
 from .kernel import Scratch, as_stored, is_narrow_float, plan_threads, worth_parallel
@@ -86,6 +86,9 @@ class _Backward:
         self.local = dict(refs)
         self.values = Values(ops, self.local)
         prologue_views(ops, self.local, self.values, plan.prologue)   # (4-D GQA: Q, K, ... reshaped to 5-D)
+        for o in ops:   # an implicit causal mask: GenIndex's dst is its index
+            if o.kind == "GenIndex":
+                self.local[o.outputs[0].id] = IndexRef(o.outputs[0], o.attr("axis") % len(o.outputs[0].shape))
         self.score = self.qk.outputs[0]
         self.sshape = tuple(self.score.shape)
         self.batch = self.sshape[:-2]

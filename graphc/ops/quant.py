@@ -51,29 +51,39 @@ def param_shape(op, src_shape) -> tuple | None:
     return None
 
 
-def fits(shape, expected) -> bool:
-    """Does a scales / zps shape agree with ``param_shape``'s answer (-1 dims agree with anything)?"""
-    if expected is None:
+def fits(shape, expected, one=False) -> bool:
+    """Does a scales / zps shape agree with ``param_shape``'s answer (-1 dims agree with anything)?
+    ``one``: a 1-D tensor of one element fits too (oneDNN's per_channel DynamicDequantize zero
+    points: "zps should be 1 or equals to scales size", one zero point for every channel)."""
+    if expected is None or one and len(shape) == 1 and dims_equal(shape[0], 1):
         return -1 in shape or math.prod(shape) == 1
     return len(shape) == len(expected) and all(map(dims_equal, shape, expected))
 
 
+def one_zp(op, where) -> bool:
+    """Whether the zero points at ``where`` may be one value for every channel (dynamic
+    per_channel ops' zps port)."""
+    return op.attr("qtype") == "per_channel" and where == "port 'zps'"
+
+
 def check_params(op, src_shape, named_shapes):
-    """Check each (where, shape) of scales / zps against the src shape."""
+    """Check each (where, shape) of scales / zps against the src shape (the dynamic ops'
+    per_channel zps may be one value, :func:`one_zp`)."""
     expected = param_shape(op, src_shape)
     if op.attr("qtype") == "per_group" and any(d != -1 and d % g for d, g in zip(src_shape, op.attr("group_shape"))):
         raise bad_shape(op, "group sizes must divide the src dims", where="attribute 'group_shape'",
                         expected=f"divisors of {list(src_shape)}", found=list(op.attr("group_shape")))
     for where, shape in named_shapes:
-        if not fits(shape, expected):
+        if not fits(shape, expected, one_zp(op, where)):
             raise bad_shape(op, f"{op.attr('qtype')} scales and zero points have the wrong shape", where=where,
                             expected="one element" if expected is None else list(expected), found=list(shape))
 
 
-def expand(op, p: np.ndarray, src_shape) -> np.ndarray:
-    """Broadcast a scales / zps array ``p`` against src of the actual ``src_shape``."""
+def expand(op, p: np.ndarray, src_shape, one=False) -> np.ndarray:
+    """Broadcast a scales / zps array ``p`` against src of the actual ``src_shape`` (``one``:
+    as :func:`fits`)."""
     expected = param_shape(op, src_shape)
-    if not fits(p.shape, expected):
+    if not fits(p.shape, expected, one):
         raise RuntimeFault("scales or zero points do not match src", op=op,
                            expected="one element" if expected is None else list(expected), found=list(p.shape))
     if expected is None:
@@ -183,7 +193,7 @@ class _DynamicQuant(Elementwise):
         return [op.inputs[0].shape]
 
     def params(self, op, src, scales, zps=None):
-        return expand(op, scales, src.shape), (0.0 if zps is None else expand(op, zps, src.shape))
+        return expand(op, scales, src.shape), (0.0 if zps is None else expand(op, zps, src.shape, one=True))
 
     def pointwise(self, op) -> bool:
         return False

@@ -71,11 +71,64 @@ def add_mask(q, x):
 
 
 def select_mask(q, x):
-    return q.op("Select", viewed(q, "mask"), x, None, pred=keeps_shape(x), label="mask")
+    """Select(mask, x, fill) (GPT: the masked scores replaced) or Select(mask, fill, x)
+    (DistilBERT: the kept scores are the else branch)."""
+    return q.alt(x, lambda b, y: b.op("Select", viewed(b, "mask"), y, None, pred=keeps_shape(y), label="mask"),
+                 lambda b, y: b.op("Select", viewed(b, "mask"), None, y, pred=keeps_shape(y), label="mask"))
+
+
+def scale(q, x):
+    return q.op(["Multiply", "Divide"], x, viewed(q, "scale"), either_order=True, pred=sdpa_scale(x), label="scale")
+
+
+def soft_cap(q, x):
+    """Gemma-2's soft-capping: [Multiply 1/cap] -> Tanh -> Multiply cap (the scales are ``scale``s)."""
+    return q.op("Tanh", x, label="soft cap")
+
+
+#: at most this many ops between the Q@K^T MatMul and the SoftMax (scales, masks, soft-capping)
+MAX_SCORE_OPS = 6
+
+
+def score_ops(p, x):
+    """The ops on the scores before the SoftMax, in any order (frameworks dump them so:
+    GPT's Select -> Divide -> Add, DistilBERT's Divide -> Select, Gemma-2's Multiply ->
+    Tanh -> Multiply -> Select): scales (Multiply/Divide), masks (implicit causal, Add,
+    Select with the scores in either branch) and soft-capping."""
+    return p.repeat(lambda q, y: q.alt(y, scale, causal_mask, add_mask, select_mask, soft_cap), x,
+                    0, MAX_SCORE_OPS, label="score ops")
+
+
+def probabilities(p, x):
+    """The probabilities into @V: [Dropout] -> TypeCasts and a per-tensor Quantize ->
+    Dequantize (quantized SDPA; int8-bf16 casts to f32 around them)."""
+    x = p.op("Dropout", x, None, None, None, optional=True, label="dropout")
+    return p.repeat(lambda q, y: q.alt(
+        y, lambda b, z: b.op("TypeCast", z, label="p typecast"),
+        lambda b, z: b.op("Quantize", z, pred=per_tensor, label="p quantize"),
+        lambda b, z: b.op("Dequantize", z, pred=per_tensor, label="p dequantize")), x, 0, 5, label="p chain")
 
 
 def last_axis(o, m) -> bool:
     return o.attr("axis") % max(1, o.inputs[0].ndim) == o.inputs[0].ndim - 1
+
+
+def p_at_v(q, x):
+    """O = P @ V."""
+    return q.op("MatMul", x, sdpa_operand(q, "value"), label="pv")
+
+
+def swaps_last_two(o, m) -> bool:
+    order = [a % max(1, o.inputs[0].ndim) for a in o.attr("order")]
+    return len(order) >= 2 and order == list(range(len(order) - 2)) + [len(order) - 1, len(order) - 2]
+
+
+def v_at_p_transposed(q, x):
+    """JAX: O^T = V^T @ P^T, the probabilities transposed (StaticTranspose of the last two
+    axes -> [Reorder]) into the second input; the output transposed back after."""
+    t = q.op("StaticTranspose", x, pred=swaps_last_two, label="p transpose")
+    t = q.op("Reorder", t, optional=True, label="p transpose")
+    return q.op("MatMul", sdpa_operand(q, "value"), t, label="pv")
 
 
 def sdpa():
@@ -83,34 +136,32 @@ def sdpa():
     sdpa_quantized.md (dequantized operands: ``sdpa_operand``): MatMul Q@K^T -> [scale] ->
     [mask: causal (GenIndex/GreaterEqual/Select), Add or Select] -> SoftMax (last axis, [stats
     exported]) -> [Dropout] -> [Quantize -> Dequantize] -> MatMul @V ->
-    [reorders/TypeCasts] -> [Quantize]; GQA/MQA as StaticReshapes around the MatMuls.  One
+    [reorders/TypeCasts] -> [Quantize] (JAX: O^T = V^T @ P^T, ``v_at_p_transposed``); GQA/MQA as
+    StaticReshapes around the MatMuls.  One
     flash-style kernel (legality's attention plan, graphc/codegen/attention.py)."""
-    p = Pattern("sdpa", 11, "[reorder] -> [(Dynamic)Dequantize] -> MatMul QK -> [Multiply/Divide] -> "
-                            "[causal/Add/Select mask] -> SoftMax [stats] -> [Dropout] -> [Quantize/Dequantize] -> "
-                            "MatMul V -> [reorder/TypeCast] -> [Quantize]", anchor="qk", kernel="attention")
+    p = Pattern("sdpa", 11, "[reorder] -> [(Dynamic)Dequantize] -> MatMul QK -> [scales, causal/Add/Select "
+                            "masks, Tanh soft-capping, any order] -> SoftMax [stats] -> [Dropout] -> "
+                            "[TypeCast/Quantize/Dequantize] -> MatMul V -> [reorder/Reorder/TypeCast] -> [Quantize]",
+                anchor="qk", kernel="attention")
     qk = p.op("MatMul", sdpa_operand(p, "query"), sdpa_operand(p, "key"), label="qk")
-    s = p.optional_block(lambda q, x: q.op(["Multiply", "Divide"], x, viewed(q, "scale"), either_order=True,
-                                           pred=sdpa_scale(x), label="scale"), qk, label="scale")
-    s = p.optional_block(lambda q, x: q.alt(x, causal_mask, add_mask, select_mask), s, label="mask")
-    sm = p.op("SoftMax", s, pred=last_axis, label="softmax")
-    sm = p.op("Dropout", sm, None, None, None, optional=True, label="dropout")
-    sm = p.op("Dequantize", p.op("Quantize", sm, optional=True, pred=per_tensor, label="p quantize"),
-              optional=True, pred=per_tensor, label="p dequantize")
-    o = p.op("MatMul", sm, sdpa_operand(p, "value"), label="pv")
-    o = p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["TypeCast"], x, label="output"), o, 0, 4, label="output reorders")
+    sm = p.op("SoftMax", score_ops(p, qk), pred=last_axis, label="softmax")
+    o = p.alt(probabilities(p, sm), p_at_v, v_at_p_transposed, label="@V")
+    o = p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["Reorder", "TypeCast"], x, label="output"), o, 0, 5,
+                 label="output reorders")
     p.op("Quantize", o, optional=True, pred=per_tensor, label="output quantize")
     return p
 
 
 def sdpa_backward():
-    """sdpa.md (training backpropagation): S = Q@K^T -> [scale] -> [Add/Select mask] ->
+    """sdpa.md (training backpropagation): S = Q@K^T -> the forward's score ops (scales, masks
+    with the implicit causal one, in any order) ->
     Subtract Stats -> Exp = P; dV = ([Dropout] -> [TypeCast] P)^T @ dO; dP = dO@V^T ->
     [Dropout]; dS = P * (dP - ReduceSum(O * dO)) (dM when it leaves) -> [scale] ->
     [TypeCast] -> dQ = dS@K and dK = dS^T@Q (GQA/MQA: K, V broadcast over the query
     heads of a group, dK and dV ReduceSums over them; 4-D GQA: the inputs reshaped to
     5-D and the gradients back, views in the kernel).  One flash-style backward kernel
     (legality's attention plan, graphc/codegen/attention.py)."""
-    p = Pattern("sdpa_backward", 11, "MatMul QK -> [scale] -> [mask] -> Subtract stats -> Exp -> "
+    p = Pattern("sdpa_backward", 11, "MatMul QK -> [scales, masks] -> Subtract stats -> Exp -> "
                                      "MatMuls dV, dP -> dS = P * (dP - ReduceSum(O * dO)) -> MatMuls dQ, dK",
                 anchor="qk", kernel="attention")
     q, k, do = viewed(p, "query"), viewed(p, "key"), viewed(p, "diff_dst")
@@ -126,9 +177,7 @@ def sdpa_backward():
         return p.repeat(lambda b, y: b.op(SDPA_REORDERS, y, label="output"), x, 0, 4, label=f"{label} reorders")
 
     qk = p.op("MatMul", q, k, label="qk")
-    s = p.optional_block(lambda b, x: b.op(["Multiply", "Divide"], x, b.input("scale"), either_order=True,
-                                           pred=sdpa_scale(x), label="scale"), qk, label="scale")
-    s = p.optional_block(lambda b, x: b.alt(x, add_mask, select_mask), s, label="mask")
+    s = score_ops(p, qk)
     prob = p.op("Exp", p.op("Subtract", s, viewed(p, "stats"), label="minus stats"), label="p")
     pd = p.op("TypeCast", p.op("Dropout", prob, None, None, None, optional=True), optional=True)
     head_sum(p, p.op("MatMul", pd, do, label="dv"), "dv")

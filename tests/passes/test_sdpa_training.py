@@ -74,6 +74,14 @@ def test_backward_with_dmask_output(dt):
     assert out[ids["dm"]].shape == (2, 2, 40, 72)
 
 
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_backward_implicit_causal_mask(dt):
+    """torchbench's backward: the scores under the implicit causal mask (GenIndex,
+    GreaterEqual, Select with a -inf fill), one kernel reading GenIndex as its index."""
+    g, ids = sdpa_backward_graph(dt, mask="causal_tl", sq=40, skv=40)
+    check_sdpa_backward(g, ids)
+
+
 def test_backward_no_scale_no_mask_odd_sizes():
     g, ids = sdpa_backward_graph("f32", n=1, h=3, sq=130, skv=67, d=24, scale=None)
     check_sdpa_backward(g, ids)

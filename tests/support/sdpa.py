@@ -232,7 +232,8 @@ def check_sdpa(g, ids, seed=0, fill=float("-inf")):
 
 def sdpa_backward_graph(dt="f32", n=2, h=2, sq=70, skv=150, d=16, scale="mul", mask=None, dropout=False,
                         dmask=False):
-    """sdpa.md's training backward: S = Q @ K^T -> [scale] -> [Add mask] -> Subtract stats
+    """sdpa.md's training backward: S = Q @ K^T -> [scale] -> [Add mask or ``mask="causal_tl"``:
+    the implicit causal Select(GenIndex row >= GenIndex col, S, -inf)] -> Subtract stats
     -> Exp = P; dV = ([Dropout] -> [TypeCast] P)^T @ dO; dP = dO @ V^T -> [Dropout];
     dS = P * (dP - ReduceSum(O * dO)) (``dmask``: dS leaves through an End: dM);
     -> [scale] -> [TypeCast] -> dQ = dS @ K, dK = dS^T @ Q.  Q/K/V/O/dO and the
@@ -267,6 +268,13 @@ def sdpa_backward_graph(dt="f32", n=2, h=2, sq=70, skv=150, d=16, scale="mul", m
         m = b.tensor("f32", [n, 1, sq, skv])
         ids["mask"] = m.id
         s = b.op("Add", [s, m], out=[("f32", ss)])[0]
+    elif mask == "causal_tl":   # torchbench's implicit causal mask: Select(row >= col, S, fill)
+        row = b.op("GenIndex", [s], out=[("s32", ss)], attrs={"axis": -2})[0]
+        col = b.op("GenIndex", [s], out=[("s32", ss)], attrs={"axis": -1})[0]
+        fill = b.tensor("f32", [1])
+        ids["fill"] = fill.id
+        s = b.op("Select", [b.op("GreaterEqual", [row, col], out=[("boolean", ss)])[0], s, fill],
+                 out=[("f32", ss)])[0]
     p = b.op("Exp", [b.op("Subtract", [s, stats], out=[("f32", ss)])[0]], out=[("f32", ss)])[0]
     dv = b.op("MatMul", [cast(drop(p)), do], out=[(dt, [n, h, skv, d])], attrs={"transpose_a": True})[0]
     dp = drop(b.op("MatMul", [do, v], out=[("f32", ss)], attrs={"transpose_b": True})[0])
@@ -306,10 +314,13 @@ def sdpa_backward_inputs(g, ids, seed=0):
     q, k, v = (g.tensors[ids[x]] for x in ("q", "k", "v"))
     n, h, sq, d = q.shape
     fg, fids = sdpa_graph(q.dtype.value, n=n, hq=h, sq=sq, skv=k.shape[-2], d=d, stats=True,
-                          dropout="seed" in ids, mask="add" if "mask" in ids else None,
+                          dropout="seed" in ids, mask="add" if "mask" in ids else "causal_tl" if "fill" in ids else None,
                           scale=None if "scale" not in ids else
                           "div" if any(o.kind == "Divide" for o in g.ops.values()) else "mul")
-    fins = {fids[x]: ins[ids[x]] for x in ("q", "k", "v", "scale", "mask", "seed", "offset", "prob") if x in ids}
+    if "fill" in ids:
+        ins[ids["fill"]] = np.array([-np.inf], np.float32)
+    fins = {fids[x]: ins[ids[x]] for x in ("q", "k", "v", "scale", "mask", "fill", "seed", "offset", "prob")
+            if x in ids}
     out = reference.run(fg, fins)
     ins[ids["o"]] = out[fids["out"]].astype(ins[ids["o"]].dtype)
     ins[ids["stats"]] = out[fids["stats"]].astype(np.float32)

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from graphc import demo
+from graphc import demo, reference
 from graphc.bench import driver
 from graphc.cli import main as cli_main
 
@@ -71,8 +71,8 @@ def test_all_passing_exits_zero(corpus, capsys):
 
 
 def test_mismatch_fails(corpus, capsys, monkeypatch):
-    real = driver.reference.run
-    monkeypatch.setattr(driver.reference, "run",
+    real = reference.run
+    monkeypatch.setattr(reference, "run",
                         lambda g, ins, **kw: {k: (v + np.ones_like(v)) for k, v in real(g, ins, **kw).items()})
     rc, lines = bench(capsys, f"--inputs-dir={corpus.parent}", SMALL, "--case=op/f32/abs.json")
     assert rc == 1
@@ -145,8 +145,8 @@ def test_demo_runs(capsys):
 
 
 def test_demo_fails_on_mismatch(capsys, monkeypatch):
-    real = driver.reference.run
-    monkeypatch.setattr(driver.reference, "run",
+    real = reference.run
+    monkeypatch.setattr(reference, "run",
                         lambda g, ins, **kw: {k: (v + np.ones_like(v)) for k, v in real(g, ins, **kw).items()})
     assert demo.main(None) == 1
     assert "failed" in capsys.readouterr().out

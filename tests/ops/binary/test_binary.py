@@ -24,14 +24,15 @@ def test_s32_only_for_add_and_subtract(kind):
 
 @pytest.mark.parametrize("kind", ["Add", "Subtract", "Multiply", "Divide"])
 def test_mixed_precision_rows(kind):
-    single_op_graph(kind, [("f32", [2]), ("bf16", [2])], [("f32", [2])])
-    single_op_graph(kind, [("f16", [2]), ("f32", [2])], [("f32", [2])])
-    single_op_graph(kind, [("bf16", [2]), ("bf16", [2])], [("f32", [2])])   # oneDNN's schema: ports apart
-    single_op_graph(kind, [("f16", [2]), ("f16", [2])], [("f32", [2])])
+    """oneDNN's schemas: src_0, src_1 and dst each of any floating type (bf16 * bf16 -> f32 is
+    training's O * dO, bf16 / f32 -> bf16 a scale kept in f32); never s32 with a float."""
+    for a, b, d in [("f32", "bf16", "f32"), ("f16", "f32", "f32"), ("bf16", "bf16", "f32"), ("f16", "f16", "f32"),
+                    ("bf16", "f32", "bf16"), ("f32", "f32", "f16"), ("bf16", "f16", "f32")]:
+        single_op_graph(kind, [(a, [2]), (b, [2])], [(d, [2])])
     with pytest.raises(InvalidDataType):
-        single_op_graph(kind, [("f32", [2]), ("bf16", [2])], [("bf16", [2])])
+        single_op_graph(kind, [("f32", [2]), ("s32", [2])], [("f32", [2])])
     with pytest.raises(InvalidDataType):
-        single_op_graph(kind, [("bf16", [2]), ("f16", [2])], [("f32", [2])])
+        single_op_graph(kind, [("s32", [2]), ("s32", [2])], [("f32", [2])])
 
 
 @pytest.mark.parametrize("kind", ["Maximum", "Minimum", "SquaredDifference"])

@@ -85,6 +85,22 @@ def test_dynamic_dequantize_per_channel_bf16():
     np.testing.assert_array_equal(got.astype(np.float32), [[1.5, -1.0], [50.0, 0.0]])
 
 
+def test_dynamic_dequantize_per_channel_one_zero_point():
+    """oneDNN's per_channel zps may be one value for every channel ("zps should be 1 or equals
+    to scales size"): the corpus's compressed-K SDPA with --in-shapes=1:32+2:1."""
+    src = np.array([[3, -4, 7], [100, 0, -9]], np.int8)
+    scales = np.array([0.5, 0.25, 2.0], np.float32)
+    got = run_one("DynamicDequantize", [("s8", [2, 3]), ("f32", [3]), ("s8", [1])], [("f32", [2, 3])],
+                  {"qtype": "per_channel", "axis": 1}, src, scales, np.array([2], np.int8))
+    np.testing.assert_array_equal(got, [[0.5, -1.5, 10.0], [49.0, -0.5, -22.0]])
+    with pytest.raises(InvalidShape, match="wrong shape"):   # two zero points for three channels
+        single_op_graph("DynamicDequantize", [("s8", [2, 3]), ("f32", [3]), ("s8", [2])], [("f32", [2, 3])],
+                        {"qtype": "per_channel", "axis": 1})
+    with pytest.raises(InvalidShape, match="wrong shape"):   # the scales stay one per channel
+        single_op_graph("DynamicDequantize", [("s8", [2, 3]), ("f32", [1]), ("s8", [1])], [("f32", [2, 3])],
+                        {"qtype": "per_channel", "axis": 1})
+
+
 def test_quant_params_mismatch_at_run_time():
     g = single_op_graph("Quantize", [("f32", [2, -1])], [("s8", [2, -1])],
                         {"qtype": "per_channel", "axis": 1, "scales": [1.0, 2.0, 3.0]})

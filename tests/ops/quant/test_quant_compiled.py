@@ -146,6 +146,17 @@ def test_dynamic_dequantize(src_dt, zps, dst, layout):
     check_compiled(g, inputs, exact=True)
 
 
+def test_dynamic_dequantize_per_channel_one_zero_point():
+    """Per channel scales with one zero point for every channel (oneDNN accepts zps of one
+    element): the kernel reads it at index 0."""
+    rng = np.random.default_rng(5)
+    shape = (2, 6, 4)
+    inputs = {0: int_data(rng, shape, "u8"), 1: float_scales(rng, (6,), "f32"), 2: np.array([131], np.uint8)}
+    g = graph("DynamicDequantize", ("u8", shape, None), "f32", {"qtype": "per_channel", "axis": 1},
+              [("f32", (6,), None), ("u8", (1,), None)])
+    check_compiled(g, inputs, exact=True)
+
+
 def test_s4_sign():
     """s4 / u4 arrive one per byte, not sign-extended: -1 is 0x0F; the kernel must see -1."""
     src = np.array([-8, -1, 0, 7, -5], dtype=ml_dtypes.int4)
