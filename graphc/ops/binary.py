@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import AUTO_BROADCAST, Binary, Elementwise, binary_shape
+from .common import AUTO_BROADCAST, Binary, Elementwise, binary_shape, summed_in_f32
 from .schema import DtypeTable, In, Out, bad_shape
 
 FLOAT_ROWS = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16")]
@@ -14,8 +14,8 @@ SAME_FLOAT = DtypeTable(["src_0|src_1", "dst"], FLOAT_ROWS)
 #: Add, Subtract, Multiply, Divide: src_0, src_1 and dst each of any floating type (oneDNN's
 #: op schemas, src/graph/interface/op_def.hpp: three independent type constraints T1, T2, T3;
 #: the doc tables list the common rows only): frameworks dump bf16 * bf16 -> f32 (training's
-#: O * dO) and bf16 / f32 -> bf16 (a scale kept in f32).  The value is computed in f32 and
-#: rounded once to dst.
+#: O * dO, binary-MatMul-binary) and bf16 / f32 -> bf16 (a scale kept in f32).  The value is
+#: computed in f32 and rounded once to dst.
 ANY_FLOAT = "f32,bf16,f16"
 MIXED_FLOAT = DtypeTable(["src_0", "src_1", "dst"], [(ANY_FLOAT, ANY_FLOAT, ANY_FLOAT)])
 
@@ -27,6 +27,9 @@ class Add(Binary):
     def fn(self, op, a, b):
         return a + b
 
+    def partials(self, op, em, dy):
+        return dy, dy
+
 
 class Subtract(Binary):
     kind = "Subtract"
@@ -34,6 +37,9 @@ class Subtract(Binary):
 
     def fn(self, op, a, b):
         return a - b
+
+    def partials(self, op, em, dy):
+        return dy, em.neg(dy) if em.wants(op.inputs[1]) else None
 
 
 class Multiply(Binary):
@@ -44,6 +50,11 @@ class Multiply(Binary):
     def fn(self, op, a, b):
         return a * b
 
+    def partials(self, op, em, dy):
+        a, b = op.inputs
+        return (em.one("Multiply", [dy, b]) if em.wants(a) else None,
+                em.one("Multiply", [dy, a]) if em.wants(b) else None)
+
 
 class Divide(Binary):
     kind = "Divide"
@@ -52,6 +63,12 @@ class Divide(Binary):
 
     def fn(self, op, a, b):
         return a / b
+
+    def partials(self, op, em, dy):
+        """dy / b and -dy * dst / b (= -dy * a / b^2)."""
+        b, y = op.inputs[1], op.outputs[0]
+        return (em.one("Divide", [dy, b]) if em.wants(op.inputs[0]) else None,
+                em.neg(em.one("Divide", [em.one("Multiply", [dy, y]), b])) if em.wants(b) else None)
 
 
 class Maximum(Binary):
@@ -62,6 +79,9 @@ class Maximum(Binary):
     def fn(self, op, a, b):
         return np.maximum(a, b)
 
+    def partials(self, op, em, dy):
+        return routed(op, em, dy, op.inputs[0], op.inputs[1])
+
 
 class Minimum(Binary):
     kind = "Minimum"
@@ -71,6 +91,9 @@ class Minimum(Binary):
     def fn(self, op, a, b):
         return np.minimum(a, b)
 
+    def partials(self, op, em, dy):
+        return routed(op, em, dy, op.inputs[1], op.inputs[0])
+
 
 class SquaredDifference(Binary):
     kind = "SquaredDifference"
@@ -79,6 +102,11 @@ class SquaredDifference(Binary):
 
     def fn(self, op, a, b):
         return (a - b) ** 2
+
+    def partials(self, op, em, dy):
+        d = em.one("Subtract", list(op.inputs), op.attrs)
+        g = em.one("Multiply", [dy, em.one("Add", [d, d])])
+        return g, em.neg(g) if em.wants(op.inputs[1]) else None
 
 
 class GreaterEqual(Binary):
@@ -91,12 +119,29 @@ class GreaterEqual(Binary):
         return a >= b
 
 
+def routed(op, em, dy, first, second):
+    """dy to src_0 where ``first`` >= ``second`` (Maximum: src_0 >= src_1), else
+    to src_1; zeros elsewhere."""
+    pick = em.one("GreaterEqual", [first, second], op.attrs, dtype="boolean")
+    zeros = em.zeros_like(dy)
+    return select_partials(op, em, pick, dy, zeros)
+
+
+def select_partials(op, em, cond, dy, zeros):
+    """Select's gradients: dy where ``cond``, zeros elsewhere, and the reverse."""
+    attrs = {"auto_broadcast": op.attr("auto_broadcast")}
+    a, b = op.inputs[-2:]
+    return (em.one("Select", [cond, dy, zeros], attrs, dy.dtype) if em.wants(a) else None,
+            em.one("Select", [cond, zeros, dy], attrs, dy.dtype) if em.wants(b) else None)
+
+
 class Select(Elementwise):
     """dst = cond ? src_0 : src_1.  With numpy broadcasting, src_0 and src_1
     broadcast to dst's shape and cond broadcasts one way into it."""
 
     kind = "Select"
     family = "binary"
+    grad_inputs = ("src_0", "src_1")
     doc = "dst = cond ? src_0 : src_1"
     inputs = (In("cond"), In("src_0"), In("src_1"))
     outputs = (Out("dst"),)
@@ -119,3 +164,9 @@ class Select(Elementwise):
 
     def reference(self, op, cond, a, b):
         return (np.where(cond, a, b),)
+
+    def vjp(self, op, em):
+        dy = summed_in_f32(op, em)
+        cond, a, b = op.inputs
+        partials = select_partials(op, em, cond, dy, em.zeros_like(dy))
+        return [None] + [None if g is None else em.sum_to(g, t.shape) for g, t in zip(partials, (a, b))]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, same_dtype
+from ..errors import Unimplemented
+from ..types import DataType
+from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, broadcast_shapes, get_schema, same_dtype
 
 F = "f32,bf16,f16"
 
@@ -76,11 +78,25 @@ class Unary(Elementwise):
     def infer(self, op):
         return [op.inputs[0].shape]
 
+    #: the backward op of this op (graphc.grad): read by ``vjp``
+    backward: str = ""
+    #: whether ``vjp`` gives the backward op dst (``use_dst``) where it takes it
+    backward_reads_dst: bool = True
+
     def fn(self, op, x):
         raise NotImplementedError
 
     def reference(self, op, src):
         return (self.fn(op, src),)
+
+    def vjp(self, op, em):
+        """The backward op, given the forward's attributes it takes; reading dst
+        (``use_dst``) where the backward op can."""
+        if not self.backward:
+            raise Unimplemented("this op has no derivative", op=op)
+        use_dst = self.backward_reads_dst and get_schema(self.backward).attr_spec("use_dst") is not None
+        x = op.outputs[0] if use_dst else op.inputs[0]
+        return em.like(self.backward, [x, em.grad(op.outputs[0])], op, **({"use_dst": True} if use_dst else {}))
 
 
 class UnaryBackward(Elementwise):
@@ -137,6 +153,25 @@ class Binary(Elementwise):
 
     def reference(self, op, a, b):
         return (self.fn(op, a, b),)
+
+    def partials(self, op, em, dy):
+        """The gradients of src_0 and src_1 in dst's shape (before summing over
+        broadcast dims), emitted through ``em``."""
+        raise Unimplemented("this op has no derivative", op=op)
+
+    def vjp(self, op, em):
+        partials = self.partials(op, em, summed_in_f32(op, em))
+        return [None if g is None or not em.wants(t) else em.sum_to(g, t.shape) for g, t in zip(partials, op.inputs)]
+
+
+def summed_in_f32(op, em):
+    """The gradient reaching ``op``'s dst, in f32 when it is of a narrower type and
+    an operand's gradient sums it over broadcast dims (products and sums in f32,
+    one rounding at the end)."""
+    dy = em.grad(op.outputs[0])
+    if dy.dtype.info.low_precision and any(em.wants(t) and t.shape != dy.shape for t in op.inputs[-2:]):
+        return em.cast(dy, DataType.f32)
+    return dy
 
 
 def unbroadcast(g: np.ndarray, shape) -> np.ndarray:
