@@ -267,9 +267,10 @@ def torch_child(knobs, repeat) -> dict:
 def row(name, knobs, repeat) -> str:
     try:
         gc = f"{graphc_child(knobs, repeat)['ms']:.2f}"
-    except SystemExit as e:
+    except SystemExit as e:        # e.g. more partitions than the harness expects: the reason in the cell
         print(str(e.code), file=sys.stderr)
-        gc = "failed"
+        found = re.search(r"FAILED \((.*?)\)", str(e.code))
+        gc = f"failed: {found.group(1)}" if found else "failed"
     try:
         t = run_child(__file__, f"--child={' '.join(knobs)}", f"--repeat={repeat}")
     except SystemExit as e:
@@ -277,7 +278,7 @@ def row(name, knobs, repeat) -> str:
         t = {"skip": "torch child failed"}
     if "skip" in t:
         return f"| {name} | {gc} | {t['skip']} | |"
-    ratio = f"{t['ms'] / float(gc):.2f}" if gc != "failed" else ""
+    ratio = f"{t['ms'] / float(gc):.2f}" if not gc.startswith("failed") else ""
     return f"| {name} | {gc} | {t['ms']:.2f} | {ratio} |"
 
 
