@@ -106,6 +106,18 @@ def hidden_int(typingctx, n):
 
 
 @_inlined
+def expm1_poly_f32(r):
+    # exp(r) - 1 for |r| <= ln2 / 2 as r + r^2 P(r), Cephes' expf polynomial
+    p = np.float32(1.9875691500e-4)
+    p = fma_f32(p, r, np.float32(1.3981999507e-3))
+    p = fma_f32(p, r, np.float32(8.3334519073e-3))
+    p = fma_f32(p, r, np.float32(4.1665795894e-2))
+    p = fma_f32(p, r, np.float32(1.6666665459e-1))
+    p = fma_f32(p, r, np.float32(5.0000001201e-1))
+    return fma_f32(p * r, r, r)
+
+
+@_inlined
 def exp_neg_f32(x):
     # exp(x) for x <= 0; 0 below -87.6 (and for NaN), where 2^n would leave the
     # normal floats (n < -126; results from -87.33 down are subnormal, 0 below
@@ -115,13 +127,7 @@ def exp_neg_f32(x):
     t = fma_f32(xc, np.float32(1.4426950408889634), np.float32(12582912.0))
     n = t - np.float32(12582912.0)
     r = fma_f32(n, np.float32(2.12194440e-4), fma_f32(n, np.float32(-0.693359375), xc))
-    p = np.float32(1.9875691500e-4)
-    p = fma_f32(p, r, np.float32(1.3981999507e-3))
-    p = fma_f32(p, r, np.float32(8.3334519073e-3))
-    p = fma_f32(p, r, np.float32(4.1665795894e-2))
-    p = fma_f32(p, r, np.float32(1.6666665459e-1))
-    p = fma_f32(p, r, np.float32(5.0000001201e-1))
-    p = fma_f32(p * r, r, r) + np.float32(1.0)
+    p = expm1_poly_f32(r) + np.float32(1.0)
     y = p * bits_to_f32((f32_to_bits(t) + np.uint32(127 - 0x4B400000)) << np.uint32(23))
     return y if x > np.float32(-87.6) else np.float32(0.0)
 
@@ -223,13 +229,7 @@ def exp_scaled_f32(xc):
     t = fma_f32(xc, np.float32(1.4426950408889634), np.float32(12582912.0))
     n = t - np.float32(12582912.0)
     r = fma_f32(n, np.float32(2.12194440e-4), fma_f32(n, np.float32(-0.693359375), xc))
-    p = np.float32(1.9875691500e-4)
-    p = fma_f32(p, r, np.float32(1.3981999507e-3))
-    p = fma_f32(p, r, np.float32(8.3334519073e-3))
-    p = fma_f32(p, r, np.float32(4.1665795894e-2))
-    p = fma_f32(p, r, np.float32(1.6666665459e-1))
-    p = fma_f32(p, r, np.float32(5.0000001201e-1))
-    p = fma_f32(p * r, r, r) + np.float32(1.0)
+    p = expm1_poly_f32(r) + np.float32(1.0)
     ta = fma_f32(n, np.float32(0.5), np.float32(12582912.0))
     tb = (n - (ta - np.float32(12582912.0))) + np.float32(12582912.0)
     sa = bits_to_f32((f32_to_bits(ta) + np.uint32(127 - 0x4B400000)) << np.uint32(23))
@@ -268,13 +268,7 @@ def expm1_f32(x):
     t = fma_f32(xc, np.float32(1.4426950408889634), np.float32(12582912.0))
     n = t - np.float32(12582912.0)
     r = fma_f32(n, np.float32(2.12194440e-4), fma_f32(n, np.float32(-0.693359375), xc))
-    p = np.float32(1.9875691500e-4)
-    p = fma_f32(p, r, np.float32(1.3981999507e-3))
-    p = fma_f32(p, r, np.float32(8.3334519073e-3))
-    p = fma_f32(p, r, np.float32(4.1665795894e-2))
-    p = fma_f32(p, r, np.float32(1.6666665459e-1))
-    p = fma_f32(p, r, np.float32(5.0000001201e-1))
-    q = fma_f32(p * r, r, r)
+    q = expm1_poly_f32(r)
     tc = min(t, np.float32(12582912.0 + 127.0))
     s = bits_to_f32((f32_to_bits(tc) + np.uint32(127 - 0x4B400000)) << np.uint32(23))
     y = fma_f32(s, q, s - np.float32(1.0)) * (np.float32(2.0) if t > tc else np.float32(1.0))

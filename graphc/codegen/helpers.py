@@ -147,15 +147,16 @@ declare("get_thread_id", "int", Imports.one("numba", "get_thread_id", TOP))
 
 # graphc.codegen.fastmath: float32 transcendentals, keyed maxima, reassociating sums
 for _name, _dt, _needs in (
-        ("fma_f32", "f32", ()), ("exp_neg_f32", "f32", ("bits_to_f32", "fma_f32")),
+        ("fma_f32", "f32", ()), ("expm1_poly_f32", "f32", ("fma_f32",)),
+        ("exp_neg_f32", "f32", ("bits_to_f32", "expm1_poly_f32")),
         ("exp_le0_f32", "f32", ("exp_neg_f32",)), ("sigmoid_f32", "f32", ("exp_neg_f32",)), ("fsum", "f64", ()),
         ("fsum32", "f64", ()), ("key_f32", "int", ("bits_to_f32",)), ("key_max_f32", "int", ("key_f32",)),
         ("f32_of_key", "f32", ("bits_to_f32",)), ("tanh_f32", "f32", ("exp_neg_f32",)),
         ("erfc_f32", "f32", ("exp_neg_f32",)), ("erf_f32", "f32", ("fma_f32",)),
         ("gelu_erf_f32", "f32", ("erf_f32",)), ("hidden_int", "int", ()),
-        ("attn_exp_row", "f32", ("exp_le0_f32",)), ("exp_scaled_f32", "f32", ("bits_to_f32", "fma_f32")),
+        ("attn_exp_row", "f32", ("exp_le0_f32",)), ("exp_scaled_f32", "f32", ("bits_to_f32", "expm1_poly_f32")),
         ("exp_sub_f32", "f32", ("exp_scaled_f32",)), ("exp_f32", "f32", ("exp_scaled_f32",)),
-        ("expm1_f32", "f32", ("bits_to_f32", "fma_f32")), ("log_f32", "f32", ("bits_to_f32", "fma_f32")),
+        ("expm1_f32", "f32", ("bits_to_f32", "expm1_poly_f32")), ("log_f32", "f32", ("bits_to_f32", "fma_f32")),
         ("log1p_f32", "f32", ("log_f32",)), ("softplus_f32", "f32", ("exp_sub_f32", "log1p_f32")),
         ("sigmoid_sub_f32", "f32", ("exp_sub_f32",)),
         ("mish_grad_f32", "f32", ("softplus_f32", "tanh_f32", "sigmoid_sub_f32"))):
