@@ -58,7 +58,7 @@ def test_lines_go_where_their_place_says():
     fm = "from graphc.codegen.fastmath import "
     assert kb.helpers == sorted(helpers.HELPERS[n].imports.text for n in ("get_thread_id", "f4e2m1_to_f32")) + [
         "x = 1", fm + "fma_f32", fm + "erf_f32", fm + "gelu_erf_f32", helpers.HELPERS["bits_to_f32"].imports.text,
-        fm + "exp_neg_f32", fm + "exp_le0_f32"]
+        fm + "expm1_poly_f32", fm + "exp_neg_f32", fm + "exp_le0_f32"]
 
 
 def test_a_kernel_source_imports_what_its_kernel_calls():
