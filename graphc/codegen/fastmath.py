@@ -140,11 +140,16 @@ def exp_le0_f32(x):
 
 
 @_inlined
-def sigmoid_f32(x):
-    x = np.float32(x)  # the 1.5 * 2^23 shift rounds in float32 only
-    e = exp_neg_f32(-abs(x))
+def sigmoid_of_f32(x, e):
+    # sigmoid(x) from e = exp(-|x|): 1 / (1 + e) from 0 up, e / (1 + e) below; NaN stays NaN
     r = (np.float32(1.0) if x >= np.float32(0.0) else e) / (np.float32(1.0) + e)
     return r if x == x else x
+
+
+@_inlined
+def sigmoid_f32(x):
+    x = np.float32(x)  # the 1.5 * 2^23 shift rounds in float32 only
+    return sigmoid_of_f32(x, exp_neg_f32(-abs(x)))
 
 
 @_inlined
@@ -335,9 +340,7 @@ def sigmoid_sub_f32(x):
     # sigmoid_f32 with exp_sub_f32: its subnormal values (x below -87) kept, for
     # gradients whose dy may scale them back; NaN stays NaN
     x = np.float32(x)
-    e = exp_sub_f32(-abs(x))
-    r = (np.float32(1.0) if x >= np.float32(0.0) else e) / (np.float32(1.0) + e)
-    return r if x == x else x
+    return sigmoid_of_f32(x, exp_sub_f32(-abs(x)))
 
 
 @_inlined

@@ -149,7 +149,7 @@ declare("get_thread_id", "int", Imports.one("numba", "get_thread_id", TOP))
 for _name, _dt, _needs in (
         ("fma_f32", "f32", ()), ("expm1_poly_f32", "f32", ("fma_f32",)),
         ("exp_neg_f32", "f32", ("bits_to_f32", "expm1_poly_f32")),
-        ("exp_le0_f32", "f32", ("exp_neg_f32",)), ("sigmoid_f32", "f32", ("exp_neg_f32",)), ("fsum", "f64", ()),
+        ("exp_le0_f32", "f32", ("exp_neg_f32",)), ("sigmoid_of_f32", "f32", ()), ("sigmoid_f32", "f32", ("exp_neg_f32", "sigmoid_of_f32")), ("fsum", "f64", ()),
         ("fsum32", "f64", ()), ("key_f32", "int", ("bits_to_f32",)), ("key_max_f32", "int", ("key_f32",)),
         ("f32_of_key", "f32", ("bits_to_f32",)), ("tanh_f32", "f32", ("exp_neg_f32",)),
         ("erfc_f32", "f32", ("exp_neg_f32",)), ("erf_f32", "f32", ("fma_f32",)),
@@ -158,6 +158,6 @@ for _name, _dt, _needs in (
         ("exp_sub_f32", "f32", ("exp_scaled_f32",)), ("exp_f32", "f32", ("exp_scaled_f32",)),
         ("expm1_f32", "f32", ("bits_to_f32", "expm1_poly_f32")), ("log_f32", "f32", ("bits_to_f32", "fma_f32")),
         ("log1p_f32", "f32", ("log_f32",)), ("softplus_f32", "f32", ("exp_sub_f32", "log1p_f32")),
-        ("sigmoid_sub_f32", "f32", ("exp_sub_f32",)),
+        ("sigmoid_sub_f32", "f32", ("exp_sub_f32", "sigmoid_of_f32")),
         ("mish_grad_f32", "f32", ("softplus_f32", "tanh_f32", "sigmoid_sub_f32"))):
     declare(_name, _dt, _FASTMATH, _needs)
