@@ -67,6 +67,11 @@ def _forward_plan(ops, roles, produced, leaving) -> FusionPlan:
     anchors: [first MatMul, SoftMax, second MatMul]; prologue: the reorders of
     the operands; epilogue: the chain after the second MatMul (its last tensor
     the only one written)."""
+    if "pv rows" in roles:
+        return _rows_plan(ops, roles, produced, leaving)
+    if roles.get("score view"):
+        raise Illegal("the scores are split by heads before the SoftMax, which only the rows form takes "
+                      "(O = V @ P over the queries, JAX MQA)")
     mm1, sm, mm2 = _one(roles, "qk"), _one(roles, "softmax"), _one(roles, "pv")
     drop = list(roles.get("dropout", ()))
     if len(drop) > 1 or drop and (drop[0].inputs[0].id != sm.outputs[0].id or len(drop[0].outputs) > 1):
@@ -96,21 +101,82 @@ def _forward_plan(ops, roles, produced, leaving) -> FusionPlan:
     after = _downstream_ops(ops, {mm2.outputs[0].id}) - {mm2.id}
     _forward_middle(ops, (mm1, sm, mm2), drop, reorders | p_views, after, produced, from_probs, pin)
     _input_views(ops, produced, reorders)
+    epi = _output_chain(ops, mm2, after)
+    roles_of = _forward_roles(produced, leaving, epi[-1] if epi else mm2, sm)
+    return FusionPlan("attention", [mm1.id, sm.id, mm2.id], roles_of, reorders, {o.id for o in epi})
+
+
+def _output_chain(ops, mm2, after) -> list:
+    """The ops ``after`` the second MatMul, a chain of reorders and pointwise ops of one
+    input (TypeCast, Quantize) its result is stored through; Illegal otherwise."""
     epi = [o for o in ops if o.id in after]
     for prev, o in zip([mm2] + epi, epi):
         if not (o.kind in ATTENTION_REORDERS or is_pointwise(o) and len(o.inputs) == 1) or \
                 o.inputs[0].id != prev.outputs[0].id:
             raise Illegal(f"op {o.id} ({o.kind}) after the second MatMul is not a chain of reorders and "
                           "pointwise ops of one input (TypeCast, Quantize)")
-    final = (epi[-1] if epi else mm2).outputs[0]
-    _output_strides(final, epi)
+    _output_strides((epi[-1] if epi else mm2).outputs[0], epi)
+    return epi
+
+
+def _forward_roles(produced, leaving, last, sm) -> dict:
+    """{tensor id: role}: the output (``last``'s) and the SoftMax's stats written, the rest in registers."""
     roles_of = {}
-    stats = {t.id for t in sm.outputs[1:]}   # training forward: the SoftMax's stats, one per row
+    written = {last.outputs[0].id} | {t.id for t in sm.outputs[1:]}   # training forward: stats, one per row
     for tid in produced:
-        roles_of[tid] = "written" if tid == final.id or tid in stats else "register"
+        roles_of[tid] = "written" if tid in written else "register"
         if tid in leaving and roles_of[tid] != "written":
             raise Illegal(f"tensor {tid} inside the attention leaves the partition")
-    return FusionPlan("attention", [mm1.id, sm.id, mm2.id], roles_of, reorders, {o.id for o in epi})
+    return roles_of
+
+
+#: the longest rows the ``attention_rows`` kernel takes (its tiles hold whole rows of scores)
+MAX_ROW = 1 << 16
+
+
+def _rows_plan(ops, roles, produced, leaving) -> FusionPlan:
+    """JAX MQA (oneDNN's float_mqa_jax_fusion): MatMul Q@K [.., M, H*N] -> [StaticReshape
+    splitting the columns by heads -> StaticTranspose: the scores [.., H, M, N]] -> score
+    ops -> SoftMax (last axis) -> [the inverse views back to [.., M, H*N]] -> MatMul V @ P,
+    contracted over the probabilities' rows (the queries) -> reorders and pointwise ops of
+    one input.  The ``attention_rows`` kernel (graphc/codegen/attention_rows.py): per
+    (batch, head), blocks of whole rows of scores, each row's softmax complete in its
+    block, the blocks' V @ P summed into the output.  Q, K and V are read in place (views
+    of the partition's inputs)."""
+    mm1, sm, mm2 = _one(roles, "qk"), _one(roles, "softmax"), _one(roles, "pv rows")
+    sviews, pviews = list(roles.get("score view", ())), list(roles.get("p rows", ()))
+    if len(sviews) != len(pviews):
+        raise Illegal("the scores are split by heads and the probabilities not merged back, or the reverse")
+    if roles.get("dropout") or len(sm.outputs) > 1:
+        raise Illegal("the rows form takes no Dropout and exports no SoftMax stats")
+    for mm in (mm1, mm2):
+        if len(mm.inputs) > 2 or any(t.ndim < 2 for t in mm.inputs):
+            raise Illegal(f"attention MatMul {mm.id} has a bias or a 1-D operand")
+    score = (sviews[-1] if sviews else mm1).outputs[0]
+    sshape = tuple(score.shape)
+    if any(d < 0 for d in sshape) or sm.schema.axis(sm) != len(sshape) - 1:
+        raise Illegal("the SoftMax is not over the last axis of known scores")
+    _nonempty(sshape)
+    if sshape[-1] > MAX_ROW:
+        raise Illegal(f"rows of {sshape[-1]} scores are longer than the rows kernel's tiles ({MAX_ROW})")
+    p_in = (pviews[-1] if pviews else sm).outputs[0]
+    if mm2.inputs[1].id != p_in.id or mm2.attr("transpose_b"):
+        raise Illegal("the probabilities do not enter the second MatMul as its input 1, untransposed")
+    batch = tuple(mm1.outputs[0].shape[:-2])
+    if tuple(p_in.shape) != tuple(mm1.outputs[0].shape) or tuple(mm2.outputs[0].shape[:-2]) != batch or \
+            not all(_broadcasts_into(tuple(t.shape[:-2]), batch) for t in (mm1.inputs[0], mm1.inputs[1], mm2.inputs[0])):
+        raise Illegal("the probabilities are not merged back to the scores' shape, or the MatMuls' batch dims differ")
+    reorders = {o.id for o in roles.get("reorder", ())}
+    if _upstream_ops(produced, [mm1.inputs[0], mm1.inputs[1], mm2.inputs[0]]) - reorders:
+        raise Illegal("the rows form reads Q, K and V in place: none is computed in the partition")
+    views = {o.id for o in sviews + pviews}
+    after = _downstream_ops(ops, {mm2.outputs[0].id}) - {mm2.id}
+    from_probs = _downstream_ops(ops, {sm.outputs[0].id})
+    _forward_middle(ops, (mm1, sm, mm2), [], reorders | views, after, produced, from_probs, 1, score)
+    _input_views(ops, produced, reorders)
+    epi = _output_chain(ops, mm2, after)
+    roles_of = _forward_roles(produced, leaving, epi[-1] if epi else mm2, sm)
+    return FusionPlan("attention_rows", [mm1.id, sm.id, mm2.id], roles_of, reorders, {o.id for o in epi})
 
 
 def _transposed_probs(roles, probs, mm2) -> set:
@@ -131,7 +197,7 @@ def _transposed_probs(roles, probs, mm2) -> set:
     return {o.id for o in ops}
 
 
-def _forward_middle(ops, anchors, drop, reorders, after, produced, from_probs, pin=0) -> None:
+def _forward_middle(ops, anchors, drop, reorders, after, produced, from_probs, pin=0, score=None) -> None:
     """Every op other than the anchors, the Dropout, the input reorders (and the
     probabilities' transpose into input ``pin`` 1 of the second MatMul) and the
     chain after the second MatMul has a place the kernel computes it in: on the
@@ -139,7 +205,7 @@ def _forward_middle(ops, anchors, drop, reorders, after, produced, from_probs, p
     probabilities (pointwise ops of them), or while packing Q/K/V (pointwise or
     indexed ops of one output)."""
     mm1, sm, mm2 = anchors
-    score = mm1.outputs[0]
+    score = score or mm1.outputs[0]   # (the scores split by heads: the views' dst)
     sshape = tuple(score.shape)
     chain = _downstream_ops(ops, {score.id}) - {sm.id, mm2.id} - {o.id for o in drop} - reorders
     # the probabilities' chain (quantized SDPA: Quantize -> Dequantize) and the

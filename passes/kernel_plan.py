@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class FusionPlan:
-    shape: str                                   # "eltwise", "anchor", "staged", "attention" or "views"
+    shape: str   # "eltwise", "anchor", "staged", "attention", "attention_rows" or "views"
     anchors: list = field(default_factory=list)  # op ids of the non-pointwise ops, in order
     roles: dict = field(default_factory=dict)    # tensor id -> "register" | "written" | "scratch" | "view"
     prologue: set = field(default_factory=set)   # op ids (anchor shape)

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 from . import ir
 from .attention_backward import BK, BQ, lower_attention_backward
-from .attention_operands import (REORDERS, ZERO, IndexRef, as_matrix, dropout_kept, gemm, gemm_block,
+from .attention_operands import (REORDERS, ZERO, IndexRef, as_matrix, dropout_kept, gemm, gemm_block, inverse_sum,
                                  mm_rounding, output_store, prologue_views, stored, tile_operand)
 from .fused_values import PrologueRef, Values
 from .helpers import use_helper
@@ -274,7 +274,7 @@ class _Forward:
             row = kb.let(r * self.bn, "sr")
             mr = kb.let(blk.rmax[r], "mr")
             safe = kb.let(ir.select(mr.eq(-math.inf), ZERO, mr), "ms")
-            inv = kb.let(_inverse(blk.rsum[r], self.inf_as_zero), "iv")
+            inv = kb.let(inverse_sum(blk.rsum[r], self.inf_as_zero), "iv")
             keep = self._kept(blk, kb.let(blk.i0 + r, "i"), j0, n_) if drop else None
             with kb.for_(n_, "jj") as jj:
                 p = as_stored(ir.call("exp_le0_f32", stile[row + jj] - safe) * inv, self.p_dt)
@@ -305,7 +305,7 @@ class _Forward:
                 lse = ir.select(mr.eq(-math.inf), ir.const(-math.inf if inf_as_zero else math.nan, "f32"),
                                 mr + ir.call("np.log", blk.rsum[r]))
                 kb.emit(stats.store_nd(list(blk.bivars) + [i, None], lse))
-            inv = kb.let(_inverse(blk.rsum[r], inf_as_zero), "iv") if not self.two_pass else None
+            inv = kb.let(inverse_sum(blk.rsum[r], inf_as_zero), "iv") if not self.two_pass else None
             with kb.for_(dv, "c") as c:
                 o = blk.acc[r * dv + c]
                 kb.emit(self.store(list(blk.bivars) + [i, c], o * inv if inv is not None else o))
@@ -361,10 +361,6 @@ def _gen_index(op, last) -> bool:
     """``op`` is a GenIndex over the rows (last=0) or the columns (last=1) of its dst."""
     return op is not None and op.kind == "GenIndex" and \
         op.attr("axis") % len(op.outputs[0].shape) == len(op.outputs[0].shape) - 2 + last
-
-
-def _inverse(s, inf_as_zero):
-    return ir.select(s.eq(0.0), ir.const(0.0, "f32"), 1.0 / s) if inf_as_zero else 1.0 / s
 
 
 __all__ = ["lower_attention", "REORDERS", "BM", "BN", "BM_PACKED", "BQ", "BK"]

@@ -204,10 +204,15 @@ def output_store(ops, local, epilogue, t):
     return store
 
 
+def inverse_sum(s, inf_as_zero):
+    """1 / a row's sum of exps (SoftMax's ``inf_as_zero`` mode: 0 for a row all -inf, whose sum is 0)."""
+    return ir.select(s.eq(0.0), ir.const(0.0, "f32"), 1.0 / s) if inf_as_zero else 1.0 / s
+
+
 def stored(value, dtype):
     """``value`` as a tensor of ``dtype`` holds it (rounded when bf16/f16/f8)."""
     return as_stored(value, dtype) if is_narrow_float(dtype) else value
 
 
 __all__ = ["REORDERS", "ZERO", "buffer_view", "Reindexed", "IndexRef", "prologue_views", "mm_rounding", "as_matrix",
-           "gemm_block", "tile_operand", "gemm", "dropout_kept", "output_store", "stored"]
+           "gemm_block", "tile_operand", "gemm", "dropout_kept", "output_store", "inverse_sum", "stored"]

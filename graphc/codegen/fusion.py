@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from . import rules
 from .attention import lower_attention
+from .attention_rows import lower_attention_rows
 from .elementwise import emit_elementwise
 from .fused_values import EpilogueRef, NotFusable, PrologueRef, Values
 from .kernel import ArrayRef
@@ -52,6 +53,9 @@ def lower_fused(kb, ops, refs, plan, values_of: dict) -> None:
     a value read where the kernel cannot compute it) is a bug."""
     if plan.shape == "attention":
         lower_attention(kb, ops, refs, plan)
+        return
+    if plan.shape == "attention_rows":
+        lower_attention_rows(kb, ops, refs, plan)
         return
     values = Values(ops, refs, kb, plan.anchors)
     if plan.shape == "eltwise":

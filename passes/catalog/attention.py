@@ -131,21 +131,59 @@ def v_at_p_transposed(q, x):
     return q.op("MatMul", sdpa_operand(q, "value"), t, label="pv")
 
 
+def splits_columns(o, m) -> bool:
+    """A StaticReshape splitting the scores' last dim in two: [.., M, H*N] -> [.., M, H, N]."""
+    src, dst = tuple(o.inputs[0].shape), tuple(o.outputs[0].shape)
+    return len(dst) == len(src) + 1 and dst[:-2] == src[:-1] and dst[-2] * dst[-1] == src[-1]
+
+
+def merges_heads(o, m) -> bool:
+    """A StaticReshape merging the last two dims: [.., M, H, N] -> [.., M, H*N]."""
+    src, dst = tuple(o.inputs[0].shape), tuple(o.outputs[0].shape)
+    return len(src) == len(dst) + 1 and src[:-2] == dst[:-1] and src[-2] * src[-1] == dst[-1]
+
+
+def swaps_rows_and_heads(o, m) -> bool:
+    """A StaticTranspose swapping the third- and second-last axes ([.., M, H, N] <-> [.., H, M, N])."""
+    n = o.inputs[0].ndim
+    order = [a % max(1, n) for a in o.attr("order")]
+    return n >= 3 and order == list(range(n - 3)) + [n - 2, n - 3, n - 1]
+
+
+def score_views(p, x):
+    """JAX MQA: the scores [.., M, H*N] reshaped to [.., M, H, N], the heads moved before the
+    rows ([.., H, M, N]); the kernel reads K split by heads instead."""
+    return p.optional_block(lambda b, y: b.op("StaticTranspose", b.op("StaticReshape", y, pred=splits_columns,
+                                                                       label="score view"),
+                                              pred=swaps_rows_and_heads, label="score view"), x, label="score views")
+
+
+def v_at_p_rows(q, x):
+    """JAX MQA (oneDNN's float_mqa_jax_fusion): O = V @ P contracted over the probabilities'
+    rows (the queries), P [.., H, M, N] -> [StaticTranspose -> StaticReshape back to
+    [.., M, H*N]] into the second input, untransposed."""
+    x = q.optional_block(lambda b, y: b.op("StaticReshape", b.op("StaticTranspose", y, pred=swaps_rows_and_heads,
+                                                                 label="p rows"),
+                                           pred=merges_heads, label="p rows"), x, label="p rows views")
+    return q.op("MatMul", sdpa_operand(q, "value"), x, label="pv rows")
+
+
 def sdpa():
     """sdpa.md / gqa.md (inference and training forward), sdpa_with_compressed_kv.md and
     sdpa_quantized.md (dequantized operands: ``sdpa_operand``): MatMul Q@K^T -> [scale] ->
     [mask: causal (GenIndex/GreaterEqual/Select), Add or Select] -> SoftMax (last axis, [stats
     exported]) -> [Dropout] -> [Quantize -> Dequantize] -> MatMul @V ->
-    [reorders/TypeCasts] -> [Quantize] (JAX: O^T = V^T @ P^T, ``v_at_p_transposed``); GQA/MQA as
-    StaticReshapes around the MatMuls.  One
+    [reorders/TypeCasts] -> [Quantize] (JAX: O^T = V^T @ P^T, ``v_at_p_transposed``; JAX MQA: the
+    scores split by heads, ``score_views``, and O = V @ P over the queries, ``v_at_p_rows``: the
+    ``attention_rows`` kernel); GQA/MQA as StaticReshapes around the MatMuls.  One
     flash-style kernel (legality's attention plan, graphc/codegen/attention.py)."""
     p = Pattern("sdpa", 11, "[reorder] -> [(Dynamic)Dequantize] -> MatMul QK -> [scales, causal/Add/Select "
                             "masks, Tanh soft-capping, any order] -> SoftMax [stats] -> [Dropout] -> "
                             "[TypeCast/Quantize/Dequantize] -> MatMul V -> [reorder/Reorder/TypeCast] -> [Quantize]",
                 anchor="qk", kernel="attention")
     qk = p.op("MatMul", sdpa_operand(p, "query"), sdpa_operand(p, "key"), label="qk")
-    sm = p.op("SoftMax", score_ops(p, qk), pred=last_axis, label="softmax")
-    o = p.alt(probabilities(p, sm), p_at_v, v_at_p_transposed, label="@V")
+    sm = p.op("SoftMax", score_ops(p, score_views(p, qk)), pred=last_axis, label="softmax")
+    o = p.alt(probabilities(p, sm), p_at_v, v_at_p_transposed, v_at_p_rows, label="@V")
     o = p.repeat(lambda q, x: q.op(SDPA_REORDERS + ["Reorder", "TypeCast"], x, label="output"), o, 0, 5,
                  label="output reorders")
     p.op("Quantize", o, optional=True, pred=per_tensor, label="output quantize")

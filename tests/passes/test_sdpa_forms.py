@@ -14,7 +14,7 @@ from graphc.jsonio import load_graph_file
 from graphc.passes.catalog.attention import sdpa
 from graphc.passes.legality import accept
 from graphc.passes.pattern import match_all
-from support.sdpa import check_sdpa
+from support.sdpa import check_mqa_rows, check_sdpa, mqa_rows_graph
 
 N, H, SQ, SKV, D = 2, 3, 40, 72, 16
 
@@ -120,9 +120,33 @@ def test_each_round_of_score_ops_binds_its_own_scale():
     check_sdpa(g, ids)
 
 
+@pytest.mark.parametrize("dt,m", [("f32", 40), ("f32", 150), ("bf16", 70)])
+def test_jax_mqa_contracts_the_softmax_rows(dt, m):
+    """JAX-MQA: the scores split by heads before the SoftMax and merged back after it, and
+    O = V @ P summed over the queries: one ``attention_rows`` kernel (blocks of whole rows;
+    several blocks of queries summed into the output when m > 64)."""
+    check_mqa_rows(mqa_rows_graph(dt, m=m))
+
+
+def test_scores_split_by_heads_into_p_at_v_are_refused():
+    """Scores split by heads (the views of JAX-MQA) into an ordinary O = P @ V: the rows
+    kernel does not take them and legality says why."""
+    b = GraphBuilder()
+    q, k, v = b.tensor("f32", [2, 8, 4]), b.tensor("f32", [2, 4, 3 * 6]), b.tensor("f32", [2, 3, 6, 5])
+    s = b.op("MatMul", [q, k], out=[("f32", [2, 8, 18])])[0]
+    s = b.op("StaticReshape", [s], out=[("f32", [2, 8, 3, 6])], attrs={"shape": [2, 8, 3, 6], "special_zero": False})[0]
+    s = b.op("StaticTranspose", [s], out=[("f32", [2, 3, 8, 6])], attrs={"order": [0, 2, 1, 3]})[0]
+    p = b.op("SoftMax", [s], out=[("f32", [2, 3, 8, 6])], attrs={"axis": -1})[0]
+    b.op("MatMul", [p, v], out=[("f32", [2, 3, 8, 5])])
+    g = b.finalize()
+    rejected = []
+    assert not match_all(g, [sdpa()], accept(g, can_lower, rejected=rejected))
+    assert rejected and "split by heads" in rejected[0][1]
+
+
 # -- the corpus's files, as dumped ---------------------------------------------------------------
 MHA = SHARED / "onednn" / "benchdnn" / "inputs" / "graph" / "complex_fusion" / "mha"
-FORMS = ["JAX-MHA-inf-fp32", "MHA-bert_large-inf-fp32-bs1", "MHA-GPT-inf-fp32-bs1", "MHA-distill_bert-inf-fp32-bs1", "gemma2-bf16-f32",
+FORMS = ["JAX-MHA-inf-fp32", "JAX-MQA-inf-fp32", "MHA-bert_large-inf-fp32-bs1", "MHA-GPT-inf-fp32-bs1", "MHA-distill_bert-inf-fp32-bs1", "gemma2-bf16-f32",
          "MHA-GPT-inf-int8-bs1", "MHA-distill_bert-inf-int8-bs1", "sdpa-plain-wo-scale-int8-bs1",
          "MHA-bert_large-inf-int8-bs1"]
 
@@ -132,6 +156,6 @@ FORMS = ["JAX-MHA-inf-fp32", "MHA-bert_large-inf-fp32-bs1", "MHA-GPT-inf-fp32-bs
 def test_corpus_forms_are_one_attention_partition(name):
     g = load_graph_file(MHA / f"{name}.json")
     parts = g.get_partitions("fusion")
-    assert [(p.pattern, p.plan.shape) for p in parts] == [("sdpa", "attention")], \
+    assert [(p.pattern, p.plan.shape) for p in parts] == [("sdpa", "attention_rows" if "MQA" in name else "attention")], \
         [(p.pattern, [o.kind for o in p.ops]) for p in parts]
     assert len(parts[0].ops) == len(json.loads((MHA / f"{name}.json").read_text())["graph"])

@@ -344,3 +344,40 @@ def check_sdpa_backward(g, ids, seed=0):
     rows = q.shape[0] * q.shape[1] * q.shape[2]
     assert max(ws) <= max(NUM_THREADS * BQ * max(BK, q.shape[-1]), rows)   # tiles and one value per row
     return check_compiled(g, sdpa_backward_inputs(g, ids, seed))
+
+
+def mqa_rows_graph(dt="f32", n=2, m=40, d=8, h=3, nk=72, dv=5, mask=True):
+    """JAX MQA (oneDNN's float_mqa_jax_fusion): S = Q [n, m, d] @ K [n, d, h * nk], split by
+    heads to [n, h, m, nk], [+ mask] -> SoftMax -> merged back to [n, m, h * nk] ->
+    O = V [n, dv, m] @ P: the second MatMul sums over the queries (the softmax's rows)."""
+    b = GraphBuilder()
+    q, k, v = b.tensor(dt, [n, m, d]), b.tensor(dt, [n, d, h * nk]), b.tensor(dt, [n, dv, m])
+    s = b.op("MatMul", [q, k], out=[(dt, [n, m, h * nk])])[0]
+    s = b.op("StaticReshape", [s], out=[(dt, [n, m, h, nk])], attrs={"shape": [n, m, h, nk], "special_zero": False})[0]
+    s = b.op("StaticTranspose", [s], out=[(dt, [n, h, m, nk])], attrs={"order": [0, 2, 1, 3]})[0]
+    if mask:
+        s = b.op("Add", [s, b.tensor(dt, [n, h, m, nk])], out=[(dt, [n, h, m, nk])])[0]
+    p = b.op("SoftMax", [s], out=[(dt, [n, h, m, nk])], attrs={"axis": 3, "mode": "inf_as_zero"})[0]
+    p = b.op("StaticTranspose", [p], out=[(dt, [n, m, h, nk])], attrs={"order": [0, 2, 1, 3]})[0]
+    p = b.op("StaticReshape", [p], out=[(dt, [n, m, h * nk])],
+             attrs={"shape": [n, m, h * nk], "special_zero": False})[0]
+    b.op("MatMul", [v, p], out=[(dt, [n, dv, h * nk])])
+    return b.finalize()
+
+
+def check_mqa_rows(g):
+    """One ``attention_rows`` partition whose workspaces are tiles of whole rows (no M x N
+    matrix); its output against the reference (check_compiled)."""
+    from graphc.codegen.attention_rows import BM
+    from graphc.codegen.kernel import NUM_THREADS
+    from support import check_compiled
+    parts = g.get_partitions("fusion")
+    assert [(p.pattern, p.plan.shape) for p in parts] == [("sdpa", "attention_rows")]
+    cp = parts[0].compile()
+    assert "attn_exp_row" in cp.source and "gemm_f32" in cp.source
+    assert "tmp" not in [k for k, _ in cp.arg_plan]
+    sm = next(o for o in g.ops.values() if o.kind == "SoftMax")
+    m, nk = sm.outputs[0].shape[-2:]
+    ws = [n for kind, (n, _) in ((kind, r) for kind, r in cp.arg_plan if kind == "ws")]
+    assert max(ws) < m * nk * NUM_THREADS or m <= BM   # a block of rows, not the scores
+    return check_compiled(g)
