@@ -42,6 +42,16 @@ def tolerance(dt: DataType, table=None) -> tuple[float, float]:
 NEAR_HALF = 1e-4
 
 
+#: an integer output computed through values the partition rounds to bf16/f16/f8 may
+#: differ from the reference where such a rounding flips: the kernel sums in f32 (in
+#: another order), the reference in f64, and where the two sums land on either side of
+#: a half-ulp of the narrow type the rounded values differ by an ulp, which the ops after
+#: it (a SoftMax, a Quantize) carry into the integers.  At most this share of the
+#: elements may so differ (the int8-bf16 DistilBERT attention at batch 56: 241 of 11M
+#: bf16 scores flipped, 54 of 5.5M u8 outputs differing, a share of 1e-5).
+FLIPPED_SHARE = 1e-4
+
+
 #: elements compared at a time (temporaries of a block stay in cache; big tensors need no wide copies)
 _BLOCK = 1 << 18
 
@@ -57,13 +67,14 @@ def _wide(a: np.ndarray, e: np.ndarray, dt: DataType):
     return np.float64
 
 
-def compare(actual, expected, dt: DataType, table=None, unrounded=None) -> tuple[bool, float]:
+def compare(actual, expected, dt: DataType, table=None, unrounded=None, flips=False) -> tuple[bool, float]:
     """(ok, max scaled error).  Error per element is |a - e| / (atol + rtol * scale),
     where scale is the max |expected| (so ops whose outputs cancel are judged
     against the size of their data); ok when it is <= 1 everywhere and NaN/inf
     positions agree.  ``unrounded``: for integers rounded from floats, the
     reference's values before rounding; where one is within NEAR_HALF of a half,
-    a result one off is as good."""
+    a result one off is as good.  ``flips``: integers computed through narrow-float
+    roundings, of which a share FLIPPED_SHARE may differ."""
     rtol, atol = tolerance(dt, table)
     a = np.asarray(actual)
     e = np.asarray(expected)
@@ -76,6 +87,8 @@ def compare(actual, expected, dt: DataType, table=None, unrounded=None) -> tuple
         if unrounded is not None:
             diff = np.where((diff == 1) & _near_half(np.asarray(unrounded, dtype=np.float64)), 0, diff)
         m = float(diff.max())
+        if flips and m > 0 and np.count_nonzero(diff) <= FLIPPED_SHARE * diff.size:
+            return True, m
         return m == 0 or (rtol > 0 and m <= 1), m
     wide = _wide(a, e, dt)
     a, e = a.reshape(-1), e.reshape(-1)
