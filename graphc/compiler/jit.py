@@ -47,6 +47,12 @@ _KERNEL_LOCK = threading.Lock()
 _LAYER_SAFE = None   # numba's threading layer is thread-safe (tbb, omp); None until known
 
 
+def call_serial(kernel, args):
+    """Run a kernel that runs no loop on numba's threads: no threading layer is
+    involved, so calls from several threads need no lock."""
+    return kernel(tuple(args))
+
+
 def call_kernel(kernel, args):
     """Run a kernel (graphc.codegen.entry.kernel_entry) on ``args``.  numba's
     workqueue threading layer aborts the process when parallel kernels launch

@@ -23,6 +23,8 @@ class KernelExecutable(Executable):
         self.ops, self.inputs, self.outputs = ops, inputs, outputs
         self.source, self.kernel, self.arg_plan = source, kernel, arg_plan
         self._entry = entry
+        #: the kernel runs loops on numba's threads (a serial one needs no threading-layer lock)
+        self._parallel = getattr(source, "parallel", True)
         self._constant = constant      # a constant partition: its outputs may be kept (not the fast path)
         self._overlapping = overlapping_layouts(inputs)
         self._faulting = any(rules.may_fault(op) for op in ops)
@@ -65,10 +67,11 @@ class KernelExecutable(Executable):
         return buf
 
     def _call(self, args):
+        call = jit.call_kernel if self._parallel else jit.call_serial
         if self._workspaces:   # one run at a time uses them
             with self._ws_lock:
-                return jit.call_kernel(self._entry, args)
-        return jit.call_kernel(self._entry, args)
+                return call(self._entry, args)
+        return call(self._entry, args)
 
     # ------------------------------------------------------------- the general path
     def run(self, ins, outs, comm):
@@ -109,26 +112,31 @@ class KernelExecutable(Executable):
             if kind == "in":
                 lt = self.inputs[ref]
                 view = lt.dtype.info.kernel_view
-                slots.append((0, ref, lt.dtype.np, tuple(lt.shape), None if view is None else np.dtype(view)))
+                slots.append((0, ref, np.dtype(lt.dtype.np), tuple(lt.shape), None if view is None else np.dtype(view)))
             elif kind == "out":
                 lt = self.outputs[ref]
                 flat = np.dtype(lt.dtype.info.kernel_np)
-                slots.append((1, ref, flat, lt.nelems, (lt.dtype.np, tuple(lt.shape))))
+                slots.append((1, ref, flat, lt.nelems, (np.dtype(lt.dtype.np), tuple(lt.shape))))
             else:
                 slots.append((2, self._workspace(k, ref) if kind == "ws" else self._scratch_tensor(k, ref)))
         return slots
 
     def fast_run(self, inputs, outputs):
-        if self._fast is None:
-            self._fast = self._fast_plan()
-        if not self._fast:
+        fast = self._fast
+        if fast is None:
+            fast = self._fast = self._fast_plan()
+            self._out_ids = [lt.id for lt in self.outputs]
+        if not fast:
             return None
-        arrays, given = _in_order(inputs, self.inputs), None
-        if outputs is not None:
-            given = _in_order(outputs, self.outputs)
-            arrays = None if given is None else arrays
-        outs = None if arrays is None else self._run_fast(arrays, given)
-        return None if outs is None else {lt.id: a for lt, a in zip(self.outputs, outs)}
+        if outputs is None and type(inputs) is list and len(inputs) == len(self.inputs):
+            outs = self._run_fast(inputs)   # (the common call: inputs in order, fresh outputs)
+        else:
+            arrays, given = _in_order(inputs, self.inputs), None
+            if outputs is not None:
+                given = _in_order(outputs, self.outputs)
+                arrays = None if given is None else arrays
+            outs = None if arrays is None else self._run_fast(arrays, given)
+        return None if outs is None else dict(zip(self._out_ids, outs))
 
     def _run_fast(self, arrays, given=None):
         """The run of a plain kernel on ``arrays`` (inputs in order) into fresh
@@ -140,22 +148,24 @@ class KernelExecutable(Executable):
         for slot in self._fast:
             if slot[0] == 0:
                 a = arrays[slot[1]]
-                if type(a) is not np.ndarray or a.dtype != slot[2] or a.shape != slot[3] \
-                        or not a.flags.c_contiguous or not a.flags.aligned:
+                if type(a) is not np.ndarray or (a.dtype is not slot[2] and a.dtype != slot[2]) or a.shape != slot[3]:
                     return None
-                args.append((a if slot[4] is None else a.view(slot[4])).reshape(-1))
+                flags = a.flags
+                if not (flags.c_contiguous and flags.aligned):
+                    return None
+                args.append(a.ravel() if slot[4] is None else a.view(slot[4]).ravel())
             elif slot[0] == 1:
                 dt, shape = slot[4]
                 if given is None:
-                    flat = np.empty(slot[3], slot[2])
-                    outs[slot[1]] = flat.view(dt).reshape(shape)
+                    u = outs[slot[1]] = np.empty(shape, dt)
                 else:
                     u = outs[slot[1]] = given[slot[1]]
-                    if type(u) is not np.ndarray or u.dtype != dt or u.shape != shape or not u.flags.c_contiguous \
-                            or not u.flags.aligned or not u.flags.writeable:
+                    if type(u) is not np.ndarray or (u.dtype is not dt and u.dtype != dt) or u.shape != shape:
                         return None
-                    flat = (u if slot[2] == dt else u.view(slot[2])).reshape(-1)
-                args.append(flat)
+                    flags = u.flags
+                    if not (flags.c_contiguous and flags.aligned and flags.writeable):
+                        return None
+                args.append(u.ravel() if slot[2] is dt else u.view(slot[2]).ravel())
             else:
                 args.append(slot[1])
         if given is not None:
