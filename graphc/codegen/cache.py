@@ -260,6 +260,40 @@ def compile_kernel(fn, sig: tuple) -> None:
     _tell(fn, "miss", "compiled")
 
 
+#: cold kernels in one batch from which they compile at once on worker processes
+PARALLEL_MIN = 8
+
+
+def compile_kernels(pairs) -> None:
+    """:func:`compile_kernel` for each (dispatcher, signature) of a batch (a graph's
+    kernels): those in the on-disk cache are loaded; the cold ones, when there are
+    PARALLEL_MIN or more, compile at once on a worker process per core
+    (graphc.codegen.cache_worker.compile_in_parallel) and load from the cache;
+    whatever is left compiles as :func:`compile_kernel` compiles it."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    cold, seen = [], set()
+    for fn, sig in pairs:
+        if (id(fn), sig) in seen:
+            continue
+        seen.add((id(fn), sig))
+        with global_compiler_lock:
+            if sig in fn.overloads:
+                continue
+            if _load_cached(fn, sig):
+                _tell(fn, "hit", "disk")
+                continue
+        cold.append((fn, sig))
+    if len(cold) >= PARALLEL_MIN:
+        for (fn, sig), done in zip(cold, worker.compile_in_parallel(cold)):
+            if done:
+                with global_compiler_lock:
+                    if sig not in fn.overloads and _load_cached(fn, sig):
+                        _tell(fn, "miss", "worker")
+    for fn, sig in pairs:
+        compile_kernel(fn, sig)   # (at once for those loaded)
+
+
 def _tell(fn, what: str, where: str) -> None:
     """A ``cache`` line (GRAPHC_VERBOSE=2): where kernel ``fn``'s machine code came from."""
     if verbose.wanted(2):

@@ -84,16 +84,24 @@ class _Worker:
                                      stderr=subprocess.DEVNULL, env=env, close_fds=True)
         verbose.emit(2, "worker", "start", self.proc.pid)
 
-    def compile(self, source: str, entry: str, sig: tuple) -> bool:
+    def send(self, source: str, entry: str, sig: tuple) -> None:
+        """Ask for one kernel (its answer: :meth:`answer`)."""
         msg = pickle.dumps((source, entry, sig), protocol=pickle.HIGHEST_PROTOCOL)
         self.proc.stdin.write(len(msg).to_bytes(8, "little") + msg)
         self.proc.stdin.flush()
         self.kernels += 1
+
+    def answer(self) -> bool:
+        """The answer to the kernel asked for (True: compiled into the cache)."""
+        return self.proc.stdout.readline() == b"ok\n"
+
+    def compile(self, source: str, entry: str, sig: tuple) -> bool:
+        self.send(source, entry, sig)
         import select
         ready, _, _ = select.select([self.proc.stdout], [], [], worker_timeout())
         if not ready:   # a hung worker: the caller closes it and compiles here from now on
             raise TimeoutError("the kernel compile worker did not answer")
-        return self.proc.stdout.readline() == b"ok\n"
+        return self.answer()
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -151,6 +159,55 @@ def compile_elsewhere(fn, sig: tuple) -> bool:
             verbose.emit(2, "worker", "broken", f"{type(e).__name__}: {e}; kernels compile in this process")
             _worker_broken = True
             return False
+
+
+def cores() -> int:
+    """The cores this process may run on (the compile workers' count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def compile_in_parallel(fns: list) -> list[bool]:
+    """Compile the kernels ``fns`` ((dispatcher, signature) pairs from
+    graphc.codegen.cache.load_kernel) into the on-disk cache at once, on worker
+    processes of their own, one per core; [compiled there] per kernel (the
+    caller loads those from the cache and compiles the rest itself).  The
+    workers end with the batch."""
+    done = [False] * len(fns)
+    d = cache_dir()
+    jobs = [(i, (fn.py_func.__globals__.get("__graphc_source__"), fn.py_func.__name__, sig))
+            for i, (fn, sig) in enumerate(fns)
+            if getattr(getattr(fn, "_cache", None), "_graphc_checked", False)]
+    jobs = [(i, job) for i, job in jobs if job[0] is not None]
+    if _in_worker or _worker_broken or d is None or not jobs:
+        return done
+    import select
+    workers: list[_Worker] = []
+    busy: dict = {}   # worker -> the index of the kernel it compiles
+    try:
+        workers = [_Worker(d.parent) for _ in range(min(len(jobs), cores()))]
+        while jobs or busy:
+            for k, w in enumerate(workers):
+                if w not in busy and jobs:
+                    if w.kernels >= WORKER_KERNELS:   # (its memory grows as this process's would)
+                        w.close()
+                        w = workers[k] = _Worker(d.parent)
+                    i, job = jobs.pop(0)
+                    w.send(*job)
+                    busy[w] = i
+            ready, _, _ = select.select([w.proc.stdout for w in busy], [], [], worker_timeout())
+            if not ready:
+                raise TimeoutError("a kernel compile worker did not answer")
+            for w in [w for w in busy if w.proc.stdout in ready]:
+                done[busy.pop(w)] = w.answer()
+    except Exception as e:  # noqa: BLE001 - the caller compiles what is not done
+        verbose.emit(2, "worker", "broken", f"{type(e).__name__}: {e}; kernels compile in this process")
+    finally:
+        for w in workers:
+            w.close()
+    return done
 
 
 _exit_hook: list = []

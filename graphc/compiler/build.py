@@ -19,7 +19,8 @@ from ..types import LogicalTensor, check_extent
 from .any_layout import chosen_layout, view_of
 from .compiled_partition import CompiledPartition
 from .executables import KernelExecutable, PerValuesExecutable, ViewExecutable, collective_of
-from .jit import compile_source
+from .batch import current_batch
+from .jit import compile_source, prepare_source
 from .specialize import check_memory, concrete, specialize, values_by_op
 
 
@@ -62,8 +63,13 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
         executable = ViewExecutable(*view)
     else:
         source, plan = lowering.build_kernel(partition, ops, in_lts, out_lts, op_values)
-        kernel, entry = compile_source(source, plan, in_lts, out_lts)
-        executable = KernelExecutable(ops, in_lts, out_lts, source, kernel, entry, plan, partition.constant)
+        batch = current_batch()
+        if batch is None:
+            kernel, entry = compile_source(source, plan, in_lts, out_lts)
+            executable = KernelExecutable(ops, in_lts, out_lts, source, kernel, entry, plan, partition.constant)
+        else:   # (machine code when the batch finishes: a graph's kernels compile together)
+            executable = KernelExecutable(ops, in_lts, out_lts, source, None, None, plan, partition.constant)
+            batch.add(executable, *prepare_source(source, plan, in_lts, out_lts))
     cp = CompiledPartition(partition, in_lts, out_lts, ops, executable)
     cp.rebuild = (compile_partition, (partition, inputs, outputs, values))   # (pickling compiles it again)
     cp.compile_seconds = time.perf_counter() - t0

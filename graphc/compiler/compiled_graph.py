@@ -16,6 +16,7 @@ from ..interop import as_array
 from ..partition import partition_graph
 from ..types import LogicalTensor
 from .any_layout import any_layouts
+from .batch import kernel_batch
 from .bounded import BoundedCache
 from .compiled_partition import CompiledPartition, ReferencePartition
 from .executables import collective_of
@@ -67,7 +68,8 @@ class CompiledGraph:
         chosen = any_layouts(graph, self.partitions)
         resolved: dict[int, LogicalTensor] = {}   # output tensors as compiled (their strides chosen)
         self.compiled = []
-        with CompileProgress(len(self.partitions)) as bar:   # (a bar on a terminal for a compile over a second)
+        # the kernels compile together once every partition is lowered (graphc.compiler.batch)
+        with kernel_batch() as batch, CompileProgress(len(self.partitions)) as bar:
             for p in self.partitions:
                 bar.label(p.kind)
                 if p in bad or not all(t.is_complete for t in p.inputs):
@@ -81,6 +83,7 @@ class CompiledGraph:
                 resolved.update((t.id, t) for t in cp.outputs)
                 self.compiled.append(cp)
                 bar.step()
+            batch.finish()
         self._at_run = BoundedCache()   # (partition id, input shapes) -> compiled, as many as kernels kept
         self._collectives = [collective_of(p.ops) for p in self.partitions]
         self._input_ports, self._output_ports = graph.input_ports, graph.output_ports  # (a topological sort each)

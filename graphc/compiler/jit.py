@@ -34,13 +34,24 @@ def signature(arg_plan, in_lts, out_lts) -> tuple:
     return tuple(sig)
 
 
+def prepare_source(source: str, arg_plan, in_lts, out_lts) -> tuple:
+    """(dispatcher, signature): the kernel of ``source`` loaded (not compiled) and
+    the signature it compiles for (:func:`compile_source`, or a KernelBatch)."""
+    return load_kernel(source), signature(arg_plan, in_lts, out_lts)
+
+
+def entry_of(dispatcher, sig) -> tuple:
+    """(Kernel, entry) of a dispatcher compiled for ``sig``: the entry point calls
+    it on a tuple of arrays (graphc.codegen.entry)."""
+    return Kernel(dispatcher), kernel_entry(dispatcher, sig)
+
+
 def compile_source(source: str, arg_plan, in_lts, out_lts):
     """(Kernel, entry): the kernel of ``source`` compiled for its arguments, and
     the entry point that calls it on a tuple of arrays (graphc.codegen.entry)."""
-    dispatcher = load_kernel(source)
-    sig = signature(arg_plan, in_lts, out_lts)
+    dispatcher, sig = prepare_source(source, arg_plan, in_lts, out_lts)
     compile_kernel(dispatcher, sig)
-    return Kernel(dispatcher), kernel_entry(dispatcher, sig)
+    return entry_of(dispatcher, sig)
 
 
 _KERNEL_LOCK = threading.Lock()

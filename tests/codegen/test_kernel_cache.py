@@ -19,7 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import graphc
+from graphc import LogicalTensor, Op
 from graphc.codegen import cache, cache_files, cache_folder, cache_worker
+from support.graphs import graph_of
 from support.kernel_cache import cache_warnings, check, kernel_of, posix_only, root, version_dir  # noqa: F401 - root: a fixture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -300,6 +303,33 @@ def test_cold_kernels_compiled_by_a_worker(root, monkeypatch):
         assert sum(kernel_of(cg)._cache_hits.values()) == 1   # compiled there, loaded here
     finally:
         cache_worker._close_worker()
+
+
+def test_a_graphs_cold_kernels_compile_together_on_workers(root, monkeypatch):
+    """A graph with PARALLEL_MIN cold kernels or more compiles them at once on a
+    worker process per core (graphc.compiler.batch), and loads them from the cache."""
+    monkeypatch.setattr(cache, "PARALLEL_MIN", 2)
+    monkeypatch.setattr(cache_worker, "_worker_broken", False)
+    started = []
+    real = cache_worker._Worker
+
+    def counted(root_dir):
+        started.append(root_dir)
+        return real(root_dir)
+    monkeypatch.setattr(cache_worker, "_Worker", counted)
+    a, b = LogicalTensor(0, "f32", [4, 33]), LogicalTensor(1, "f32", [5, 31])
+    c, d = LogicalTensor(2, "f32", [4, 33]), LogicalTensor(3, "f32", [5, 31])
+    g = graph_of(Op(0, "Abs", [a], [c]), Op(1, "SoftMax", [b], [d], {"axis": 0}))
+    cg = graphc.compile(g)
+    kernels = [cp.kernel for cp in cg.compiled]
+    assert len(kernels) == 2 and all(sum(k._cache_hits.values()) == 1 for k in kernels)   # compiled there
+    assert len(started) == min(2, cache_worker.cores())
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 33)).astype(np.float32), rng.standard_normal((5, 31)).astype(np.float32)
+    out = cg.run({0: x, 1: y})
+    np.testing.assert_allclose(out[2], np.abs(x))
+    e = np.exp(y - y.max(axis=0))
+    np.testing.assert_allclose(out[3], e / e.sum(axis=0), rtol=1e-5)
 
 
 def test_no_worker_compiles_here(root, monkeypatch):

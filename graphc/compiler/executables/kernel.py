@@ -32,6 +32,10 @@ class KernelExecutable(Executable):
         self._ws_lock = threading.Lock()
         self._fast = None              # the per-run work done once (_fast_plan); False: no fast path
 
+    def set_kernel(self, kernel, entry) -> None:
+        """The kernel's machine code, compiled after this executable was made (graphc.compiler.batch)."""
+        self.kernel, self._entry = kernel, entry
+
     def roads(self):
         return getattr(self.source, "roads", ())
 
