@@ -98,6 +98,14 @@ class CompiledGraph:
         compiled at run are not carried over."""
         return CompiledGraph, (self.graph, self.policy, self.fallback)
 
+    def forget_constants(self) -> None:
+        """Drop every output kept in the constant tensor cache: call it after changing
+        the values of constant-property inputs in place (what was computed from them
+        is computed again at the next run)."""
+        for cp in self.compiled:
+            if isinstance(cp, CompiledPartition):
+                cp.forget_constants()
+
     @property
     def source(self) -> str:
         """The generated source of every kernel compiled so far (at compile)."""

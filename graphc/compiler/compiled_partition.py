@@ -160,6 +160,15 @@ class CompiledPartition:
             outs = user_outs
         return {lt.id: a for lt, a in zip(self.outputs, outs)}
 
+    def forget_constants(self) -> None:
+        """Drop the outputs kept in the constant tensor cache (the constant inputs
+        changed): the next execution computes them again."""
+        with self._lock:
+            self._constant_outputs = None
+            fin, self._constant_finalizer = getattr(self, "_constant_finalizer", None), None
+        if fin is not None:
+            fin()   # (gives the bytes back to the cache)
+
     def _keep_constant(self, result: dict) -> None:
         """Keep the outputs of a constant partition in the constant tensor cache
         (read-only copies) if it is on and has room."""
@@ -174,7 +183,7 @@ class CompiledPartition:
                 c.setflags(write=False)
                 kept.append(c)
             self._constant_outputs = kept
-        weakref.finalize(self, CONSTANT_CACHE.release, nbytes)
+            self._constant_finalizer = weakref.finalize(self, CONSTANT_CACHE.release, nbytes)
 
     # --------------------------------------------------------- the caller's arrays
     def _bind(self, given, lts, what):

@@ -3,6 +3,7 @@ ranks, logical tensor / partition / graph accessors, in-place ports honoured
 by the kernels, fpmath_mode, the constant tensor cache and its controls, the
 opt-in reference fallback, the command line's help, input filling and graph
 JSON with an output port the graph does not have."""
+import gc
 import json
 import warnings
 
@@ -291,6 +292,24 @@ def test_constant_cache_on(cache_state):
     into = np.empty(256, np.float32)
     cp.execute({0: w}, outputs={1: into})
     assert np.array_equal(into, np.ones(256))
+
+
+def test_forgotten_constants_are_computed_again(cache_state):
+    """CompiledGraph.forget_constants drops the kept outputs and gives their bytes
+    back: the next run computes them from the constant inputs as they are now."""
+    graphc.set_constant_tensor_cache_capacity("cpu", 64)
+    cg = graphc.compile(_constant_graph(), policy="debug")
+    used = cache_state.used_bytes
+    w, z = np.ones(256, np.float32), np.zeros(256, np.float32)
+    assert np.array_equal(cg.run({0: w, 2: z})[3], np.ones(256))
+    assert cache_state.used_bytes == used + 256 * 4
+    cg.forget_constants()
+    assert cache_state.used_bytes == used
+    assert np.array_equal(cg.run({0: w - 10, 2: z})[3], np.full(256, 9.0))
+    assert cache_state.used_bytes == used + 256 * 4      # kept again, once
+    del cg
+    gc.collect()
+    assert cache_state.used_bytes == used
 
 
 def test_constant_cache_capacity_limits(cache_state):
