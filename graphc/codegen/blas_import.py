@@ -26,8 +26,10 @@ def mkl_path() -> str | None:
 
 
 def bf16_gemm() -> bool:
-    """Can kernels multiply bf16 operands as they are (``gemm_bf16``: MKL)?"""
-    return mkl_path() is not None
+    """Can kernels multiply bf16 operands as they are (``gemm_bf16``: graphc's
+    AVX512-BF16 tile, graphc.codegen.bf16_tile, or MKL)?"""
+    from .bf16_tile import available
+    return available() or mkl_path() is not None
 
 
 def int8_gemm() -> bool:

@@ -28,6 +28,7 @@ from pathlib import Path
 import numba
 
 from . import helpers
+from .bf16_tile import available as bf16_tile_available
 from .blas_import import mkl_path
 
 #: bumped when the layout or format of the files in the cache folder changes
@@ -51,7 +52,7 @@ def _linked_files() -> list[Path]:
     then parallel kernels' thread launch and the trampolines' call and unboxing."""
     here = Path(__file__).parent
     files = [Path(importlib.util.find_spec(m).origin) for m in helpers.linked_modules()]
-    return files + [here / "launch.py", here / "entry.py"]
+    return files + [here / "launch.py", here / "entry.py", here / "bf16_tile.py"]
 
 
 def _runtime_digest() -> str:
@@ -61,6 +62,7 @@ def _runtime_digest() -> str:
         for path in _linked_files():
             h.update(path.read_bytes())
         h.update(b"mkl" if mkl_path() else b"openblas")
+        h.update(b"+bf16tile" if bf16_tile_available() else b"")   # (gemm_bf16's road, fixed when compiled)
         _runtime_tag = h.hexdigest()[:12]
     return _runtime_tag
 
