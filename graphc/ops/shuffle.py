@@ -158,9 +158,11 @@ class StaticSlice(OpSchema):
     * ``axes``: distinct axes of src (negative count from the last); default
       ``0 .. len(begin) - 1``.
 
-    Step 1 only, so dst is a window of src.  It is lowered as a copy kernel:
-    graphc's views (graphc/views.py) are strides over the buffer's first element,
-    with no offset to start a window at."""
+    Step 1 only, so dst is a window of src with src's strides.  Alone in its
+    partition it is a view when dst's layout allows those strides (the compile
+    step's view_of, graphc/compiler/any_layout.py); otherwise, and inside
+    fused kernels (whose views are strides from a buffer's first element, with
+    no offset), it is a copy kernel (graphc/codegen/rules/shuffle.py)."""
 
     kind = "StaticSlice"
     family = "shuffle"

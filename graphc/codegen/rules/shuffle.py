@@ -79,7 +79,8 @@ class StaticSlice(Rule):
 
     def lower(self, op, kb, ins, outs, values):
         """dst walked in its memory order, each element read from src at the
-        window's start plus its index (a copy: views have no offset)."""
+        window's start plus its index (where the compile step cannot make it a
+        view: dst's strides are not src's)."""
         (src,), (dst,) = ins, outs
         window = op.schema.bounds(op, src.shape)
         with memory_order_nest(kb, dst.shape, dst.strides, worth_parallel(dst.lt.nelems)) as ivars:

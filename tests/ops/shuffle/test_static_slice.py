@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 import graphc
-from graphc.builder import single_op_graph
+from graphc.builder import GraphBuilder, single_op_graph
+from graphc.op import Op
+from graphc.types import LogicalTensor
 from graphc.errors import InvalidDataType, InvalidGraphOp, InvalidShape
 from graphc.jsonio import dump_graph, load_graph
 from support import check_compiled, inferred_shape, one_op, run_single
@@ -83,3 +85,38 @@ def test_json_round_trip():
     (tid,) = back.input_ports
     out = graphc.compile(back).run({tid: x})
     np.testing.assert_array_equal(next(iter(out.values())), x[:, 2:5])
+
+
+def _compiled_one(g):
+    (cp,) = graphc.compile(g).compiled
+    return cp
+
+
+def test_a_window_keeping_the_layout_is_a_view():
+    """Rows of a dense src (dense dst, the same strides) and any window into a
+    dst of layout ``any`` share src's memory; a dense dst that the window's
+    strides do not give is a copy kernel."""
+    x = np.arange(60, dtype=np.float32).reshape(5, 12)
+    rows = one_op("StaticSlice", [("f32", [5, 12])], [("f32", [2, 12])], {"begin": [1], "end": [3]})
+    cp = _compiled_one(rows)
+    assert cp.is_view and cp.get_inplace_ports() == []
+    y = cp.execute({0: x})[1]
+    assert np.shares_memory(y, x)
+    np.testing.assert_array_equal(y, x[1:3])
+
+    b = GraphBuilder()
+    src, dst = b.tensor("f32", [5, 12]), LogicalTensor(1, "f32", [5, 4], layout_type="any")
+    b.graph.add_op(Op(0, "StaticSlice", [src], [dst], {"begin": [-6], "end": [-2], "axes": [1]}))
+    cp = _compiled_one(b.finalize())
+    assert cp.is_view and cp.query_logical_tensor(dst.id).strides == (12, 1)
+    y = cp.execute({0: x})[1]
+    assert np.shares_memory(y, x)
+    np.testing.assert_array_equal(y, x[:, 6:10])
+    out = np.zeros((5, 4), np.float32)                  # a caller-given output gets a copy
+    cp.execute({0: x}, outputs={1: out})
+    np.testing.assert_array_equal(out, x[:, 6:10])
+
+    cols = one_op("StaticSlice", [("f32", [5, 12])], [("f32", [5, 4])], {"begin": [6], "end": [10], "axes": [1]})
+    cp = _compiled_one(cols)
+    assert not cp.is_view and cp.kernel is not None
+    np.testing.assert_array_equal(cp.execute({0: x})[1], x[:, 6:10])
