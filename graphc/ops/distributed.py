@@ -62,12 +62,11 @@ class LayerNormPreAllGather(OpSchema):
         return (np.concatenate([mean, m2], axis=-1),)
 
     def vjp(self, op, em):
-        """src's gradient from the stats': d_mean / W + 2 d_M2 (src - mean), in the
-        stats' type."""
+        """src's gradient from the stats': d_mean / W + 2 d_M2 (src - mean), in f32."""
         x, stats = op.inputs[0], op.outputs[0]
-        g, dt = em.grad(stats), stats.dtype
+        g, dt = em.cast(em.grad(stats), "f32"), "f32"
         dmean, dm2, mean = (em.one("StaticSlice", [t], {"begin": [i], "end": [i + 1], "axes": [-1]})
-                            for t, i in ((g, 0), (g, 1), (stats, 0)))
+                            for t, i in ((g, 0), (g, 1), (em.cast(stats, dt), 0)))
         centred = em.one("Subtract", [em.cast(x, dt), mean])
         return [em.one("Add", [em.scale(em.one("Multiply", [dm2, centred]), 2.0), em.scale(dmean, 1.0 / x.shape[-1])])]
 
