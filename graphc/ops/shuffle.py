@@ -1,5 +1,6 @@
 """Data movement ops (docs: Concat.md, StaticReshape.md, StaticTranspose.md,
-Reorder.md, TypeCast.md; StaticSlice is graphc's own, oneDNN Graph has no slice).  The reference works on logical arrays, so layout
+Reorder.md, TypeCast.md; StaticSlice is graphc's own: oneDNN Graph has no
+slice).  The reference works on logical arrays, so layout
 (strides) never changes values: Reorder and TypeCast are the identity there,
 TypeCast's rounding to nearest even being the executor's one rounding to dst.
 Their lowering is graphc/codegen/rules/shuffle.py."""

@@ -57,3 +57,21 @@ def test_reduce_scatter_checks_the_group():
     cg = graphc.compile(single_op_graph("ReduceScatter", [("f32", [2, 6])], [("f32", [2, 3])], {"axis": 1}))
     for r in on_threads(3, lambda comm: cg.run({0: np.ones((2, 6), np.float32)}, comm=comm)):
         assert isinstance(r, RuntimeFault) and "group size" in str(r), r
+
+
+@pytest.mark.parametrize("kind, out", [("AllGather", [2, 6]), ("ReduceScatter", [2, 1])])
+def test_collectives_derivatives_are_each_other(kind, out):
+    """On 3 threads: AllGather's gradient is the members' seeds summed, member r
+    keeping block r (ReduceScatter); ReduceScatter's is every member's seed
+    concatenated (AllGather)."""
+    g = single_op_graph(kind, [("f32", [2, 2 if kind == "AllGather" else 3])], [("f32", out)], {"axis": 1})
+    tr = graphc.grad(g, [0])
+    assert ({"AllGather", "ReduceScatter"} - {kind}) <= {op.kind for op in tr.graph.ops.values()}
+    seeds = [np.arange(12).reshape(2, 6)[:, :out[1]].astype(np.float32) * (r + 1) for r in range(3)]
+    cg = graphc.compile(tr.graph)
+    x = np.zeros(g.tensors[0].shape, np.float32)
+    results = on_threads(3, lambda comm: cg.run({0: x, tr.grad_in(1): seeds[comm.Get_rank()]},
+                                                comm=comm)[tr.grad_out(0)])
+    for r, dx in enumerate(results):
+        want = sum(seeds)[:, 2 * r:2 * r + 2] if kind == "AllGather" else np.concatenate(seeds, axis=1)
+        np.testing.assert_array_equal(dx, want)

@@ -55,7 +55,8 @@ def _ties(dt):
 
 @pytest.mark.parametrize("dt", DTYPES)
 def test_reduce_max_min_ties_share_the_gradient(dt):
-    g, ts = chain([(dt, X)], [("ReduceMax", [0], {"axes": [2]}), ("ReduceMin", [0], {"axes": [0, 2], "keep_dims": True})])
+    g, ts = chain([(dt, X)], [("ReduceMax", [0], {"axes": [2]}),
+                              ("ReduceMin", [0], {"axes": [0, 2], "keep_dims": True})])
     x = _ties(dt)
     tr, got = check_training(g, [ts[0].id], lambda x: (x.amax(2), x.amin((0, 2), keepdim=True)),
                              inputs={ts[0].id: x})
