@@ -2,8 +2,8 @@
 
 * An output of a partition: the strides its compute op writes fastest
   (``OpSchema.preferred_strides``), else dense (:func:`chosen_layout`).
-* An output of a partition of views: the view's strides, so that no data moves
-  (:func:`view_of`).
+* An output of a partition of views (or of one StaticSlice, a window of its
+  src): the view's strides, so that no data moves (:func:`view_of`).
 * Across a graph: a tensor that leaves one partition for a chain of views into
   a tensor of known strides gets the strides that make the views free
   (:func:`any_layouts`).
@@ -27,10 +27,19 @@ def chosen_layout(ops, lt: LogicalTensor) -> LogicalTensor:
 
 
 def view_of(ops, in_lts, out_lts, asked_outs, wanted):
-    """(input index, output LogicalTensor) when the partition is a chain of views
-    (graphc.views) from one input to its one output, whose strides the output
-    takes: an output with layout ``any`` takes the view's strides; one with
-    strides of its own must have the view's.  Else None (a kernel copies)."""
+    """(input index, output LogicalTensor[, window]) when the partition is a
+    chain of views (graphc.views) from one input to its one output, or one
+    StaticSlice (its window: a numpy index), whose strides the output takes: an
+    output with layout ``any`` takes the view's strides; one with strides of its
+    own must have the view's.  Else None (a kernel copies)."""
+    if len(out_lts) == 1 and len(ops) == 1 and ops[0].kind == "StaticSlice" and in_lts[0].strides is not None:
+        op, out = ops[0], out_lts[0]
+        asked = wanted.get(out.id) or next(t for t in asked_outs if t.id == out.id)
+        strides = tuple(in_lts[0].strides)          # a step-1 window keeps src's strides
+        if asked.strides is not None and not same_layout(out.shape, out.strides, strides):
+            return None
+        window = tuple(slice(b, e) for b, e in op.schema.bounds(op, tuple(in_lts[0].shape)))
+        return 0, LogicalTensor(out.id, out.dtype, out.shape, strides, "strided", out.property_type), window
     if len(out_lts) != 1 or not is_view_chain(ops):
         return None
     src = next((i for i, lt in enumerate(in_lts) if lt.id == ops[0].inputs[0].id), None)

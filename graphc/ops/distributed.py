@@ -1,17 +1,22 @@
 """Distributed LayerNorm (ttnn.layer_norm_pre_all_gather / post_all_gather) and
-the AllGather collective between them.
+the AllGather collective between them; ReduceScatter, AllGather's derivative.
 
 Each of P ranks holds a [..., W] slice of the rows.  LayerNormPreAllGather gives
 per row the local mean and M2 (sum of squared deviations from it); AllGather
 concatenates the [..., 2] stats of all ranks into [..., 2P]; and
 LayerNormPostAllGather merges them with Chan's parallel formula (stable where
 the sum / sum of squares form cancels) and normalizes the local slice.
+
+Their derivatives (graphc.grad): Post's gives the gradient of the gathered
+stats, (mean_p, M2_p) of every shard; AllGather's is ReduceScatter, each rank
+receiving the sum over the ranks of its own shard's part; Pre's turns that into
+its slice's gradient.  Chained, they are the whole LayerNorm's gradient.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidDataType, InvalidGraphOp, RuntimeFault
+from ..errors import InvalidArguments, InvalidDataType, InvalidGraphOp, RuntimeFault
 from .common import F
 from .schema import (Attr, DtypeTable, In, OpSchema, Out, bad_shape, dims_equal, non_negative, norm_axis,
                      same_dtype)
@@ -55,6 +60,15 @@ class LayerNormPreAllGather(OpSchema):
         mean = x.mean(axis=-1, keepdims=True)
         m2 = ((x - mean) ** 2).sum(axis=-1, keepdims=True)
         return (np.concatenate([mean, m2], axis=-1),)
+
+    def vjp(self, op, em):
+        """src's gradient from the stats': d_mean / W + 2 d_M2 (src - mean), in f32."""
+        x, stats = op.inputs[0], op.outputs[0]
+        g, dt = em.cast(em.grad(stats), "f32"), "f32"
+        dmean, dm2, mean = (em.one("StaticSlice", [t], {"begin": [i], "end": [i + 1], "axes": [-1]})
+                            for t, i in ((g, 0), (g, 1), (em.cast(stats, dt), 0)))
+        centred = em.one("Subtract", [em.cast(x, dt), mean])
+        return [em.one("Add", [em.scale(em.one("Multiply", [dm2, centred]), 2.0), em.scale(dmean, 1.0 / x.shape[-1])])]
 
 
 class AllGather(OpSchema):
@@ -106,6 +120,54 @@ class AllGather(OpSchema):
         self.check_group(op, src, 1 if comm is None else comm.Get_size())
         parts = [src] if comm is None else comm.allgather(src)
         return (np.concatenate(parts, axis=self.axis(op)),)
+
+    def vjp(self, op, em):
+        """ReduceScatter: the gathered gradients of every member summed, this
+        member's block taken."""
+        return [em.op("ReduceScatter", [em.grad(op.outputs[0])], [(op.inputs[0].dtype, op.inputs[0].shape)],
+                      {"axis": op.attr("axis")})[0]]
+
+
+class ReduceScatter(AllGather):
+    """The sum over the members of the group of their src, cut along ``axis``
+    into one block per member in rank order: member r gets block r.  AllGather's
+    derivative (and AllGather is this one's)."""
+
+    kind = "ReduceScatter"
+    doc = "Sums src over the members of the group; member r gets block r of the sum along axis."
+    outputs = (Out("dst", doc="src's shape with dim axis divided by the group size"),)
+    dtypes = same_dtype("src|dst", F)
+
+    def check(self, op):
+        axis = self.axis(op)
+        n, m = op.input("src").shape[axis], self.gathered_dim(op, axis)
+        if n != -1 and m != -1 and not (n == 0 if m == 0 else (m > 0 and n % m == 0)):
+            raise bad_shape(op, "src's dim along axis must be a multiple of the output's (the group size)",
+                            where="port 'dst'", expected=f"a divisor of {n} at dim {axis}", found=m)
+
+    def check_group(self, op, src, size: int) -> None:
+        """src's dim along axis must be the declared dst dim times the group size."""
+        n, declared = src.shape[self.axis(op)], self.gathered_dim(op, self.axis(op))
+        if n % size or (declared != -1 and declared * size != n):
+            raise RuntimeFault("src's dim along axis disagrees with the group size", op=op, where="port 'src'",
+                               expected=f"{size} members x {declared if declared != -1 else 'a block'}", found=n)
+
+    def reference(self, op, src, comm=None):
+        """On ``comm`` (mpi4py-like: ``Get_rank``, ``Get_size``, ``allgather``),
+        None for a group of one."""
+        if comm is not None and not callable(getattr(comm, "Get_rank", None)):
+            raise InvalidArguments("a reduce-scatter needs the member's rank", op=op,
+                                   expected="a communicator with Get_rank", found=type(comm).__name__)
+        rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+        self.check_group(op, src, size)
+        total = src if comm is None else np.sum(comm.allgather(src), axis=0)
+        axis, n = self.axis(op), src.shape[self.axis(op)] // size
+        return (np.take(total, range(rank * n, (rank + 1) * n), axis=axis),)
+
+    def vjp(self, op, em):
+        """AllGather: every member's block of the gradient, concatenated."""
+        return [em.op("AllGather", [em.grad(op.outputs[0])], [(op.inputs[0].dtype, op.inputs[0].shape)],
+                      {"axis": op.attr("axis")})[0]]
 
 
 class LayerNormPostAllGather(OpSchema):
@@ -162,3 +224,40 @@ class LayerNormPostAllGather(OpSchema):
         if gamma is not None:
             y = y * gamma + beta
         return (y,)
+
+    def vjp(self, op, em):
+        """In f32: src's gradient with the stats held (diff_dst * gamma * rstd), the
+        gradients of the merged mean and variance (the sums of diff_dst * gamma
+        and of it times src - mean over this rank's slice), and through Chan's
+        merge those of every shard's (mean_p, M2_p): d_mean / P + d_var * 2
+        (mean_p - mean) / P and d_var / (P W); gamma's and beta's summed over the
+        rows."""
+        x, stats, gamma, beta = (op.input(n) for n in ("src", "stats", "gamma", "beta"))
+        f32 = "f32"
+        dy, xc = em.cast(em.grad(op.outputs[0]), f32), em.cast(x, f32)
+        width, shards, lead = x.shape[-1], stats.shape[-1] // 2, x.shape[:-1]
+        pairs = em.reshape(em.cast(stats, f32), lead + (shards, 2))
+        means, m2 = (em.one("StaticSlice", [pairs], {"begin": [i], "end": [i + 1], "axes": [-1]}) for i in (0, 1))
+        mean = em.one("ReduceMean", [means], {"axes": [-2], "keep_dims": True})          # [..., 1, 1]
+        dev = em.one("Subtract", [means, mean])                                             # [..., P, 1]
+        spread = em.one("ReduceSum", [em.one("Multiply", [dev, dev])], {"axes": [-2], "keep_dims": True})
+        total = em.one("Add", [em.one("ReduceSum", [m2], {"axes": [-2], "keep_dims": True}), em.scale(spread, width)])
+        var = em.reshape(em.scale(total, 1.0 / (shards * width)), lead + (1,))
+        rstd = em.one("Reciprocal", [em.one("Sqrt", [em.one("Add", [var, em.full_like(var, op.attr("epsilon"))])])])
+        centred = em.one("Subtract", [xc, em.reshape(mean, lead + (1,))])
+        dyg = dy if gamma is None else em.one("Multiply", [dy, em.cast(gamma, f32)])
+        dx = em.one("Multiply", [dyg, rstd])
+        row_sum = lambda t: em.one("ReduceSum", [t], {"axes": [-1], "keep_dims": True})   # noqa: E731
+        dmean = em.neg(em.one("Multiply", [row_sum(dyg), rstd]))                            # [..., 1]
+        cube = em.one("Multiply", [rstd, em.one("Multiply", [rstd, rstd])])
+        dvar = em.scale(em.one("Multiply", [row_sum(em.one("Multiply", [dyg, centred])), cube]), -0.5)
+        dmean, dvar = (em.reshape(t, lead + (1, 1)) for t in (dmean, dvar))
+        dmeans = em.one("Add", [em.scale(dmean, 1.0 / shards), em.one("Multiply", [dev, em.scale(dvar, 2.0 / shards)])])
+        dm2 = em.broadcast_to(em.scale(dvar, 1.0 / (shards * width)), dmeans)
+        dstats = em.reshape(em.one("Concat", [dmeans, dm2], {"axis": -1}), stats.shape)
+        grads = [dx, dstats]
+        if gamma is not None:
+            xhat = em.one("Multiply", [centred, rstd])
+            grads += [em.sum_to(em.one("Multiply", [dy, xhat]), gamma.shape) if em.wants(gamma) else None,
+                      em.sum_to(dy, beta.shape) if em.wants(beta) else None]
+        return grads

@@ -108,13 +108,20 @@ class Reduce(OpSchema):
         kept = tuple(1 if i in axes else d for i, d in enumerate(src.shape))
         return axes, em.broadcast_to(em.reshape(g, kept), src)
 
+    def group_sum(self, op, em, t):
+        """``t`` (src's shape) summed over the reduced axes, broadcast back."""
+        axes = normalized_axes(op, op.attr("axes"), t.ndim)
+        return em.broadcast_to(em.one("ReduceSum", [t], {"axes": list(axes), "keep_dims": True}), t)
+
     def to_extremes(self, op, em, largest: bool):
-        """diff_dst to the src elements equal to dst (to each of a tie, where torch's
-        amax/amin share it out)."""
+        """diff_dst shared evenly among the src elements equal to dst (the ties of
+        a group each get diff_dst / their count, as torch's amax/amin)."""
         src, y = op.inputs[0], op.outputs[0]
         dy, extreme = self.spread(op, em, em.grad(y))[1], self.spread(op, em, y)[1]
         hit = em.one("GreaterEqual", [src, extreme] if largest else [extreme, src], dtype="boolean")
-        return [em.one("Select", [hit, dy, em.zeros_like(dy)], dtype=dy.dtype)]
+        zeros = em.zeros_like(dy)
+        ties = self.group_sum(op, em, em.one("Select", [hit, em.full_like(dy, 1.0), zeros], dtype=dy.dtype))
+        return [em.one("Select", [hit, em.one("Divide", [dy, ties]), zeros], dtype=dy.dtype)]
 
 
 class ReduceL1(Reduce):
@@ -190,6 +197,23 @@ class ReduceProd(Reduce):
         sign) in any order.  From [-4, 4], 32768 factors overflow float64 and meet a
         zero factor, and inf * 0 = NaN or 0 depends on the order of the products."""
         return (-1.25, 1.25) if index == 0 else super().input_range(op, index)
+
+    def vjp(self, op, em):
+        """As torch: per group, with no zero in src diff_dst * dst / src; with
+        exactly one, diff_dst times the product of the others at the zero and 0
+        elsewhere; with two or more, 0.  Zeros are found as 0 >= |src|; dst / src
+        is taken with the zeros replaced by 1 (dst is 0 in such a group)."""
+        src, y = op.inputs[0], op.outputs[0]
+        (axes, prod), dy = self.spread(op, em, y), self.spread(op, em, em.grad(y))[1]
+        zeros, ones = em.zeros_like(src), em.full_like(src, 1.0)
+        zero = em.one("GreaterEqual", [zeros, em.one("Abs", [src])], dtype="boolean")
+        nonzero = em.one("Select", [zero, ones, src], dtype=src.dtype)
+        count = self.group_sum(op, em, em.one("Select", [zero, ones, zeros], dtype=src.dtype))
+        others = em.broadcast_to(em.one("ReduceProd", [nonzero], {"axes": list(axes), "keep_dims": True}), src)
+        lone = em.one("Select", [em.one("GreaterEqual", [ones, count], dtype="boolean"),
+                                 em.one("Multiply", [dy, others]), zeros], dtype=src.dtype)
+        usual = em.one("Multiply", [dy, em.one("Divide", [prod, nonzero])])
+        return [em.one("Select", [zero, lone, usual], dtype=src.dtype)]
 
 
 class ReduceSum(Reduce):

@@ -1,5 +1,6 @@
 """Data movement ops (docs: Concat.md, StaticReshape.md, StaticTranspose.md,
-Reorder.md, TypeCast.md).  The reference works on logical arrays, so layout
+Reorder.md, TypeCast.md; StaticSlice is graphc's own: oneDNN Graph has no
+slice).  The reference works on logical arrays, so layout
 (strides) never changes values: Reorder and TypeCast are the identity there,
 TypeCast's rounding to nearest even being the executor's one rounding to dst.
 Their lowering is graphc/codegen/rules/shuffle.py."""
@@ -46,6 +47,17 @@ class Concat(OpSchema):
 
     def reference(self, op, *srcs):
         return (np.concatenate(srcs, axis=norm_axis(op, op.attr("axis"), srcs[0].ndim)),)
+
+    def vjp(self, op, em):
+        """diff_dst cut back into the srcs: one StaticSlice per src along axis."""
+        g = em.grad(op.outputs[0])
+        axis, start, out = norm_axis(op, op.attr("axis"), g.ndim), 0, []
+        for src in op.inputs:
+            size = src.shape[axis]
+            out.append(em.one("StaticSlice", [g], {"begin": [start], "end": [start + size], "axes": [axis]})
+                       if em.wants(src) else None)
+            start += size
+        return out
 
 
 def _volume(shape) -> int:
@@ -132,6 +144,106 @@ class StaticTranspose(OpSchema):
     def vjp(self, op, em):
         inverse = np.argsort(self.order(op))
         return [em.transpose(em.grad(op.outputs[0]), [int(i) for i in inverse])]
+
+
+class StaticSlice(OpSchema):
+    """graphc's extension op (oneDNN Graph has no slice; as ONNX Slice or
+    ttnn.slice with static bounds and step 1): dst is src[begin:end] on the
+    listed ``axes``, every other dim whole.
+
+    * ``begin``, ``end``: one value per listed axis (per dim of src when
+      ``axes`` is absent: then there are rank-many);
+    * a negative value counts from the end of its dim (numpy's -1 is dim - 1);
+      after that, ``0 <= begin <= end <= dim`` must hold (no clamping: an out of
+      range bound is an InvalidShape naming the attribute);
+    * ``axes``: distinct axes of src (negative count from the last); default
+      ``0 .. len(begin) - 1``.
+
+    Step 1 only, so dst is a window of src with src's strides.  Alone in its
+    partition it is a view when dst's layout allows those strides (the compile
+    step's view_of, graphc/compiler/any_layout.py); otherwise, and inside
+    fused kernels (whose views are strides from a buffer's first element, with
+    no offset), it is a copy kernel (graphc/codegen/rules/shuffle.py)."""
+
+    kind = "StaticSlice"
+    family = "shuffle"
+    doc = "dst = src[begin:end] along axes (step 1; negative bounds count from the dim's end); graphc's own op"
+    inputs = (In("src"),)
+    outputs = (Out("dst"),)
+    attrs = (Attr("begin", "s64[]", doc="first index taken, one per listed axis"),
+             Attr("end", "s64[]", doc="one past the last index taken, one per listed axis"),
+             Attr("axes", "s64[]", None, doc="the sliced axes; default 0 .. len(begin) - 1"))
+    dtypes = SAME_FLOAT
+
+    def axes(self, op, rank) -> tuple:
+        begin, end, axes = op.attr("begin"), op.attr("end"), op.attr("axes")
+        if len(end) != len(begin):
+            raise InvalidGraphOp("begin and end must have one value per sliced axis each", op=op,
+                                 where="attribute 'end'", expected=f"{len(begin)} values (as begin)", found=list(end))
+        if axes is None:
+            if len(begin) > rank:
+                raise InvalidGraphOp("without axes, begin has one value per dim of src at most", op=op,
+                                     where="attribute 'begin'", expected=f"at most {rank} values", found=list(begin))
+            return tuple(range(len(begin)))
+        if len(axes) != len(begin):
+            raise InvalidGraphOp("axes must list one axis per value of begin and end", op=op,
+                                 where="attribute 'axes'", expected=f"{len(begin)} axes", found=list(axes))
+        norm = tuple(norm_axis(op, a, rank, "axes") for a in axes)
+        if len(set(norm)) != len(norm):
+            raise InvalidGraphOp("axes must be distinct", op=op, where="attribute 'axes'",
+                                 expected="each axis of src once at most", found=list(axes))
+        return norm
+
+    def bounds(self, op, shape) -> list:
+        """(start, stop) per dim of ``shape`` (None for a dim unknown and sliced)."""
+        out = [None if d == -1 else (0, d) for d in shape]
+        for name, i in (("begin", 0), ("end", 1)):
+            for a, v in zip(self.axes(op, len(shape)), op.attr(name)):
+                d = shape[a]
+                if d == -1:
+                    out[a] = None
+                    continue
+                pos = v + d if v < 0 else v
+                if not 0 <= pos <= d:
+                    raise bad_shape(op, f"{name} out of range for its dim", where=f"attribute '{name}'",
+                                    expected=f"values in [{-d}, {d}] for axis {a} (dim {d})", found=list(op.attr(name)))
+                out[a] = (pos, out[a][1]) if i == 0 else (out[a][0], pos)
+        for a, b in enumerate(out):
+            if b is not None and b[0] > b[1]:
+                raise bad_shape(op, "begin must not pass end", where="attributes 'begin' and 'end'",
+                                expected=f"begin <= end on axis {a} (after negative values count from {shape[a]})",
+                                found=f"begin {list(op.attr('begin'))}, end {list(op.attr('end'))}")
+        return out
+
+    def infer(self, op):
+        return [tuple(-1 if b is None else b[1] - b[0] for b in self.bounds(op, op.inputs[0].shape))]
+
+    def reference(self, op, src):
+        return (src[tuple(slice(b, e) for b, e in self.bounds(op, src.shape))],)
+
+    def vjp(self, op, em):
+        """diff_dst padded with zeros back to src's shape, one sliced axis at a
+        time: Concat of (zeros, diff_dst, zeros), the zeros those of a slice of
+        src of the right shape."""
+        g, src = em.grad(op.outputs[0]), op.inputs[0]
+        window = self.bounds(op, src.shape)
+        for a, (b, e) in enumerate(window):
+            if (b, e) == (0, src.shape[a]):
+                continue
+            parts = []
+            for lo, hi in ((0, b), (e, src.shape[a])):
+                if hi > lo:
+                    cut = [(0, d) if k < a else w for k, (d, w) in enumerate(zip(src.shape, window))]
+                    cut[a] = (lo, hi)
+                    parts.append(em.zeros_like(em.one("StaticSlice", [src], slice_attrs(cut))))
+            parts.insert(1 if b > 0 else 0, g)
+            g = em.one("Concat", parts, {"axis": a}, dtype=g.dtype) if len(parts) > 1 else g
+        return [g]
+
+
+def slice_attrs(window) -> dict:
+    """StaticSlice's attributes taking ``window``, a (begin, end) per dim."""
+    return {"begin": [b for b, _ in window], "end": [e for _, e in window]}
 
 
 class SameShape(Elementwise):

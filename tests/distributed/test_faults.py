@@ -19,7 +19,8 @@ from graphc.comm import TIMEOUT_VAR, collective_timeout
 from graphc.compiler import jit
 from graphc.distributed_demo import sharded_spec
 from support.mpi import ROOT, needs_mpi, run_mpiexec
-from test_allgather import SPEC, ThreadComm, ThreadGroup
+from support.threads import ThreadComm, ThreadGroup
+from test_allgather import SPEC
 
 HERE = Path(__file__).resolve().parent
 

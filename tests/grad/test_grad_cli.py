@@ -40,7 +40,7 @@ def test_wrt_and_outputs_options(corpus, tmp_path, capsys):
 def test_every_corpus_forward_case_gives_a_training_graph_or_unimplemented(corpus):
     """graphc.grad of every graph of the corpus (op, pattern, complex_fusion) that
     loads, for its floating-point inputs: a finalized training graph, or
-    Unimplemented naming an op without a derivative (backward ops, Concat,
+    Unimplemented naming an op without a derivative (backward ops,
     quantization) - never another error."""
     import graphc
     from graphc.errors import GraphcError

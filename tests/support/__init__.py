@@ -18,7 +18,9 @@
 Imported from their own modules: ``fusion`` (``one_partition``, the one fused
 partition of a graph and its plan; ``dequantize``), ``windows`` (convolution and
 pooling against torch), ``sdpa`` and ``sdpa_gqa`` (attention graphs), ``framework_forms``
-(the forms frameworks dump around a compute op, each one partition), ``mpi``.
+(the forms frameworks dump around a compute op, each one partition), ``mpi``,
+``threads`` (a group of threads with an mpi4py-like communicator), ``distributed_training``
+(the distributed LayerNorm's gradient on one member against torch).
 
 Tolerances are not written here: they come from graphc.tolerances."""
 from .compare import assert_close, assert_close_each, assert_outputs, assert_same

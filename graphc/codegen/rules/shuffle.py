@@ -2,7 +2,7 @@
 
 Kernels copy through the tensors' ArrayRefs (load_nd widens, store_nd narrows
 with RNE), looping in dst's memory order, so StaticTranspose and Concat can
-anchor fusion; StaticReshape moves runs of elements by flat offsets.  Reorder
+anchor fusion; StaticSlice reads its window the same way; StaticReshape moves runs of elements by flat offsets.  Reorder
 and TypeCast are elementwise (the identity expression): fused into a chain,
 the value rounds once, where it is stored."""
 from __future__ import annotations
@@ -72,6 +72,20 @@ class StaticTranspose(Rule):
             for v, o in zip(ivars, op.schema.order(op)):
                 src_vars[o] = v
             kb.emit(dst.store_nd(ivars, src.load_nd(src_vars)))
+
+
+class StaticSlice(Rule):
+    kinds = ("StaticSlice",)
+
+    def lower(self, op, kb, ins, outs, values):
+        """dst walked in its memory order, each element read from src at the
+        window's start plus its index (where the compile step cannot make it a
+        view: dst's strides are not src's)."""
+        (src,), (dst,) = ins, outs
+        window = op.schema.bounds(op, src.shape)
+        with memory_order_nest(kb, dst.shape, dst.strides, worth_parallel(dst.lt.nelems)) as ivars:
+            at = [(b or None) if v is None else (v + b if b else v) for v, (b, _) in zip(ivars, window)]
+            kb.emit(dst.store_nd(ivars, src.load_nd(at)))
 
 
 class SameShape(ElementwiseRule):

@@ -34,7 +34,7 @@ class AllGatherExecutable(CollectiveExecutable):
         comm = comm if comm is not None else group.default_comm()
         if comm is None and outs[0] is not None:
             schema.check_group(op, ins[0], 1)
-            np.copyto(outs[0], ins[0])  # a group of one: the gather is one copy
+            np.copyto(outs[0], ins[0])  # a group of one: the collective is one copy
             return outs
         dst = self._gather(ins[0], comm, None)
         if outs[0] is None:
@@ -49,15 +49,14 @@ class AllGatherExecutable(CollectiveExecutable):
         self._gather(None, comm if comm is not None else group.default_comm(), failure)
         raise failure
 
-    def _gather(self, src, comm, failure):
-        """src of every member of comm's group (None: a group of one) concatenated
-        along axis in rank order.  First every member checks its part and learns
-        whether all can go on: a fault on any member (``failure``: any exception,
-        or one found here) raises a RuntimeFault on every member instead of
-        leaving them waiting, and so do members whose src differ in shape or
-        dtype or who gather along different axes (axis -1 and the last axis are
-        one); a member that does not answer in time makes the others raise a
-        CollectiveTimeout (see graphc.comm)."""
+    def _agree(self, src, comm, failure):
+        """First every member checks its part and learns whether all can go on: a
+        fault on any member (``failure``: any exception, or one found here)
+        raises a RuntimeFault on every member instead of leaving them waiting,
+        and so do members whose src differ in shape or dtype or who exchange
+        along different axes (axis -1 and the last axis are one); a member that
+        does not answer in time makes the others raise a CollectiveTimeout (see
+        graphc.comm)."""
         op, schema = self.op, self.op.schema
         if failure is None:
             try:
@@ -72,14 +71,39 @@ class AllGatherExecutable(CollectiveExecutable):
                                                     where=f"port 'src' of rank {rank}",
                                                     expected=f"rank 0's {parts[0][:2]}", found=(shape, dtype)))
             if at != parts[0][2]:   # every member must get the one result (docs/design.md)
-                raise group.group_wide(RuntimeFault("the members gather along different axes", op=op,
+                raise group.group_wide(RuntimeFault(f"the members {self.verb} along different axes", op=op,
                                                     where=f"attribute 'axis' of rank {rank}",
                                                     expected=f"rank 0's axis {parts[0][2]}", found=at))
-        return group.allgather_array(comm, src, axis, op)
+        return axis
+
+    verb = "gather"
+
+    def _gather(self, src, comm, failure):
+        """src of every member of comm's group (None: a group of one) concatenated
+        along axis in rank order, once the members agree (``_agree``)."""
+        return group.allgather_array(comm, src, self._agree(src, comm, failure), self.op)
+
+
+class ReduceScatterExecutable(AllGatherExecutable):
+    """ReduceScatter (graphc/ops/distributed.py): src summed over the members
+    (in float64, in rank order: every member gets the same sums), member r
+    keeping block r along axis.  Gathers every member's src: meant for small
+    tensors (a distributed LayerNorm's statistics)."""
+
+    verb = "reduce-scatter"
+
+    def _gather(self, src, comm, failure):
+        axis = self._agree(src, comm, failure)
+        rank, size = group.rank_and_size(comm)
+        blocks = group.allgather_array(comm, src[None], 0, self.op)
+        total = blocks.sum(axis=0, dtype=np.float64).astype(src.dtype)
+        n = src.shape[axis] // size
+        return np.ascontiguousarray(np.take(total, range(rank * n, (rank + 1) * n), axis=axis))
 
 
 #: the executable of each collective op kind
-COLLECTIVES: dict[str, type[CollectiveExecutable]] = {"AllGather": AllGatherExecutable}
+COLLECTIVES: dict[str, type[CollectiveExecutable]] = {"AllGather": AllGatherExecutable,
+                                                      "ReduceScatter": ReduceScatterExecutable}
 
 
 def collective_of(ops) -> CollectiveExecutable | None:

@@ -1,5 +1,5 @@
-"""A partition of views (graphc.views): its output is its input's buffer seen
-through other strides; no data moves."""
+"""A partition of views (graphc.views), or of one StaticSlice: its output is its
+input's buffer (a window of it) seen through other strides; no data moves."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,14 +17,17 @@ class ViewExecutable(Executable):
     impl_kind = "view"
     allocates_outputs = False
 
-    def __init__(self, at: int, out):
-        self.at, self.out = at, out
+    def __init__(self, at: int, out, window=None):
+        self.at, self.out, self.window = at, out, window
 
     def inplace_pairs(self):
-        return [(self.at, 0)]   # the output may be the input's buffer itself, seen through the view
+        # the output may be the input's buffer itself, seen through the view (not a window of it)
+        return [(self.at, 0)] if self.window is None else []
 
     def run(self, ins, outs, comm):
         a = ins[self.at]
+        if self.window is not None:   # a StaticSlice: the window's first element starts the view
+            a = a[self.window]
         v = as_view(a, self.out.shape, self.out.strides)
         u = outs[0]
         if u is None:
