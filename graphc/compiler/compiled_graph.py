@@ -12,10 +12,12 @@ from ..errors import MAX_ITEMS, GraphcError, InvalidArguments, Unimplemented, qu
 from ..graph import ensure_graph
 from ..interop import as_array
 from ..partition import partition_graph
+from ..reference import check_input_array
 from ..types import LogicalTensor
 from .any_layout import any_layouts
 from .bounded import BoundedCache
 from .compiled_partition import CompiledPartition, ReferencePartition
+from .layout import allocate
 from .executables import collective_of
 from .progress import CompileProgress
 
@@ -125,8 +127,12 @@ class CompiledGraph:
         return self._by_ranks.get(ranks, lambda: CompiledGraph(self.graph.with_input_ranks(dict(ranks)),
                                                                self.policy, self.fallback))
 
-    def run(self, inputs: dict, comm: Any = None) -> dict:
+    def run(self, inputs: dict, comm: Any = None, outputs: dict | None = None) -> dict:
         """Run every partition in order; collectives on ``comm`` (see graphc.comm).
+        ``outputs`` ({output id: array or torch tensor}, for some or all of the
+        graph's outputs) are buffers the results are written into, in place (the
+        kernel writes them directly where it can: graphc.compiler.compiled_partition);
+        the result then holds those buffers, as numpy arrays over their memory.
         Any exception on this member of the group (a GraphcError, a bug, a
         MemoryError, a KeyboardInterrupt) is raised once the collectives still
         ahead have told the other members, which then raise a RuntimeFault instead
@@ -134,7 +140,7 @@ class CompiledGraph:
         GraphcError, and the exception itself otherwise.  A member that does not
         answer at all is caught by the collectives' timeout (graphc.comm)."""
         if self._by_ranks is not None:
-            return self._for_ranks(inputs).run(inputs, comm)
+            return self._for_ranks(inputs).run(inputs, comm, outputs)
         if not isinstance(inputs, dict):
             raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
         check_comm(comm)
@@ -150,18 +156,23 @@ class CompiledGraph:
             failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
                                        expected=repr(self.graph.tensors[missing[0]]))
         values = {tid: as_array(inputs[tid], f"input tensor {tid}") for tid in self._input_ports if tid in inputs}
+        given = None
+        if outputs and failure is None:
+            try:
+                given = self._given_outputs(outputs)
+            except GraphcError as e:   # (told to the other members at the collectives, as a bad input is)
+                failure = e
         if failure is None and self._steps is not None:   # no collective: nothing to tell anyone
             for cp, ids in self._steps:
-                values.update(cp.execute([values[t] for t in ids]))
-            return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy()
-                    for tid in self._output_ports}
+                values.update(cp.execute([values[t] for t in ids], _into(cp, given)))
+            return self._results(values, given)
         for i, p in enumerate(self.partitions):
             collective = self._collectives[i]
             if failure is None:
                 sent = exchanges()
                 try:
-                    values.update(self._compiled_for(i, values).execute({t.id: values[t.id] for t in p.inputs},
-                                                                         comm=comm))
+                    cp = self._compiled_for(i, values)
+                    values.update(cp.execute({t.id: values[t.id] for t in p.inputs}, _into(cp, given), comm=comm))
                     continue
                 except BaseException as e:  # noqa: BLE001 - whatever it is, the other members must learn of it
                     if getattr(e, "group_wide", False):
@@ -173,8 +184,41 @@ class CompiledGraph:
                 _tell(collective, comm, failure)
         if failure is not None:
             raise failure
-        # (arrays kept in the constant tensor cache are read-only: the caller gets copies)
+        return self._results(values, given)
+
+    def _given_outputs(self, outputs) -> dict:
+        """The caller's output buffers ({id: numpy array over its memory}), checked
+        to be of the graph's outputs (each partition checks dtype, shape, aliasing)."""
+        if not isinstance(outputs, dict):
+            raise InvalidArguments("outputs must be a dict {tensor id: array}", found=type(outputs).__name__)
+        ports = set(self._output_ports)
+        for tid in outputs:
+            if tid not in ports:
+                raise InvalidArguments("the graph has no output tensor of this id", where=f"tensor {short(tid)}",
+                                       expected=f"the ids of the graph's outputs {self._output_ports[:MAX_ITEMS]}",
+                                       found=short(tid))
+        return {tid: as_array(a, f"output tensor {tid}") for tid, a in outputs.items()}
+
+    def _results(self, values: dict, given: dict | None) -> dict:
+        """The graph's outputs; a caller's buffer a partition did not write (an
+        output that is an input of the graph, or of a partition that compiled at
+        run) gets its value copied in.  (Arrays kept in the constant tensor cache
+        are read-only: the caller gets copies.)"""
+        for tid, u in (given or {}).items():
+            v = values[tid]
+            if v is not u:
+                check_input_array(self.graph.tensors[tid], u, "output")[...] = v
+                values[tid] = u
         return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy() for tid in self._output_ports}
+
+
+def _into(cp: CompiledPartition, given: dict | None) -> dict | None:
+    """The output buffers for ``cp``'s run: the caller's where given (the others
+    allocated as ``cp`` lays them out), or None when the caller gave none of its
+    outputs or one of its dims is known only at run (the caller's buffer then gets a copy)."""
+    if not given or not any(lt.id in given for lt in cp.outputs) or not all(lt.is_complete for lt in cp.outputs):
+        return None
+    return {lt.id: given[lt.id] if lt.id in given else allocate(lt) for lt in cp.outputs}
 
 
 def _tell(collective, comm, failure: BaseException):
