@@ -236,6 +236,28 @@ def _to_copy(b, n):
     return b.op("TypeCast", [b.value(n.args[0])], [b.out(n)])
 
 
+# ------------------------------------------------------------------ embedding
+def _embedding_backward_guard(n):
+    grad, idx, num, pad = n.args[:4]
+    if (n.args[4] if len(n.args) > 4 else n.kwargs.get("scale_grad_by_freq", False)):
+        return "scale_grad_by_freq"
+    if DTYPES.get(meta(grad).dtype) not in FLOAT or meta(idx).dtype not in (torch.int32, torch.int64):
+        return f"dtypes {meta(grad).dtype}, {meta(idx).dtype}"
+    return None if -1 <= pad < num else "padding_idx"
+
+
+@row([aten.embedding_dense_backward.default], "EmbeddingBackward (indices checked by the kernel)",
+     dtypes=FLOAT + ("s32", "s64"), says="not scale_grad_by_freq; float gradient, s32 / s64 indices",
+     guard=_embedding_backward_guard)
+def _embedding_backward(b, n):
+    grad, idx, num, pad = n.args[:4]
+    dy = b.value(grad)
+    # (EmbeddingBackward reads only the weight's shape: a broadcast zero, no memory)
+    w = b.constant(np.broadcast_to(np.zeros((), dy.dtype.np), (int(num), dy.shape[-1])), strides=[0, 0])
+    attrs = {"padding_idx": int(pad)} if pad >= 0 else {}
+    return b.op("EmbeddingBackward", [b.value(idx), w, dy], [b.out(n)], **attrs)
+
+
 # ------------------------------------------------------------------ views
 @row([aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
       aten.squeeze.dim, aten.squeeze.dims], "StaticReshape")

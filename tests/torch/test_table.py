@@ -101,6 +101,10 @@ TRAINED = [
      "aten::native_layer_norm"),
     ("layer_norm_backward", lambda x, w, b: F.layer_norm(x, (6,), w, b), (_leaf(3, 4, 6), _leaf(6), _leaf(6, seed=1)),
      "aten::native_layer_norm_backward"),
+    ("embedding_dense_backward", lambda w, i: F.embedding(i, w), (_leaf(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]])),
+     "aten::embedding_dense_backward"),
+    ("embedding_dense_backward padding_idx", lambda w, i: F.embedding(i, w, padding_idx=3),
+     (_leaf(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]], dtype=torch.int32)), "aten::embedding_dense_backward"),
 ]
 
 
@@ -110,6 +114,22 @@ def test_backward_row_runs_in_graphc(name, fn, inputs, op):
         x.grad = None
     lowered = check_against_eager(fn, *inputs, table=ORACLE, train=True)
     assert op not in lowered.fallback, lowered.fallback
+
+
+def test_embedding_backward_guard_and_bad_indices():
+    """scale_grad_by_freq stays in torch; an index out of range is graphc's
+    RuntimeFault naming its position, never a silent write out of bounds."""
+    from graphc.errors import RuntimeFault
+    w, i = _leaf(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]])
+    lowered = check_against_eager(lambda w, i: F.embedding(i, w, scale_grad_by_freq=True), w, i, table=ORACLE,
+                                  train=True)
+    assert lowered.fallback["aten::embedding_dense_backward"] == 1, lowered.fallback
+    fn = lambda g, i: aten.embedding_dense_backward(g, i, 7, -1, False)  # noqa: E731
+    g = _r(2, 3, 6)
+    lowered = check_against_eager(fn, g, i, table=ORACLE)
+    assert "aten::embedding_dense_backward" not in lowered.fallback, lowered.fallback
+    with pytest.raises(RuntimeFault, match=r"position \[1, 0\].*found 7"):
+        torch.compile(fn, backend="graphc")(g, torch.tensor([[0, 3, 3], [7, 1, 3]]))
 
 
 #: (name, function, inputs, the ATen op its guard leaves in torch)
