@@ -160,7 +160,9 @@ def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
                 b.current = node
                 b.env[node] = _convert(b, node)
         outs = [b.env.get(r) for r in results]
-        if any(o is None or isinstance(o, tuple) or r.op == "placeholder" for o, r in zip(outs, results)):
+        fed = {tid for _, tid in b.inputs} | set(b.constants)   # (an expand folded away is its input)
+        if any(o is None or isinstance(o, tuple) or r.op == "placeholder" or o.id in fed
+               for o, r in zip(outs, results)):
             raise graphc.Unimplemented("a region output graphc does not compute")
         b.graph.set_ports(inputs=[tid for _, tid in b.inputs] + list(b.constants), outputs=[o.id for o in outs])
         compiled = graphc.compile(b.graph)

@@ -63,6 +63,13 @@ TAKEN = [
     ("sdpa causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      (_r(1, 2, 5, 8), _r(1, 2, 5, 8, seed=1), _r(1, 2, 5, 8, seed=2)),
      "aten::_scaled_dot_product_flash_attention_for_cpu"),
+    ("where", torch.where, (_r(4, 1) > 0, _r(4, 6), _r(6)), "aten::where.self"),
+    ("where of numbers (an attention mask)", lambda c, x: torch.where(c, 0.0, float("-inf")) + x,
+     (_r(2, 1, 4, 4) > 0, _r(2, 3, 4, 4)), "aten::scalar_tensor"),
+    ("expand into a binary op", lambda x, y: torch.relu(x).expand(3, 4, 6) * y, (_r(1, 4, 6), _r(3, 4, 6)),
+     "aten::expand"),
+    ("bool expand into where", lambda c, x: torch.where(c.expand(2, 4, 6), x, 0.5), (_r(2, 1, 6) > 0, _r(2, 4, 6)),
+     "aten::expand"),
 ]
 
 
@@ -144,6 +151,12 @@ REFUSED = [
     ("max_pool ceil", lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), (_r(1, 2, 8, 8),),
      "aten::max_pool2d_with_indices"),
     ("int add", lambda a, b: a + b, (torch.arange(6), torch.arange(6)), "aten::add.Tensor"),
+    ("expand into a matmul", lambda x, w: torch.relu(x).expand(3, 4, 6) @ w, (_r(1, 4, 6), _r(6, 5)),
+     "aten::expand"),
+    ("int expand", lambda i: i.expand(3, 6) + 1, (torch.arange(6).view(1, 6),), "aten::expand"),
+    ("where broadcast by the condition", torch.where, (_r(4, 6) > 0, _r(6), _r(1)), "aten::where.self"),
+    ("where of f64", lambda c, x: torch.where(c, x, 0.0), (_r(4, 6) > 0, _r(4, 6, dtype=torch.float64)),
+     "aten::scalar_tensor"),
 ]
 
 
