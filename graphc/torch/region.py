@@ -32,14 +32,19 @@ class GraphcRegion(torch.nn.Module):
     returns the outputs ``output_ids`` as a tuple of torch tensors (buffers
     allocated by torch, written by graphc)."""
 
-    def __init__(self, compiled, input_ids, output_ids, constants, aten_nodes: int):
+    def __init__(self, compiled, input_ids, output_ids, constants, aten_nodes: int, views=None):
         super().__init__()
         self.compiled = compiled
         self.input_ids = list(input_ids)
         self.output_ids = list(output_ids)
         self.constants = dict(constants)
         self.aten_nodes = aten_nodes      # the ATen nodes it replaces (for explain)
-        self.layouts = dict(zip(self.output_ids, _output_layouts(compiled, self.output_ids)))
+        computed = [tid for tid in dict.fromkeys(self.output_ids) if tid not in self.input_ids]
+        self.layouts = dict(zip(computed, _output_layouts(compiled, computed)))
+        #: per output: (the position of the region input it is, or None when computed;
+        #: the shape a folded expand gives it, as a torch view, or None)
+        self.sources = [(self.input_ids.index(tid) if tid not in self.layouts else None, shape)
+                        for tid, shape in zip(self.output_ids, views or [None] * len(self.output_ids))]
 
     @property
     def partitions(self) -> int:
@@ -57,4 +62,8 @@ class GraphcRegion(torch.nn.Module):
         buffers = {tid: torch.empty_strided(shape, strides, dtype=dtype)
                    for tid, (shape, strides, dtype) in self.layouts.items()}
         self.compiled.run(feed, outputs=buffers)
-        return tuple(buffers[tid] for tid in self.output_ids)
+        outs = []
+        for tid, (arg, shape) in zip(self.output_ids, self.sources):
+            t = buffers[tid] if arg is None else args[arg]
+            outs.append(t if shape is None else t.expand(shape))
+        return tuple(outs)

@@ -303,29 +303,28 @@ BROADCASTING = tuple(_BINARY) + (aten.where.self,)
 
 
 def _expand_guard(n):
-    """Folded into its users' broadcasting when every user is such an op graphc
-    takes and computes the same shape from expand's input; else, to its own
-    shape and of a float type, an identity StaticReshape."""
+    """An expand adds no op: to its own shape it is its input; broadcasting, it is
+    folded into its users when each is an op that broadcasts, graphc takes it and it
+    computes the same shape from expand's input (a region output is expanded as a torch view)."""
     src = tuple(meta(n.args[0]).shape)
+    if tuple(meta(n).shape) == src:
+        return None
     if n.users and all(u.target in BROADCASTING and reason_not_taken(u) is None and
                        tuple(meta(u).shape) == tuple(torch.broadcast_shapes(
                            *[src if a is n else tuple(meta(a).shape) for a in u.args if isinstance(a, torch.fx.Node)]))
                        for u in n.users):
         return None
-    if DTYPES.get(meta(n).dtype) in FLOAT and tuple(meta(n).shape) == src:
-        return None
-    return "broadcasts into an op that does not broadcast" if DTYPES.get(meta(n).dtype) in FLOAT else \
-        f"dtype {meta(n).dtype} into an op that does not broadcast"
+    return "broadcasts into an op that does not broadcast"
 
 
-@row([aten.expand.default], "none (its users broadcast: binary ops, Select) or StaticReshape (identity)",
-     dtypes=ANY, says="every user broadcasts (expand's input to the same shape), or to its own shape",
-     guard=_expand_guard)
+#: what an expand becomes (a view: a region of views alone is left to torch)
+EXPAND_OPS = "none: its input (its users broadcast: binary ops, Select)"
+
+
+@row([aten.expand.default], EXPAND_OPS, dtypes=ANY,
+     says="to its own shape, or every user broadcasts expand's input to the same shape", guard=_expand_guard)
 def _expand(b, n):
-    src = b.value(n.args[0])
-    if tuple(src.shape) == tuple(meta(n).shape) and n in b.wanted:
-        return _identity(b, n)
-    return src   # (the users broadcast it: _expand_guard)
+    return b.value(n.args[0])
 
 
 def _scalar_tensor_guard(n):

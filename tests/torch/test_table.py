@@ -139,6 +139,18 @@ def test_embedding_backward_guard_and_bad_indices():
         torch.compile(fn, backend="graphc")(g, torch.tensor([[0, 3, 3], [7, 1, 3]]))
 
 
+@pytest.mark.parametrize("shape", [(2, 4, 6), (2, 1, 6)], ids=["to its own shape", "broadcasting"])
+def test_an_expand_read_by_two_regions(shape):
+    """An expand folded away that another region reads is returned expanded, a
+    view of its input as eager's expand is (here a bool mask, which no graphc op copies)."""
+    def fn(c, x):
+        m = c.expand(2, 4, 6)
+        y = torch.cumsum(torch.where(m, x, 0.0), 0)   # (cumsum stays in torch: two regions)
+        return torch.where(m, y, 1.0)
+    lowered = check_against_eager(fn, _r(*shape) > 0, _r(2, 4, 6), table=ORACLE)
+    assert lowered.regions == 2 and set(lowered.fallback) == {"aten::cumsum"}, lowered.fallback
+
+
 #: (name, function, inputs, the ATen op its guard leaves in torch)
 REFUSED = [
     ("addmm beta", lambda x, w, b: torch.addmm(b, x, w, beta=2.0), (_r(4, 6), _r(6, 5), _r(5)), "aten::addmm"),
