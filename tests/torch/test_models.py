@@ -116,4 +116,4 @@ def test_transformer_training_step_gradients(make):
     model = make(**off).train()
     lowered = check_against_eager(lambda i: model(i).last_hidden_state, _ids(2), table=MODEL, train=True,
                                   params=list(model.parameters()))
-    assert len(lowered.reports) == 2 and lowered.coverage >= 0.6, lowered.fallback
+    assert len(lowered.reports) == 2 and lowered.coverage >= 0.9, lowered.fallback   # (embeddings, SDPA backward in torch)
