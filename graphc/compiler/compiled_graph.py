@@ -13,11 +13,12 @@ from ..graph import ensure_graph
 from ..interop import as_array
 from ..partition import partition_graph
 from ..reference import check_input_array
+from ..views import as_view, chain_strides, same_layout
 from ..types import LogicalTensor
 from .any_layout import any_layouts
 from .bounded import BoundedCache
 from .compiled_partition import CompiledPartition, ReferencePartition
-from .layout import allocate
+from .layout import allocate, layout_matches
 from .executables import collective_of
 from .progress import CompileProgress
 
@@ -45,6 +46,7 @@ class CompiledGraph:
         self._by_ranks = BoundedCache() if graph.rank_pending else None
         if self._by_ranks is not None:
             self.partitions, self.compiled, self.fallback_partitions, self._steps = [], [], [], None
+            self._view_sources = {}
             return
         self.partitions = partition_graph(graph, policy)
         bad = [p for p in self.partitions if not p.is_supported()]
@@ -87,6 +89,7 @@ class CompiledGraph:
         #: (compiled partition, input ids) in order when no partition is a collective or compiles at run
         self._steps = None if any(c is None or k is not None for c, k in zip(self.compiled, self._collectives)) else \
             [(cp, [t.id for t in cp.inputs]) for cp in self.compiled]
+        self._view_sources = _view_sources(self.compiled, resolved, set(self._input_ports) | set(self._output_ports))
 
     def __reduce__(self):
         """A compiled graph pickles (and deep-copies) as its graph and compile
@@ -156,15 +159,16 @@ class CompiledGraph:
             failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
                                        expected=repr(self.graph.tensors[missing[0]]))
         values = {tid: as_array(inputs[tid], f"input tensor {tid}") for tid in self._input_ports if tid in inputs}
-        given = None
+        given = placed = None
         if outputs and failure is None:
             try:
                 given = self._given_outputs(outputs)
+                placed = self._placed(given)
             except GraphcError as e:   # (told to the other members at the collectives, as a bad input is)
                 failure = e
         if failure is None and self._steps is not None:   # no collective: nothing to tell anyone
             for cp, ids in self._steps:
-                values.update(cp.execute([values[t] for t in ids], _into(cp, given)))
+                values.update(cp.execute([values[t] for t in ids], _into(cp, placed)))
             return self._results(values, given)
         for i, p in enumerate(self.partitions):
             collective = self._collectives[i]
@@ -172,7 +176,7 @@ class CompiledGraph:
                 sent = exchanges()
                 try:
                     cp = self._compiled_for(i, values)
-                    values.update(cp.execute({t.id: values[t.id] for t in p.inputs}, _into(cp, given), comm=comm))
+                    values.update(cp.execute({t.id: values[t.id] for t in p.inputs}, _into(cp, placed), comm=comm))
                     continue
                 except BaseException as e:  # noqa: BLE001 - whatever it is, the other members must learn of it
                     if getattr(e, "group_wide", False):
@@ -199,6 +203,22 @@ class CompiledGraph:
                                        found=short(tid))
         return {tid: as_array(a, f"output tensor {tid}") for tid, a in outputs.items()}
 
+    def _placed(self, given: dict) -> dict:
+        """``given``, and for a given output that a view partition makes of a tensor an
+        earlier partition computes (neither an input nor an output of the graph): that
+        tensor placed in the output's buffer, seen through the view backwards, when
+        its compiled layout is that one (the view then moves nothing: no copy)."""
+        placed = dict(given)
+        for tid, u in given.items():
+            spot = self._view_sources.get(tid)
+            if spot is None or spot[1].id in placed or not layout_matches(u, spot[0].outputs[0]):
+                continue
+            view, src = spot
+            strides = chain_strides(view.ops, [s // u.itemsize for s in u.strides], forward=False)
+            if strides is not None and same_layout(src.shape, strides, src.strides):
+                placed[src.id] = as_view(u, src.shape, src.strides)
+        return placed
+
     def _results(self, values: dict, given: dict | None) -> dict:
         """The graph's outputs; a caller's buffer a partition did not write (an
         output that is an input of the graph, or of a partition that compiled at
@@ -219,6 +239,21 @@ def _into(cp: CompiledPartition, given: dict | None) -> dict | None:
     if not given or not any(lt.id in given for lt in cp.outputs) or not all(lt.is_complete for lt in cp.outputs):
         return None
     return {lt.id: given[lt.id] if lt.id in given else allocate(lt) for lt in cp.outputs}
+
+
+def _view_sources(compiled: list, resolved: dict, ports: set) -> dict:
+    """{output id of a view partition: (that compiled partition, its source tensor as
+    compiled)} where the source is computed by another partition and is no port of
+    the graph (so a caller's buffer for the view can hold it: CompiledGraph._placed)."""
+    made = {lt.id for cp in compiled if cp is not None and not cp.is_view for lt in cp.outputs}
+    found = {}
+    for cp in compiled:
+        if cp is None or not cp.is_view or len(cp.inputs) != 1:
+            continue
+        src = cp.inputs[0]
+        if src.id in made and src.id not in ports and src.id in resolved:
+            found[cp.outputs[0].id] = (cp, resolved[src.id])
+    return found
 
 
 def _tell(collective, comm, failure: BaseException):
