@@ -14,11 +14,14 @@ from ..errors import MAX_ITEMS, GraphcError, InvalidArguments, Unimplemented, qu
 from ..graph import ensure_graph
 from ..interop import as_array
 from ..partition import partition_graph
+from ..reference import check_input_array
+from ..views import as_view, chain_strides, same_layout
 from ..types import LogicalTensor
 from .any_layout import any_layouts
 from .batch import kernel_batch
 from .bounded import BoundedCache
 from .compiled_partition import CompiledPartition, ReferencePartition
+from .layout import allocate, layout_matches
 from .executables import collective_of
 from .progress import CompileProgress
 
@@ -46,6 +49,7 @@ class CompiledGraph:
         self._by_ranks = BoundedCache() if graph.rank_pending else None
         if self._by_ranks is not None:
             self.partitions, self.compiled, self.fallback_partitions, self._steps = [], [], [], None
+            self._view_sources = {}
             return
         self.partitions = partition_graph(graph, policy)
         bad = [p for p in self.partitions if not p.is_supported()]
@@ -90,6 +94,7 @@ class CompiledGraph:
         #: (compiled partition, input ids) in order when no partition is a collective or compiles at run
         self._steps = None if any(c is None or k is not None for c, k in zip(self.compiled, self._collectives)) else \
             [(cp, [t.id for t in cp.inputs]) for cp in self.compiled]
+        self._view_sources = _view_sources(self.compiled, resolved, set(self._input_ports) | set(self._output_ports))
 
     def __reduce__(self):
         """A compiled graph pickles (and deep-copies) as its graph and compile
@@ -150,8 +155,12 @@ class CompiledGraph:
             values.update(cp.execute([values[t] for t in ids]))
         return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy() for tid in self._output_ports}
 
-    def run(self, inputs: dict, comm: Any = None) -> dict:
+    def run(self, inputs: dict, comm: Any = None, outputs: dict | None = None) -> dict:
         """Run every partition in order; collectives on ``comm`` (see graphc.comm).
+        ``outputs`` ({output id: array or torch tensor}, for some or all of the
+        graph's outputs) are buffers the results are written into, in place (the
+        kernel writes them directly where it can: graphc.compiler.compiled_partition);
+        the result then holds those buffers, as numpy arrays over their memory.
         Any exception on this member of the group (a GraphcError, a bug, a
         MemoryError, a KeyboardInterrupt) is raised once the collectives still
         ahead have told the other members, which then raise a RuntimeFault instead
@@ -159,8 +168,9 @@ class CompiledGraph:
         GraphcError, and the exception itself otherwise.  A member that does not
         answer at all is caught by the collectives' timeout (graphc.comm)."""
         if self._by_ranks is not None:
-            return self._for_ranks(inputs).run(inputs, comm)
-        if comm is None and self._steps is not None and type(inputs) is dict and len(inputs) == len(self._input_ports):
+            return self._for_ranks(inputs).run(inputs, comm, outputs)
+        if comm is None and outputs is None and self._steps is not None and type(inputs) is dict and \
+                len(inputs) == len(self._input_ports):
             plain = self._plain_run(inputs)
             if plain is not None:
                 return plain
@@ -179,18 +189,24 @@ class CompiledGraph:
             failure = InvalidArguments("missing input", where=f"tensor {missing[0]}",
                                        expected=repr(self.graph.tensors[missing[0]]))
         values = {tid: as_array(inputs[tid], f"input tensor {tid}") for tid in self._input_ports if tid in inputs}
+        given = placed = None
+        if outputs and failure is None:
+            try:
+                given = self._given_outputs(outputs)
+                placed = self._placed(given)
+            except GraphcError as e:   # (told to the other members at the collectives, as a bad input is)
+                failure = e
         if failure is None and self._steps is not None:   # no collective: nothing to tell anyone
             for cp, ids in self._steps:
-                values.update(cp.execute([values[t] for t in ids]))
-            return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy()
-                    for tid in self._output_ports}
+                values.update(cp.execute([values[t] for t in ids], _into(cp, placed)))
+            return self._results(values, given)
         for i, p in enumerate(self.partitions):
             collective = self._collectives[i]
             if failure is None:
                 sent = exchanges()
                 try:
-                    values.update(self._compiled_for(i, values).execute({t.id: values[t.id] for t in p.inputs},
-                                                                         comm=comm))
+                    cp = self._compiled_for(i, values)
+                    values.update(cp.execute({t.id: values[t.id] for t in p.inputs}, _into(cp, placed), comm=comm))
                     continue
                 except BaseException as e:  # noqa: BLE001 - whatever it is, the other members must learn of it
                     if getattr(e, "group_wide", False):
@@ -202,8 +218,72 @@ class CompiledGraph:
                 _tell(collective, comm, failure)
         if failure is not None:
             raise failure
-        # (arrays kept in the constant tensor cache are read-only: the caller gets copies)
+        return self._results(values, given)
+
+    def _given_outputs(self, outputs) -> dict:
+        """The caller's output buffers ({id: numpy array over its memory}), checked
+        to be of the graph's outputs (each partition checks dtype, shape, aliasing)."""
+        if not isinstance(outputs, dict):
+            raise InvalidArguments("outputs must be a dict {tensor id: array}", found=type(outputs).__name__)
+        ports = set(self._output_ports)
+        for tid in outputs:
+            if tid not in ports:
+                raise InvalidArguments("the graph has no output tensor of this id", where=f"tensor {short(tid)}",
+                                       expected=f"the ids of the graph's outputs {self._output_ports[:MAX_ITEMS]}",
+                                       found=short(tid))
+        return {tid: as_array(a, f"output tensor {tid}") for tid, a in outputs.items()}
+
+    def _placed(self, given: dict) -> dict:
+        """``given``, and for a given output that a view partition makes of a tensor an
+        earlier partition computes (neither an input nor an output of the graph): that
+        tensor placed in the output's buffer, seen through the view backwards, when
+        its compiled layout is that one (the view then moves nothing: no copy)."""
+        placed = dict(given)
+        for tid, u in given.items():
+            spot = self._view_sources.get(tid)
+            if spot is None or spot[1].id in placed or not layout_matches(u, spot[0].outputs[0]):
+                continue
+            view, src = spot
+            strides = chain_strides(view.ops, [s // u.itemsize for s in u.strides], forward=False)
+            if strides is not None and same_layout(src.shape, strides, src.strides):
+                placed[src.id] = as_view(u, src.shape, src.strides)
+        return placed
+
+    def _results(self, values: dict, given: dict | None) -> dict:
+        """The graph's outputs; a caller's buffer a partition did not write (an
+        output that is an input of the graph, or of a partition that compiled at
+        run) gets its value copied in.  (Arrays kept in the constant tensor cache
+        are read-only: the caller gets copies.)"""
+        for tid, u in (given or {}).items():
+            v = values[tid]
+            if v is not u:
+                check_input_array(self.graph.tensors[tid], u, "output")[...] = v
+                values[tid] = u
         return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy() for tid in self._output_ports}
+
+
+def _into(cp: CompiledPartition, given: dict | None) -> dict | None:
+    """The output buffers for ``cp``'s run: the caller's where given (the others
+    allocated as ``cp`` lays them out), or None when the caller gave none of its
+    outputs or one of its dims is known only at run (the caller's buffer then gets a copy)."""
+    if not given or not any(lt.id in given for lt in cp.outputs) or not all(lt.is_complete for lt in cp.outputs):
+        return None
+    return {lt.id: given[lt.id] if lt.id in given else allocate(lt) for lt in cp.outputs}
+
+
+def _view_sources(compiled: list, resolved: dict, ports: set) -> dict:
+    """{output id of a view partition: (that compiled partition, its source tensor as
+    compiled)} where the source is computed by another partition and is no port of
+    the graph (so a caller's buffer for the view can hold it: CompiledGraph._placed)."""
+    made = {lt.id for cp in compiled if cp is not None and not cp.is_view for lt in cp.outputs}
+    found = {}
+    for cp in compiled:
+        if cp is None or not cp.is_view or len(cp.inputs) != 1:
+            continue
+        src = cp.inputs[0]
+        if src.id in made and src.id not in ports and src.id in resolved:
+            found[cp.outputs[0].id] = (cp, resolved[src.id])
+    return found
 
 
 def _tell(collective, comm, failure: BaseException):

@@ -84,9 +84,11 @@ class RegionBuilder:
             return self.constant(np.array([arg], dtype=dt.np if hasattr(dt, "np") else np.float32))
         raise Unimplemented(f"argument {arg!r} is not a tensor or a number")
 
-    def constant(self, array: np.ndarray) -> LogicalTensor:
+    def constant(self, array: np.ndarray, strides=None) -> LogicalTensor:
+        """A constant tensor fed ``array`` at every run (of ``strides``, in elements:
+        a broadcast array's zero strides, say; default dense)."""
         from ..types import DataType
-        lt = LogicalTensor(self._id(), DataType.from_numpy(array.dtype), list(array.shape), None, "strided",
+        lt = LogicalTensor(self._id(), DataType.from_numpy(array.dtype), list(array.shape), strides, "strided",
                            "constant")
         self.constants[lt.id] = array
         return lt

@@ -21,7 +21,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from ..errors import GraphcError
 from .build import RegionBuilder, dense_strides, meta
 from .region import GraphcRegion
-from .table import TABLE, reason_not_taken
+from .table import EXPAND_OPS, TABLE, reason_not_taken
 
 
 class GraphcFallbackWarning(UserWarning):
@@ -56,7 +56,7 @@ def _is_aten(node) -> bool:
 
 def _computes(nodes) -> bool:
     """A region worth a graphc call: it has an op that is not a view."""
-    views = {"StaticReshape", "StaticTranspose", "StaticReshape (identity)"}
+    views = {"StaticReshape", "StaticTranspose", "StaticReshape (identity)", EXPAND_OPS}
     return any(_is_aten(n) and TABLE[n.target].ops not in views for n in nodes)
 
 
@@ -160,9 +160,17 @@ def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
                 b.current = node
                 b.env[node] = _convert(b, node)
         outs = [b.env.get(r) for r in results]
-        if any(o is None or isinstance(o, tuple) or r.op == "placeholder" for o, r in zip(outs, results)):
+        inputs = {tid for _, tid in b.inputs}
+        # an expand folded away is its input (computed here or the region's): the region
+        # returns it expanded, a torch view (as eager's expand is)
+        views = [tuple(meta(r).shape) if getattr(r, "target", None) is torch.ops.aten.expand.default and
+                 tuple(meta(r).shape) != tuple(o.shape) else None for r, o in zip(results, outs)]
+        if any(o is None or isinstance(o, tuple) or r.op == "placeholder" or o.id in b.constants or
+               (o.id in inputs and getattr(r, "target", None) is not torch.ops.aten.expand.default)
+               for o, r in zip(outs, results)):
             raise graphc.Unimplemented("a region output graphc does not compute")
-        b.graph.set_ports(inputs=[tid for _, tid in b.inputs] + list(b.constants), outputs=[o.id for o in outs])
+        computed = list(dict.fromkeys(o.id for o in outs if o.id not in inputs))
+        b.graph.set_ports(inputs=[tid for _, tid in b.inputs] + list(b.constants), outputs=computed)
         compiled = graphc.compile(b.graph)
     except GraphcError as e:
         at = b.origin.get(getattr(getattr(e, "op", None), "id", None), node)
@@ -172,6 +180,6 @@ def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
         warnings.warn(f"graphc leaves {what} to torch at {where}: {e}", GraphcFallbackWarning, stacklevel=2)
         return None, at.name if known else None, str(e)
     region = GraphcRegion(compiled, [b.env[ph].id if ph in b.env else None for ph in placeholders],
-                          [o.id for o in outs], b.constants, sum(map(_is_aten, sub.graph.nodes)))
+                          [o.id for o in outs], b.constants, sum(map(_is_aten, sub.graph.nodes)), views)
     region.constant_inputs = sum(b.env[ph].property_type == "constant" for ph in placeholders if ph in b.env)
     return region, None, None

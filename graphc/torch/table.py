@@ -236,6 +236,28 @@ def _to_copy(b, n):
     return b.op("TypeCast", [b.value(n.args[0])], [b.out(n)])
 
 
+# ------------------------------------------------------------------ embedding
+def _embedding_backward_guard(n):
+    grad, idx, num, pad = n.args[:4]
+    if (n.args[4] if len(n.args) > 4 else n.kwargs.get("scale_grad_by_freq", False)):
+        return "scale_grad_by_freq"
+    if DTYPES.get(meta(grad).dtype) not in FLOAT or meta(idx).dtype not in (torch.int32, torch.int64):
+        return f"dtypes {meta(grad).dtype}, {meta(idx).dtype}"
+    return None if -1 <= pad < num else "padding_idx"
+
+
+@row([aten.embedding_dense_backward.default], "EmbeddingBackward (indices checked by the kernel)",
+     dtypes=FLOAT + ("s32", "s64"), says="not scale_grad_by_freq; float gradient, s32 / s64 indices",
+     guard=_embedding_backward_guard)
+def _embedding_backward(b, n):
+    grad, idx, num, pad = n.args[:4]
+    dy = b.value(grad)
+    # (EmbeddingBackward reads only the weight's shape: a broadcast zero, no memory)
+    w = b.constant(np.broadcast_to(np.zeros((), dy.dtype.np), (int(num), dy.shape[-1])), strides=[0, 0])
+    attrs = {"padding_idx": int(pad)} if pad >= 0 else {}
+    return b.op("EmbeddingBackward", [b.value(idx), w, dy], [b.out(n)], **attrs)
+
+
 # ------------------------------------------------------------------ views
 @row([aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
       aten.squeeze.dim, aten.squeeze.dims], "StaticReshape")
@@ -259,8 +281,6 @@ def _transpose(b, n):
     return b.op("StaticTranspose", [x], [b.out(n)], order=order)
 
 
-@row([aten.expand.default], "StaticReshape (identity)", says="to its own shape",
-     guard=lambda n: None if list(meta(n).shape) == list(meta(n.args[0]).shape) else "broadcasts")
 @row([aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default], "StaticReshape (identity)")
 def _identity(b, n):
     out = b.out(n)
@@ -275,6 +295,77 @@ def _cat(b, n):
     if len(ins) == 1:
         return b.op("StaticReshape", ins, [out], shape=list(out.shape), special_zero=False)
     return b.op("Concat", ins, [out], axis=int(n.args[1] if len(n.args) > 1 else 0) % out.ndim)
+
+
+# ------------------------------------------------------------------ broadcasting, masks
+#: the rows whose graphc ops broadcast their operands (numpy's rules; Select's cond one way)
+BROADCASTING = tuple(_BINARY) + (aten.where.self,)
+
+
+def _expand_guard(n):
+    """An expand adds no op: to its own shape it is its input; broadcasting, it is
+    folded into its users when each is an op that broadcasts, graphc takes it and it
+    computes the same shape from expand's input (a region output is expanded as a torch view)."""
+    src = tuple(meta(n.args[0]).shape)
+    if tuple(meta(n).shape) == src:
+        return None
+    if n.users and all(u.target in BROADCASTING and reason_not_taken(u) is None and
+                       tuple(meta(u).shape) == tuple(torch.broadcast_shapes(
+                           *[src if a is n else tuple(meta(a).shape) for a in u.args if isinstance(a, torch.fx.Node)]))
+                       for u in n.users):
+        return None
+    return "broadcasts into an op that does not broadcast"
+
+
+#: what an expand becomes (a view: a region of views alone is left to torch)
+EXPAND_OPS = "none: its input (its users broadcast: binary ops, Select)"
+
+
+@row([aten.expand.default], EXPAND_OPS, dtypes=ANY,
+     says="to its own shape, or every user broadcasts expand's input to the same shape", guard=_expand_guard)
+def _expand(b, n):
+    return b.value(n.args[0])
+
+
+def _scalar_tensor_guard(n):
+    if n.kwargs.get("layout") not in (None, torch.strided):
+        return "layout"
+    users = list(n.users)
+    return None if users and all(reason_not_taken(u) is None for u in users) else "a user graphc does not take"
+
+
+@row([aten.scalar_tensor.default], "a constant tensor (of its users)", says="every user taken by graphc",
+     guard=_scalar_tensor_guard)
+def _scalar_tensor(b, n):
+    return b.constant(np.array(n.args[0], dtype=b.lt(meta(n)).dtype.np))
+
+
+def _where_guard(n):
+    cond, x, y = n.args[:3]
+    if not all(isinstance(a, torch.fx.Node) for a in (cond, x, y)) or meta(cond).dtype is not torch.bool:
+        return "a condition not a bool tensor"
+    if not meta(x).dtype == meta(y).dtype == meta(n).dtype:
+        return "operands of different dtypes"
+    operands = [tuple(meta(a).shape) for a in (x, y)]
+    if tuple(torch.broadcast_shapes(*operands)) != tuple(meta(n).shape) and \
+            not any(a.target is aten.scalar_tensor.default and len(a.users) == 1 for a in (x, y)):
+        return "the condition broadcasts the operands (not a number of its own)"
+    return None
+
+
+@row([aten.where.self], "Select", dtypes=FLOAT + ("boolean",),
+     says="a bool condition; operands of the result's dtype, broadcast to its shape by themselves or numbers",
+     guard=_where_guard)
+def _where(b, n):
+    cond, x, y = (b.value(a) for a in n.args[:3])
+    out = b.out(n)
+    if [max(d) for d in zip(*[[1] * (out.ndim - t.ndim) + list(t.shape) for t in (x, y)])] != list(out.shape):
+        # (the condition alone has the result's shape: a number operand is spread over it, zero strides)
+        at = 1 if x.id in b.constants else 2
+        number = b.constants.pop((x, y)[at - 1].id)   # (its only user: _where_guard)
+        full = b.constant(np.broadcast_to(number, out.shape), strides=[0] * out.ndim)
+        x, y = (full, y) if at == 1 else (x, full)
+    return b.op("Select", [cond, x, y], [out])
 
 
 # ------------------------------------------------------------------ convolution and pooling

@@ -101,6 +101,76 @@ def test_run_and_execute_take_torch_tensors_and_write_torch_buffers(dt):
     assert_close(as_array(strided), want, dt)
 
 
+def _add_then_reshape(dt):
+    """x + y ([5, 3], an output) and its reshape to [15] (an output of a view partition)."""
+    from graphc import Graph, LogicalTensor as LT, Op
+    g = Graph()
+    g.add_op(Op(0, "Add", [LT(0, dt, [5, 3]), LT(1, dt, [5, 3])], [LT(2, dt, [5, 3])]))
+    g.add_op(Op(1, "StaticReshape", [LT(2, dt, [5, 3])], [LT(3, dt, [15])], {"shape": [15], "special_zero": False}))
+    g.set_ports(inputs=[0, 1], outputs=[2, 3])
+    g.finalize()
+    return g
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_compiled_graph_run_writes_the_callers_output_buffers(dt):
+    g = _add_then_reshape(dt)
+    x, y = _tensor(dt, (5, 3)), _tensor(dt, (3, 5)).t()
+    want = graphc.reference.run(g, {0: as_array(x).copy(), 1: np.ascontiguousarray(as_array(y))})
+    cg = graphc.compile(g)
+    summed = torch.zeros(3, 5, dtype=TORCH[dt]).t()     # a buffer with its own strides
+    flat = torch.empty(15, dtype=TORCH[dt])
+    res = cg.run({0: x, 1: y}, outputs={2: summed, 3: flat})
+    assert _address(res[2]) == summed.data_ptr() and _address(res[3]) == flat.data_ptr()
+    assert_close(as_array(summed), want[2], dt)
+    assert_close(as_array(flat), want[3], dt)
+    only = torch.empty(15, dtype=TORCH[dt])              # some outputs given, the others allocated by graphc
+    res = cg.run({0: x, 1: y}, outputs={3: only})
+    assert _address(res[3]) == only.data_ptr()
+    assert_close(as_array(only), want[3], dt)
+    assert_close(res[2], want[2], dt)
+
+
+def test_an_output_buffer_seen_by_a_view_holds_its_source(monkeypatch):
+    """A given output that a view partition makes of a tensor another partition
+    computes: that partition writes into the output's buffer (seen through the view
+    backwards) and the view moves nothing."""
+    from graphc import Graph, LogicalTensor as LT, Op
+    from graphc.compiler.executables.view import ViewExecutable
+    g = Graph()
+    g.add_op(Op(0, "MatMul", [LT(0, "f32", [5, 4]), LT(1, "f32", [4, 3])], [LT(2, "f32", [5, 3])]))
+    g.add_op(Op(1, "StaticReshape", [LT(2, "f32", [5, 3])], [LT(3, "f32", [15])], {"shape": [15], "special_zero": False}))
+    g.add_op(Op(2, "ReLU", [LT(2, "f32", [5, 3])], [LT(4, "f32", [5, 3])]))   # (the MatMul's result read twice)
+    g.finalize()
+    cg = graphc.compile(g)
+    assert sum(cp.is_view for cp in cg.compiled) == 1
+    copied = []
+    run = ViewExecutable.run
+
+    def watched(self, ins, outs, comm):
+        copied.append(not np.may_share_memory(ins[self.at], outs[0]))
+        return run(self, ins, outs, comm)
+    monkeypatch.setattr(ViewExecutable, "run", watched)
+    x, w = _tensor("f32", (5, 4)), _tensor("f32", (4, 3))
+    want = graphc.reference.run(g, {0: as_array(x), 1: as_array(w)})
+    flat = torch.empty(15)
+    res = cg.run({0: x, 1: w}, outputs={3: flat})
+    assert copied == [False] and _address(res[3]) == flat.data_ptr()
+    assert_close(as_array(flat), want[3], "f32")
+    assert_close(res[4], want[4], "f32")
+
+
+def test_bad_output_buffers_say_what_is_wrong():
+    cg = graphc.compile(_add_then_reshape("f32"))
+    x = torch.zeros(5, 3)
+    with pytest.raises(InvalidArguments, match="no output tensor of this id"):
+        cg.run({0: x, 1: x}, outputs={0: torch.empty(5, 3)})
+    with pytest.raises(InvalidArguments, match="wrong shape"):
+        cg.run({0: x, 1: x}, outputs={2: torch.empty(15)})
+    with pytest.raises(InvalidArguments, match="wrong dtype"):
+        cg.run({0: x, 1: x}, outputs={3: torch.empty(15, dtype=torch.float64)})
+
+
 def test_bad_tensors_say_what_is_wrong():
     g = one_op("Add", [("f32", [2]), ("f32", [2])], [("f32", [2])])
     with pytest.raises(InvalidArguments, match="wrong dtype"):

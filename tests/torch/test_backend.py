@@ -15,7 +15,7 @@ from graphc.torch import table  # noqa: E402
 from graphc.torch.lower import GraphcFallbackWarning  # noqa: E402
 from graphc.tolerances import ORACLE  # noqa: E402
 
-from support.torch_backend import check_against_eager  # noqa: E402
+from support.torch_backend import assert_tensors_close, check_against_eager  # noqa: E402
 
 
 def test_backend_by_name_in_a_fresh_process():
@@ -74,3 +74,32 @@ def test_parameters_are_constant_tensors_in_inference_only():
     assert inference.reports[0].constant_inputs == 4 and inference_again.coverage == 1.0
     training = check_against_eager(m, x, table=ORACLE, train=True, params=list(m.parameters()))
     assert sum(r.constant_inputs for r in training.reports) == 0
+
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_region_outputs_are_buffers_torch_allocated(dt, monkeypatch):
+    """A region's outputs are tensors torch allocated and graphc wrote in place
+    (no tensor made over numpy's memory: torch.from_numpy is never called once
+    compiled), of the FX node's strides and dtype, and eager's values."""
+    from graphc.torch.backend import REPORTS
+    def fn(x):
+        y = torch.relu(x)
+        return y.permute(2, 0, 1), y.sum(2)
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0)).to(dt)
+    torch._dynamo.reset()
+    first = len(REPORTS)
+    compiled = torch.compile(fn, backend=gt.backend)
+    with torch.no_grad():
+        compiled(x)                              # (compiles)
+
+        def no_numpy_memory(*args):
+            raise AssertionError("a region output made over numpy's memory")
+        monkeypatch.setattr(torch, "from_numpy", no_numpy_memory)
+        got = compiled(x)
+    report, = REPORTS[first:]
+    assert report.regions == 1 and not report.fallback, report.fallback
+    want = fn(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape and g.stride() == w.stride()
+    assert_tensors_close(got, want, ORACLE)

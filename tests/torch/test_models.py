@@ -53,7 +53,10 @@ def test_bert_with_attention_mask():
     model = _bert().eval()
     mask = torch.ones(2, 8, dtype=torch.long)
     mask[1, 5:] = 0
-    check_against_eager(lambda i, m: model(input_ids=i, attention_mask=m), _ids(1), mask, table=MODEL)
+    lowered = check_against_eager(lambda i, m: model(input_ids=i, attention_mask=m), _ids(1), mask, table=MODEL)
+    # (below 0.9: the mask's int64 index arithmetic, arange, index, bitwise_and, and
+    # the embeddings stay in torch; graphc's Select takes the mask's where, a bool expand folded into it)
+    assert lowered.coverage >= 0.75 and "aten::where.self" not in lowered.fallback, lowered.fallback
 
 
 class _ResBlock(torch.nn.Module):
@@ -84,6 +87,16 @@ def test_resnet_block_inference_f32():
     assert lowered.coverage >= 0.9, lowered.fallback
 
 
+def test_transformers_resnet_inference_f32():
+    """transformers' ResNetModel (a small config: stem, two stages of basic blocks, pooler)."""
+    torch.manual_seed(0)
+    config = transformers.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic")
+    model = transformers.ResNetModel(config).eval()
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    lowered = check_against_eager(model, x, table=MODEL)
+    assert lowered.coverage >= 0.9, lowered.fallback
+
+
 def test_mlp_training_step_gradients():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
@@ -103,4 +116,4 @@ def test_transformer_training_step_gradients(make):
     model = make(**off).train()
     lowered = check_against_eager(lambda i: model(i).last_hidden_state, _ids(2), table=MODEL, train=True,
                                   params=list(model.parameters()))
-    assert len(lowered.reports) == 2 and lowered.coverage >= 0.6, lowered.fallback
+    assert len(lowered.reports) == 2 and lowered.coverage >= 0.9, lowered.fallback   # (embeddings, SDPA backward in torch)

@@ -63,6 +63,13 @@ TAKEN = [
     ("sdpa causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      (_r(1, 2, 5, 8), _r(1, 2, 5, 8, seed=1), _r(1, 2, 5, 8, seed=2)),
      "aten::_scaled_dot_product_flash_attention_for_cpu"),
+    ("where", torch.where, (_r(4, 1) > 0, _r(4, 6), _r(6)), "aten::where.self"),
+    ("where of numbers (an attention mask)", lambda c, x: torch.where(c, 0.0, float("-inf")) + x,
+     (_r(2, 1, 4, 4) > 0, _r(2, 3, 4, 4)), "aten::scalar_tensor"),
+    ("expand into a binary op", lambda x, y: torch.relu(x).expand(3, 4, 6) * y, (_r(1, 4, 6), _r(3, 4, 6)),
+     "aten::expand"),
+    ("bool expand into where", lambda c, x: torch.where(c.expand(2, 4, 6), x, 0.5), (_r(2, 1, 6) > 0, _r(2, 4, 6)),
+     "aten::expand"),
 ]
 
 
@@ -101,6 +108,10 @@ TRAINED = [
      "aten::native_layer_norm"),
     ("layer_norm_backward", lambda x, w, b: F.layer_norm(x, (6,), w, b), (_leaf(3, 4, 6), _leaf(6), _leaf(6, seed=1)),
      "aten::native_layer_norm_backward"),
+    ("embedding_dense_backward", lambda w, i: F.embedding(i, w), (_leaf(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]])),
+     "aten::embedding_dense_backward"),
+    ("embedding_dense_backward padding_idx", lambda w, i: F.embedding(i, w, padding_idx=3),
+     (_leaf(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]], dtype=torch.int32)), "aten::embedding_dense_backward"),
 ]
 
 
@@ -110,6 +121,34 @@ def test_backward_row_runs_in_graphc(name, fn, inputs, op):
         x.grad = None
     lowered = check_against_eager(fn, *inputs, table=ORACLE, train=True)
     assert op not in lowered.fallback, lowered.fallback
+
+
+def test_embedding_backward_guard_and_bad_indices():
+    """scale_grad_by_freq stays in torch; an index out of range is graphc's
+    RuntimeFault naming its position, never a silent write out of bounds."""
+    from graphc.errors import RuntimeFault
+    w, i = _leaf(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]])
+    lowered = check_against_eager(lambda w, i: F.embedding(i, w, scale_grad_by_freq=True), w, i, table=ORACLE,
+                                  train=True)
+    assert lowered.fallback["aten::embedding_dense_backward"] == 1, lowered.fallback
+    fn = lambda g, i: aten.embedding_dense_backward(g, i, 7, -1, False)  # noqa: E731
+    g = _r(2, 3, 6)
+    lowered = check_against_eager(fn, g, i, table=ORACLE)
+    assert "aten::embedding_dense_backward" not in lowered.fallback, lowered.fallback
+    with pytest.raises(RuntimeFault, match=r"position \[1, 0\].*found 7"):
+        torch.compile(fn, backend="graphc")(g, torch.tensor([[0, 3, 3], [7, 1, 3]]))
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 6), (2, 1, 6)], ids=["to its own shape", "broadcasting"])
+def test_an_expand_read_by_two_regions(shape):
+    """An expand folded away that another region reads is returned expanded, a
+    view of its input as eager's expand is (here a bool mask, which no graphc op copies)."""
+    def fn(c, x):
+        m = c.expand(2, 4, 6)
+        y = torch.cumsum(torch.where(m, x, 0.0), 0)   # (cumsum stays in torch: two regions)
+        return torch.where(m, y, 1.0)
+    lowered = check_against_eager(fn, _r(*shape) > 0, _r(2, 4, 6), table=ORACLE)
+    assert lowered.regions == 2 and set(lowered.fallback) == {"aten::cumsum"}, lowered.fallback
 
 
 #: (name, function, inputs, the ATen op its guard leaves in torch)
@@ -124,6 +163,12 @@ REFUSED = [
     ("max_pool ceil", lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), (_r(1, 2, 8, 8),),
      "aten::max_pool2d_with_indices"),
     ("int add", lambda a, b: a + b, (torch.arange(6), torch.arange(6)), "aten::add.Tensor"),
+    ("expand into a matmul", lambda x, w: torch.relu(x).expand(3, 4, 6) @ w, (_r(1, 4, 6), _r(6, 5)),
+     "aten::expand"),
+    ("int expand", lambda i: i.expand(3, 6) + 1, (torch.arange(6).view(1, 6),), "aten::expand"),
+    ("where broadcast by the condition", torch.where, (_r(4, 6) > 0, _r(6), _r(1)), "aten::where.self"),
+    ("where of f64", lambda c, x: torch.where(c, x, 0.0), (_r(4, 6) > 0, _r(4, 6, dtype=torch.float64)),
+     "aten::scalar_tensor"),
 ]
 
 
