@@ -42,6 +42,17 @@ class ConstantTensorCache:
         self._capacity = _capacity_from_env()
         self._flag = self._capacity["cpu"] > 0
         self.used_bytes = 0
+        #: the user chose the cache's state (the environment variable, or a setter called)
+        self.configured = "ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY" in os.environ
+
+    def default_on(self) -> None:
+        """Turn the cache on, unlimited, unless the user chose its state (graphc.torch
+        does for inference, where parameters are constant tensors)."""
+        with self._lock:
+            if not self.configured:
+                self._flag = True
+                if self._capacity["cpu"] == 0:
+                    self._capacity["cpu"] = UNLIMITED_CAPACITY_MB
 
     def enabled(self) -> bool:
         return self._flag and self._capacity["cpu"] > 0
@@ -50,6 +61,7 @@ class ConstantTensorCache:
         if isinstance(flag, bool) or not isinstance(flag, (int, np.integer)) or flag not in (0, 1):
             raise InvalidArguments("the constant tensor cache flag must be 0 (off) or 1 (on)", found=short(flag))
         with self._lock:
+            self.configured = True
             self._flag = bool(flag)
             if flag and self._capacity["cpu"] == 0:
                 self._capacity["cpu"] = UNLIMITED_CAPACITY_MB
@@ -63,6 +75,7 @@ class ConstantTensorCache:
             raise InvalidArguments("the constant tensor cache capacity is a number of megabytes",
                                    expected="an integer >= 0", found=short(size))
         with self._lock:
+            self.configured = True
             self._capacity[engine_kind] = int(size)
             self._flag = size > 0
 

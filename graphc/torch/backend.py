@@ -20,6 +20,8 @@ def _compile(gm, example_inputs, inference=False):
     constants = set()
     if inference:   # parameters and buffers are constant tensors (graphc's constant tensor cache applies)
         import torch
+        from ..compiler.constant_cache import CONSTANT_CACHE
+        CONSTANT_CACHE.default_on()   # (unless the user chose its state)
         context = torch._guards.TracingContext.try_get()
         static = getattr(getattr(context, "fw_metadata", None), "static_input_indices", None) or []
         names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]

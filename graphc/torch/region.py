@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..interop import as_array
-from ..types import dense_strides
+from ..types import PropertyType, dense_strides
 from .build import DTYPES
 
 #: graphc dtype name -> torch dtype
@@ -46,6 +46,22 @@ class GraphcRegion(torch.nn.Module):
         self.sources = [(self.input_ids.index(tid) if tid not in self.layouts else None, shape)
                         for tid, shape in zip(self.output_ids, views or [None] * len(self.output_ids))]
 
+        #: the arguments that are constant tensors (parameters in inference), and the
+        #: (storage, version) of each when the constant outputs were kept
+        self.constant_args = [k for k, tid in enumerate(self.input_ids)
+                              if tid is not None and compiled.graph.tensors[tid].property_type is PropertyType.constant]
+        self._seen = None
+
+    def _constants_unchanged(self, args) -> None:
+        """Outputs computed from the parameters are kept (the constant tensor cache);
+        a parameter changed in place (its version counter moved) or replaced
+        drops them, to be computed again."""
+        now = tuple((args[k].data_ptr(), args[k]._version) for k in self.constant_args)
+        if now != self._seen:
+            if self._seen is not None:
+                self.compiled.forget_constants()
+            self._seen = now
+
     @property
     def partitions(self) -> int:
         return len(self.compiled.partitions)
@@ -55,6 +71,8 @@ class GraphcRegion(torch.nn.Module):
         return sum(1 for cp in self.compiled.compiled if cp is not None and cp.kernel is not None)
 
     def forward(self, *args):
+        if self.constant_args:
+            self._constants_unchanged(args)
         feed = dict(self.constants)
         feed.update((tid, as_array(a)) for tid, a in zip(self.input_ids, args) if tid is not None)
         # (an output that is a view of an input, a reshape alone, is written into its

@@ -103,3 +103,40 @@ def test_region_outputs_are_buffers_torch_allocated(dt, monkeypatch):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape and g.stride() == w.stride()
     assert_tensors_close(got, want, ORACLE)
+
+
+def test_parameters_changed_in_place_are_read_again(monkeypatch):
+    """In inference the backend turns graphc's constant tensor cache on (the user
+    left it alone): what is computed from the parameters alone (autocast's bf16
+    copies of the weights) is kept between calls, and computed again once a
+    parameter changes in place."""
+    from graphc.compiler import constant_cache
+    from graphc.torch.region import GraphcRegion
+    cache = constant_cache.CONSTANT_CACHE
+    monkeypatch.setattr(cache, "configured", False)
+    monkeypatch.setattr(cache, "_flag", False)
+    monkeypatch.setattr(cache, "_capacity", {"cpu": 0})
+    regions, made = [], GraphcRegion.__init__
+
+    def recorded(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        regions.append(self)
+    monkeypatch.setattr(GraphcRegion, "__init__", recorded)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    compiled = torch.compile(m, backend=gt.backend)
+
+    def bf16(f):   # (each call in an autocast region of its own: torch's autocast keeps
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):   # its weight casts per region)
+            return f(x)
+    first = bf16(compiled)
+    assert cache.enabled() and regions
+    kept = [cp for r in regions for cp in r.compiled.compiled if cp is not None and cp._constant_outputs is not None]
+    assert kept, "no output computed from the parameters alone was kept"
+    assert_tensors_close(bf16(compiled), bf16(m), ORACLE)
+    with torch.no_grad():
+        m[0].weight.add_(0.5)                    # in place: the kept bf16 copy is stale
+    again = bf16(compiled)
+    assert_tensors_close(again, bf16(m), ORACLE)
+    assert not torch.equal(again, first)
