@@ -86,8 +86,9 @@ class RegionBuilder:
 
     def constant(self, array: np.ndarray) -> LogicalTensor:
         from ..types import DataType
-        lt = LogicalTensor(self._id(), DataType.from_numpy(array.dtype), list(array.shape), None, "strided",
-                           "constant")
+        zero = 0 in array.strides    # (a broadcast array, read for its shape alone, keeps its zero strides)
+        lt = LogicalTensor(self._id(), DataType.from_numpy(array.dtype), list(array.shape),
+                           [s // array.itemsize for s in array.strides] if zero else None, "strided", "constant")
         self.constants[lt.id] = array
         return lt
 

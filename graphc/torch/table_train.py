@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .build import DTYPES, meta
@@ -133,3 +134,22 @@ def _sdpa_backward(b, n):
     ds = b.op("Multiply", [p, b.op("Subtract", [dp, rowsum], [b.tmp(s)])], [b.tmp(s)])
     ds = b.op("Multiply", [ds, b.value(float(scale), like=ds)], [b.tmp(ds)])
     return (b.op("MatMul", [ds, k], [b.out(n, 0)]), b.op("MatMul", [ds, q], [b.out(n, 1)], transpose_a=True), dv)
+
+
+# ------------------------------------------------------------------ embedding backward
+def _embedding_backward_guard(n):
+    _g, _i, _num, padding_idx, by_freq = n.args[:5]
+    if by_freq:
+        return "scale_grad_by_freq"
+    return None if padding_idx >= -1 else "padding_idx < -1"
+
+
+@row([aten.embedding_dense_backward.default], "EmbeddingBackward", dtypes=("f32", "bf16", "f16", "s32", "s64"),
+     says="padding_idx -1 (none) or a row; not scale_grad_by_freq; indices s32 / s64", guard=_embedding_backward_guard)
+def _embedding_backward(b, n):
+    grad, indices, num, padding_idx = n.args[:4]
+    dy = b.value(grad)
+    # (the op reads the weight's shape alone: a zero-strided constant of it)
+    weight = b.constant(np.broadcast_to(np.zeros((), dtype=dy.dtype.np), (int(num), dy.shape[-1])))
+    pad = {"padding_idx": int(padding_idx)} if padding_idx >= 0 else {}
+    return b.op("EmbeddingBackward", [b.value(indices), weight, dy], [b.out(n)], **pad)

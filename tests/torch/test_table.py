@@ -125,6 +125,10 @@ TRAINED = [
     ("sdpa backward mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
      (_leaf(2, 2, 5, 8), _leaf(2, 2, 6, 8, seed=1), _leaf(2, 2, 6, 8, seed=2), _r(2, 1, 5, 6, seed=3)),
      "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+    ("embedding_dense_backward", lambda w, i: F.embedding(i, w) * 2, (_leaf(10, 6), torch.tensor([[1, 3, 3], [9, 0, 1]])),
+     "aten::embedding_dense_backward"),
+    ("embedding_dense_backward padding_idx", lambda w, i: F.embedding(i, w, padding_idx=3),
+     (_leaf(10, 6), torch.tensor([[1, 3, 3], [9, 0, 1]])), "aten::embedding_dense_backward"),
 ]
 
 
@@ -187,6 +191,8 @@ REFUSED_TRAINED = [
     ("sdpa backward gqa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
      (_leaf(1, 4, 5, 8), _leaf(1, 2, 6, 8, seed=1), _leaf(1, 2, 6, 8, seed=2)),
      "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+    ("embedding_dense_backward by frequency", lambda w, i: F.embedding(i, w, scale_grad_by_freq=True),
+     (_leaf(10, 6), torch.tensor([[1, 3, 3], [9, 0, 1]])), "aten::embedding_dense_backward"),
 ]
 
 
