@@ -153,3 +153,23 @@ def _embedding_backward(b, n):
     weight = b.constant(np.broadcast_to(np.zeros((), dtype=dy.dtype.np), (int(num), dy.shape[-1])))
     pad = {"padding_idx": int(padding_idx)} if padding_idx >= 0 else {}
     return b.op("EmbeddingBackward", [b.value(indices), weight, dy], [b.out(n)], **pad)
+
+
+# ------------------------------------------------------------------ max pool backward
+def _max_pool_backward_guard(n):
+    return "ceil_mode" if n.args[6] else None
+
+
+@row([aten.max_pool2d_with_indices_backward.default], "MaxPoolBackward (from the forward's src, not its indices)",
+     says="NCX; floor rounding; the first maximum of a window (as torch's indices)",
+     dtypes=("f32", "bf16", "f16", "s64"), guard=_max_pool_backward_guard)
+def _max_pool_backward(b, n):
+    grad, x, kernel, stride, padding, dilation = n.args[:6]
+
+    def two(v, default):
+        v = list(v) if v else list(default)
+        return v * 2 if len(v) == 1 else v
+    kernel = two(kernel, ())
+    return b.op("MaxPoolBackward", [b.value(x), b.value(grad)], [b.out(n)], kernel=kernel,
+                strides=two(stride, kernel), pads_begin=two(padding, [0]), pads_end=two(padding, [0]),
+                dilations=two(dilation, [1]), data_format="NCX")

@@ -129,6 +129,10 @@ TRAINED = [
      "aten::embedding_dense_backward"),
     ("embedding_dense_backward padding_idx", lambda w, i: F.embedding(i, w, padding_idx=3),
      (_leaf(10, 6), torch.tensor([[1, 3, 3], [9, 0, 1]])), "aten::embedding_dense_backward"),
+    ("max_pool2d_with_indices_backward", lambda x: F.max_pool2d(x, 3, 2, 1), (_leaf(2, 3, 9, 9),),
+     "aten::max_pool2d_with_indices_backward"),
+    ("max_pool2d_with_indices_backward ties", lambda x: F.max_pool2d(torch.round(x), 2, 1),
+     (_leaf(1, 2, 6, 6, seed=5),), "aten::max_pool2d_with_indices_backward"),
 ]
 
 
@@ -193,6 +197,8 @@ REFUSED_TRAINED = [
      "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
     ("embedding_dense_backward by frequency", lambda w, i: F.embedding(i, w, scale_grad_by_freq=True),
      (_leaf(10, 6), torch.tensor([[1, 3, 3], [9, 0, 1]])), "aten::embedding_dense_backward"),
+    ("max_pool2d_with_indices_backward ceil", lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True),
+     (_leaf(1, 2, 8, 8),), "aten::max_pool2d_with_indices_backward"),
 ]
 
 
