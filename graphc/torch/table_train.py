@@ -82,6 +82,30 @@ def _batch_norm_training(b, n):
     return (y, mean, rstd, run_mean, run_var)
 
 
+def _batch_norm_no_stats_guard(n):
+    x, w, bias, training = n.args[:4]
+    if not training:
+        return "not training"
+    return "only one of weight and bias" if (w is None) != (bias is None) else None
+
+
+@row([aten._native_batch_norm_legit.no_stats], "BatchNormForwardTraining (+ Add, Pow for rstd)",
+     says="training; NCX; weight and bias both or neither", guard=_batch_norm_no_stats_guard)
+def _batch_norm_no_stats(b, n):
+    """Batch norm without running statistics: graphc's op reads zero-strided zeros
+    as the running ones and its running outputs are left unread."""
+    x, w, bias, _training, _momentum, eps = n.args[:6]
+    src = b.value(x)
+    c = [meta(x).shape[1]]
+    zeros = b.constant(np.broadcast_to(np.zeros((), dtype=np.float32), c))
+    ins = [src, zeros, zeros] + ([b.value(w), b.value(bias)] if w is not None else [])
+    y, _rm, _rv, mean, var = b.op("BatchNormForwardTraining", ins,
+                                  [b.out(n, 0)] + [b.tmp(src, c, "f32") for _ in range(2)] +
+                                  [b.out(n, 1), b.tmp(src, c, "f32")], epsilon=float(eps), data_format="NCX")
+    rstd = b.op("Add", [var, b.value(float(eps), like=var)], [b.tmp(var)])
+    return (y, mean, b.op("Pow", [rstd], [b.out(n, 2)], beta=-0.5))
+
+
 def _batch_norm_backward_guard(n):
     _g, _x, w, _rm, _rv, save_mean, save_rstd, train = n.args[:8]
     if not train:

@@ -133,6 +133,8 @@ TRAINED = [
      "aten::max_pool2d_with_indices_backward"),
     ("max_pool2d_with_indices_backward ties", lambda x: F.max_pool2d(torch.round(x), 2, 1),
      (_leaf(1, 2, 6, 6, seed=5),), "aten::max_pool2d_with_indices_backward"),
+    ("batch norm without running statistics", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+     (_leaf(2, 3, 4, 5), _leaf(3), _leaf(3, seed=1)), "aten::_native_batch_norm_legit.no_stats"),
 ]
 
 
