@@ -379,9 +379,6 @@ def _sdpa(b, n):
     return (b.op("MatMul", [p, v], [b.out(n, 0)]), lse)
 
 
-from . import table_train  # noqa: E402,F401  (registers the training rows)
-
-
 #: rows taking a boolean mask beside their float operands
 BOOL_MASKS = (aten._scaled_dot_product_flash_attention_for_cpu.default,
               aten._scaled_dot_product_flash_attention_for_cpu_backward.default)

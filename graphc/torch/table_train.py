@@ -1,6 +1,7 @@
-"""The mapping table's training rows (registered in graphc.torch.table's TABLE
-when it is imported): convolution_backward, batch norm with the batch's
-statistics and its backward, and SDPA's backward from the forward's logsumexp."""
+"""The mapping table's training rows (added to graphc.torch.table's TABLE when
+graphc.torch is imported): convolution_backward, batch norm with the batch's
+statistics (with and without running ones) and its backward, SDPA's backward from
+the forward's logsumexp, embedding_dense_backward and max pool's backward."""
 from __future__ import annotations
 
 import math
