@@ -127,13 +127,13 @@ def _batch_norm_backward(b, n):
     var = b.op("Subtract", [b.op("Pow", [rstd], [b.tmp(rstd)], beta=-2.0), b.value(float(eps), like=rstd)],
                [b.tmp(rstd)])
     ins = [src, b.value(grad), b.value(save_mean), var] + ([b.value(w)] if w is not None else [])
-    if w is None:   # (with a weight, its gradients are asked for: graphc's op ignores gamma otherwise)
-        return (b.op("BatchNormTrainingBackward", ins, [b.out(n, 0)], epsilon=float(eps), data_format="NCX"),
-                None, None)
-    c = list(meta(w).shape)
-    outs = [b.out(n, 0)] + [b.out(n, i) if mask[i] else b.tmp(rstd, c, DTYPES[meta(w).dtype]) for i in (1, 2)]
-    dx, dw, db = b.op("BatchNormTrainingBackward", ins, outs, epsilon=float(eps), data_format="NCX")
-    return (dx, dw if mask[1] else None, db if mask[2] else None)
+    outs = [b.out(n, 0) if mask[0] else b.tmp(src)]
+    if w is not None:   # (with a weight, its gradients are asked for: graphc's op ignores gamma otherwise)
+        c = list(meta(w).shape)
+        outs += [b.out(n, i) if mask[i] else b.tmp(rstd, c, DTYPES[meta(w).dtype]) for i in (1, 2)]
+    grads = b.op("BatchNormTrainingBackward", ins, outs, epsilon=float(eps), data_format="NCX")
+    grads = grads if w is not None else [grads, None, None]
+    return tuple(g if m else None for g, m in zip(grads, mask))
 
 
 # ------------------------------------------------------------------ attention backward

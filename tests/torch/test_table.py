@@ -135,6 +135,9 @@ TRAINED = [
      (_leaf(1, 2, 6, 6, seed=5),), "aten::max_pool2d_with_indices_backward"),
     ("batch norm without running statistics", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
      (_leaf(2, 3, 4, 5), _leaf(3), _leaf(3, seed=1)), "aten::_native_batch_norm_legit.no_stats"),
+    ("native_batch_norm_backward weights only", lambda x, w, b: F.batch_norm(x.detach(), torch.zeros(3),
+                                                                              torch.ones(3), w, b, training=True),
+     (_leaf(2, 3, 4, 5), _leaf(3), _leaf(3, seed=1)), "aten::native_batch_norm_backward"),
 ]
 
 
