@@ -138,6 +138,10 @@ TRAINED = [
     ("native_batch_norm_backward weights only", lambda x, w, b: F.batch_norm(x.detach(), torch.zeros(3),
                                                                               torch.ones(3), w, b, training=True),
      (_leaf(2, 3, 4, 5), _leaf(3), _leaf(3, seed=1)), "aten::native_batch_norm_backward"),
+    ("sdpa backward boolean mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+     (_leaf(2, 2, 5, 8), _leaf(2, 2, 6, 8, seed=1), _leaf(2, 2, 6, 8, seed=2),
+      torch.tril(torch.ones(5, 6, dtype=torch.bool), diagonal=1)),
+     "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
 ]
 
 
