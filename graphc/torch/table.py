@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .build import FLOAT, DTYPES, meta, static_dims
+from .build import FLOAT, DTYPES, dense_strides, meta, static_dims
 
 aten = torch.ops.aten
 ANY = tuple(DTYPES.values())
@@ -376,7 +376,10 @@ def _sdpa(b, n):
     p, stats = b.op("SoftMax", [s], [b.tmp(s), b.tmp(s, list(s.shape[:-1]) + [1], dtype="f32")], axis=-1)
     lse = b.out(n, 1)
     b.op("StaticReshape", [stats], [lse], shape=list(lse.shape), special_zero=False)
-    return (b.op("MatMul", [p, v], [b.out(n, 0)]), lse)
+    # (training: the output is saved for the backward and read by the next layer's views
+    # too; laid out as torch's (heads inside rows), both are views of it)
+    o = meta(n)[0]
+    return (b.op("MatMul", [p, v], [b.lt(o, strides=dense_strides(o))]), lse)
 
 
 #: rows taking a boolean mask beside their float operands
