@@ -88,6 +88,8 @@ class RegionBuilder:
         """A constant tensor fed ``array`` at every run (of ``strides``, in elements:
         a broadcast array's zero strides, say; default dense)."""
         from ..types import DataType
+        if strides is None and 0 in array.strides:   # (a broadcast array, read for its shape alone, keeps its zero strides)
+            strides = [st // array.itemsize for st in array.strides]
         lt = LogicalTensor(self._id(), DataType.from_numpy(array.dtype), list(array.shape), strides, "strided",
                            "constant")
         self.constants[lt.id] = array

@@ -14,7 +14,7 @@ KEEP = (aten.native_layer_norm, aten.native_layer_norm_backward, aten._softmax, 
         aten.native_batch_norm_backward, aten._native_batch_norm_legit_no_training,
         aten._native_batch_norm_legit_functional, aten._scaled_dot_product_flash_attention_for_cpu,
         aten._scaled_dot_product_flash_attention_for_cpu_backward, aten.addmm, aten.mm, aten.bmm,
-        aten.max_pool2d_with_indices, aten.avg_pool2d, aten.rsqrt,
+        aten.max_pool2d_with_indices, aten.avg_pool2d, aten.rsqrt, aten.threshold_backward,
         aten.embedding_dense_backward)
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .build import FLOAT, DTYPES, meta, static_dims
+from .build import FLOAT, DTYPES, dense_strides, meta, static_dims
 
 aten = torch.ops.aten
 ANY = tuple(DTYPES.values())
@@ -418,27 +418,29 @@ def _reduce(b, n):
 
 
 # ------------------------------------------------------------------ attention
+def sdpa_operands_guard(n, q, k, v):
+    """Why not (or None) for the SDPA operands and mask of node ``n``: K and V of Q's
+    batch and heads, a boolean mask or one of Q's dtype."""
+    if any(list(meta(t).shape[:-2]) != list(meta(q).shape[:-2]) for t in (k, v)):
+        return "K or V heads differ from Q's"
+    mask = n.kwargs.get("attn_mask")
+    if mask is not None and meta(mask).dtype not in (torch.bool, meta(q).dtype):
+        return "mask dtype"
+    return None
+
+
 def _sdpa_guard(n):
     dropout = n.args[3] if len(n.args) > 3 else n.kwargs.get("dropout_p", 0.0)
-    if dropout:
-        return "dropout"
-    mask = n.kwargs.get("attn_mask")
-    if mask is not None and meta(mask).dtype not in (torch.bool, meta(n.args[0]).dtype):
-        return "mask dtype"
-    return _only_first_output(n)
+    return "dropout" if dropout else sdpa_operands_guard(n, *n.args[:3])
 
 
-@row([aten._scaled_dot_product_flash_attention_for_cpu.default],
-     "MatMul, Multiply, Add / Select (mask), SoftMax, MatMul (the attention pattern)",
-     says="no dropout; logsumexp unread", guard=_sdpa_guard)
-def _sdpa(b, n):
-    q, k, v = (b.value(a) for a in n.args[:3])
-    causal = n.args[4] if len(n.args) > 4 else n.kwargs.get("is_causal", False)
-    scale = n.kwargs.get("scale") or 1.0 / math.sqrt(q.shape[-1])
+def sdpa_scores(b, q, k, causal, mask, scale):
+    """S = Q @ K^T * scale, then the causal mask (top left) and ``mask`` (an FX
+    node: boolean, selecting, or added); (the forward and backward SDPA rows)."""
+    scale = scale or 1.0 / math.sqrt(q.shape[-1])
     s_shape = list(q.shape[:-1]) + [k.shape[-2]]
     s = b.op("MatMul", [q, k], [b.tmp(q, s_shape)], transpose_b=True)
     s = b.op("Multiply", [s, b.value(float(scale), like=s)], [b.tmp(s)])
-    mask = n.kwargs.get("attn_mask")
     L, S = q.shape[-2], k.shape[-2]
     if causal:
         keep = np.tril(np.ones((L, S), dtype=bool))
@@ -449,8 +451,31 @@ def _sdpa(b, n):
             s = b.op("Select", [m, s, b.value(-math.inf, like=s)], [b.tmp(s)])
         else:
             s = b.op("Add", [s, m], [b.tmp(s)])
-    p = b.op("SoftMax", [s], [b.tmp(s)], axis=-1)
-    return (b.op("MatMul", [p, v], [b.out(n, 0)]), None)
+    return s
+
+
+@row([aten._scaled_dot_product_flash_attention_for_cpu.default],
+     "MatMul, Multiply, Add / Select (mask), SoftMax (its stats: logsumexp), MatMul (the attention pattern)",
+     says="no dropout; K and V of Q's heads", guard=_sdpa_guard)
+def _sdpa(b, n):
+    q, k, v = (b.value(a) for a in n.args[:3])
+    causal = n.args[4] if len(n.args) > 4 else n.kwargs.get("is_causal", False)
+    s = sdpa_scores(b, q, k, causal, n.kwargs.get("attn_mask"), n.kwargs.get("scale"))
+    if 1 not in _users_of_outputs(n):
+        p = b.op("SoftMax", [s], [b.tmp(s)], axis=-1)
+        return (b.op("MatMul", [p, v], [b.out(n, 0)]), None)
+    p, stats = b.op("SoftMax", [s], [b.tmp(s), b.tmp(s, list(s.shape[:-1]) + [1], dtype="f32")], axis=-1)
+    lse = b.out(n, 1)
+    b.op("StaticReshape", [stats], [lse], shape=list(lse.shape), special_zero=False)
+    # (training: the output is saved for the backward and read by the next layer's views
+    # too; laid out as torch's (heads inside rows), both are views of it)
+    o = meta(n)[0]
+    return (b.op("MatMul", [p, v], [b.lt(o, strides=dense_strides(o))]), lse)
+
+
+#: rows taking a boolean mask beside their float operands
+BOOL_MASKS = (aten._scaled_dot_product_flash_attention_for_cpu.default,
+              aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 
 
 def markdown() -> str:
@@ -483,13 +508,14 @@ def reason_not_taken(node) -> str | None:
     for v in vals:
         if v.device.type != "cpu" or not static_dims(v):
             return "not a static CPU tensor"
-        if DTYPES.get(v.dtype) not in r.dtypes and not (v.dtype is torch.bool and r.targets[0] is
-                                                         aten._scaled_dot_product_flash_attention_for_cpu.default):
+        if DTYPES.get(v.dtype) not in r.dtypes and not (v.dtype is torch.bool and r.targets[0] in BOOL_MASKS):
             return f"dtype {v.dtype}"
     return r.guard(node) if r.guard is not None else None
 
 
 def _flat(v):
-    """The outputs whose dtypes matter: of an op of several, the first (the rows'
-    guards require the others unread)."""
-    return [v[0]] if isinstance(v, (tuple, list)) else [v]
+    """The outputs whose dtypes matter: of an op of several, the first computed
+    (the others are statistics, indices or gradients the rows check themselves)."""
+    if isinstance(v, (tuple, list)):
+        return [next((t for t in v if t is not None), None)]
+    return [v]

@@ -11,7 +11,7 @@ F = torch.nn.functional
 from graphc.tolerances import ORACLE  # noqa: E402
 from graphc.torch.table import TABLE, markdown  # noqa: E402
 
-from support.torch_backend import check_against_eager  # noqa: E402
+from support.torch_backend import assert_tensors_close, check_against_eager  # noqa: E402
 
 aten = torch.ops.aten
 
@@ -112,6 +112,43 @@ TRAINED = [
      "aten::embedding_dense_backward"),
     ("embedding_dense_backward padding_idx", lambda w, i: F.embedding(i, w, padding_idx=3),
      (_leaf(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]], dtype=torch.int32)), "aten::embedding_dense_backward"),
+    ("convolution_backward", lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1),
+     (_leaf(2, 3, 9, 9), _leaf(4, 3, 3, 3), _leaf(4)), "aten::convolution_backward"),
+    ("convolution_backward weights only", lambda x, w: F.conv2d(x.detach(), w, padding=1),
+     (_leaf(2, 3, 6, 6), _leaf(4, 3, 3, 3)), "aten::convolution_backward"),
+    ("convolution_backward groups dilation", lambda x, w: F.conv2d(x, w, groups=2, dilation=2),
+     (_leaf(1, 4, 9, 9), _leaf(6, 2, 3, 3)), "aten::convolution_backward"),
+    ("batch norm training", lambda x, w, b: F.batch_norm(x, torch.zeros(3), torch.ones(3), w, b, training=True),
+     (_leaf(2, 3, 4, 5), _leaf(3), _leaf(3, seed=1)), "aten::_native_batch_norm_legit_functional"),
+    ("native_batch_norm_backward", lambda x, w, b: F.batch_norm(x, torch.zeros(3), torch.ones(3), w, b, training=True),
+     (_leaf(2, 3, 4, 5), _leaf(3), _leaf(3, seed=1)), "aten::native_batch_norm_backward"),
+    ("batch norm training without affine", lambda x: F.batch_norm(x, torch.zeros(3), torch.ones(3), training=True),
+     (_leaf(2, 3, 4, 5),), "aten::native_batch_norm_backward"),
+    ("sdpa logsumexp", lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+     (_leaf(1, 2, 5, 8), _leaf(1, 2, 6, 8, seed=1), _leaf(1, 2, 6, 8, seed=2)),
+     "aten::_scaled_dot_product_flash_attention_for_cpu"),
+    ("sdpa backward", lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+     (_leaf(1, 2, 5, 8), _leaf(1, 2, 6, 8, seed=1), _leaf(1, 2, 6, 8, seed=2)),
+     "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+    ("sdpa backward causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+     (_leaf(1, 2, 5, 8), _leaf(1, 2, 5, 8, seed=1), _leaf(1, 2, 5, 8, seed=2)),
+     "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+    ("sdpa backward mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+     (_leaf(2, 2, 5, 8), _leaf(2, 2, 6, 8, seed=1), _leaf(2, 2, 6, 8, seed=2), _r(2, 1, 5, 6, seed=3)),
+     "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+    ("max_pool2d_with_indices_backward", lambda x: F.max_pool2d(x, 3, 2, 1), (_leaf(2, 3, 9, 9),),
+     "aten::max_pool2d_with_indices_backward"),
+    ("max_pool2d_with_indices_backward ties", lambda x: F.max_pool2d(torch.round(x), 2, 1),
+     (_leaf(1, 2, 6, 6, seed=5),), "aten::max_pool2d_with_indices_backward"),
+    ("batch norm without running statistics", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+     (_leaf(2, 3, 4, 5), _leaf(3), _leaf(3, seed=1)), "aten::_native_batch_norm_legit.no_stats"),
+    ("native_batch_norm_backward weights only", lambda x, w, b: F.batch_norm(x.detach(), torch.zeros(3),
+                                                                              torch.ones(3), w, b, training=True),
+     (_leaf(2, 3, 4, 5), _leaf(3), _leaf(3, seed=1)), "aten::native_batch_norm_backward"),
+    ("sdpa backward boolean mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+     (_leaf(2, 2, 5, 8), _leaf(2, 2, 6, 8, seed=1), _leaf(2, 2, 6, 8, seed=2),
+      torch.tril(torch.ones(5, 6, dtype=torch.bool), diagonal=1)),
+     "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
 ]
 
 
@@ -175,6 +212,51 @@ REFUSED = [
 @pytest.mark.parametrize("name,fn,inputs,op", REFUSED, ids=[t[0] for t in REFUSED])
 def test_guard_leaves_the_node_in_torch(name, fn, inputs, op):
     lowered = check_against_eager(fn, *inputs, table=ORACLE)
+    assert lowered.fallback[op] >= 1, lowered.fallback
+
+
+def test_batch_norm_training_updates_the_running_statistics_as_eager():
+    """BatchNorm2d in training: output, gradients and, after the step, running_mean
+    and running_var (momentum, the unbiased variance) as eager's."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(3, momentum=0.2).train()
+    bn.running_mean.copy_(_r(3)); bn.running_var.copy_(_r(3).abs() + 0.5)
+    twin = torch.nn.BatchNorm2d(3, momentum=0.2).train()
+    twin.load_state_dict(bn.state_dict())
+    x = _r(2, 3, 4, 5, seed=4)
+    lowered = check_against_eager(lambda t: torch.relu(bn(t)), x, table=ORACLE, train=True,
+                                  params=list(bn.parameters()))
+    assert "aten::_native_batch_norm_legit_functional" not in lowered.fallback, lowered.fallback
+    for _ in range(2):    # (check_against_eager stepped bn twice: eager, then compiled)
+        twin(x)
+    for name in ("running_mean", "running_var"):
+        assert_tensors_close(getattr(bn, name), getattr(twin, name), ORACLE, name)
+
+
+#: backward rows' guards: (name, function, leaf inputs, the ATen op left in torch) in a training step
+REFUSED_TRAINED = [
+    ("convolution_backward transposed", lambda x, w: F.conv_transpose2d(x, w), (_leaf(1, 2, 4, 4), _leaf(2, 3, 3, 3)),
+     "aten::convolution_backward"),
+    ("batch norm momentum 1", lambda x, w, b: F.batch_norm(x, torch.zeros(3), torch.ones(3), w, b, training=True,
+                                                            momentum=1.0),
+     (_leaf(2, 3, 4, 5), _leaf(3), _leaf(3, seed=1)), "aten::_native_batch_norm_legit_functional"),
+    ("native_batch_norm_backward in eval", lambda x, w, b: F.batch_norm(x, torch.zeros(3), torch.ones(3), w, b),
+     (_leaf(2, 3, 4, 5), _leaf(3), _leaf(3, seed=1)), "aten::native_batch_norm_backward"),
+    ("sdpa backward gqa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+     (_leaf(1, 4, 5, 8), _leaf(1, 2, 6, 8, seed=1), _leaf(1, 2, 6, 8, seed=2)),
+     "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+    ("embedding_dense_backward by frequency", lambda w, i: F.embedding(i, w, scale_grad_by_freq=True),
+     (_leaf(10, 6), torch.tensor([[1, 3, 3], [9, 0, 1]])), "aten::embedding_dense_backward"),
+    ("max_pool2d_with_indices_backward ceil", lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True),
+     (_leaf(1, 2, 8, 8),), "aten::max_pool2d_with_indices_backward"),
+]
+
+
+@pytest.mark.parametrize("name,fn,inputs,op", REFUSED_TRAINED, ids=[t[0] for t in REFUSED_TRAINED])
+def test_backward_guard_leaves_the_node_in_torch(name, fn, inputs, op):
+    for x in inputs:
+        x.grad = None
+    lowered = check_against_eager(fn, *inputs, table=ORACLE, train=True)
     assert lowered.fallback[op] >= 1, lowered.fallback
 
 
