@@ -1,23 +1,30 @@
 """BLAS from generated kernels: a row-major single-precision GEMM on flat buffers.
 
-``gemm_f32`` calls Intel MKL's ``cblas_sgemm`` (the ``mkl`` package) where it
-is installed, else the sgemm of scipy's OpenBLAS through numba's own entry
-point (``numba_xxgemm``, the one ``np.dot`` uses inside njit code).  MKL's
-AVX-512 sgemm is the one torch uses: on this machine's 2 cores 1024^3 runs at
-430 GFLOP/s against OpenBLAS's 393.  Unlike ``np.dot``, ``gemm_f32`` takes
+``gemm_f32`` calls oneDNN's ``dnnl_sgemm`` (the ``onednn-cpu-gomp``
+package: its JIT kernels take the CPU's widest ISA on any x86 vendor) where it
+is installed, else Intel MKL's ``cblas_sgemm`` (the ``mkl`` package, the sgemm
+torch's MatMul uses), else the sgemm of scipy's OpenBLAS through numba's own
+entry point (``numba_xxgemm``, the one ``np.dot`` uses inside njit code);
+``GRAPHC_BLAS=mkl`` or ``openblas`` picks one of the others, to compare.  On
+this machine (AMD EPYC, AVX-512), where MKL runs its generic code path,
+oneDNN's sgemm ran the convolutions' GEMM shapes (64x64x196, 196x64x64) 2.5-3x
+faster than MKL's on one core.  MKL stays the library of the bf16 and int8
+GEMMs.  Unlike ``np.dot``, ``gemm_f32`` takes
 leading dimensions, offsets into flat buffers, transposes and ``beta``: a
 kernel multiplies sub-matrices of its arguments in place, without copies, and
 accumulates into its output.
 
-Kernels call the library through a symbol name (``graphc_cblas_sgemm`` bound
-to MKL's function with llvmlite's ``add_symbol`` when this module is
+Kernels call the library through a symbol name (``graphc_dnnl_sgemm`` or
+``graphc_cblas_sgemm`` bound to the library's function with llvmlite's ``add_symbol`` when this module is
 imported, or ``numba_xxgemm``), never through an address baked into the code,
 so they stay cacheable on disk; :data:`BACKEND` names the library, and the
 kernel cache keeps the kernels of each library apart.
 
 Threads: kernels parallelise GEMMs themselves (``prange`` over independent
 blocks: images, heads, row panels), so BLAS runs single-threaded inside them;
-two thread pools in one kernel starve each other on a small machine.  MKL is
+two thread pools in one kernel starve each other on a small machine.  oneDNN's
+OpenMP build shares numba's OpenMP pool and, inside a parallel loop, runs a call
+on the calling thread (a call outside one may use the pool); MKL is
 loaded with its sequential threading layer; :func:`single_threaded_blas`
 limits scipy's OpenBLAS to one thread where that is the library.  numpy's own
 BLAS (a different library) is left alone.
@@ -35,7 +42,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import bf16_tile
-from .blas_import import mkl_path
+from .blas_import import dnnl_path, mkl_path
 
 _CHAR = llir.IntType(8)
 _I32 = llir.IntType(32)
@@ -64,15 +71,28 @@ def _load_mkl() -> bool:
     return True
 
 
-#: "mkl" or "openblas": the library ``gemm_f32`` calls
-BACKEND = "mkl" if _load_mkl() else "openblas"
-if BACKEND == "openblas":
+def _load_dnnl() -> bool:
+    """Bind ``graphc_dnnl_sgemm`` to oneDNN's dnnl_sgemm; False where there is no
+    oneDNN (blas_import.dnnl_path)."""
+    path = dnnl_path()
+    if path is None:
+        return False
+    lib = ctypes.CDLL(path)
+    llb.add_symbol("graphc_dnnl_sgemm", ctypes.cast(lib.dnnl_sgemm, ctypes.c_void_p).value)
+    return True
+
+
+_MKL = _load_mkl()
+#: "dnnl", "mkl" or "openblas": the library ``gemm_f32`` calls
+BACKEND = "dnnl" if _load_dnnl() else "mkl" if _MKL else "openblas"
+if not _MKL:
     from numba.np.linalg import ensure_blas
     ensure_blas()   # scipy's cython_blas must be importable before numba_xxgemm is first called
 #: bf16 GEMMs on graphc's own AVX512-BF16 tile (graphc.codegen.bf16_tile), where the CPU has it
 OWN_BF16 = bf16_tile.bind()
 #: numba's on-disk cache keys functions by their source, not by the library
-#: they were built against: only the MKL build (the usual one) is cached
+#: they were built against: only the MKL build is cached (the kernels are, in
+#: graphc's cache, apart for each library)
 _CACHE = BACKEND == "mkl"
 
 
@@ -193,7 +213,42 @@ def _xxgemm(typingctx, ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c
     return sig, codegen
 
 
-if BACKEND == "mkl":
+@intrinsic
+def _dnnl_sgemm(typingctx, ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+    """oneDNN's row-major ``C = op(A) op(B) + beta C`` (dnnl_sgemm: 'N'/'T'
+    flags, 64-bit sizes, alpha 1), arguments as in _cblas_sgemm.  Inside a
+    parallel loop of numba's OpenMP layer it runs on the calling thread."""
+    if not _arrays(types.float32, a, b, c):
+        return None
+    sig = types.int32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(_I32, [_CHAR, _CHAR, i64, i64, i64, _F32, _VOIDP, i64, _VOIDP, i64, _F32, _VOIDP,
+                                        i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "graphc_dnnl_sgemm")
+
+        def flag(i):
+            v = context.cast(builder, args[i], sa[i], types.intp)
+            is_t = builder.icmp_signed("!=", v, llir.Constant(i64, 0))
+            return builder.select(is_t, llir.Constant(_CHAR, ord("T")), llir.Constant(_CHAR, ord("N")))
+
+        def size(i):
+            return context.cast(builder, args[i], sa[i], types.int64)
+        return builder.call(fn, [flag(0), flag(1), size(2), size(3), size(4), llir.Constant(_F32, 1.0),
+                                 _pointer(context, builder, sa[5], args[5], args[6], sa[6]), size(7),
+                                 _pointer(context, builder, sa[8], args[8], args[9], sa[9]), size(10),
+                                 context.cast(builder, args[11], sa[11], types.float32),
+                                 _pointer(context, builder, sa[12], args[12], args[13], sa[13]), size(14)])
+    return sig, codegen
+
+
+if BACKEND == "dnnl":
+    @njit(nogil=True)
+    def _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+        return _dnnl_sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+elif BACKEND == "mkl":
     @njit(cache=_CACHE, nogil=True)
     def _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
         return _cblas_sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)

@@ -2,7 +2,7 @@
 that building kernel source does not load numba's BLAS bindings, MKL or scipy;
 the kernel module's import of graphc.codegen.blas does, and sets the thread
 limit once: graphc.codegen.helpers declares that line).  The kernel cache keeps
-the kernels built against MKL apart from those built against OpenBLAS."""
+the kernels built against each f32 GEMM library (oneDNN, MKL, OpenBLAS) apart."""
 from __future__ import annotations
 
 import functools
@@ -23,6 +23,43 @@ def mkl_path() -> str | None:
         if found:
             return found[-1]
     return None
+
+
+#: dnnl_version_t's cpu_runtime values (dnnl_config.h) of builds whose threads nest under numba's
+#: OpenMP loops: DNNL_RUNTIME_SEQ and DNNL_RUNTIME_OMP (a call inside a parallel region runs
+#: on the calling thread alone)
+_DNNL_RUNTIMES = (1, 2)
+
+
+@functools.cache
+def dnnl_path() -> str | None:
+    """The path of oneDNN's library (libdnnl, from the ``onednn-cpu-gomp``
+    package) when its build runs sequentially or on OpenMP, or None (also with
+    ``GRAPHC_BLAS=mkl`` or ``openblas`` in the environment).  Its sgemm
+    (``dnnl_sgemm``) runs oneDNN's JIT kernels for the CPU's widest ISA on any
+    x86 vendor, where MKL's own takes a generic path on non-Intel CPUs."""
+    if os.environ.get("GRAPHC_BLAS", "").lower() in ("mkl", "openblas"):
+        return None
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+        for path in sorted(glob.glob(os.path.join(prefix, "lib", "libdnnl.so*")), reverse=True):
+            if _dnnl_runtime(path) in _DNNL_RUNTIMES:
+                return path
+    return None
+
+
+def _dnnl_runtime(path: str) -> int | None:
+    """The CPU threading runtime libdnnl at ``path`` was built with, or None when it does not load."""
+    import ctypes
+
+    class Version(ctypes.Structure):
+        _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
+                    ("hash", ctypes.c_char_p), ("cpu_runtime", ctypes.c_uint), ("gpu_runtime", ctypes.c_uint)]
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return None
+    lib.dnnl_version.restype = ctypes.POINTER(Version)
+    return lib.dnnl_version().contents.cpu_runtime
 
 
 def bf16_gemm() -> bool:

@@ -29,7 +29,7 @@ import numba
 
 from . import helpers
 from .bf16_tile import available as bf16_tile_available
-from .blas_import import mkl_path
+from .blas_import import dnnl_path, mkl_path
 
 #: bumped when the layout or format of the files in the cache folder changes
 _FORMAT = 2
@@ -61,7 +61,7 @@ def _runtime_digest() -> str:
         h = hashlib.sha256()
         for path in _linked_files():
             h.update(path.read_bytes())
-        h.update(b"mkl" if mkl_path() else b"openblas")
+        h.update(b"dnnl" if dnnl_path() else b"mkl" if mkl_path() else b"openblas")
         h.update(b"+bf16tile" if bf16_tile_available() else b"")   # (gemm_bf16's road, fixed when compiled)
         _runtime_tag = h.hexdigest()[:12]
     return _runtime_tag

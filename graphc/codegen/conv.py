@@ -14,8 +14,9 @@ three computations on logical NCX data and (OC, C/G, *K) weights:
   flipped, transposed weights; else ``Cols = dY[P, OCg] @ W^T``, scattered back
   onto the positions the taps met (col2im) in an f32 accumulator per image and
   group;
-* ``backward_weights``: ``dW[T*Cg, OCg] += Cols^T @ dY`` over every image and
-  tile, in per-thread f32 partial sums added up at the end.
+* ``backward_weights``: Winograd's weight gradient for 3x3 windows at unit
+  strides (graphc.codegen.winograd); else ``dW[T*Cg, OCg] += Cols^T @ dY``
+  over every image and tile, in per-thread f32 partial sums added up at the end.
 
 Tensors are reached through views (:class:`Data`, :class:`Weights`) mapping
 the logical indices to each tensor's own layout (NCX/NXC, OIX/XIO/IOX/XOI,
@@ -26,166 +27,22 @@ one matrix dim, the other dims flattening to one stride) are not copied.
 from __future__ import annotations
 
 import math
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager
 
 import numpy as np
 
 from . import ir
+from .conv_views import Data, Geometry, Weights
+from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
 from .gemm import Matrix, direct, exact_runs
-from .kernel import ArrayRef, plan_threads, worth_parallel
+from .kernel import plan_threads, worth_parallel
 from .loops import linear, unravel
-from ..types import DataType, dense_strides
+from .winograd import emit_backward_weights_winograd, emit_forward_winograd, winograd
+from ..types import dense_strides
 
 #: rows of one im2col panel at most: a panel of (rows x T*Cg) f32 stays near L2's size
 PANEL_ELEMS = 1 << 17
 MIN_ROWS = 32
-
-
-@dataclass
-class Geometry:
-    """Logical sizes of one convolution (the forward direction)."""
-
-    n: int
-    c: int                 # src channels (all groups)
-    oc: int                # dst channels (all groups)
-    groups: int
-    big: tuple             # src spatial sizes
-    small: tuple           # dst spatial sizes
-    kernel: tuple
-    strides: tuple
-    dilations: tuple
-    begin: tuple           # pads at the start of each spatial axis
-
-    @property
-    def cg(self):
-        return self.c // self.groups
-
-    @property
-    def ocg(self):
-        return self.oc // self.groups
-
-    @property
-    def taps(self):
-        return math.prod(self.kernel)
-
-    @property
-    def kd(self):
-        return self.taps * self.cg
-
-    @property
-    def positions(self):
-        return math.prod(self.small)
-
-    @property
-    def big_size(self):
-        return math.prod(self.big)
-
-
-def _rounded(v, rounding):
-    return rounding(v) if rounding is not None else v
-
-
-def _plain(ref) -> bool:
-    return type(ref) is ArrayRef and ref.dtype is DataType.f32
-
-
-class Data:
-    """An (N, C, *spatial) view of a src/dst/diff tensor in its data_format."""
-
-    def __init__(self, ref, nxc: bool):
-        self.ref, self.nxc = ref, nxc
-
-    def ivars(self, n, c, sp) -> list:
-        return [n, *sp, c] if self.nxc else [n, c, *sp]
-
-    def load(self, n, c, sp):
-        return self.ref.load_nd(self.ivars(n, c, sp))
-
-    def store(self, n, c, sp, value):
-        return self.ref.store_nd(self.ivars(n, c, sp), value)
-
-    def strides(self):
-        """(n, c, spatial...) element strides."""
-        s = self.ref.strides
-        return (s[0], s[-1], tuple(s[1:-1])) if self.nxc else (s[0], s[1], tuple(s[2:]))
-
-    def rows(self, sizes):
-        """The stride of a flat spatial position when the spatial dims (of ``sizes``)
-        flatten to one stride, else None."""
-        _, _, sp = self.strides()
-        step = None
-        for k in range(len(sizes) - 1, -1, -1):
-            if sizes[k] == 1:
-                continue
-            if step is None:
-                step = sp[k]
-                expect = sp[k] * sizes[k]
-            elif sp[k] != expect:
-                return None
-            else:
-                expect = sp[k] * sizes[k]
-        return step if step is not None else 0
-
-
-class Weights:
-    """Weights as the convolution sees them, W[g][oc, ic, *taps], over a tensor
-    whose (O, I, *X) axes are ``axes`` (from its weights_format; see
-    ops/conv.py's split_weights).  ``swapped``: a transposed convolution's
-    weights, whose O and I swap inside each group (``swap_io`` in ops/conv.py):
-    W[g][oc, ic] = w[O = g * O-per-group + ic, I = oc].  ``io_grouped``: IOX/XOI
-    weights of a grouped transposed convolution, whose I axis holds the groups
-    (``io_grouped`` in ops/conv.py)."""
-
-    def __init__(self, ref, axes, groups, swapped: bool, io_grouped: bool = False):
-        self.ref, self.axes, self.groups, self.swapped, self.io_grouped = ref, axes, groups, swapped, io_grouped
-        o_dim, i_dim = ref.shape[axes[0]], ref.shape[axes[1]]
-        self.o_per_group = o_dim if io_grouped else o_dim // groups
-        self.i_per_group = i_dim // groups if io_grouped else i_dim
-
-    def _oi(self, g, oc, ic):
-        """The tensor's (O, I) indices of W[g][oc, ic]."""
-        o, i = (ic, oc) if self.swapped else (oc, ic)      # O inside the group, I inside the group
-        return (o, g * self.i_per_group + i) if self.io_grouped else (g * self.o_per_group + o, i)
-
-    def ivars(self, g, oc, ic, taps) -> list:
-        out = [None] * len(self.axes)
-        for a, v in zip(self.axes, (*self._oi(g, oc, ic), *taps)):
-            out[a] = v
-        return out
-
-    def load(self, g, oc, ic, taps):
-        return self.ref.load_nd(self.ivars(g, oc, ic, taps))
-
-    def store(self, g, oc, ic, taps, value):
-        return self.ref.store_nd(self.ivars(g, oc, ic, taps), value)
-
-    def matrix_strides(self, geo: Geometry):
-        """(row stride, col stride, group stride) of the (T*Cg x OCg) matrix
-        (rows: taps then ic; cols: oc) in the tensor, when rows flatten to one
-        stride, else None."""
-        s = self.ref.strides
-        so, si = s[self.axes[0]], s[self.axes[1]]
-        oc_s, ic_s = (si, so) if self.swapped else (so, si)
-        g_s = self.i_per_group * si if self.io_grouped else self.o_per_group * so
-        expect = ic_s * geo.cg
-        for a, k in zip(reversed(self.axes[2:]), reversed(geo.kernel)):
-            if k != 1 and s[a] != expect:
-                return None
-            expect *= k
-        return ic_s, oc_s, g_s
-
-
-@contextmanager
-def _tap_loops(kb, kernel):
-    """Nested loops over the kernel taps; yields (tap indices, flat tap index)."""
-    with ExitStack() as stack:
-        taps, flat = [], None
-        for k in kernel:
-            v = stack.enter_context(kb.for_(k, "k"))
-            taps.append(v)
-            flat = v if flat is None else flat * k + v
-        yield taps, (flat if flat is not None else ir.const(0))
 
 
 def _in_positions(kb, geo: Geometry, out_pos, taps):
@@ -288,15 +145,6 @@ def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding, parallel
         with kb.for_(ocg, "oc") as oc:
             kb.emit(buf.store(r * ocg + oc, ir.f32(_rounded(dy.load(n, g * ocg + oc, pos), rounding))))
     return buf.buf, buf.at(0), ocg
-
-
-def _item(kb, t, geo: Geometry, blocks: int, size: int, total: int):
-    """Work item ``t`` of (image, group, block of ``size`` of ``total`` rows):
-    (n, g, the block's first row, its rows)."""
-    n = kb.let(t // (geo.groups * blocks), "n")
-    g = kb.let((t // blocks) % geo.groups, "g")
-    start = kb.let((t % blocks) * size, "p0")
-    return n, g, start, kb.let(ir.call("min", size, total - start), "m")
 
 
 def _tile_rows(geo: Geometry, items: int, width: int) -> int:
@@ -442,123 +290,6 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
                     kb.emit(store(n, g * ocg + oc, opos, tile[row + oc]))
 
 
-def winograd(geo: Geometry) -> bool:
-    """3x3 windows over 2 spatial dims at unit strides and dilations, with enough
-    channels for GEMMs to pay: Winograd F(2x2, 3x3) (emit_forward_winograd)."""
-    return (len(geo.kernel) == 2 and geo.kernel == (3, 3) and geo.strides == (1, 1) and geo.dilations == (1, 1)
-            and geo.cg >= 16 and geo.ocg >= 16 and geo.positions >= 64)
-
-
-#: tiles of one Winograd work item at most (its transformed src and products stay near L2)
-WINOGRAD_TILES = 196
-
-
-def emit_forward_winograd(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None):
-    """dst = conv(x, w) for 3x3 windows at unit strides by Winograd F(2x2, 3x3)
-    (Lavin and Gray, 2016): each 2x2 block of dst comes from a 4x4 patch d of
-    src as ``A^T [(G g G^T) * (B^T d B)] A``, so the 36 multiplies of direct
-    convolution per block and channel pair become 16, done as 16 GEMMs (one per
-    element e of the 4x4 transform): ``M[e] = V[e] (tiles x Cg) @ U[e] (Cg x OCg)``.
-
-    src is first copied (f32, channels last, zero-padded so that every patch is
-    inside) per image and group; the weights are transformed once; then work
-    items of up to WINOGRAD_TILES tiles transform their patches, multiply and
-    transform back, storing each dst element through ``store``.  The transforms
-    only add and halve: F(2x2, 3x3)'s error stays within a few ulps of f32."""
-    G, cg, ocg = geo.groups, geo.cg, geo.ocg
-    oh, ow = geo.small
-    th, tw = -(-oh // 2), -(-ow // 2)
-    hp, wp = 2 * th + 2, 2 * tw + 2
-    per = hp * wp * cg
-    # 1. src padded: rows of (image, group, padded row) in parallel, every value written
-    xp = kb.workspace(geo.n * G * per, "f32", prefix="xp")
-    par = worth_parallel(geo.n * geo.c * geo.big_size)
-    with kb.for_(geo.n * G * hp, "t", par) as t:
-        n = kb.let(t // (G * hp), "n")
-        g = kb.let((t // hp) % G, "g")
-        h = kb.let(t % hp - geo.begin[0], "ih")
-        row_ok = (h >= 0) & (h < geo.big[0])
-        with kb.for_(wp, "j") as j:
-            ww = kb.let(j - geo.begin[1], "iw")
-            at = kb.let(((n * G + g) * hp + t % hp) * (wp * cg) + j * cg, "xa")
-            with kb.if_(row_ok & (ww >= 0) & (ww < geo.big[1])) as st:
-                with kb.for_(cg, "ci") as ci:
-                    kb.store(xp, ir.u64(at + ci), ir.f32(_rounded(x.load(n, g * cg + ci, [h, ww]), rounding)))
-                with kb.else_(st):
-                    with kb.for_(cg, "ci") as ci:
-                        kb.store(xp, ir.u64(at + ci), ir.const(0.0, "f32"))
-    # 2. weights: U[g][e][c][oc] = (G g G^T)[e]
-    u = kb.workspace(G * 16 * cg * ocg, "f32", prefix="wu")
-    half = ir.const(0.5, "f32")
-    with kb.for_(G * cg, "gc", worth_parallel(G * cg * ocg * 16)) as gc:
-        g = kb.let(gc // cg, "g")
-        c = kb.let(gc % cg, "c")
-        with kb.for_(ocg, "oc") as oc:
-            k = [[kb.let(ir.f32(_rounded(w.load(g, oc, c, [ir.const(a), ir.const(b)]), rounding)), "k")
-                  for b in range(3)] for a in range(3)]
-            # t = G k (4 x 3), then u = t G^T (4 x 4)
-            t4 = [k[0], [kb.let((k[0][b] + k[1][b] + k[2][b]) * half, "gt") for b in range(3)],
-                  [kb.let((k[0][b] - k[1][b] + k[2][b]) * half, "gt") for b in range(3)], k[2]]
-            for a in range(4):
-                r = t4[a]
-                vals = [r[0], (r[0] + r[1] + r[2]) * half, (r[0] - r[1] + r[2]) * half, r[2]]
-                for b in range(4):
-                    kb.store(u, ir.u64(((g * 16 + (a * 4 + b)) * cg + c) * ocg + oc), ir.f32(vals[b]))
-    # 3. work items: tiles of one image and group
-    tpi = th * tw
-    nb = min(tpi, WINOGRAD_TILES)
-    while nb > 64 and geo.n * G * -(-tpi // nb) < 2 * plan_threads():
-        nb = -(-nb // 2)
-    mt = -(-tpi // nb)
-    items = geo.n * G * mt
-    # the 16 planes of V and M, each padded by 16 floats: planes a power of two apart
-    # would map the 16 streams of a transform to the same cache sets
-    pv, pm = nb * cg + 16, nb * ocg + 16
-    v, v_base = kb.thread_workspace(16 * pv, "f32", prefix="wv")
-    prod, prod_base = kb.thread_workspace(16 * pm, "f32", prefix="wm")
-    par = items > 1
-    with kb.for_(items, "t", par) as t:
-        n, g, t0, m = _item(kb, t, geo, mt, nb, tpi)
-        vb, pb = v_base(kb, par), prod_base(kb, par)
-        with kb.for_(m, "tt") as tt:
-            tile = kb.let(t0 + tt, "tl")
-            base = kb.let(((n * G + g) * hp + (tile // tw) * 2) * (wp * cg) + (tile % tw) * (2 * cg), "xb")
-            with kb.for_(cg, "ci") as ci:
-                d = [[kb.let(xp[ir.u64(base + (a * wp + b) * cg + ci)], "d") for b in range(4)] for a in range(4)]
-                # B^T d B
-                rows = [[kb.let(d[0][b] - d[2][b], "bt") for b in range(4)],
-                        [kb.let(d[1][b] + d[2][b], "bt") for b in range(4)],
-                        [kb.let(d[2][b] - d[1][b], "bt") for b in range(4)],
-                        [kb.let(d[1][b] - d[3][b], "bt") for b in range(4)]]
-                for a in range(4):
-                    r = rows[a]
-                    vals = [r[0] - r[2], r[1] + r[2], r[2] - r[1], r[1] - r[3]]
-                    for b in range(4):
-                        kb.store(v, ir.u64(vb + (a * 4 + b) * pv + tt * cg + ci), vals[b])
-        for e in range(16):
-            kb.let(ir.call("gemm_f32", 0, 0, m, ocg, cg, v, vb + e * pv, cg, u, (g * 16 + e) * (cg * ocg), ocg,
-                           0.0, prod, pb + e * pm, ocg), "st")
-        with kb.for_(m, "tt") as tt:
-            tile = kb.let(t0 + tt, "tl")
-            y0 = kb.let((tile // tw) * 2, "oy")
-            x0 = kb.let((tile % tw) * 2, "ox")
-            with kb.for_(ocg, "oc") as oc:
-                mm = [[kb.let(prod[ir.u64(pb + (a * 4 + b) * pm + tt * ocg + oc)], "m") for b in range(4)] for a in range(4)]
-                # A^T mm A
-                s0 = [kb.let(mm[0][b] + mm[1][b] + mm[2][b], "at") for b in range(4)]
-                s1 = [kb.let(mm[1][b] - mm[2][b] - mm[3][b], "at") for b in range(4)]
-                for a, sr in enumerate((s0, s1)):
-                    for b, val in enumerate((sr[0] + sr[1] + sr[2], sr[1] - sr[2] - sr[3])):
-                        pos = [y0 + a, x0 + b]
-                        conds = ([pos[0] < oh] if a and oh % 2 else []) + ([pos[1] < ow] if b and ow % 2 else [])
-                        if conds:
-                            cond = conds[0] if len(conds) == 1 else conds[0] & conds[1]
-                            with kb.if_(cond):
-                                kb.emit(store(n, g * ocg + oc, pos, val))
-                        else:
-                            kb.emit(store(n, g * ocg + oc, pos, val))
-
-
 @contextmanager
 def _nothing():
     yield
@@ -667,7 +398,12 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
 def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=None):
     """dw = the gradient of conv(x, w) w.r.t. w: per-thread f32 partial sums of
     Cols^T @ dY over (image, group, tile) work items, added up at the end;
-    ``store(g, oc, ic, taps, value)`` stores one element of dw."""
+    ``store(g, oc, ic, taps, value)`` stores one element of dw.  3x3 windows at
+    unit strides take Winograd (graphc.codegen.winograd)."""
+    if winograd(geo):
+        kb.road("winograd_weights")
+        emit_backward_weights_winograd(kb, geo, x, dy, store, rounding)
+        return
     kb.road("im2col_weights")
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))

@@ -442,7 +442,7 @@ BLAS_ROADS = {"gemm_f32": "sgemm", "gemm_bf16": "gemm_bf16bf16f32", "gemm_u8s8":
 
 
 def blas_road(helper: str) -> str:
-    """``mkl_sgemm``, ``openblas_sgemm``, ...: the library and function a BLAS helper runs."""
+    """``dnnl_sgemm``, ``mkl_sgemm``, ``openblas_sgemm``, ...: the library and function a BLAS helper runs."""
     from .blas import BACKEND, OWN_BF16
     if helper == "gemm_bf16" and OWN_BF16:
         return "graphc_avx512bf16_tile"

@@ -91,7 +91,7 @@ class CompiledPartition:
         ``<how>:<op kinds>/<road>/...``: how is the kernel's plan shape
         (``eltwise``, ``anchor``, ``staged``, ``attention``, ``op`` for one op),
         or ``view``, ``collective``, ``per_values``, ``reference``; the roads are
-        the implementations taken inside (``mkl_sgemm`` or ``openblas_sgemm``,
+        the implementations taken inside (``dnnl_sgemm``, ``mkl_sgemm`` or ``openblas_sgemm``,
         ``winograd``, ``shifted_gemm``, ``im2col``, ``flash``; the partial sums of
         a parallel reduction: ``row_chunks``, ``sum_to_chunks``,
         ``position_blocks``, ``dw_partial_sums``; ``threads`` when it runs loops

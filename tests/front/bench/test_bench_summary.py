@@ -43,7 +43,7 @@ def test_summary_lists_every_partition(capsys, tmp_path):
     assert [r.split(",")[2:4] for r in rows] == [["partition 0", "pattern matmul_post_ops"],
                                                  ["partition 1", "pattern -"]]
     assert rows[0].split(",")[4:] and rows[0].split(",")[4] == "kernel MatMul+ReLU"
-    assert re.fullmatch(r"impl anchor:MatMul\+ReLU/(mkl|openblas)_sgemm", rows[0].split(",")[5])
+    assert re.fullmatch(r"impl anchor:MatMul\+ReLU/(dnnl|mkl|openblas)_sgemm", rows[0].split(",")[5])
     assert rows[1].split(",")[4:] == ["kernel SoftMax", "impl op:SoftMax"]
     totals = [ln for ln in lines if ln.startswith("summary,impl ")]
     assert len(totals) == 2 and all(t.endswith(",partitions 1") for t in totals)

@@ -221,6 +221,36 @@ def test_winograd(geom, dtype, dfmt, wfmt):
     assert "wu" in cg.source   # the transformed weights: the Winograd kernel ran
 
 
+@pytest.mark.parametrize("geom", WINOGRAD, ids=lambda g: f"{g[3]}c{g[1]}")
+@pytest.mark.parametrize("dtype,dfmt,wfmt", [("f32", "NXC", "XIO"), ("f32", "NCX", "OIX"), ("bf16", "NXC", "XIO"),
+                                             ("bf16", "NCX", "OIX")])
+def test_winograd_weight_gradient(geom, dtype, dfmt, wfmt):
+    """ConvolutionBackwardWeights of a 3x3 window at unit strides: Winograd's
+    gradient G^T [sum (A dy A^T) * (B^T d B)] G (odd sizes, groups, pads)."""
+    g = conv_graph("ConvolutionBackwardWeights", dtype, geom, dfmt, wfmt)
+    cg, _ = compiled_vs_reference(g, what=f"{geom} {dtype} {dfmt}")
+    assert "winograd_weights" in cg.compiled[0].get_impl_info()
+
+
+@pytest.mark.parametrize("wfmt", ["OIX", "IOX"])
+def test_winograd_transposed_weight_gradient(wfmt):
+    """ConvTransposeBackwardWeights at unit strides is a forward convolution's
+    weight gradient: Winograd too (swapped O and I, groups)."""
+    g = deconv_graph("ConvTransposeBackwardWeights", (2, 32, 32, (9, 8), (3, 3), {"groups": 2, "pads_begin": (1, 1),
+                                                                                  "pads_end": (1, 1)}), "NCX", wfmt)
+    cg, _ = compiled_vs_reference(g, what=wfmt)
+    assert "winograd_weights" in cg.compiled[0].get_impl_info()
+
+
+@pytest.mark.parametrize("extra", [{"strides": (2, 2), "pads_begin": (1, 1), "pads_end": (1, 1)},
+                                   {"dilations": (2, 2)}], ids=["stride2", "dilation2"])
+def test_weight_gradient_off_winograd(extra):
+    """Strided or dilated 3x3 windows keep the im2col weight gradient."""
+    g = conv_graph("ConvolutionBackwardWeights", "f32", (2, 16, 16, (11, 10), (3, 3), extra), "NXC", "XIO")
+    cg, _ = compiled_vs_reference(g, what=str(extra))
+    assert "im2col_weights" in cg.compiled[0].get_impl_info()
+
+
 def test_winograd_transposed_data_gradient():
     """ConvTransposeBackwardData at unit strides is a forward convolution: Winograd too."""
     attrs = win(2, pads_begin=(1, 1), pads_end=(1, 1), data_format="NXC", weights_format="XOI")
