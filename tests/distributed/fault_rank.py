@@ -19,20 +19,23 @@ from graphc.compiler.compiled_graph import CompiledGraph
 
 
 def inject(fault: str) -> None:
-    real_call, real_for = jit.call_kernel, CompiledGraph._compiled_for
+    real_for = CompiledGraph._compiled_for
 
-    def call_kernel(kernel, args):
-        if fault == "kernel":
-            raise ZeroDivisionError("injected fault inside a kernel call")
-        if fault == "memory":
-            raise MemoryError("injected fault: no memory")
-        if fault == "interrupt":
-            raise KeyboardInterrupt()
-        if fault == "die":
-            os._exit(7)
-        if fault == "stuck":
-            time.sleep(3600)
-        return real_call(kernel, args)
+    def faulty(real_call):
+        """A kernel entry point (jit.call_kernel, jit.call_serial) with the fault injected."""
+        def call_kernel(kernel, args):
+            if fault == "kernel":
+                raise ZeroDivisionError("injected fault inside a kernel call")
+            if fault == "memory":
+                raise MemoryError("injected fault: no memory")
+            if fault == "interrupt":
+                raise KeyboardInterrupt()
+            if fault == "die":
+                os._exit(7)
+            if fault == "stuck":
+                time.sleep(3600)
+            return real_call(kernel, args)
+        return call_kernel
 
     def compiled_for(self, i, values):
         if fault == "between" and self._collectives[i] is not None:
@@ -40,7 +43,7 @@ def inject(fault: str) -> None:
         return real_for(self, i, values)
     def allgather_array(*args):
         time.sleep(3600)
-    jit.call_kernel = call_kernel
+    jit.call_kernel, jit.call_serial = faulty(jit.call_kernel), faulty(jit.call_serial)
     if fault == "stuck_data":
         comm.allgather_array = allgather_array
     CompiledGraph._compiled_for = compiled_for

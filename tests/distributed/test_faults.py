@@ -32,12 +32,14 @@ def _members(size, bad_rank, fault):
     g = graphc.compile(graphc.load_graph(sharded_spec(SPEC, 3, 8, "f32", -1)))
     group, results = ThreadGroup(size), [None] * size
     bad_thread = {}
-    real = jit.call_kernel
+    real = jit.call_kernel, jit.call_serial   # (the entry points of parallel and serial kernels)
 
-    def call_kernel(kernel, args):
-        if threading.current_thread() is bad_thread.get("t"):
-            raise fault()
-        return real(kernel, args)
+    def faulty(call):
+        def call_kernel(kernel, args):
+            if threading.current_thread() is bad_thread.get("t"):
+                raise fault()
+            return call(kernel, args)
+        return call_kernel
 
     def member(rank):
         try:
@@ -47,14 +49,14 @@ def _members(size, bad_rank, fault):
             results[rank] = e
     threads = [threading.Thread(target=member, args=(r,)) for r in range(size)]
     bad_thread["t"] = None if bad_rank is None else threads[bad_rank]
-    jit.call_kernel = call_kernel
+    jit.call_kernel, jit.call_serial = (faulty(call) for call in real)
     try:
         for t in threads:
             t.start()
         for t in threads:
             t.join(120)
     finally:
-        jit.call_kernel = real
+        jit.call_kernel, jit.call_serial = real
     assert not any(t.is_alive() for t in threads), "a member is still waiting"
     return results
 
