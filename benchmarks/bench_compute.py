@@ -17,9 +17,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
+
+from children import fastest
 
 THREADS = os.cpu_count() or 1
 
@@ -126,16 +127,6 @@ CASES = {
 }
 
 
-def timeit(fn, repeat):
-    fn()
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
 
 def inputs(g):
     from graphc.fill import make_inputs
@@ -147,7 +138,7 @@ def graphc_time(g, feeds, repeat):
     import graphc
     cg = graphc.compile(g)
     assert len(cg.compiled) == 1, "one partition"
-    return timeit(lambda: cg.run(feeds), repeat)
+    return fastest(lambda: cg.run(feeds), repeat)
 
 
 def torch_arrays(torch, g, feeds):
@@ -171,7 +162,7 @@ def child(case, who, repeat):
     import torch
     arrays = torch_arrays(torch, g, feeds)
     with torch.no_grad():
-        return timeit(torch_fn(torch, arrays), repeat)
+        return fastest(torch_fn(torch, arrays), repeat)
 
 
 def peak(repeat):

@@ -26,11 +26,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 
-from children import load_average, run_child
+from children import fastest, load_average, run_child
 
 KINDS = ("fwd", "bwd_data", "bwd_weights")
 FORMATS = ("NCX", "NXC")
@@ -61,22 +60,12 @@ def build(kind, fmt, dt, n, c, oc, hw, k=3, pad=1):
     return b.finalize()
 
 
-def _timeit(fn, repeat):
-    fn()
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
 
 def _graphc(g, feeds, repeat):
     import graphc
     cg = graphc.compile(g)
     assert len(cg.compiled) == 1, "one partition"
-    return dict(s=_timeit(lambda: cg.run(feeds), repeat), impl=cg.compiled[0].get_impl_info())
+    return dict(s=fastest(lambda: cg.run(feeds), repeat), impl=cg.compiled[0].get_impl_info())
 
 
 def _torch(kind, fmt, dt, g, feeds, repeat, k=3, pad=1):
@@ -112,7 +101,7 @@ def _torch(kind, fmt, dt, g, feeds, repeat, k=3, pad=1):
         fn = lambda: torch.ops.aten.convolution_backward(  # noqa: E731
             dy, x, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, mask)
     with torch.no_grad():
-        return dict(s=_timeit(fn, repeat))
+        return dict(s=fastest(fn, repeat))
 
 
 def child(case, who, dt, repeat, n, c, hw):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 
 def run_child(script: str, *args: str):
@@ -21,3 +22,15 @@ def load_average() -> str:
     """This machine's 1-minute load average, as /proc/loadavg holds it."""
     with open("/proc/loadavg") as f:
         return f.read().split()[0]
+
+
+def fastest(fn, repeat: int) -> float:
+    """The fastest of ``repeat`` calls of ``fn`` (seconds), after two warm-up calls."""
+    fn()
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
