@@ -1,6 +1,6 @@
 """oneDNN's complex-fusion CI cases (attention and gated MLP) in graphc against torch eager.
 
-    python benchmarks/bench_complex.py [--harness NAME ...] [--case TEXT ...] [--f32]
+    python benchmarks/bench_complex.py [--harness NAME ...] [--case TEXT ...] [--f32 | --not-f32]
                                        [--repeat N] [--limit N]
 
 The cases are the lines of GRAPHC_SHARED/onednn/benchdnn/inputs/graph/
@@ -287,6 +287,7 @@ def main():
     ap.add_argument("--harness", action="append", default=[], help="a harness of complex_fusion/ (default: both)")
     ap.add_argument("--case", action="append", default=[], help="run the cases whose name contains TEXT")
     ap.add_argument("--f32", action="store_true", help="only the f32 cases (f32 files without a --dt knob)")
+    ap.add_argument("--not-f32", action="store_true", help="only the cases --f32 leaves out")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--limit", type=int, default=0, help="at most N cases")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -300,7 +301,7 @@ def main():
         return
     cases = load_cases(args.harness or HARNESSES)
     cases = [c for c in cases if (not args.case or any(t in c[0] for t in args.case))
-             and (not args.f32 or is_f32(c[0]))]
+             and (not args.f32 or is_f32(c[0])) and (not args.not_f32 or not is_f32(c[0]))]
     cases = cases[:args.limit] if args.limit else cases
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start; "
           f"fastest of {args.repeat} runs per contender, ms")
