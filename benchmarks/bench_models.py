@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from children import call_times
+
 
 def _model(name: str):
     import torch
@@ -65,14 +67,7 @@ def child(model_name: str, mode: str, contender: str, repeat: int) -> dict:
     start = time.perf_counter()
     call()
     first = time.perf_counter() - start
-    call()
-    call()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t)
-    times.sort()
+    times = call_times(call, repeat)
     out = {"first_s": first, "median_ms": 1e3 * times[len(times) // 2]}
     if contender == "graphc":
         from graphc.torch.backend import REPORTS

@@ -23,7 +23,8 @@ import json
 import os
 import subprocess
 import sys
-import time
+
+from children import call_times
 
 ARRANGEMENTS = [
     ("numba default, OMP_WAIT_POLICY unset", {}),
@@ -37,13 +38,7 @@ ARRANGEMENTS = [
 
 
 def _median_ms(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    times.sort()
+    times = call_times(fn, repeat, warmup=1)
     return 1e3 * times[len(times) // 2]
 
 

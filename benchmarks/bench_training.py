@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from children import load_average, run_child
+from children import call_times, load_average, run_child
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -53,14 +53,7 @@ def _case(name: str):
 
 
 def _times(step, repeat: int) -> dict:
-    step()
-    step()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    times.sort()
+    times = call_times(step, repeat)
     return {"best_ms": 1e3 * times[0], "median_ms": 1e3 * times[len(times) // 2]}
 
 

@@ -24,13 +24,18 @@ def load_average() -> str:
         return f.read().split()[0]
 
 
-def fastest(fn, repeat: int) -> float:
-    """The fastest of ``repeat`` calls of ``fn`` (seconds), after two warm-up calls."""
-    fn()
-    fn()
-    best = float("inf")
+def call_times(fn, repeat: int, warmup: int = 2) -> list[float]:
+    """The times (seconds) of ``repeat`` calls of ``fn`` after ``warmup`` untimed ones, sorted."""
+    for _ in range(warmup):
+        fn()
+    times = []
     for _ in range(repeat):
         t = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+        times.append(time.perf_counter() - t)
+    return sorted(times)
+
+
+def fastest(fn, repeat: int) -> float:
+    """The fastest of ``repeat`` calls of ``fn`` (seconds), after two warm-up calls."""
+    return call_times(fn, repeat)[0]
