@@ -243,21 +243,26 @@ def compile_kernel(fn, sig: tuple) -> None:
     compiled by a worker process into the cache and loaded from there (after
     the first COLD_IN_PROCESS kernels), or else by numba's own path here (a
     kernel compiled in memory, numba internals not as expected, no worker)."""
+    if _in_process(fn, sig, "hit", "disk"):
+        return
+    if worker.compile_elsewhere(fn, sig) and _in_process(fn, sig, "miss", "worker"):
+        return
+    fn.compile(sig)
+    _tell(fn, "miss", "compiled")
+
+
+def _in_process(fn, sig: tuple, what: str, where: str) -> bool:
+    """Whether ``fn`` has its overload for ``sig`` here, taking it from numba's
+    on-disk cache if there (told as a ``what`` from ``where``)."""
     from numba.core.compiler_lock import global_compiler_lock
 
     with global_compiler_lock:
         if sig in fn.overloads:
-            return
+            return True
         if _load_cached(fn, sig):
-            _tell(fn, "hit", "disk")
-            return
-    if worker.compile_elsewhere(fn, sig):
-        with global_compiler_lock:
-            if sig in fn.overloads or _load_cached(fn, sig):
-                _tell(fn, "miss", "worker")
-                return
-    fn.compile(sig)
-    _tell(fn, "miss", "compiled")
+            _tell(fn, what, where)
+            return True
+    return False
 
 
 #: cold kernels in one batch from which they compile at once on worker processes
@@ -270,26 +275,15 @@ def compile_kernels(pairs) -> None:
     PARALLEL_MIN or more, compile at once on a worker process per core
     (graphc.codegen.cache_worker.compile_in_parallel) and load from the cache;
     whatever is left compiles as :func:`compile_kernel` compiles it."""
-    from numba.core.compiler_lock import global_compiler_lock
-
     cold, seen = [], set()
     for fn, sig in pairs:
-        if (id(fn), sig) in seen:
-            continue
+        if (id(fn), sig) not in seen and not _in_process(fn, sig, "hit", "disk"):
+            cold.append((fn, sig))
         seen.add((id(fn), sig))
-        with global_compiler_lock:
-            if sig in fn.overloads:
-                continue
-            if _load_cached(fn, sig):
-                _tell(fn, "hit", "disk")
-                continue
-        cold.append((fn, sig))
     if len(cold) >= PARALLEL_MIN:
         for (fn, sig), done in zip(cold, worker.compile_in_parallel(cold)):
             if done:
-                with global_compiler_lock:
-                    if sig not in fn.overloads and _load_cached(fn, sig):
-                        _tell(fn, "miss", "worker")
+                _in_process(fn, sig, "miss", "worker")
     for fn, sig in pairs:
         compile_kernel(fn, sig)   # (at once for those loaded)
 
