@@ -153,7 +153,7 @@ class CompiledGraph:
             return None
         for cp, ids in self._steps:
             values.update(cp.execute([values[t] for t in ids]))
-        return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy() for tid in self._output_ports}
+        return self._results(values, None)
 
     def run(self, inputs: dict, comm: Any = None, outputs: dict | None = None) -> dict:
         """Run every partition in order; collectives on ``comm`` (see graphc.comm).
