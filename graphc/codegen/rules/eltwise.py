@@ -116,8 +116,19 @@ class Mish(ElementwiseRule):
 class Pow(ElementwiseRule):
     kinds = ("Pow",)
 
+    #: small whole exponents as products (no libm call: the loop vectorises; at most
+    #: three roundings, within every float tolerance), others through np.power
+    PRODUCTS = {1.0: 1, 2.0: 2, 3.0: 3, 4.0: 4, -1.0: -1, -2.0: -2}
+
     def expr(self, op, x):
-        return ir.call("np.power", x, float(op.attr("beta")))
+        beta = float(op.attr("beta"))
+        n = self.PRODUCTS.get(beta)
+        if n is None:
+            return ir.call("np.power", x, beta)
+        prod = x
+        for _ in range(abs(n) - 1):
+            prod = prod * x
+        return prod if n > 0 else 1.0 / prod
 
 
 class Reciprocal(ElementwiseRule):

@@ -26,6 +26,7 @@ FORWARD = [
     ("Abs", {}), ("Clamp", CLAMP), ("Elu", {"alpha": 0.7}), ("Exp", {}), ("GELU", {}),
     ("GELU", {"mode": "gelu_tanh"}), ("HardSigmoid", {"alpha": 0.2, "beta": 0.4}), ("HardSwish", {}),
     ("LeakyReLU", {"alpha": 0.1}), ("Log", {}), ("Mish", {}), ("Pow", {"beta": 2.5}), ("Pow", {"beta": -1.0}),
+    ("Pow", {"beta": 3.0}), ("Pow", {"beta": 4.0}), ("Pow", {"beta": -2.0}),
     ("Reciprocal", {}), ("ReLU", {}), ("Round", {}), ("Sigmoid", {}), ("SoftPlus", {}), ("SoftPlus", {"beta": 2.0}),
     ("Sqrt", {}), ("Square", {}), ("Tanh", {}),
 ]
