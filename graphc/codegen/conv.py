@@ -88,22 +88,43 @@ def _window_taps(kb, geo: Geometry, p0, nrows):
 
 
 def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding):
-    """All groups' weights as f32 matrices: (G, T*Cg, OCg), or (G, OCg, T*Cg) when ``transposed``."""
+    """All groups' weights as f32 matrices: (G, T*Cg, OCg), or (G, OCg, T*Cg) when
+    ``transposed``; the loops write the panel in order (written across, a store
+    per element to a new cache line cost 5 ns an element)."""
     kd, cg, ocg = geo.kd, geo.cg, geo.ocg
     panel = kb.workspace(geo.groups * kd * ocg, "f32", prefix="wp")
-    with kb.for_(geo.groups, "g") as g:
-        with kb.for_(ocg, "oc") as oc:
+    if transposed:   # (rows of oc in parallel)
+        with kb.for_(geo.groups * ocg, "go", worth_parallel(geo.groups * ocg * kd)) as go:
+            g, oc = kb.let(go // ocg, "g"), kb.let(go % ocg, "oc")
             with _tap_loops(kb, geo.kernel) as (taps, flat):
                 with kb.for_(cg, "ic") as ic:
-                    r = flat * cg + ic
-                    at = g * (kd * ocg) + (oc * kd + r if transposed else r * ocg + oc)
+                    kb.store(panel, ir.u64(go * kd + flat * cg + ic),
+                             ir.f32(_rounded(w.load(g, oc, ic, taps), rounding)))
+        return panel
+    with kb.for_(geo.groups, "g") as g:
+        with _tap_loops(kb, geo.kernel) as (taps, flat):
+            with kb.for_(cg, "ic") as ic:
+                with kb.for_(ocg, "oc") as oc:
+                    at = g * (kd * ocg) + (flat * cg + ic) * ocg + oc
                     kb.store(panel, ir.u64(at), ir.f32(_rounded(w.load(g, oc, ic, taps), rounding)))
     return panel
 
 
-def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding):
+def _oc_outer(w) -> bool:
+    """Weights whose oc stride is above their ic's (OIX): packed as (OCg, T*Cg) rows,
+    both read and written in order."""
+    if not isinstance(w, Weights):
+        return False
+    s = w.ref.strides
+    so, si = s[w.axes[0]], s[w.axes[1]]
+    oc_s, ic_s = (si, so) if w.swapped else (so, si)
+    return oc_s > ic_s
+
+
+def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bool = False):
     """(buffer, group offset function, ld, BLAS transpose flag) of the weights matrix
-    (T*Cg x OCg), or its transpose when ``transposed``."""
+    (T*Cg x OCg), or its transpose when ``transposed``; ``either``: the caller
+    takes the other orientation too (by the flag), packed as the weights lie."""
     ms = w.matrix_strides(geo) if _plain(w.ref) and rounding is None else None
     if ms is not None:
         rs, cs, gs = ms
@@ -112,9 +133,10 @@ def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding):
         d = direct(m)
         if d is not None:
             return w.ref.buf, (lambda g: g * gs), d[1], d[0]
-    panel = _pack_weights(kb, geo, w, transposed, rounding)
+    flip = either and _oc_outer(w) != transposed
+    panel = _pack_weights(kb, geo, w, transposed != flip, rounding)
     size = geo.kd * geo.ocg
-    return panel, (lambda g: g * size), (geo.kd if transposed else geo.ocg), 0
+    return panel, (lambda g: g * size), (geo.kd if transposed != flip else geo.ocg), int(flip)
 
 
 def _data_operand(geo: Geometry, d: Data, channels_per_group, sizes, n, g, p0):
@@ -164,7 +186,7 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
     run = None if exact_k is None or kd <= exact_k else -(-kd // -(-kd // exact_k))
     one_by_one = geo.taps == 1 and geo.big == geo.small and all(s == 1 for s in geo.strides) and not any(geo.begin)
-    wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
+    wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding, either=run is None)
     tm = _tile_rows(geo, geo.n * G, kd)
     mt = -(-P // tm)
     items = geo.n * G * mt
@@ -261,7 +283,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
                         with kb.for_(cg, "ci") as ci:
                             kb.store(xp, ir.u64(at + ci), ir.const(0.0, "f32"))
     # 2. tiles of virtual rows: whole first-dim rows of dst, one accumulating GEMM per outer tap
-    wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
+    wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding, either=True)
     wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
     rt = max(1, min(geo.small[0], -(-SHIFTED_TILE_ROWS // inner)))
     while rt > 1 and geo.n * G * -(-geo.small[0] // rt) < 2 * plan_threads():
@@ -361,7 +383,7 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     # in exact runs; the columns added up in an f64 accumulator
     run = None if exact_k is None or ocg <= exact_k else -(-ocg // -(-ocg // exact_k))
     acc_dt = "f32" if exact_k is None else "f64"
-    wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, True, rounding)
+    wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, True, rounding, either=run is None)
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))
     mt = -(-P // tm)
     items = geo.n * G
