@@ -11,6 +11,7 @@ import torch
 
 from .. import Graph, LogicalTensor, Op
 from ..errors import Unimplemented
+from ..types import dense_strides as _dense
 
 #: torch dtype -> graphc dtype name
 DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.float64: "f64",
@@ -53,6 +54,7 @@ class RegionBuilder:
         self.wanted: set = set()      # fx nodes whose results leave the region (they keep torch's strides)
         self.current = None           # the fx node being converted
         self.origin: dict = {}        # graphc op id -> the fx node it comes from
+        self.folded: dict = {}        # fx node -> the tensor an earlier node's ops computed for it
 
     def _id(self) -> int:
         self._ids += 1
@@ -102,9 +104,11 @@ class RegionBuilder:
             any(u in self.wanted and u.args[1] == index for u in node.users if u.target is operator.getitem)
         return self.lt(t, strides=leaves and dense_strides(t))
 
-    def tmp(self, like: LogicalTensor, shape=None, dtype=None) -> LogicalTensor:
-        """A new tensor of ``like``'s dtype (or ``dtype``) and ``shape`` (default its own)."""
-        return LogicalTensor(self._id(), dtype or like.dtype, list(like.shape if shape is None else shape))
+    def tmp(self, like: LogicalTensor, shape=None, dtype=None, dense=False) -> LogicalTensor:
+        """A new tensor of ``like``'s dtype (or ``dtype``) and ``shape`` (default its own);
+        ``dense``: laid out densely (never a view of another)."""
+        shape = list(like.shape if shape is None else shape)
+        return LogicalTensor(self._id(), dtype or like.dtype, shape, _dense(shape) if dense else None)
 
     def op(self, kind, ins, outs, **attrs):
         """Add op ``kind``; returns its single output or the list of them."""

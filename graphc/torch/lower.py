@@ -39,6 +39,7 @@ class LowerReport:
     constant_inputs: int = 0            # region inputs that are constant tensors (parameters in inference)
     partitions: int = 0
     kernels: int = 0
+    graphc_ops: Counter = field(default_factory=Counter)  # graphc op kind -> count, over the regions
     compile_seconds: float = 0.0
 
 
@@ -107,6 +108,7 @@ def _lower_once(gm, why_not: dict, constants, final: bool):
                 report.constant_inputs += region.constant_inputs
                 report.partitions += region.partitions
                 report.kernels += region.kernels
+                report.graphc_ops.update(op.kind for op in region.compiled.graph.ops.values())
                 report.in_graphc += region.aten_nodes
                 continue
             if at is not None and not final:

@@ -193,6 +193,8 @@ def _softmax(b, n):
 @row([aten._native_batch_norm_legit_no_training.default], "BatchNormInference",
      says="NCX; saved mean and rstd unread", guard=_only_first_output)
 def _batch_norm(b, n):
+    if n in b.folded:   # (into the convolution before it)
+        return (b.folded[n], None, None)
     x, w, bias, mean, var, _momentum, eps = n.args[:7]
     src = b.value(x)
     ins = [src, b.value(w), b.value(bias), b.value(mean), b.value(var)]
@@ -373,13 +375,76 @@ def _conv_guard(n):
     return "transposed" if n.args[6] else None
 
 
-@row([aten.convolution.default], "Convolution", says="NCX / OIX, not transposed", guard=_conv_guard)
+def _constant_root(b, node):
+    """The constant placeholder ``node`` is, or is a dtype cast of (autocast's
+    weight copies), else None."""
+    if not isinstance(node, torch.fx.Node):
+        return None
+    if node in b.constant_nodes:
+        return node
+    if node.target is aten._to_copy.default and node.args[0] in b.constant_nodes:
+        return node.args[0]
+    return None
+
+
+def _folded_batch_norm(b, n):
+    """The inference batch norm that is the only user of convolution ``n`` (in
+    this region), with constant f32 statistics and affine parameters, or None."""
+    users = list(n.users)
+    if len(users) != 1 or users[0].target is not aten._native_batch_norm_legit_no_training.default:
+        return None
+    bn = users[0]
+    x, *params = bn.args[:5]
+    if x is not n or reason_not_taken(bn) is not None or \
+            any(p is None or p not in b.constant_nodes or meta(p).dtype is not torch.float32 for p in params):
+        return None
+    return bn
+
+
+def _conv_weights(b, n, w_node, bn):
+    """(weights, bias, weights_format) of convolution ``n``.  Constant weights
+    (inference) are laid out once as XIO, rows BLAS reads in place (the constant
+    tensor cache keeps them: OIX would be packed at every call), with the folded
+    batch norm ``bn`` (or None) multiplied in: W * s per output channel and
+    (bias - mean) * s + beta, s = gamma / sqrt(var + eps), in f32, then cast."""
+    bias_node = n.args[2]
+    root = _constant_root(b, w_node)
+    if root is None:
+        return b.value(w_node), (b.value(bias_node) if bias_node is not None else None), "OIX"
+    w = b.value(root)
+    out_dt = b.lt(meta(n)).dtype
+    order = list(range(2, w.ndim)) + [1, 0]
+    wt = b.op("StaticTranspose", [w], [b.tmp(w, [w.shape[i] for i in order], dense=True)], order=order)
+    bias = None
+    if bn is not None:
+        gamma, beta, mean, var = (b.value(a) for a in bn.args[1:5])
+        shifted = b.op("Add", [var, b.value(float(bn.args[6]), like=var)], [b.tmp(var)])
+        scale = b.op("Multiply", [gamma, b.op("Pow", [shifted], [b.tmp(var)], beta=-0.5)], [b.tmp(var)])
+        wt = b.op("Multiply", [wt, scale], [b.tmp(wt, dense=True)])
+        centred = mean if bias_node is None else b.op("Subtract", [mean, b.value(bias_node)], [b.tmp(mean)])
+        bias = b.op("Subtract", [beta, b.op("Multiply", [centred, scale], [b.tmp(mean)])], [b.tmp(mean)])
+    elif bias_node is not None:
+        bias = b.value(bias_node)
+    if wt.dtype != out_dt:
+        wt = b.op("TypeCast", [wt], [b.tmp(wt, dtype=out_dt)])
+    if bias is not None and bias.dtype != out_dt:
+        bias = b.op("TypeCast", [bias], [b.tmp(bias, dtype=out_dt)])
+    return wt, bias, "XIO"
+
+
+@row([aten.convolution.default], "Convolution (constant weights laid out XIO once; an inference batch norm "
+     "after it folded into its weights and bias)", says="NCX / OIX, not transposed", guard=_conv_guard)
 def _convolution(b, n):
-    x, w, bias, stride, padding, dilation, _t, _op, groups = n.args[:9]
-    ins = [b.value(x), b.value(w)] + ([b.value(bias)] if bias is not None else [])
-    return b.op("Convolution", ins, [b.out(n)], strides=list(stride), pads_begin=list(padding),
-                pads_end=list(padding), dilations=list(dilation), groups=int(groups), data_format="NCX",
-                weights_format="OIX")
+    x, w_node, _bias, stride, padding, dilation, _t, _op, groups = n.args[:9]
+    bn = _folded_batch_norm(b, n)
+    w, bias, fmt = _conv_weights(b, n, w_node, bn)
+    out = b.out(bn, 0) if bn is not None else b.out(n)
+    y = b.op("Convolution", [b.value(x), w] + ([bias] if bias is not None else []), [out], strides=list(stride),
+             pads_begin=list(padding), pads_end=list(padding), dilations=list(dilation), groups=int(groups),
+             data_format="NCX", weights_format=fmt)
+    if bn is not None:
+        b.folded[bn] = y
+    return y
 
 
 def _pool_args(n, ndim):

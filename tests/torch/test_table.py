@@ -87,6 +87,40 @@ def test_batch_norm_inference():
     assert "aten::_native_batch_norm_legit_no_training" not in lowered.fallback, lowered.fallback
 
 
+def _conv_bn(bias: bool, groups: int):
+    m = torch.nn.Sequential(torch.nn.Conv2d(4, 6, 3, padding=1, bias=bias, groups=groups), torch.nn.BatchNorm2d(6),
+                            torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        m[0].weight.copy_(_r(6, 4 // groups, 3, 3, seed=1))
+        if bias:
+            m[0].bias.copy_(_r(6, seed=4))
+        m[1].running_mean.copy_(_r(6)); m[1].running_var.copy_(_r(6, seed=5).abs() + 0.5)
+        m[1].weight.copy_(_r(6, seed=2)); m[1].bias.copy_(_r(6, seed=3))
+    return m
+
+
+@pytest.mark.parametrize("bias,groups", [(False, 1), (True, 2)])
+def test_inference_batch_norm_folds_into_the_convolution(bias, groups):
+    """Constant weights (parameters in inference) are laid out XIO once, and the
+    batch norm after the convolution multiplies into its weights and bias."""
+    lowered = check_against_eager(_conv_bn(bias, groups), _r(2, 4, 7, 7), table=ORACLE)
+    assert lowered.coverage == 1.0, lowered.fallback
+    assert "BatchNormInference" not in lowered.graphc_ops, lowered.graphc_ops
+    assert lowered.graphc_ops["Convolution"] == 1
+
+
+def test_inference_batch_norm_folds_under_autocast():
+    m = _conv_bn(False, 1)
+    x = _r(2, 4, 7, 7)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = m(x)
+        from support.torch_backend import compile_and_run
+        got, lowered = compile_and_run(m, x)
+    assert_tensors_close(got, want, ORACLE)
+    assert lowered.coverage == 1.0, lowered.fallback
+    assert "BatchNormInference" not in lowered.graphc_ops, lowered.graphc_ops
+
+
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
 def test_low_precision_rows(dt):
     fn = lambda x, w, b: F.softmax(F.gelu(F.linear(F.layer_norm(x, (8,)), w, b)), -1)  # noqa: E731
