@@ -1,0 +1,92 @@
+"""oneDNN's benchdnn and graphc side by side on the same benchdnn --graph cases.
+
+    BENCHDNN=/path/to/benchdnn python benchmarks/bench_onednn.py --batch op/harness_f32_ci
+        [--batch pattern/harness_f32_ci ...] [--line TEXT] [--limit N] [--markdown]
+
+Each harness line (knobs and ``--case=FILE``, read from GRAPHC_SHARED/onednn/benchdnn/
+inputs/graph, where both programs run) is timed in performance mode by
+``$BENCHDNN --graph --mode=P <line>`` and by ``python -m graphc bench --mode=P <line>``,
+each in a process of its own, one after the other; the minimum time of each
+("total perf: min(ms)") is compared: ratio = oneDNN / graphc, above 1 when graphc
+is faster, and their geometric mean over the lines both timed.  The machine's
+load average is printed with every row.
+
+Without a benchdnn (BENCHDNN unset or not executable) the script says so and
+prints graphc's times alone: build oneDNN from its sources (cmake with
+``-DDNNL_BUILD_TESTS=ON``) and point BENCHDNN at ``build/tests/benchdnn/benchdnn``.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from children import load_average
+
+CORPUS = Path(os.environ.get("GRAPHC_SHARED", "/work/shared")) / "onednn/benchdnn/inputs/graph"
+PERF = re.compile(r"total perf: min\(ms\):([0-9.eE+-]+)")
+
+
+def harness_lines(batch: str) -> list[str]:
+    """The problem lines of a harness file (comments and blank lines left out)."""
+    text = (CORPUS / batch).read_text()
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def min_ms(cmd: list[str]) -> float | str:
+    """The 'total perf: min(ms)' a benchdnn-style run prints, or why there is none."""
+    p = subprocess.run(cmd, cwd=CORPUS, capture_output=True, text=True)
+    m = PERF.search(p.stdout)
+    if p.returncode or m is None:
+        tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:] or ["no output"]
+        return f"rc {p.returncode}: {tail[0][:80]}"
+    return float(m.group(1))
+
+
+def benchdnn() -> str | None:
+    path = os.environ.get("BENCHDNN")
+    return path if path and os.access(path, os.X_OK) else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", action="append", default=[], help="a harness file under inputs/graph")
+    ap.add_argument("--line", action="append", default=[], help="one harness line (knobs and --case=...)")
+    ap.add_argument("--limit", type=int, default=0, help="at most N lines per harness")
+    args = ap.parse_args()
+    lines = list(args.line)
+    for batch in args.batch:
+        got = harness_lines(batch)
+        lines += got[:args.limit] if args.limit else got
+    if not lines:
+        ap.error("give --batch or --line")
+    onednn = benchdnn()
+    if onednn is None:
+        print("oneDNN's benchdnn not found (set BENCHDNN to the benchdnn binary of a oneDNN build): "
+              "graphc's times alone")
+    print("| case | oneDNN min ms | graphc min ms | oneDNN / graphc | load |")
+    print("|---|---|---|---|---|")
+    ratios = []
+    for line in lines:
+        knobs = [k for k in line.split() if k != "--reset"]
+        gc = min_ms([sys.executable, "-m", "graphc", "bench", "--mode=P", *knobs])
+        ref = min_ms([onednn, "--graph", "--mode=P", *knobs]) if onednn else "-"
+        ratio = ""
+        if isinstance(gc, float) and isinstance(ref, float) and gc > 0:
+            ratios.append(ref / gc)
+            ratio = f"{ref / gc:.2f}"
+        fmt = (lambda v: f"{v:.4f}" if isinstance(v, float) else v)
+        print(f"| {' '.join(knobs)} | {fmt(ref)} | {fmt(gc)} | {ratio} | {load_average()} |", flush=True)
+    if ratios:
+        geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f"\ngeomean oneDNN / graphc over {len(ratios)} lines: {geo:.2f}; "
+              f"graphc ahead on {sum(r > 1 for r in ratios)}, behind on {sum(r < 1 for r in ratios)}; "
+              f"lowest {min(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()
