@@ -11,12 +11,14 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from .decompositions import decompositions
 from .lower import lower
+from .memory import tune
 
 #: reports of the graphs lowered, appended as they compile (graphc.torch.explain reads them)
 REPORTS: list = []
 
 
 def _compile(gm, example_inputs, inference=False):
+    tune()   # (large buffers reused between steps: graphc.torch.memory)
     constants = set()
     if inference:   # parameters and buffers are constant tensors (graphc's constant tensor cache applies)
         import torch
