@@ -154,6 +154,18 @@ def _data_operand(geo: Geometry, d: Data, channels_per_group, sizes, n, g, p0):
     return d.ref.buf, linear([n, g * channels_per_group, p0], [ns, cs, ps]), ld
 
 
+def _channel_rows(geo: Geometry, d: Data, n, g, p0):
+    """(buffer, offset, ld) of the (channels-of-group x positions) matrix of ``d``
+    (dy's OCg channels) for image n, group g from position p0 when BLAS reads it
+    in place (positions one stride apart: NCX), else None."""
+    if not _plain(d.ref):
+        return None
+    ns, cs, _ = d.strides()
+    if d.rows(geo.small) != 1 or cs < geo.positions:
+        return None
+    return d.ref.buf, linear([n, g * geo.ocg, p0], [ns, cs, 1]), cs
+
+
 def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding, parallel):
     """(buffer, offset, ld) of the (m x OCg) matrix of dy for image n, group g from
     position p0: in place when BLAS can read it so, else packed to f32."""
@@ -441,15 +453,22 @@ def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=
             t = kb.let(ch + k * chunks, "t")
             n, g, p0, m = _item(kb, t, geo, mt, tm, P)
             cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, chunks > 1)
-            bbuf, boff, ldb = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding, chunks > 1)
-            kb.let(ir.call("gemm_f32", 1, 0, kd, ocg, m, cols.buf, cols.at(0), kd, bbuf, boff, ldb, 1.0, part,
-                           ch * size + g * (kd * ocg), ocg), "st")
+            at = ch * size + g * (kd * ocg)
+            rows = _channel_rows(geo, dy, n, g, p0) if rounding is None else None
+            if rows is not None:   # dY^T read in place: channels-first rows
+                kb.let(ir.call("gemm_f32", 0, 0, ocg, kd, m, *rows, cols.buf, cols.at(0), kd, 1.0, part, at, kd),
+                       "st")
+            else:
+                bbuf, boff, ldb = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding, chunks > 1)
+                kb.let(ir.call("gemm_f32", 1, 0, ocg, kd, m, bbuf, boff, ldb, cols.buf, cols.at(0), kd, 1.0, part,
+                               at, kd), "st")
+    # (the partial sums are (OCg x T*Cg) rows: read in order, as OIX weights are written)
     with kb.for_(G * ocg, "go", worth_parallel(size * chunks)) as go:
         g = kb.let(go // ocg, "g")
         oc = kb.let(go % ocg, "oc")
         with _tap_loops(kb, geo.kernel) as (taps, flat):
             with kb.for_(cg, "ic") as ic:
-                at = kb.let(g * (kd * ocg) + (flat * cg + ic) * ocg + oc, "pa")
+                at = kb.let(go * kd + flat * cg + ic, "pa")
                 total = part[at]
                 for c in range(1, chunks):
                     total = total + part[at + c * size]
