@@ -283,10 +283,16 @@ def _transpose(b, n):
     return b.op("StaticTranspose", [x], [b.out(n)], order=order)
 
 
-@row([aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default], "StaticReshape (identity)")
+@row([aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default],
+     "StaticReshape (identity); an alias of a value the region computes is that value (no op)")
 def _identity(b, n):
+    src = n.args[0]
+    if n.target is aten.alias.default and src.op != "placeholder":
+        # (training saves activations as aliases: the region returns the same buffer
+        # twice, as eager's alias shares its storage; a copy cost a pass over memory)
+        return b.value(src)
     out = b.out(n)
-    return b.op("StaticReshape", [b.value(n.args[0])], [out], shape=list(out.shape), special_zero=False)
+    return b.op("StaticReshape", [b.value(src)], [out], shape=list(out.shape), special_zero=False)
 
 
 @row([aten.cat.default], "Concat (empty operands left out; one left: StaticReshape)",
