@@ -33,6 +33,9 @@ class _RowsByIndex(Rule):
     def kernel_fault(self, op, status, inputs_by_id):
         return op.schema.index_fault(op, np.asarray(inputs_by_id[op.input("indices").id]), status)
 
+    def faults_before_writing(self, op) -> bool:
+        return True
+
     def checked_indices(self, kb, idx, rows: int) -> ir.Expr:
         """A scratch array of the indices, each checked in [0, rows)."""
         n = idx.lt.nelems
