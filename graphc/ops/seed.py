@@ -113,7 +113,8 @@ class Embedding(_RowsByIndex):
 
     kind = "Embedding"
     family = "embedding"
-    doc = "Rows of weight by index (ttnn.embedding, torch's embedding): dst[i..., :] = weight[indices[i...], :]."
+    doc = ("graphc's extension op (ttnn.embedding, torch's embedding): dst[i..., :] = weight[indices[i...], :], "
+           "each index checked in [0, num_embeddings)")
     inputs = (In("indices", doc="any shape; each in [0, num_embeddings), checked at run"),
               In("weight", doc="[num_embeddings, dim]"))
     outputs = (Out("dst", doc="[*indices.shape, dim], of weight's dtype"),)

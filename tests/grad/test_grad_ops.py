@@ -324,7 +324,8 @@ def test_embedding(dt, it):
     row no index reads gets zeros; the indices get no gradient."""
     g, ts = chain([(it, (3, 5)), (dt, (7, 6))], [("Embedding", [0, 1], {}, dt), ("Tanh", [2], {})])
     idx = np.array([[0, 3, 3, 6, 1], [3, 0, 2, 2, 6], [1, 1, 1, 3, 0]], graphc.DataType(it).np)   # (no 4, no 5)
-    tr, got = check_training(g, [ts[1].id], lambda i, w: torch.tanh(F.embedding(i.long(), w)), inputs={ts[0].id: idx})
+    tr, got = check_training(g, [ts[1].id], lambda i, w: torch.tanh(F.embedding(i.long(), w)),
+                             inputs={ts[0].id: idx})
     (bw,) = [op for op in tr.graph.ops.values() if op.kind == "EmbeddingBackward"]
     assert bw.inputs[0].id == ts[0].id and bw.inputs[1].id == ts[1].id
     assert not got[tr.grad_out(ts[1].id)][[4, 5]].astype(np.float32).any()
