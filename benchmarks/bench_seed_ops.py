@@ -22,6 +22,7 @@ What "the same work" is for torch:
   AddBackward        dy.sum_to_size(src.shape) per required output; a result that
                      is dy itself is cloned, as graphc writes every output to its
                      own buffer.
+  Embedding          torch.nn.functional.embedding (numpy: weight[indices]).
   EmbeddingBackward  aten embedding_dense_backward on diff_dst converted to diff_weight's dtype.
   SwiGlu             silu(A) * B on the chunks of src.
   SwiGluGrad         the explicit formula (sigmoid, products) and a cat of dA, dB.
@@ -159,6 +160,15 @@ def add_bw(rng, dt, a_shape, b_shape):
     return run, torch_fn, numpy_fn
 
 
+def embedding(rng, dt):
+    idx = rng.integers(0, ROWS, size=(B, S)).astype(np.int32)
+    w = rand(rng, (ROWS, H), dt)
+    run = Compiled("Embedding", [("s32", idx.shape), (dt, w.shape)], [(dt, [-1, -1, -1])], {}, [idx, w], reads=[0])
+    run.nbytes += np.unique(idx).size * H * w.itemsize   # (the rows read, each once)
+    tidx, tw = torch.from_numpy(idx).long(), to_torch(w)
+    return run, lambda: torch.nn.functional.embedding(tidx, tw), lambda: w[idx]
+
+
 def embedding_bw(rng, dt, out_dt):
     idx = rng.integers(0, ROWS, size=(B, S)).astype(np.int32)
     dy = rand(rng, (B, S, H), dt)
@@ -270,6 +280,8 @@ CASES = [
     ("AddBackward 2x1024x4096 -> [1,1024,4096], [2,1,4096]", "bf16",
      lambda r: add_bw(r, "bf16", (1, S, H), (B, 1, H))),
     ("AddBackward 2x1024x4096 -> [2,1024,1], [4096]", "f32", lambda r: add_bw(r, "f32", (B, S, 1), (H,))),
+    ("Embedding 2x1024 tok x 4096 / 3200 rows", "f32", lambda r: embedding(r, "f32")),
+    ("Embedding 2x1024 tok x 4096 / 3200 rows", "bf16", lambda r: embedding(r, "bf16")),
     ("EmbeddingBackward 2x1024 tok x 4096 / 3200 rows -> f32", "f32", lambda r: embedding_bw(r, "f32", "f32")),
     ("EmbeddingBackward 2x1024 tok x 4096 / 3200 rows -> f32", "bf16", lambda r: embedding_bw(r, "bf16", "f32")),
     ("EmbeddingBackward 2x1024 tok x 4096 / 3200 rows -> bf16", "bf16", lambda r: embedding_bw(r, "bf16", "bf16")),

@@ -1,6 +1,6 @@
-"""Seed ops from other frameworks' docs: AddBackward (ttnn.add_bw),
-EmbeddingBackward (ttnn.embedding_bw), SwiGlu and SwiGluGrad (aclnnSwiGluGrad).
-Their lowering is graphc/codegen/rules/seed.py."""
+"""Seed ops from other frameworks' docs: AddBackward (ttnn.add_bw), Embedding
+(ttnn.embedding) and EmbeddingBackward (ttnn.embedding_bw), SwiGlu and SwiGluGrad
+(aclnnSwiGluGrad).  Their lowering is graphc/codegen/rules/seed.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -68,8 +68,79 @@ class AddBackward(OpSchema):
         return tuple(unbroadcast(dy, srcs[name].shape) for name in op.output_names)
 
 
-# ------------------------------------------------------------ EmbeddingBackward
-class EmbeddingBackward(OpSchema):
+# ---------------------------------------------------- Embedding, EmbeddingBackward
+class _RowsByIndex(OpSchema):
+    """An op reading the rows of a [num_embeddings, dim] weight by ``indices``:
+    indices are checked against num_embeddings before any row is touched."""
+
+    def input_range(self, op, index):
+        """Indices in range; with no row (or rows unknown) none is: the default data."""
+        num = op.input("weight").shape[0] if op.input("weight").ndim else 0
+        if op.input_names[index] == "indices" and num > 0:
+            return (0, num - 1, "int")
+        return None
+
+    def weight_dims(self, op):
+        """(num_embeddings, dim) of a weight of rank 2, else InvalidShape naming the port."""
+        w = op.input("weight")
+        if w.ndim != 2:
+            raise bad_shape(op, "weight must be [num_embeddings, dim]", where="port 'weight'", found=list(w.shape))
+        return w.shape
+
+    def index_fault(self, op, idx, position: int) -> RuntimeFault:
+        """The error for the out-of-range index at flat ``position`` of ``idx``."""
+        pos = np.unravel_index(position, idx.shape)
+        return RuntimeFault("index out of range", op=op, where=f"port 'indices', position {list(map(int, pos))}",
+                            expected=f"[0, {op.input('weight').shape[0]})", found=int(idx.reshape(-1)[position]))
+
+    def checked_indices(self, op, idx, num):
+        """``idx`` flattened, each in [0, num), else the first bad one's RuntimeFault."""
+        flat = idx.reshape(-1)
+        bad = np.flatnonzero((flat < 0) | (flat >= num))
+        if bad.size:
+            raise self.index_fault(op, idx, int(bad[0]))
+        return flat
+
+
+class Embedding(_RowsByIndex):
+    """graphc's extension op, the forward twin of EmbeddingBackward (as
+    ttnn.embedding, torch.nn.functional.embedding): dst[i..., :] = weight[indices[i...], :].
+
+    Every index is checked before a row is read: one outside [0, num_embeddings)
+    is a RuntimeFault naming its position and value (no output is written).  The
+    kernel copies rows (their bits: no rounding), tokens in parallel when many.
+    There is no padding_idx: it changes only the gradient (EmbeddingBackward's)."""
+
+    kind = "Embedding"
+    family = "embedding"
+    doc = ("graphc's extension op (ttnn.embedding, torch's embedding): dst[i..., :] = weight[indices[i...], :], "
+           "each index checked in [0, num_embeddings)")
+    inputs = (In("indices", doc="any shape; each in [0, num_embeddings), checked at run"),
+              In("weight", doc="[num_embeddings, dim]"))
+    outputs = (Out("dst", doc="[*indices.shape, dim], of weight's dtype"),)
+    grad_inputs = ("weight",)
+    dtypes = DtypeTable(["indices", "weight|dst"], [("s32,u32,s64", F)])
+
+    def check(self, op):
+        self.weight_dims(op)
+
+    def infer(self, op):
+        return [tuple(op.input("indices").shape) + (self.weight_dims(op)[1],)]
+
+    def reference(self, op, idx, w):
+        flat = self.checked_indices(op, idx, w.shape[0])
+        return (np.take(w, flat, axis=0).reshape(idx.shape + w.shape[1:]),)
+
+    def vjp(self, op, em):
+        """d weight = EmbeddingBackward(indices, weight, dy); indices get none."""
+        idx, w = op.inputs
+        dy = em.grad(op.outputs[0])
+        if dy is None or not em.wants(w):
+            return (None, None)
+        return (None, em.one("EmbeddingBackward", [idx, w, dy], dtype=w.dtype))
+
+
+class EmbeddingBackward(_RowsByIndex):
     kind = "EmbeddingBackward"
     family = "embedding_bwd"
     doc = "Gradient of an embedding lookup (ttnn.embedding_bw): diff_dst rows summed into the rows of their indices."
@@ -81,20 +152,13 @@ class EmbeddingBackward(OpSchema):
                   doc="the row that gets no gradient"))
     dtypes = DtypeTable(["indices", "weight|diff_dst", "diff_weight"], [("s32,u32,s64", F, F)])
 
-    def input_range(self, op, index):
-        if op.input_names[index] == "indices":
-            return (0, op.input("weight").shape[0] - 1, "int")
-        return None
-
     def check(self, op):
         idx, w, dy, dw = op.input("indices"), op.input("weight"), op.input("diff_dst"), op.output("diff_weight")
         want = op.attr("dtype") or w.dtype.value
         if dw.dtype.value != want:
             raise InvalidDataType("diff_weight must have the dtype attribute's type, or weight's without it", op=op,
                                   where="port 'diff_weight'", expected=want, found=str(dw.dtype))
-        if w.ndim != 2:
-            raise bad_shape(op, "weight must be [num_embeddings, dim]", where="port 'weight'", found=list(w.shape))
-        num, dim = w.shape
+        num, dim = self.weight_dims(op)
         pad = op.attr("padding_idx")
         if pad is not None and num != -1 and pad >= num:
             raise InvalidGraphOp("padding_idx out of range", op=op, where="attribute 'padding_idx'",
@@ -109,18 +173,9 @@ class EmbeddingBackward(OpSchema):
     def infer(self, op):
         return [op.input("weight").shape]
 
-    def index_fault(self, op, idx, position: int) -> RuntimeFault:
-        """The error for the out-of-range index at flat ``position`` of ``idx``."""
-        pos = np.unravel_index(position, idx.shape)
-        return RuntimeFault("index out of range", op=op, where=f"port 'indices', position {list(map(int, pos))}",
-                            expected=f"[0, {op.input('weight').shape[0]})", found=int(idx.reshape(-1)[position]))
-
     def reference(self, op, idx, w, dy):
         num, dim = w.shape
-        flat = idx.reshape(-1)
-        bad = np.flatnonzero((flat < 0) | (flat >= num))
-        if bad.size:
-            raise self.index_fault(op, idx, int(bad[0]))
+        flat = self.checked_indices(op, idx, num)
         dw = np.zeros((num, dim))
         np.add.at(dw, flat, dy.reshape(flat.size, dim))   # (not -1: a dim of 0 leaves it open)
         if op.attr("padding_idx") is not None:

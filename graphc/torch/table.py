@@ -239,6 +239,47 @@ def _to_copy(b, n):
 
 
 # ------------------------------------------------------------------ embedding
+_INDEX_TYPES = (torch.int32, torch.int64)
+
+
+def _embedding_guard(n):
+    w, idx = n.args[:2]
+    if DTYPES.get(meta(w).dtype) not in FLOAT or meta(idx).dtype not in _INDEX_TYPES:
+        return f"dtypes {meta(w).dtype}, {meta(idx).dtype}"
+    return None if meta(w).ndim == 2 else "weight not 2-D"
+
+
+@row([aten.embedding.default], "Embedding (indices checked by the kernel)", dtypes=FLOAT + ("s32", "s64"),
+     says="float weight, s32 / s64 indices (padding_idx, scale_grad_by_freq, sparse change only the gradient)",
+     guard=_embedding_guard)
+def _embedding(b, n):
+    w, idx = n.args[:2]
+    return b.op("Embedding", [b.value(idx), b.value(w)], [b.out(n)])
+
+
+def _index_select_guard(n):
+    x, dim, idx = n.args[:3]
+    if DTYPES.get(meta(x).dtype) not in FLOAT or meta(idx).dtype not in _INDEX_TYPES:
+        return f"dtypes {meta(x).dtype}, {meta(idx).dtype}"
+    if meta(x).ndim == 0 or dim % meta(x).ndim != 0 or meta(idx).ndim != 1:
+        return "not 1-D indices on dim 0"
+    return None
+
+
+@row([aten.index_select.default], "Embedding (StaticReshape to and from [rows, the rest])",
+     dtypes=FLOAT + ("s32", "s64"), says="float source, 1-D s32 / s64 indices on dim 0", guard=_index_select_guard)
+def _index_select(b, n):
+    x, _dim, idx = (b.value(a) if isinstance(a, torch.fx.Node) else a for a in n.args[:3])
+    out = b.out(n)
+    rows = [x.shape[0], math.prod(x.shape[1:])]
+    if list(x.shape) != rows:
+        x = b.op("StaticReshape", [x], [b.tmp(x, rows)], shape=rows, special_zero=False)
+    if out.ndim == 2:
+        return b.op("Embedding", [idx, x], [out])
+    y = b.op("Embedding", [idx, x], [b.tmp(x, [idx.shape[0], rows[1]])])
+    return b.op("StaticReshape", [y], [out], shape=list(out.shape), special_zero=False)
+
+
 def _embedding_backward_guard(n):
     grad, idx, num, pad = n.args[:4]
     if (n.args[4] if len(n.args) > 4 else n.kwargs.get("scale_grad_by_freq", False)):

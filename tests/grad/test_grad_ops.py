@@ -318,6 +318,20 @@ def test_swiglu(dt):
 
 
 @pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("it", ["s32", "s64"])
+def test_embedding(dt, it):
+    """d weight = EmbeddingBackward(indices, weight, dy): repeated indices sum, a
+    row no index reads gets zeros; the indices get no gradient."""
+    g, ts = chain([(it, (3, 5)), (dt, (7, 6))], [("Embedding", [0, 1], {}, dt), ("Tanh", [2], {})])
+    idx = np.array([[0, 3, 3, 6, 1], [3, 0, 2, 2, 6], [1, 1, 1, 3, 0]], graphc.DataType(it).np)   # (no 4, no 5)
+    tr, got = check_training(g, [ts[1].id], lambda i, w: torch.tanh(F.embedding(i.long(), w)),
+                             inputs={ts[0].id: idx})
+    (bw,) = [op for op in tr.graph.ops.values() if op.kind == "EmbeddingBackward"]
+    assert bw.inputs[0].id == ts[0].id and bw.inputs[1].id == ts[1].id
+    assert not got[tr.grad_out(ts[1].id)][[4, 5]].astype(np.float32).any()
+
+
+@pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("fmt", ["NCX", "NXC"])
 def test_prelu(dt, fmt):
     g, ts = chain([(dt, (2, 3, 4)), (dt, (3 if fmt == "NCX" else 4,))], [("PReLU", [0, 1], {"data_format": fmt})])

@@ -43,8 +43,8 @@ def test_spec_runs_in_reference(path):
 
 def test_specs_exist_for_every_seed_op():
     kinds = {op.kind for p in SPECS for op in graphc.load_graph(p).ops.values()}
-    for k in ("AddBackward", "EmbeddingBackward", "SwiGlu", "SwiGluGrad", "LayerNormPreAllGather", "AllGather",
-              "LayerNormPostAllGather"):
+    for k in ("AddBackward", "Embedding", "EmbeddingBackward", "SwiGlu", "SwiGluGrad", "LayerNormPreAllGather",
+              "AllGather", "LayerNormPostAllGather"):
         assert k in kinds, k
 
 

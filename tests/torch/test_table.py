@@ -70,6 +70,14 @@ TAKEN = [
      "aten::expand"),
     ("bool expand into where", lambda c, x: torch.where(c.expand(2, 4, 6), x, 0.5), (_r(2, 1, 6) > 0, _r(2, 4, 6)),
      "aten::expand"),
+    ("embedding", lambda w, i: F.embedding(i, w), (_r(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]])), "aten::embedding"),
+    ("embedding bf16 s32 padding_idx", lambda w, i: F.embedding(i, w, padding_idx=3),
+     (_r(7, 6, dtype=torch.bfloat16), torch.tensor([[0, 3, 3], [6, 1, 3]], dtype=torch.int32)), "aten::embedding"),
+    ("embedding of one index", lambda w, i: F.embedding(i, w) * 2, (_r(7, 6), torch.tensor(4)), "aten::embedding"),
+    ("index_select", lambda x, i: torch.relu(x).index_select(0, i), (_r(5, 3, 4), torch.tensor([4, 0, 4, 2])),
+     "aten::index_select"),
+    ("index_select 2-D f16 s32", lambda x, i: torch.index_select(x, -2, i),
+     (_r(5, 6, dtype=torch.float16), torch.tensor([1, 1, 3], dtype=torch.int32)), "aten::index_select"),
 ]
 
 
@@ -144,6 +152,8 @@ TRAINED = [
      "aten::native_layer_norm_backward"),
     ("embedding_dense_backward", lambda w, i: F.embedding(i, w), (_leaf(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]])),
      "aten::embedding_dense_backward"),
+    ("embedding in training", lambda w, i: torch.tanh(F.embedding(i, w)),
+     (_leaf(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]])), "aten::embedding"),
     ("embedding_dense_backward padding_idx", lambda w, i: F.embedding(i, w, padding_idx=3),
      (_leaf(7, 6), torch.tensor([[0, 3, 3], [6, 1, 3]], dtype=torch.int32)), "aten::embedding_dense_backward"),
     ("convolution_backward", lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1),
@@ -210,6 +220,17 @@ def test_embedding_backward_guard_and_bad_indices():
         torch.compile(fn, backend="graphc")(g, torch.tensor([[0, 3, 3], [7, 1, 3]]))
 
 
+def test_embedding_bad_index_is_a_runtime_fault():
+    """An index out of range is graphc's RuntimeFault naming its position, never a
+    read out of bounds (eager torch raises an IndexError)."""
+    from graphc.errors import RuntimeFault
+    fn = lambda w, i: F.embedding(i, w)  # noqa: E731
+    with pytest.raises(RuntimeFault, match=r"Embedding.*position \[1, 0\].*found 7"):
+        torch.compile(fn, backend="graphc")(_r(7, 6), torch.tensor([[0, 3, 3], [7, 1, 3]]))
+    with pytest.raises(RuntimeFault, match=r"position \[1\].*found -1"):
+        torch.compile(lambda x, i: x.index_select(0, i), backend="graphc")(_r(5, 2), torch.tensor([0, -1]))
+
+
 @pytest.mark.parametrize("shape", [(2, 4, 6), (2, 1, 6)], ids=["to its own shape", "broadcasting"])
 def test_an_expand_read_by_two_regions(shape):
     """An expand folded away that another region reads is returned expanded, a
@@ -240,6 +261,12 @@ REFUSED = [
     ("where broadcast by the condition", torch.where, (_r(4, 6) > 0, _r(6), _r(1)), "aten::where.self"),
     ("where of f64", lambda c, x: torch.where(c, x, 0.0), (_r(4, 6) > 0, _r(4, 6, dtype=torch.float64)),
      "aten::scalar_tensor"),
+    ("embedding of an integer weight", lambda w, i: F.embedding(i, w) + 1, (torch.arange(12).view(6, 2),
+                                                                            torch.tensor([1, 5])), "aten::embedding"),
+    ("index_select on dim 1", lambda x, i: x.index_select(1, i), (_r(4, 6), torch.tensor([0, 5])),
+     "aten::index_select"),
+    ("index_select of f64", lambda x, i: x.index_select(0, i), (_r(4, 6, dtype=torch.float64), torch.tensor([0, 3])),
+     "aten::index_select"),
 ]
 
 

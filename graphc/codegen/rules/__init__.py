@@ -10,7 +10,8 @@ it.  Code generation asks this registry, never the op schema:
 * :func:`lower` -- emit the op's code into a KernelBuilder;
 * :func:`source` / :func:`source_at` -- the IR expression of an elementwise
   (pointwise or indexed) op, substituted by fused kernels into its consumers;
-* :func:`kernel_fault` -- the error a kernel's failure status means for the op.
+* :func:`kernel_fault` -- the error a kernel's failure status means for the op;
+  :func:`faults_before_writing` -- whether it fails before writing an output.
 
 Values an op's kernel is specialised on (the contents of small integer inputs,
 ``OpSchema.value_inputs``: ReduceX's axes, Interpolate's sizes, a
@@ -60,6 +61,12 @@ class Rule:
     def kernel_fault(self, op, status, inputs_by_id):
         """The GraphcError a failing kernel ``status`` means for ``op``."""
         return None
+
+    def faults_before_writing(self, op) -> bool:
+        """Whether ``op``'s kernel, when it fails, stops before writing any output
+        (it checks its inputs first): a kernel of this op alone may then write
+        the caller's outputs directly, as one that cannot fail does."""
+        return False
 
 
 class ElementwiseRule(Rule):
@@ -136,6 +143,10 @@ def may_fault(op) -> bool:
 
 def kernel_fault(op, status, inputs_by_id):
     return rule(op).kernel_fault(op, status, inputs_by_id)
+
+
+def faults_before_writing(op) -> bool:
+    return rule(op).faults_before_writing(op)
 
 
 def lowered_kinds() -> list[str]:

@@ -1,7 +1,8 @@
 """Lowering of the seed ops (graphc/ops/seed.py): AddBackward sums diff_dst
-to each operand's shape, EmbeddingBackward checks its indices and sums rows by
-index (a failing index is the kernel's status: ``kernel_fault``), SwiGlu and
-SwiGluGrad loop over the halves of src in float32."""
+to each operand's shape, Embedding and EmbeddingBackward check their indices
+first (a failing index is the kernel's status: ``kernel_fault``), then copy rows
+by index or sum rows into them, SwiGlu and SwiGluGrad loop over the halves of src
+in float32."""
 from __future__ import annotations
 
 import math
@@ -24,11 +25,52 @@ class AddBackward(Rule):
         sum_to(kb, ins[0], outs)
 
 
-class EmbeddingBackward(Rule):
-    kinds = ("EmbeddingBackward",)
+class _RowsByIndex(Rule):
+    """An op reading weight rows by index: its kernel checks every index, in
+    logical order, before it reads or writes a row, and returns the flat position
+    of the first one out of range (``kernel_fault`` names it)."""
 
     def kernel_fault(self, op, status, inputs_by_id):
         return op.schema.index_fault(op, np.asarray(inputs_by_id[op.input("indices").id]), status)
+
+    def faults_before_writing(self, op) -> bool:
+        return True
+
+    def checked_indices(self, kb, idx, rows: int) -> ir.Expr:
+        """A scratch array of the indices, each checked in [0, rows)."""
+        n = idx.lt.nelems
+        ids = kb.alloc(n, "int", prefix="ids")
+        dims, (st,) = collapse(idx.shape, [idx.strides])
+        with kb.for_(n, "i") as i:
+            x = kb.let(idx.load(linear(unravel(kb, i, dims), st)), "x")
+            with kb.if_((x < 0) | (x >= rows)):
+                kb.ret(i)
+            kb.store(ids, i, x)
+        return ids
+
+
+class Embedding(_RowsByIndex):
+    kinds = ("Embedding",)
+
+    def lower(self, op, kb, ins, outs, values):
+        """Check every index first (nothing is written on a bad one); then each
+        token copies its weight row into its dst row, bits as they are (weight
+        and dst share a dtype), tokens in parallel when the copy is large."""
+        idx, w = ins
+        dst = outs[0]
+        rows, dim = w.shape
+        n = idx.lt.nelems
+        ids = self.checked_indices(kb, idx, rows)
+        lead, (sd,) = collapse(dst.shape[:-1], [dst.strides[:-1]])
+        with kb.for_(n, "t", worth_parallel(n * dim) and n > 1) as t:
+            bw = kb.let(ids[t] * w.strides[0], "bw")
+            bd = kb.let(linear(unravel(kb, t, lead), sd), "bd")
+            with kb.for_(dim, "j") as j:
+                kb.emit(dst.store_int(linear([j], [dst.strides[-1]], bd), w.at(linear([j], [w.strides[1]], bw))))
+
+
+class EmbeddingBackward(_RowsByIndex):
+    kinds = ("EmbeddingBackward",)
 
     def lower(self, op, kb, ins, outs, values):
         """Validate every index first; then group the tokens by row (a counting
@@ -40,13 +82,7 @@ class EmbeddingBackward(Rule):
         rows, dim = dw.shape
         n = idx.lt.nelems
         # 1. indices, checked in logical order before anything is written
-        ids = kb.alloc(n, "int", prefix="ids")
-        dims, (st,) = collapse(idx.shape, [idx.strides])
-        with kb.for_(n, "i") as i:
-            x = kb.let(idx.load(linear(unravel(kb, i, dims), st)), "x")
-            with kb.if_((x < 0) | (x >= rows)):
-                kb.ret(i)
-            kb.store(ids, i, x)
+        ids = self.checked_indices(kb, idx, rows)
         # 2. tokens grouped by row: row r's tokens are order[first[r]:first[r + 1]]
         first = kb.alloc(rows + 1, "int", fill=0, prefix="first")
         with kb.for_(n, "i") as i:

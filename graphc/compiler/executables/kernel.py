@@ -27,7 +27,9 @@ class KernelExecutable(Executable):
         self._parallel = getattr(source, "parallel", True)
         self._constant = constant      # a constant partition: its outputs may be kept (not the fast path)
         self._overlapping = overlapping_layouts(inputs)
-        self._faulting = any(rules.may_fault(op) for op in ops)
+        # a kernel that may stop half-way on bad data (not one op checking its inputs before it writes)
+        self._faulting = any(rules.may_fault(op) for op in ops) and \
+            not (len(ops) == 1 and rules.faults_before_writing(ops[0]))
         self._workspaces: dict[int, np.ndarray] = {}   # plan entries "ws" and "tmp", allocated at first use
         self._ws_lock = threading.Lock()
         self._fast = None              # the per-run work done once (_fast_plan); False: no fast path
@@ -177,7 +179,9 @@ class KernelExecutable(Executable):
                 if any(np.may_share_memory(u, a) for a in arrays) or \
                         any(np.may_share_memory(u, v) for v in outs[:i]):
                     return None
-        self._call(args)
+        status = self._call(args)
+        if status is not None and status >= 0:   # (bad data found before anything was written)
+            raise self._fault(status, arrays)
         return outs
 
 

@@ -1,5 +1,5 @@
 """Validation rules, shape inference and data faults of the seed ops (AddBackward,
-EmbeddingBackward, SwiGlu, SwiGluGrad); the seed documents' specs (the distributed
+Embedding, EmbeddingBackward, SwiGlu, SwiGluGrad); the seed documents' specs (the distributed
 LayerNorm's too) load and run."""
 import numpy as np
 import pytest
@@ -8,6 +8,7 @@ import graphc
 from graphc import InvalidDataType, InvalidGraphOp, InvalidShape, RuntimeFault
 from graphc.builder import single_op_graph
 from graphc.reference import run
+from graphc.dtypes import DataType
 from support import SPECS, inferred_shape
 
 
@@ -79,6 +80,72 @@ def test_add_bw_no_broadcast_mode():
 def test_add_bw_dtypes(dts):
     with pytest.raises(InvalidDataType):
         single_op_graph("AddBackward", [(d, [2, 3]) for d in dts], [(dts[0], [2, 3])] * 2)
+
+
+# ------------------------------------------------------------------ Embedding
+def emb_fwd(idx=("s32", [2, 3]), w=("f32", [5, 4]), out=("f32", [-1, -1, -1])):
+    return single_op_graph("Embedding", [idx, w], [out])
+
+
+@pytest.mark.parametrize("idx, out", [([2, 3], (2, 3, 4)), ([], (4,)), ([7], (7, 4)), ([0, 3], (0, 3, 4)),
+                                      ([2, -1], (2, -1, 4))])
+def test_embedding_infers_indices_shape_then_dim(idx, out):
+    g = emb_fwd(idx=("s64", idx), out=("f32", [-1] * (len(idx) + 1)))
+    assert g.ops[0].outputs[0].shape == out
+
+
+@pytest.mark.parametrize("kw, found", [
+    ({"idx": ("f32", [2, 3])}, "indices=f32"),
+    ({"idx": ("s8", [2, 3])}, "indices=s8"),
+    ({"idx": ("boolean", [2, 3])}, "indices=boolean"),
+    ({"out": ("bf16", [2, 3, 4])}, "dst=bf16"),                            # dst not weight's dtype
+    ({"w": ("s32", [5, 4]), "out": ("s32", [2, 3, 4])}, "weight=s32"),     # integer weight
+])
+def test_embedding_dtypes_name_op_and_port(kw, found):
+    with pytest.raises(InvalidDataType) as e:
+        emb_fwd(**kw)
+    assert "op 0 (Embedding)" in str(e.value) and found in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("kw, where", [
+    ({"w": ("f32", [5, 4, 1])}, "port 'weight'"),
+    ({"w": ("f32", [20])}, "port 'weight'"),
+    ({"out": ("f32", [2, 3, 5])}, "(dst, tensor 2)"),                   # not weight's dim
+    ({"out": ("f32", [3, 2, 4])}, "(dst, tensor 2)"),                   # not the indices' shape
+    ({"out": ("f32", [6, 4])}, "(dst, tensor 2)"),                      # flattened: the rank differs
+])
+def test_embedding_shapes_name_op_and_port(kw, where):
+    with pytest.raises(InvalidShape) as e:
+        emb_fwd(**kw)
+    assert "op 0 (Embedding)" in str(e.value) and where in str(e.value), str(e.value)
+
+
+def test_embedding_reference_takes_rows_by_index():
+    w = np.arange(20, dtype=np.float32).reshape(5, 4)
+    idx = np.array([[4, 0, 4], [1, 1, 3]], np.int64)
+    (dst,) = run(emb_fwd(idx=("s64", [2, 3])), {0: idx, 1: w}).values()
+    assert dst.dtype == np.float32 and dst.shape == (2, 3, 4)
+    assert np.array_equal(dst, w[idx])
+
+
+@pytest.mark.parametrize("it, bad, pos", [("s32", 5, [1, 0]), ("s32", -2, [0, 2]), ("s64", 2**40, [1, 2]),
+                                          ("u32", 2**31, [0, 0])])
+def test_embedding_index_out_of_range_is_a_runtime_fault(it, bad, pos):
+    idx = np.array([[0, 1, 2], [3, 4, 4]], DataType(it).np)
+    idx[tuple(pos)] = bad
+    with pytest.raises(RuntimeFault) as e:
+        run(emb_fwd(idx=(it, [2, 3])), {0: idx, 1: np.zeros((5, 4), np.float32)})
+    text = str(e.value)
+    assert "op 0 (Embedding)" in text and "port 'indices'" in text and f"found {bad}" in text and str(pos) in text
+
+
+def test_embedding_json_round_trip():
+    g = graphc.load_graph(SPECS / "embedding.json")
+    again = graphc.load_graph(graphc.dump_graph(g))
+    (a,), (b,) = g.ops.values(), again.ops.values()
+    assert (a.kind, a.name, b.kind, b.name) == ("Embedding", "embedding", "Embedding", "embedding")
+    assert [(t.dtype, t.shape) for t in a.inputs + a.outputs] == [(t.dtype, t.shape) for t in b.inputs + b.outputs]
+    assert [str(t.dtype) for t in b.inputs + b.outputs] == ["s64", "bf16", "bf16"]
 
 
 # ------------------------------------------------------------ EmbeddingBackward
@@ -191,7 +258,7 @@ def test_swiglu_dtypes():
 
 
 # ----------------------------------------------------------------------- specs
-@pytest.mark.parametrize("name", ["add_bw", "add_bw_scalar", "embedding_bw", "swiglu", "swiglu_grad",
+@pytest.mark.parametrize("name", ["add_bw", "add_bw_scalar", "embedding", "embedding_bw", "swiglu", "swiglu_grad",
                                   "layernorm_pre_all_gather", "all_gather", "layernorm_post_all_gather",
                                   "layernorm_distributed"])
 def test_spec_loads_and_runs(name):

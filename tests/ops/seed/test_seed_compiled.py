@@ -1,4 +1,4 @@
-"""Generated kernels of the seed ops (AddBackward, EmbeddingBackward, SwiGlu, SwiGluGrad)
+"""Generated kernels of the seed ops (AddBackward, Embedding, EmbeddingBackward, SwiGlu, SwiGluGrad)
 against graphc's numpy reference with the COMPILED tolerances: f32/bf16/f16 (c64 for
 AddBackward), broadcasting on either side, rank 0, output subsets, every split dim,
 repeated and padding indices, non-contiguous tensors, sizes that take the parallel
@@ -14,8 +14,8 @@ from graphc import reference
 from graphc.fill import make_inputs
 from support import SPECS as SPEC_DIR, assert_same, check_compiled, one_op
 
-SEED_KINDS = {"AddBackward", "EmbeddingBackward", "SwiGlu", "SwiGluGrad", "LayerNormPreAllGather", "AllGather",
-              "LayerNormPostAllGather"}
+SEED_KINDS = {"AddBackward", "Embedding", "EmbeddingBackward", "SwiGlu", "SwiGluGrad", "LayerNormPreAllGather",
+              "AllGather", "LayerNormPostAllGather"}
 #: the JSON graphs under specs/ with a seed op (the others belong to other families' tests)
 SPECS = [p for p in sorted(SPEC_DIR.glob("*.json"))
          if SEED_KINDS & {op["kind"] for op in json.loads(p.read_text())["graph"]}]
@@ -170,6 +170,53 @@ def test_embedding_bw_index_out_of_range(it, bad):
     assert str(err.value) == str(ref_err.value)
     assert "position [2, 1]" in str(err.value) and f"found {bad}" in str(err.value)
     assert (out == 3.25).all()  # the caller's output is left untouched
+
+
+# ------------------------------------------------------------------ Embedding
+def emb(it, wdt, idx_shape, rows, dim, idx_strides=None, w_strides=None, out_strides=None):
+    return one_op("Embedding", [(it, idx_shape, idx_strides), (wdt, [rows, dim], w_strides)],
+                  [(wdt, list(idx_shape) + [dim], out_strides)])
+
+
+@pytest.mark.parametrize("it", ["s32", "u32", "s64"])
+@pytest.mark.parametrize("wdt", FLOATS)
+def test_embedding_dtypes(it, wdt):
+    """Rows copied bit for bit (the reference's rows, every weight and index dtype)."""
+    g = emb(it, wdt, [3, 40], 12, 24)
+    check_compiled(g, emb_inputs(g, 12), exact=True)
+
+
+def test_embedding_parallel_strided(parallel):
+    """Tokens in parallel; indices transposed, weight rows and dst rows with gaps."""
+    g = emb("s32", "bf16", [4, 60], 50, 16, idx_strides=[1, 4], w_strides=[20, 1], out_strides=[60 * 18, 18, 1])
+    check_compiled(g, emb_inputs(g, 50), exact=True, parallel=True)
+
+
+@pytest.mark.parametrize("idx_shape, rows, dim", [([], 5, 8), ([3, 4], 5, 0), ([0, 4], 5, 8), ([0, 4], 0, 8)])
+def test_embedding_rank_0_and_empty(idx_shape, rows, dim):
+    g = emb("s64", "f32", idx_shape, rows, dim)
+    (got,) = check_compiled(g, emb_inputs(g, max(rows, 1)), exact=True).values()
+    assert got.shape == tuple(idx_shape) + (dim,)
+
+
+@pytest.mark.parametrize("it, bad", [("s32", -1), ("s32", 7), ("u32", 1000), ("s64", 2**40)])
+def test_embedding_index_out_of_range(it, bad, parallel):
+    """The reference's RuntimeFault (the first bad position), raised before a row
+    is copied, on the parallel path too: the caller's output is left untouched."""
+    for shape in ([3, 4], [30, 40]):
+        g = emb(it, "f32", shape, 7, 5)
+        inputs = emb_inputs(g, 7, repeats=False)
+        inputs[0][2, 1] = inputs[0][2, 3] = bad
+        with pytest.raises(graphc.RuntimeFault) as ref_err:
+            reference.run(g, inputs)
+        out = np.full(shape + [5], 3.25, np.float32)
+        with pytest.raises(graphc.RuntimeFault) as err:
+            g.get_partitions()[0].compile().execute(inputs, outputs=[out])
+        assert str(err.value) == str(ref_err.value)
+        assert "position [2, 1]" in str(err.value) and f"found {bad}" in str(err.value)
+        assert (out == 3.25).all()
+        with pytest.raises(graphc.RuntimeFault):
+            graphc.run(g, inputs)
 
 
 # --------------------------------------------------------------- SwiGlu family

@@ -47,6 +47,20 @@ def test_add_bw_scalar_operand():
     assert_close(da, ta.grad.numpy(), "f32", ORACLE)
 
 
+# ------------------------------------------------------------------ Embedding
+@pytest.mark.parametrize("dt", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("it", [np.int32, np.uint32, np.int64])
+@pytest.mark.parametrize("padding_idx", [None, 3], ids=["", "padding_idx"])   # (torch's forward ignores it)
+def test_embedding(dt, it, padding_idx):
+    rng = np.random.default_rng(5)
+    w = data(rng, [9, 6], dt)
+    idx = rng.integers(0, 9, (2, 3, 4)).astype(it)
+    (dst,) = run_single("Embedding", [idx, w], [(dt, [-1] * 4)])
+    want = TF.embedding(torch.from_numpy(idx.astype(np.int64)), to_torch(w), padding_idx=padding_idx)
+    assert dst.shape == (2, 3, 4, 6)
+    assert_close(dst, to_numpy(want), dt, ORACLE)
+
+
 # ------------------------------------------------------------ EmbeddingBackward
 def torch_embedding_grad(idx, num, dy, padding_idx=None):
     dim = dy.shape[-1]
