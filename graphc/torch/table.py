@@ -102,15 +102,34 @@ _UNARY = {aten.relu.default: "ReLU", aten.tanh.default: "Tanh", aten.sigmoid.def
           aten.exp.default: "Exp", aten.sqrt.default: "Sqrt", aten.abs.default: "Abs", aten.log.default: "Log"}
 
 
-@row(list(_UNARY), "ReLU / Tanh / Sigmoid / Exp / Sqrt / Abs / Log")
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def _pointwise(b, n, kind, **attrs):
+    """A one-operand pointwise op; on a reshape of a value the region computes (a
+    Linear's [rows, out] seen as [batch, seq, out]) it is applied before the
+    reshape, so the GEMM's post-op pattern takes it (the reshape's own view, then
+    unread, moves no data)."""
+    src = n.args[0]
+    if isinstance(src, torch.fx.Node) and src.target in _RESHAPES and len(src.users) == 1 and \
+            isinstance(src.args[0], torch.fx.Node) and src.args[0].op != "placeholder" and src.args[0] in b.env:
+        inner = b.value(src.args[0])
+        if not isinstance(inner, tuple):
+            y = b.op(kind, [inner], [b.tmp(inner)], **attrs)
+            out = b.out(n)
+            return b.op("StaticReshape", [y], [out], shape=list(out.shape), special_zero=False)
+    return b.op(kind, [b.value(src)], [b.out(n)], **attrs)
+
+
+@row(list(_UNARY), "ReLU / Tanh / Sigmoid / Exp / Sqrt / Abs / Log (before a reshape it reads)")
 def _unary(b, n):
-    return b.op(_UNARY[n.target], [b.value(n.args[0])], [b.out(n)])
+    return _pointwise(b, n, _UNARY[n.target])
 
 
-@row([aten.gelu.default], "GELU (gelu_erf, gelu_tanh)")
+@row([aten.gelu.default], "GELU (gelu_erf, gelu_tanh; before a reshape it reads)")
 def _gelu(b, n):
     mode = "gelu_tanh" if n.kwargs.get("approximate", "none") == "tanh" else "gelu_erf"
-    return b.op("GELU", [b.value(n.args[0])], [b.out(n)], mode=mode)
+    return _pointwise(b, n, "GELU", mode=mode)
 
 
 @row([aten.pow.Tensor_Scalar], "Pow", says="a number exponent")

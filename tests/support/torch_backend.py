@@ -55,6 +55,7 @@ class Lowered:
         total = sum(r.aten_nodes for r in reports)
         self.coverage = sum(r.in_graphc for r in reports) / total if total else 0.0
         self.regions = sum(r.regions for r in reports)
+        self.partitions = sum(r.partitions for r in reports)
         self.graphc_ops = Counter()   # graphc op kind -> count
         for r in reports:
             self.graphc_ops.update(r.graphc_ops)

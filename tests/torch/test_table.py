@@ -129,6 +129,18 @@ def test_inference_batch_norm_folds_under_autocast():
     assert "BatchNormInference" not in lowered.graphc_ops, lowered.graphc_ops
 
 
+@pytest.mark.parametrize("act", [F.gelu, torch.tanh], ids=["gelu", "tanh"])
+def test_an_activation_after_a_linears_reshape_is_its_post_op(act):
+    """Linear on [batch, seq, in] is addmm on [rows, in] and a view: the activation
+    moves before the view, into the MatMul's partition."""
+    lin = torch.nn.Linear(16, 32).eval()
+    with torch.no_grad():
+        lin.weight.copy_(_r(32, 16)); lin.bias.copy_(_r(32, seed=3))
+    lowered = check_against_eager(lambda x: act(lin(x)), _r(2, 8, 16), table=ORACLE)
+    assert lowered.coverage == 1.0, lowered.fallback
+    assert lowered.partitions == 1
+
+
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
 def test_low_precision_rows(dt):
     fn = lambda x, w, b: F.softmax(F.gelu(F.linear(F.layer_norm(x, (8,)), w, b)), -1)  # noqa: E731
