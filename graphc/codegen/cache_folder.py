@@ -63,6 +63,8 @@ def _runtime_digest() -> str:
             h.update(path.read_bytes())
         h.update(b"dnnl" if dnnl_path() else b"mkl" if mkl_path() else b"openblas")
         h.update(b"+bf16tile" if bf16_tile_available() else b"")   # (gemm_bf16's road, fixed when compiled)
+        from .runtime import F16C
+        h.update(b"+f16c" if F16C else b"")   # (the f16 conversions' road, fixed when compiled)
         _runtime_tag = h.hexdigest()[:12]
     return _runtime_tag
 

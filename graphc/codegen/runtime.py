@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir as llvm_ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
@@ -113,8 +114,44 @@ def f32_to_bf16(f):
 
 
 # ---------------------------------------------------------------------- f16
+def _has_f16c() -> bool:
+    """Kernels are compiled for this machine's CPU (numba's default) and it converts
+    f16 in hardware (F16C: vcvtph2ps / vcvtps2ph, which LLVM's fpext and fptrunc
+    between half and float become, vectorised).  Elsewhere LLVM would call a
+    runtime library numba's JIT does not link: the integer code below serves."""
+    from numba.core import config
+    from llvmlite import binding
+    if config.CPU_NAME not in (None, "host"):
+        return False
+    try:
+        return bool(binding.get_host_cpu_features().get("f16c"))
+    except RuntimeError:
+        return False
+
+
+F16C = _has_f16c()
+
+
+@intrinsic
+def _half_bits_to_f32(typingctx, h):
+    sig = types.float32(types.uint16)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], llvm_ir.HalfType()), llvm_ir.FloatType())
+    return sig, codegen
+
+
+@intrinsic
+def _f32_to_half_bits(typingctx, f):
+    sig = types.uint16(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], llvm_ir.HalfType()), llvm_ir.IntType(16))
+    return sig, codegen
+
+
 @njit(**_JIT)
-def f16_to_f32(h):
+def _f16_to_f32_int(h):
     h = np.uint32(h)
     sign = (h & np.uint32(0x8000)) << np.uint32(16)
     exp = (h >> np.uint32(10)) & np.uint32(0x1F)
@@ -131,7 +168,7 @@ def f16_to_f32(h):
 
 
 @njit(**_JIT)
-def f32_to_f16(f):
+def _f32_to_f16_int(f):
     u = _bitcast_f32_u32(np.float32(f))
     sign = np.uint32((u >> np.uint32(16)) & np.uint32(0x8000))
     a = u & np.uint32(0x7FFFFFFF)
@@ -150,6 +187,18 @@ def f32_to_f16(f):
     lsb = (a >> np.uint32(13)) & np.uint32(1)
     a = a + np.uint32(0xFFF) + lsb
     return np.uint16(sign | ((a - np.uint32(0x38000000)) >> np.uint32(13)))
+
+
+if F16C:   # (the same values; a NaN keeps its payload, quieted, where the integer code makes it 0x7E00)
+    @njit(**_JIT)
+    def f16_to_f32(h):
+        return _half_bits_to_f32(np.uint16(h))
+
+    @njit(**_JIT)
+    def f32_to_f16(f):
+        return _f32_to_half_bits(np.float32(f))
+else:
+    f16_to_f32, f32_to_f16 = _f16_to_f32_int, _f32_to_f16_int
 
 
 # ---------------------------------------------------------------------- f8
