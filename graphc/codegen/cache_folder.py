@@ -30,6 +30,7 @@ import numba
 from . import helpers
 from .bf16_tile import available as bf16_tile_available
 from .blas_import import dnnl_path, mkl_path
+from .cpu import has_f16c
 
 #: bumped when the layout or format of the files in the cache folder changes
 _FORMAT = 2
@@ -63,8 +64,7 @@ def _runtime_digest() -> str:
             h.update(path.read_bytes())
         h.update(b"dnnl" if dnnl_path() else b"mkl" if mkl_path() else b"openblas")
         h.update(b"+bf16tile" if bf16_tile_available() else b"")   # (gemm_bf16's road, fixed when compiled)
-        from .runtime import F16C
-        h.update(b"+f16c" if F16C else b"")   # (the f16 conversions' road, fixed when compiled)
+        h.update(b"+f16c" if has_f16c() else b"")   # (the f16 conversions' road, fixed when compiled)
         _runtime_tag = h.hexdigest()[:12]
     return _runtime_tag
 

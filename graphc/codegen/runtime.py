@@ -14,6 +14,8 @@ from llvmlite import ir as llvm_ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
+from .cpu import has_f16c
+
 
 @intrinsic
 def _bitcast_u32_f32(typingctx, u):
@@ -114,22 +116,7 @@ def f32_to_bf16(f):
 
 
 # ---------------------------------------------------------------------- f16
-def _has_f16c() -> bool:
-    """Kernels are compiled for this machine's CPU (numba's default) and it converts
-    f16 in hardware (F16C: vcvtph2ps / vcvtps2ph, which LLVM's fpext and fptrunc
-    between half and float become, vectorised).  Elsewhere LLVM would call a
-    runtime library numba's JIT does not link: the integer code below serves."""
-    from numba.core import config
-    from llvmlite import binding
-    if config.CPU_NAME not in (None, "host"):
-        return False
-    try:
-        return bool(binding.get_host_cpu_features().get("f16c"))
-    except RuntimeError:
-        return False
-
-
-F16C = _has_f16c()
+F16C = has_f16c()   # (the f16 conversions below: F16C's where kernels are compiled for a CPU with it)
 
 
 @intrinsic
