@@ -226,13 +226,18 @@ def _to_copy_guard(n):
             n.kwargs.get("memory_format") not in (None, torch.preserve_format):
         return f"arguments {sorted(extra) or 'layout / memory_format'}"
     src, dst = DTYPES.get(meta(n.args[0]).dtype), DTYPES.get(meta(n).dtype)
+    if dst == "boolean" and src in FLOAT + ("s32", "s64"):
+        return None
     return None if src != dst and (dst == "f32" or src == "f32" and dst in FLOAT) else f"a cast {src} -> {dst}"
 
 
-@row([aten._to_copy.default], "TypeCast", dtypes=FLOAT + ("s32", "s64", "boolean"),
-     says="f32 <-> bf16 / f16 (autocast's casts); s32, s64, bool -> f32", guard=_to_copy_guard)
+@row([aten._to_copy.default], "TypeCast; NotEqual (0) to bool", dtypes=FLOAT + ("s32", "s64", "boolean"),
+     says="f32 <-> bf16 / f16 (autocast's casts); s32, s64, bool -> f32; numbers -> bool", guard=_to_copy_guard)
 def _to_copy(b, n):
-    return b.op("TypeCast", [b.value(n.args[0])], [b.out(n)])
+    x, out = b.value(n.args[0]), b.out(n)
+    if out.dtype == "boolean":
+        return b.op("NotEqual", [x, b.constant(np.zeros((), x.dtype.np))], [out])
+    return b.op("TypeCast", [x], [out])
 
 
 # ------------------------------------------------------------------ embedding

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ..interop import as_array
+from ..types import DataType
 from .build import DTYPES, FLOAT, meta
 from .table import BROADCASTING, _binary, _binary_guard, _users_of_outputs, row
 
@@ -39,6 +40,10 @@ def _operands_guard(n, result_of):
         return "a float number with an integer tensor"
     if any(_dtype(a) == "bool" for a in args):
         return "a bool number"
+    if dt in INT:
+        info = np.iinfo(DataType(dt).np)
+        if any(_dtype(a) == "int" and not info.min <= a <= info.max for a in args):
+            return f"a number out of {dt}'s range"
     out = DTYPES.get(meta(n).dtype)
     return None if out == result_of(dt) else f"a result of dtype {out} from {dt} operands"
 
