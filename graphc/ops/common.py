@@ -206,6 +206,6 @@ def unbroadcast(g: np.ndarray, shape) -> np.ndarray:
     return g.reshape(shape)
 
 
-__all__ = ["is_pointwise", "is_indexed", "Elementwise", "Unary", "UnaryBackward", "Binary", "Predicate", "AUTO_BROADCAST",
-           "binary_shape", "unbroadcast", "wrapped", "INT_ROWS",
-           "same_shape_as", "merged_shape", "same_dtype", "F"]
+__all__ = ["is_pointwise", "is_indexed", "Elementwise", "Unary", "UnaryBackward", "Binary", "Predicate",
+           "AUTO_BROADCAST", "binary_shape", "unbroadcast", "wrapped", "INT_ROWS", "same_shape_as", "merged_shape",
+           "same_dtype", "F"]

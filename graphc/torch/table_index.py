@@ -11,7 +11,7 @@ import torch
 from ..interop import as_array
 from ..types import DataType
 from .build import DTYPES, FLOAT, meta
-from .table import BROADCASTING, _binary, _binary_guard, _users_of_outputs, row
+from .table import ANY, BROADCASTING, _binary, _binary_guard, _users_of_outputs, row
 
 aten = torch.ops.aten
 INT = ("s32", "s64")
@@ -54,8 +54,8 @@ def _number(b, v, like):
 
 
 # ------------------------------------------------------------------ arithmetic
-_ARITH = {aten.add.Tensor: "Add", aten.sub.Tensor: "Subtract", aten.mul.Tensor: "Multiply",
-          aten.add.Scalar: "Add", aten.sub.Scalar: "Subtract", aten.mul.Scalar: "Multiply"}
+_TENSOR_ARITH = {aten.add.Tensor: "Add", aten.sub.Tensor: "Subtract", aten.mul.Tensor: "Multiply"}
+_ARITH = {**_TENSOR_ARITH, aten.add.Scalar: "Add", aten.sub.Scalar: "Subtract", aten.mul.Scalar: "Multiply"}
 
 
 def _arith_guard(n):
@@ -64,7 +64,7 @@ def _arith_guard(n):
     if DTYPES.get(meta(n).dtype) in FLOAT:   # (floats of any kinds, as the Add / ... rows took them)
         if any(_dtype(a) not in FLOAT for a in n.args[:2] if isinstance(a, torch.fx.Node)):
             return "an integer operand with a float result"
-        return _binary_guard(n) if n.target in BROADCASTING else None
+        return _binary_guard(n) if n.target in _TENSOR_ARITH else None
     return _operands_guard(n, lambda dt: dt)
 
 
@@ -73,7 +73,7 @@ def _arith_guard(n):
      guard=_arith_guard)
 def _arith(b, n):
     out = b.out(n)
-    if out.dtype.is_float and n.target in BROADCASTING:
+    if out.dtype.is_float and n.target in _TENSOR_ARITH:   # (as table.py's floating binary ops)
         return _binary(b, n)
     x, y = (b.value(a) if isinstance(a, torch.fx.Node) else _number(b, a, out) for a in n.args[:2])
     return b.op(_ARITH[n.target], [x, y], [out])
@@ -117,12 +117,15 @@ BROADCASTING.update(t for t in list(_COMPARE_TARGETS) + list(_LOGICAL) if t.name
 
 
 # ------------------------------------------------------------------ constants
+_SIZED = (aten.full.default, aten.zeros.default, aten.ones.default)   # (their first argument: a size)
+
+
 def _numbers_guard(n):
     if n.kwargs.get("layout") not in (None, torch.strided):
         return "layout"
-    if any(not isinstance(a, (int, float, bool)) for a in (n.args[1:] if n.target is aten.full.default else n.args)):
+    if any(not isinstance(a, (int, float, bool)) for a in (n.args[1:] if n.target in _SIZED else n.args)):
         return "not numbers"
-    if n.target is aten.full.default and not all(isinstance(d, int) for d in n.args[0]):
+    if n.target in _SIZED and not all(isinstance(d, int) for d in n.args[0]):
         return "not a static size"
     return None
 
@@ -145,7 +148,7 @@ def _arange(b, n):
     return b.constant(_eager(torch.arange, *n.args, dtype=meta(n).dtype))
 
 
-@row([aten.full.default, aten.zeros.default, aten.ones.default], CONSTANT_OPS, dtypes=FLOAT + INT + ("boolean",),
+@row(list(_SIZED), CONSTANT_OPS, dtypes=FLOAT + INT + ("boolean",),
      says="a number and a static size", guard=_numbers_guard)
 def _full(b, n):
     t = meta(n)
@@ -180,13 +183,13 @@ def _slice_guard(n):
 SLICES = ("StaticSlice", "StaticSlice, StaticReshape", "StaticSlice (one per output read)")
 
 
-@row([aten.slice.Tensor], SLICES[0], dtypes=tuple(DTYPES.values()), says="step 1", guard=_slice_guard)
+@row([aten.slice.Tensor], SLICES[0], dtypes=ANY, says="step 1", guard=_slice_guard)
 def _slice(b, n):
     args = list(n.args) + [None] * (4 - len(n.args))
     return b.op("StaticSlice", [b.value(n.args[0])], [b.out(n)], **_window(n, _dim(n), args[2], args[3]))
 
 
-@row([aten.select.int], SLICES[1], dtypes=tuple(DTYPES.values()),
+@row([aten.select.int], SLICES[1], dtypes=ANY,
      guard=lambda n: None if isinstance(n.args[2], int) else "index not a number")
 def _select(b, n):
     x, dim, i = b.value(n.args[0]), _dim(n), n.args[2]
@@ -206,7 +209,7 @@ def _sizes(n):
 
 
 @row([aten.split_with_sizes.default, aten.split.Tensor], SLICES[2],
-     dtypes=tuple(DTYPES.values()), says="static sizes",
+     dtypes=ANY, says="static sizes",
      guard=lambda n: None if all(isinstance(s, int) for s in _sizes(n)) else "sizes not numbers")
 def _split(b, n):
     x, dim, used = b.value(n.args[0]), _dim(n, 2), _users_of_outputs(n)

@@ -21,7 +21,8 @@ def test_arithmetic_accepts_integers(kind, dt):
     assert inferred_shape(kind, [(dt, [2]), (dt, [2])], (dt, [-1])) == (2,)
     other = "s64" if dt == "s32" else "s32"
     for ins, out in [((dt, other), dt), ((dt, dt), other), ((dt, "f32"), "f32")]:
-        with pytest.raises(InvalidDataType, match=rf"(?s)op 0 \({kind}\).*found src_0={ins[0]}, src_1={ins[1]}, dst={out}"):
+        found = f"found src_0={ins[0]}, src_1={ins[1]}, dst={out}"
+        with pytest.raises(InvalidDataType, match=rf"(?s)op 0 \({kind}\).*{found}"):
             single_op_graph(kind, [(ins[0], [2]), (ins[1], [2])], [(out, [2])])
 
 
