@@ -249,6 +249,16 @@ def test_an_expand_read_by_two_regions(shape):
     assert lowered.regions == 2 and set(lowered.fallback) == {"aten::cumsum"}, lowered.fallback
 
 
+def test_a_constant_and_an_input_read_by_torch():
+    """A region returning a constant (an arange torch's cumsum reads) copies it into a
+    tensor of its own; one returning an input unchanged (an expand to its own shape) does
+    not take it as an input of its graphc graph."""
+    def fn(i, x):
+        return torch.cumsum(torch.arange(6), 0), x * 2, torch.cumsum(i.expand(1, -1), 0), torch.relu(x)
+    lowered = check_against_eager(fn, torch.arange(6).view(1, 6), _r(6), table=ORACLE)
+    assert set(lowered.fallback) == {"aten::cumsum"} and lowered.regions == 1, lowered.fallback
+
+
 #: (name, function, inputs, the ATen op its guard leaves in torch)
 REFUSED = [
     ("addmm beta", lambda x, w, b: torch.addmm(b, x, w, beta=2.0), (_r(4, 6), _r(6, 5), _r(5)), "aten::addmm"),
