@@ -32,7 +32,8 @@ def _f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
 
 def round_to(x, dt: DataType) -> np.ndarray:
     """Round a float64/complex/int result once to ``dt``'s storage format.
-    Integers round half to even and saturate."""
+    Integers round half to even and saturate (an integer result to s64 or u64,
+    which have no saturating range, is stored as it is)."""
     x = np.asarray(x)
     target = dt.np
     if dt.is_float:
@@ -45,6 +46,8 @@ def round_to(x, dt: DataType) -> np.ndarray:
         return x.astype(np.complex64)
     if dt is DataType.boolean:
         return x.astype(np.bool_)
+    if dt.info.int_range is None and x.dtype.kind in "iub":
+        return x.astype(target)   # (s64, u64: an integer result as it is, wrapped as numpy's)
     lo, hi = _int_range(dt)
     if x.dtype.kind == "f":
         x = np.rint(np.nan_to_num(x, nan=0.0, posinf=hi, neginf=lo))

@@ -179,8 +179,7 @@ class ArrayRef:
                 value = ir.call("f64_to_f32_odd", value)
             return ir.Store(self.buf, at, ir.call(f, value))
         if self.dtype.is_int:
-            lo, hi = self.dtype.info.int_range
-            return ir.Store(self.buf, at, ir.call("sat_round", value, lo, hi))
+            return ir.Store(self.buf, at, _to_int(value, self.dtype))
         return ir.Store(self.buf, at, value)
 
     def load_nd(self, ivars) -> ir.Expr:
@@ -464,6 +463,8 @@ def _narrowed(value: ir.Expr, dtype: DataType):
     int_range = dtype.info.int_range
     if int_range is not None and _int_consts_within(value, *int_range):
         return value   # (a mask's 0 and 1)
+    if int_range is not None and value.op == "cast" and value.args[0] == _INT_CAST.get(dtype.info.kernel_np):
+        return value   # (wrapped to its width)
     if value.op != "call":
         return None
     fn, args = value.args
@@ -474,6 +475,27 @@ def _narrowed(value: ir.Expr, dtype: DataType):
     if _LOAD.get(dtype) == fn and args and args[0].op == "call" and args[0].args[0] == _STORE[dtype]:
         return args[0]
     return None
+
+
+#: numpy integer type -> the IR type (ir.TYPE_CTOR key) of a cast to it
+_INT_CAST = {np.dtype(t): k for k, t in ir.NP_TYPE.items() if np.dtype(t).kind in "iu"}
+
+
+def wrapped(value: ir.Expr, dtype: DataType) -> ir.Expr:
+    """An integer ``value`` (int64 arithmetic, which wraps) wrapped to integer type
+    ``dtype``'s width, as numpy's and torch's arithmetic in that type wraps: a cast
+    to np.int32 for s32 (a store then keeps it as it is); s64 as it is."""
+    key = _INT_CAST[dtype.info.kernel_np]
+    return value if key == "int" else ir.cast(value, key)
+
+
+def _to_int(value: ir.Expr, dtype: DataType) -> ir.Expr:
+    """``value`` as integer type ``dtype`` holds it: rounded half to even and saturated
+    to its range; s64 and u64 (no range) take integers as they are, floats rounded."""
+    if dtype.info.int_range is None:
+        return value if value.dt in ("int", "u64") else ir.i64(ir.call("np.round", value))
+    lo, hi = dtype.info.int_range
+    return ir.call("sat_round", value, lo, hi)
 
 
 def _int_consts_within(e: ir.Expr, lo: int, hi: int) -> bool:
@@ -502,8 +524,7 @@ def as_stored(value, dtype: DataType) -> ir.Expr:
             value = ir.call("f64_to_f32_odd", value)
         return ir.call(_LOAD[dtype], ir.call(f, value))
     if dtype.is_int:
-        lo, hi = dtype.info.int_range
-        return ir.call("sat_round", value, lo, hi)
+        return _to_int(value, dtype)
     if dtype is DataType.f32:
         return ir.f32(value)
     return value

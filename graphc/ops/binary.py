@@ -1,12 +1,19 @@
-"""Binary elementwise ops with numpy broadcasting, GreaterEqual and Select
+"""Binary elementwise ops with numpy broadcasting, the comparisons and Select
 (docs: Add.md, Subtract.md, Multiply.md, Divide.md, Maximum.md, Minimum.md,
 SquaredDifference.md, GreaterEqual.md, Select.md); their lowering is
-graphc/codegen/rules/binary.py."""
+graphc/codegen/rules/binary.py.
+
+graphc's extensions to oneDNN Graph's op set, for frameworks' index and mask
+arithmetic (graphc.torch): the integer rows of Add, Subtract and Multiply (s32 and
+s64, wrapping as numpy's and torch's integers do: common.INT_ROWS), GreaterEqual's
+s64 row, the comparisons Equal, NotEqual, Greater, Less and LessEqual (the types
+GreaterEqual takes, a boolean dst), and LogicalAnd, LogicalOr and LogicalNot on
+booleans.  They load and save in oneDNN JSON like any op."""
 from __future__ import annotations
 
 import numpy as np
 
-from .common import AUTO_BROADCAST, Binary, Elementwise, binary_shape, summed_in_f32
+from .common import AUTO_BROADCAST, Binary, Elementwise, Predicate, binary_shape, summed_in_f32
 from .schema import DtypeTable, In, Out, bad_shape
 
 FLOAT_ROWS = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16")]
@@ -45,7 +52,6 @@ class Subtract(Binary):
 class Multiply(Binary):
     kind = "Multiply"
     doc = "dst = src_0 * src_1"
-    dtypes = MIXED_FLOAT
 
     def fn(self, op, a, b):
         return a * b
@@ -109,14 +115,100 @@ class SquaredDifference(Binary):
         return g, em.neg(g) if em.wants(op.inputs[1]) else None
 
 
-class GreaterEqual(Binary):
+#: the comparisons' operands: both of one floating or integer type (s64: graphc's extension)
+COMPARE = DtypeTable(["src_0|src_1", "dst"], [(dt, "boolean") for dt in ("f32", "bf16", "f16", "s32", "s64")])
+
+
+class GreaterEqual(Predicate):
     kind = "GreaterEqual"
     doc = "dst = src_0 >= src_1, a boolean tensor"
-    dtypes = DtypeTable(["src_0|src_1", "dst"],
-                        [("f32", "boolean"), ("bf16", "boolean"), ("f16", "boolean"), ("s32", "boolean")])
+    dtypes = COMPARE
 
     def fn(self, op, a, b):
         return a >= b
+
+
+class Greater(Predicate):
+    kind = "Greater"
+    doc = "dst = src_0 > src_1, a boolean tensor; graphc's own op"
+    dtypes = COMPARE
+
+    def fn(self, op, a, b):
+        return a > b
+
+
+class Less(Predicate):
+    kind = "Less"
+    doc = "dst = src_0 < src_1, a boolean tensor; graphc's own op"
+    dtypes = COMPARE
+
+    def fn(self, op, a, b):
+        return a < b
+
+
+class LessEqual(Predicate):
+    kind = "LessEqual"
+    doc = "dst = src_0 <= src_1, a boolean tensor; graphc's own op"
+    dtypes = COMPARE
+
+    def fn(self, op, a, b):
+        return a <= b
+
+
+class Equal(Predicate):
+    kind = "Equal"
+    doc = "dst = src_0 == src_1, a boolean tensor; graphc's own op"
+    dtypes = COMPARE
+
+    def fn(self, op, a, b):
+        return a == b
+
+
+class NotEqual(Predicate):
+    kind = "NotEqual"
+    doc = "dst = src_0 != src_1, a boolean tensor (true where either is NaN); graphc's own op"
+    dtypes = COMPARE
+
+    def fn(self, op, a, b):
+        return a != b
+
+
+LOGICAL = DtypeTable(["src_0|src_1|dst"], [("boolean",)])
+
+
+class LogicalAnd(Predicate):
+    kind = "LogicalAnd"
+    doc = "dst = src_0 and src_1, on booleans; graphc's own op"
+    dtypes = LOGICAL
+
+    def fn(self, op, a, b):
+        return a & b
+
+
+class LogicalOr(Predicate):
+    kind = "LogicalOr"
+    doc = "dst = src_0 or src_1, on booleans; graphc's own op"
+    dtypes = LOGICAL
+
+    def fn(self, op, a, b):
+        return a | b
+
+
+class LogicalNot(Elementwise):
+    """Not a Unary (the catalog takes those as float post-ops)."""
+
+    kind = "LogicalNot"
+    family = "binary"
+    doc = "dst = not src, on booleans; graphc's own op"
+    inputs = (In("src"),)
+    outputs = (Out("dst"),)
+    dtypes = DtypeTable(["src|dst"], [("boolean",)])
+
+    def infer(self, op):
+        return [op.inputs[0].shape]
+
+    def reference(self, op, src):
+        return (~src,)
 
 
 def routed(op, em, dy, first, second):

@@ -134,6 +134,20 @@ def binary_shape(op, a, b):
     return broadcast_shapes(op, a, b)
 
 
+#: the integer rows of the arithmetic binary ops (Add, Subtract, Multiply): all three ports
+#: s32, or all three s64 -- graphc's extension to oneDNN's tables (its Add, Subtract and
+#: Multiply take floats only), for frameworks' index arithmetic.  The result wraps modulo
+#: 2^32 or 2^64, as numpy's and torch's integers do (:func:`wrapped`).
+INT_ROWS = [("s32", "s32", "s32"), ("s64", "s64", "s64")]
+
+
+def wrapped(v: np.ndarray, dt: DataType) -> np.ndarray:
+    """An integer result (computed in int64, whose arithmetic numpy wraps) wrapped to
+    ``dt``'s width, as numpy's and torch's integer arithmetic in that type gives it;
+    other results as they are."""
+    return np.asarray(v).astype(dt.np) if dt.is_int else v
+
+
 class Binary(Elementwise):
     """dst = f(src_0, src_1) with numpy broadcasting (or none)."""
 
@@ -141,9 +155,9 @@ class Binary(Elementwise):
     inputs = (In("src_0"), In("src_1"))
     outputs = (Out("dst"),)
     attrs = (AUTO_BROADCAST,)
-    #: any floating types (oneDNN's Add/Subtract schemas: T1, T2, T3 independent), or s32
-    dtypes = DtypeTable(["src_0", "src_1", "dst"],
-                        [("f32,bf16,f16", "f32,bf16,f16", "f32,bf16,f16"), ("s32", "s32", "s32")])
+    #: any floating types (oneDNN's Add/Subtract schemas: T1, T2, T3 independent), or
+    #: integers (:data:`INT_ROWS`)
+    dtypes = DtypeTable(["src_0", "src_1", "dst"], [("f32,bf16,f16", "f32,bf16,f16", "f32,bf16,f16")] + INT_ROWS)
 
     def infer(self, op):
         return [binary_shape(op, op.inputs[0].shape, op.inputs[1].shape)]
@@ -152,7 +166,7 @@ class Binary(Elementwise):
         raise NotImplementedError
 
     def reference(self, op, a, b):
-        return (self.fn(op, a, b),)
+        return (wrapped(self.fn(op, a, b), op.outputs[0].dtype),)
 
     def partials(self, op, em, dy):
         """The gradients of src_0 and src_1 in dst's shape (before summing over
@@ -162,6 +176,12 @@ class Binary(Elementwise):
     def vjp(self, op, em):
         partials = self.partials(op, em, summed_in_f32(op, em))
         return [None if g is None or not em.wants(t) else em.sum_to(g, t.shape) for g, t in zip(partials, op.inputs)]
+
+
+class Predicate(Binary):
+    """dst = a boolean of src_0 and src_1: the comparisons (GreaterEqual, Equal, ...)
+    and the logical ops on booleans.  No derivative, no wrapping; never a post-op of a
+    numeric chain (the fusion catalog's BINARY list leaves them out)."""
 
 
 def summed_in_f32(op, em):
@@ -186,5 +206,6 @@ def unbroadcast(g: np.ndarray, shape) -> np.ndarray:
     return g.reshape(shape)
 
 
-__all__ = ["is_pointwise", "is_indexed", "Elementwise", "Unary", "UnaryBackward", "Binary", "AUTO_BROADCAST", "binary_shape", "unbroadcast",
-           "same_shape_as", "merged_shape", "same_dtype", "F"]
+__all__ = ["is_pointwise", "is_indexed", "Elementwise", "Unary", "UnaryBackward", "Binary", "Predicate",
+           "AUTO_BROADCAST", "binary_shape", "unbroadcast", "wrapped", "INT_ROWS", "same_shape_as", "merged_shape",
+           "same_dtype", "F"]

@@ -15,6 +15,10 @@ from .common import Elementwise, merged_shape
 from .schema import Attr, DtypeTable, In, OpSchema, Out, bad_shape, norm_axis, same_dtype
 
 SAME_FLOAT = same_dtype("src|dst", "f32,bf16,f16")
+#: the views (StaticReshape, StaticTranspose, StaticSlice) move values of any of these types
+#: unchanged: graphc's extension to oneDNN's tables (floats), for frameworks' integer and
+#: boolean views (index arithmetic, masks)
+ANY_VIEW = same_dtype("src|dst", "f32,bf16,f16,f64,s32,s64,s8,u8,boolean")
 
 
 class Concat(OpSchema):
@@ -77,7 +81,7 @@ class StaticReshape(OpSchema):
     attrs = (Attr("shape", "s64[]", check=lambda v: all(d >= -1 for d in v) and list(v).count(-1) <= 1,
                   check_doc="dims >= 0, with at most one -1"),
              Attr("special_zero", "bool"))
-    dtypes = SAME_FLOAT
+    dtypes = ANY_VIEW
 
     def target(self, op, src) -> tuple:
         """dst shape for a src shape (-1 for unknown dims)."""
@@ -123,7 +127,7 @@ class StaticTranspose(OpSchema):
     inputs = (In("src"),)
     outputs = (Out("dst"),)
     attrs = (Attr("order", "s64[]"),)
-    dtypes = SAME_FLOAT
+    dtypes = ANY_VIEW
 
     def order(self, op) -> tuple:
         order, rank = op.attr("order"), op.inputs[0].ndim
@@ -173,7 +177,7 @@ class StaticSlice(OpSchema):
     attrs = (Attr("begin", "s64[]", doc="first index taken, one per listed axis"),
              Attr("end", "s64[]", doc="one past the last index taken, one per listed axis"),
              Attr("axes", "s64[]", None, doc="the sliced axes; default 0 .. len(begin) - 1"))
-    dtypes = SAME_FLOAT
+    dtypes = ANY_VIEW
 
     def axes(self, op, rank) -> tuple:
         begin, end, axes = op.attr("begin"), op.attr("end"), op.attr("axes")
@@ -276,4 +280,6 @@ class Reorder(SameShape):
 class TypeCast(SameShape):
     kind = "TypeCast"
     doc = "converts src to dst's dtype, rounding to nearest even"
-    dtypes = DtypeTable(["src", "dst"], [("bf16,f16", "f32"), ("f32", "bf16,f16")])
+    #: oneDNN's rows, and graphc's extension: integers and booleans to f32 (frameworks' masks
+    #: made floats), rounding to nearest even as numpy and torch convert
+    dtypes = DtypeTable(["src", "dst"], [("bf16,f16", "f32"), ("f32", "bf16,f16"), ("s32,s64,boolean", "f32")])

@@ -22,6 +22,7 @@ from ..errors import GraphcError
 from .build import RegionBuilder, dense_strides, meta
 from .region import GraphcRegion
 from .table import EXPAND_OPS, TABLE, reason_not_taken
+from .table_index import CONSTANT_OPS, SLICES
 
 
 class GraphcFallbackWarning(UserWarning):
@@ -56,8 +57,8 @@ def _is_aten(node) -> bool:
 
 
 def _computes(nodes) -> bool:
-    """A region worth a graphc call: it has an op that is not a view."""
-    views = {"StaticReshape", "StaticTranspose", "StaticReshape (identity)", EXPAND_OPS}
+    """A region worth a graphc call: it has an op that is not a view (nor a constant)."""
+    views = {"StaticReshape", "StaticTranspose", "StaticReshape (identity)", EXPAND_OPS, CONSTANT_OPS, *SLICES}
     return any(_is_aten(n) and TABLE[n.target].ops not in views for n in nodes)
 
 
@@ -137,6 +138,15 @@ def _convert(b: RegionBuilder, node):
         raise Unimplemented(f"graphc.torch cannot convert these arguments ({type(e).__name__}: {e})") from e
 
 
+def _computed(b: RegionBuilder, node, lt):
+    """A region output ``lt`` of ``node``: a constant tensor (arange, full) is copied
+    into a tensor of its own (the constant tensor cache computes it once)."""
+    if lt is None or isinstance(lt, tuple) or lt.id not in b.constants:
+        return lt
+    b.current = node
+    return b.op("StaticReshape", [lt], [b.out(node)], shape=list(lt.shape), special_zero=False)
+
+
 def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
     """(the region ``sub`` (called by node ``call``) compiled, None, None), or
     when graphc refuses it (None, the name of the node it refused or None, the
@@ -161,7 +171,7 @@ def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
             else:
                 b.current = node
                 b.env[node] = _convert(b, node)
-        outs = [b.env.get(r) for r in results]
+        outs = [_computed(b, r, b.env.get(r)) for r in results]
         inputs = {tid for _, tid in b.inputs}
         # an expand folded away is its input (computed here or the region's): the region
         # returns it expanded, a torch view (as eager's expand is)
@@ -172,7 +182,9 @@ def _compile_region(sub: torch.fx.GraphModule, call, constants, warn: bool):
                for o, r in zip(outs, results)):
             raise graphc.Unimplemented("a region output graphc does not compute")
         computed = list(dict.fromkeys(o.id for o in outs if o.id not in inputs))
-        b.graph.set_ports(inputs=[tid for _, tid in b.inputs] + list(b.constants), outputs=computed)
+        read = {t.id for op in b.graph.ops.values() for t in op.inputs}   # (an input only returned, expanded, is not)
+        b.graph.set_ports(inputs=[tid for _, tid in b.inputs if tid in read] + [t for t in b.constants if t in read],
+                          outputs=computed)
         compiled = graphc.compile(b.graph)
     except GraphcError as e:
         at = b.origin.get(getattr(getattr(e, "op", None), "id", None), node)

@@ -37,7 +37,9 @@ class GraphcRegion(torch.nn.Module):
         self.compiled = compiled
         self.input_ids = list(input_ids)
         self.output_ids = list(output_ids)
-        self.constants = dict(constants)
+        #: the inputs graphc reads (an input the region only returns, expanded, is not fed)
+        self.fed = set(compiled.graph.input_ports)
+        self.constants = {tid: a for tid, a in constants.items() if tid in self.fed}
         self.aten_nodes = aten_nodes      # the ATen nodes it replaces (for explain)
         computed = [tid for tid in dict.fromkeys(self.output_ids) if tid not in self.input_ids]
         self.layouts = dict(zip(computed, _output_layouts(compiled, computed)))
@@ -49,7 +51,7 @@ class GraphcRegion(torch.nn.Module):
         #: the arguments that are constant tensors (parameters in inference), and the
         #: (storage, version) of each when the constant outputs were kept
         self.constant_args = [k for k, tid in enumerate(self.input_ids)
-                              if tid is not None and compiled.graph.tensors[tid].property_type is PropertyType.constant]
+                              if tid in self.fed and compiled.graph.tensors[tid].property_type is PropertyType.constant]
         self._seen = None
 
     def _constants_unchanged(self, args) -> None:
@@ -74,7 +76,7 @@ class GraphcRegion(torch.nn.Module):
         if self.constant_args:
             self._constants_unchanged(args)
         feed = dict(self.constants)
-        feed.update((tid, as_array(a)) for tid, a in zip(self.input_ids, args) if tid is not None)
+        feed.update((tid, as_array(a)) for tid, a in zip(self.input_ids, args) if tid in self.fed)
         # (an output that is a view of an input, a reshape alone, is written into its
         # own buffer too: the FX graph is functional and may hand it to code that writes it)
         buffers = {tid: torch.empty_strided(shape, strides, dtype=dtype)

@@ -82,20 +82,18 @@ def _binary_guard(n):
     return None
 
 
-@row(list(_BINARY), "Add / Subtract / Multiply / Divide / Maximum / Minimum",
-     says="alpha = 1; a number operand is a constant tensor", guard=_binary_guard)
+@row([aten.div.Tensor, aten.maximum.default, aten.minimum.default], "Divide / Maximum / Minimum",
+     says="a number operand is a constant tensor", guard=_binary_guard)
 def _binary(b, n):
     out = b.out(n)
     x, y = (b.value(a, like=out) for a in n.args[:2])
     return b.op(_BINARY[n.target], [x, y], [out])
 
 
-@row([aten.mul.Scalar, aten.div.Scalar, aten.add.Scalar, aten.sub.Scalar], "Multiply / Divide / Add / Subtract",
-     says="a constant tensor of the number")
+@row([aten.div.Scalar], "Divide", says="a constant tensor of the number")
 def _binary_scalar(b, n):
-    kind = {"mul": "Multiply", "div": "Divide", "add": "Add", "sub": "Subtract"}[n.target.__name__.split(".")[0]]
     out = b.out(n)
-    return b.op(kind, [b.value(n.args[0]), b.value(n.args[1], like=out)], [out])
+    return b.op("Divide", [b.value(n.args[0]), b.value(n.args[1], like=out)], [out])
 
 
 _UNARY = {aten.relu.default: "ReLU", aten.tanh.default: "Tanh", aten.sigmoid.default: "Sigmoid",
@@ -249,12 +247,18 @@ def _to_copy_guard(n):
             n.kwargs.get("memory_format") not in (None, torch.preserve_format):
         return f"arguments {sorted(extra) or 'layout / memory_format'}"
     src, dst = DTYPES.get(meta(n.args[0]).dtype), DTYPES.get(meta(n).dtype)
-    return None if src != dst and "f32" in (src, dst) else f"a cast {src} -> {dst}"
+    if dst == "boolean" and src in FLOAT + ("s32", "s64"):
+        return None
+    return None if src != dst and (dst == "f32" or src == "f32" and dst in FLOAT) else f"a cast {src} -> {dst}"
 
 
-@row([aten._to_copy.default], "TypeCast", says="f32 <-> bf16 / f16 (autocast's casts)", guard=_to_copy_guard)
+@row([aten._to_copy.default], "TypeCast; NotEqual (0) to bool", dtypes=FLOAT + ("s32", "s64", "boolean"),
+     says="f32 <-> bf16 / f16 (autocast's casts); s32, s64, bool -> f32; numbers -> bool", guard=_to_copy_guard)
 def _to_copy(b, n):
-    return b.op("TypeCast", [b.value(n.args[0])], [b.out(n)])
+    x, out = b.value(n.args[0]), b.out(n)
+    if out.dtype == "boolean":
+        return b.op("NotEqual", [x, b.constant(np.zeros((), x.dtype.np))], [out])
+    return b.op("TypeCast", [x], [out])
 
 
 # ------------------------------------------------------------------ embedding
@@ -322,19 +326,19 @@ def _embedding_backward(b, n):
 
 # ------------------------------------------------------------------ views
 @row([aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
-      aten.squeeze.dim, aten.squeeze.dims], "StaticReshape")
+      aten.squeeze.dim, aten.squeeze.dims], "StaticReshape", dtypes=ANY)
 def _view(b, n):
     out = b.out(n)
     return b.op("StaticReshape", [b.value(n.args[0])], [out], shape=list(out.shape), special_zero=False)
 
 
-@row([aten.permute.default], "StaticTranspose")
+@row([aten.permute.default], "StaticTranspose", dtypes=ANY)
 def _permute(b, n):
     x = b.value(n.args[0])
     return b.op("StaticTranspose", [x], [b.out(n)], order=[d % x.ndim for d in n.args[1]])
 
 
-@row([aten.transpose.int, aten.t.default], "StaticTranspose")
+@row([aten.transpose.int, aten.t.default], "StaticTranspose", dtypes=ANY)
 def _transpose(b, n):
     x = b.value(n.args[0])
     d0, d1 = (n.args[1] % x.ndim, n.args[2] % x.ndim) if len(n.args) > 1 else (0, 1)
@@ -344,7 +348,7 @@ def _transpose(b, n):
 
 
 @row([aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default],
-     "StaticReshape (identity); an alias of a value the region computes is that value (no op)")
+     "StaticReshape (identity); an alias of a value the region computes is that value (no op)", dtypes=ANY)
 def _identity(b, n):
     src = n.args[0]
     if n.target is aten.alias.default and src.op != "placeholder":
@@ -366,8 +370,9 @@ def _cat(b, n):
 
 
 # ------------------------------------------------------------------ broadcasting, masks
-#: the rows whose graphc ops broadcast their operands (numpy's rules; Select's cond one way)
-BROADCASTING = tuple(_BINARY) + (aten.where.self,)
+#: the rows whose graphc ops broadcast their operands (numpy's rules; Select's cond one way;
+#: graphc.torch.table_index adds the comparisons and boolean logic)
+BROADCASTING = set(_BINARY) | {aten.where.self}
 
 
 def _expand_guard(n):

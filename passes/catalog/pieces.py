@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from graphc.ops import all_kinds, get_schema
-from graphc.ops.common import Binary, Unary, UnaryBackward
+from graphc.ops.common import Binary, Predicate, Unary, UnaryBackward
 
 
 MAX_POST_OPS = 20
@@ -13,7 +13,7 @@ def _kinds(base) -> list[str]:
 
 
 UNARY = _kinds(Unary)
-BINARY = [k for k in _kinds(Binary) if k != "GreaterEqual"]
+BINARY = [k for k in _kinds(Binary) if not isinstance(get_schema(k), Predicate)]   # (boolean results: no post-ops)
 UNARY_BWD = _kinds(UnaryBackward)
 ELTWISE = UNARY + BINARY
 REDUCE = ["ReduceL1", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum"]

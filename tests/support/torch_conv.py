@@ -31,11 +31,11 @@ def data(rng, shape, dt="f32", positive=False):
 
 
 def uniform(shape, dt, seed, low=-2.0, high=2.0):
-    """Data uniform in [low, high) stored as graphc dtype ``dt`` (s32: integers in
+    """Data uniform in [low, high) stored as graphc dtype ``dt`` (s32, s64: integers in
     [-1000, 1000)), from a generator seeded with ``seed``."""
     rng = np.random.default_rng(seed)
-    if dt == "s32":
-        return rng.integers(-1000, 1000, size=shape).astype(np.int32)
+    if dt in ("s32", "s64"):
+        return rng.integers(-1000, 1000, size=shape).astype(NP[dt])
     return rng.uniform(low, high, size=shape).astype(NP[dt])
 
 
@@ -48,7 +48,7 @@ def torch_dtype(dt):
     """The torch dtype of graphc dtype ``dt``."""
     torch = _torch()
     return {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
-            "s32": torch.int32, "s8": torch.int8, "u8": torch.uint8, "boolean": torch.bool,
+            "s32": torch.int32, "s64": torch.int64, "s8": torch.int8, "u8": torch.uint8, "boolean": torch.bool,
             "c64": torch.complex64}[DataType.parse(dt).value]
 
 

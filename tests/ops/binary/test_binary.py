@@ -1,5 +1,5 @@
-"""Binary ops (Add ... SquaredDifference, GreaterEqual, Select): schema rules, shape
-inference, reference values."""
+"""Binary ops (Add ... SquaredDifference, the comparisons, the logical ops, Select):
+schema rules, shape inference, reference values, JSON."""
 import numpy as np
 import pytest
 
@@ -11,15 +11,26 @@ BINARY = ["Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Square
 
 
 # ----------------------------------------------------------------------- dtypes
-@pytest.mark.parametrize("kind", ["Add", "Subtract"])
-def test_add_subtract_accept_s32(kind):
-    assert inferred_shape(kind, [("s32", [2]), ("s32", [2])], ("s32", [-1])) == (2,)
+COMPARISONS = ["GreaterEqual", "Greater", "Less", "LessEqual", "Equal", "NotEqual"]
 
 
-@pytest.mark.parametrize("kind", ["Multiply", "Divide", "Maximum", "Minimum", "SquaredDifference"])
-def test_s32_only_for_add_and_subtract(kind):
+@pytest.mark.parametrize("dt", ["s32", "s64"])
+@pytest.mark.parametrize("kind", ["Add", "Subtract", "Multiply"])
+def test_arithmetic_accepts_integers(kind, dt):
+    """graphc's extension rows: s32 and s64 (index arithmetic), all three ports alike."""
+    assert inferred_shape(kind, [(dt, [2]), (dt, [2])], (dt, [-1])) == (2,)
+    other = "s64" if dt == "s32" else "s32"
+    for ins, out in [((dt, other), dt), ((dt, dt), other), ((dt, "f32"), "f32")]:
+        found = f"found src_0={ins[0]}, src_1={ins[1]}, dst={out}"
+        with pytest.raises(InvalidDataType, match=rf"(?s)op 0 \({kind}\).*{found}"):
+            single_op_graph(kind, [(ins[0], [2]), (ins[1], [2])], [(out, [2])])
+
+
+@pytest.mark.parametrize("dt", ["s32", "s64"])
+@pytest.mark.parametrize("kind", ["Divide", "Maximum", "Minimum", "SquaredDifference"])
+def test_integers_only_for_add_subtract_multiply(kind, dt):
     with pytest.raises(InvalidDataType):
-        single_op_graph(kind, [("s32", [2]), ("s32", [2])], [("s32", [2])])
+        single_op_graph(kind, [(dt, [2]), (dt, [2])], [(dt, [2])])
 
 
 @pytest.mark.parametrize("kind", ["Add", "Subtract", "Multiply", "Divide"])
@@ -42,13 +53,29 @@ def test_same_dtype_only(kind):
         single_op_graph(kind, [("f32", [2]), ("bf16", [2])], [("f32", [2])])
 
 
-def test_greater_equal_dtypes():
-    for dt in ("f32", "bf16", "f16", "s32"):
-        single_op_graph("GreaterEqual", [(dt, [2]), (dt, [2])], [("boolean", [2])])
-    with pytest.raises(InvalidDataType):
-        single_op_graph("GreaterEqual", [("f32", [2]), ("f32", [2])], [("f32", [2])])
-    with pytest.raises(InvalidDataType):
-        single_op_graph("GreaterEqual", [("f32", [2]), ("bf16", [2])], [("boolean", [2])])
+@pytest.mark.parametrize("kind", COMPARISONS)
+def test_comparison_dtypes(kind):
+    for dt in ("f32", "bf16", "f16", "s32", "s64"):
+        single_op_graph(kind, [(dt, [2]), (dt, [2])], [("boolean", [2])])
+    with pytest.raises(InvalidDataType, match=rf"(?s)op 0 \({kind}\).*dst=f32"):
+        single_op_graph(kind, [("f32", [2]), ("f32", [2])], [("f32", [2])])
+    with pytest.raises(InvalidDataType, match=r"src_0=f32, src_1=bf16"):
+        single_op_graph(kind, [("f32", [2]), ("bf16", [2])], [("boolean", [2])])
+    with pytest.raises(InvalidDataType, match=r"src_0=s32, src_1=s64"):
+        single_op_graph(kind, [("s32", [2]), ("s64", [2])], [("boolean", [2])])
+    with pytest.raises(InvalidDataType, match=r"src_0=boolean"):
+        single_op_graph(kind, [("boolean", [2]), ("boolean", [2])], [("boolean", [2])])
+
+
+@pytest.mark.parametrize("kind", ["LogicalAnd", "LogicalOr"])
+def test_logical_dtypes(kind):
+    assert inferred_shape(kind, [("boolean", [3, 1]), ("boolean", [4])], ("boolean", [-1, -1])) == (3, 4)
+    for ins, out in [(("boolean", "s32"), "boolean"), (("boolean", "boolean"), "s32"), (("f32", "f32"), "boolean")]:
+        with pytest.raises(InvalidDataType, match=rf"(?s)op 0 \({kind}\).*found src_0={ins[0]}, src_1={ins[1]}"):
+            single_op_graph(kind, [(ins[0], [2]), (ins[1], [2])], [(out, [2])])
+    with pytest.raises(InvalidDataType, match=r"(?s)op 0 \(LogicalNot\).*found src=f32"):
+        single_op_graph("LogicalNot", [("f32", [2])], [("boolean", [2])])
+    assert inferred_shape("LogicalNot", [("boolean", [3, 2])], ("boolean", [-1, -1])) == (3, 2)
 
 
 def test_select_dtypes():
@@ -69,9 +96,9 @@ def test_binary_broadcast_inference(kind):
     assert inferred_shape(kind, [("f32", [-1, 4]), ("f32", [1, 4])], ("f32", [-1, -1])) == (-1, 4)
 
 
-@pytest.mark.parametrize("kind", BINARY + ["GreaterEqual"])
+@pytest.mark.parametrize("kind", BINARY + COMPARISONS)
 def test_binary_incompatible_shapes(kind):
-    out = "boolean" if kind == "GreaterEqual" else "f32"
+    out = "boolean" if kind in COMPARISONS else "f32"
     with pytest.raises(InvalidShape):
         single_op_graph(kind, [("f32", [2, 3]), ("f32", [4, 3])], [(out, [-1, -1])])
     with pytest.raises(InvalidShape):  # no broadcasting with auto_broadcast none
@@ -131,19 +158,58 @@ def test_binary_values():
         np.testing.assert_array_equal(y, np.array(e, np.float32), err_msg=kind)
 
 
-def test_add_s32_saturates():
-    a = np.array([2 ** 31 - 1, -(2 ** 31), 5], np.int32)
-    b = np.array([1, -1, -7], np.int32)
-    (y,) = run_single("Add", [a, b], [("s32", [3])])
-    np.testing.assert_array_equal(y, np.array([2 ** 31 - 1, -(2 ** 31), -2], np.int32))
+@pytest.mark.parametrize("dt", [np.int32, np.int64])
+def test_integer_arithmetic_wraps(dt):
+    """As numpy's and torch's integers: exact, wrapping past the type's range."""
+    big, small = np.iinfo(dt).max, np.iinfo(dt).min
+    a = np.array([big, small, 5, 3 << 20], dt)
+    b = np.array([1, -1, -7, 3 << 20], dt)
+    name = "s32" if dt == np.int32 else "s64"
+    with np.errstate(over="ignore"):
+        for kind, want in [("Add", [small, big, -2, 6 << 20]), ("Subtract", [big - 1, small + 1, 12, 0]),
+                           ("Multiply", [big, small, -35, np.array(9 << 40).astype(dt)])]:
+            (y,) = run_single(kind, [a, b], [(name, [4])])
+            assert y.dtype == dt
+            np.testing.assert_array_equal(y, np.array(want).astype(dt), err_msg=kind)
 
 
-def test_greater_equal_values():
-    a = np.array([[1, 2, 3]], np.int32)
-    b = np.array([[2], [3]], np.int32)
-    (y,) = run_single("GreaterEqual", [a, b], [("boolean", [2, 3])])
-    assert y.dtype == np.bool_
-    np.testing.assert_array_equal(y, [[False, True, True], [False, False, True]])
+def test_s64_beyond_f32_is_exact():
+    a = np.array([2 ** 53 + 1, 2 ** 24 + 1], np.int64)
+    (y,) = run_single("Add", [a, np.array([2], np.int64)], [("s64", [2])])
+    np.testing.assert_array_equal(y, [2 ** 53 + 3, 2 ** 24 + 3])
+
+
+def test_comparison_values():
+    a = np.array([[1, 2, 3]], np.int64)
+    b = np.array([[2], [3]], np.int64)
+    expect = {"GreaterEqual": [[0, 1, 1], [0, 0, 1]], "Greater": [[0, 0, 1], [0, 0, 0]],
+              "Less": [[1, 0, 0], [1, 1, 0]], "LessEqual": [[1, 1, 0], [1, 1, 1]],
+              "Equal": [[0, 1, 0], [0, 0, 1]], "NotEqual": [[1, 0, 1], [1, 1, 0]]}
+    for kind, e in expect.items():
+        (y,) = run_single(kind, [a, b], [("boolean", [2, 3])])
+        assert y.dtype == np.bool_
+        np.testing.assert_array_equal(y, np.array(e, bool), err_msg=kind)
+
+
+def test_logical_values():
+    a, b = np.array([True, True, False, False]), np.array([True, False, True, False])
+    (y,) = run_single("LogicalAnd", [a, b], [("boolean", [4])])
+    np.testing.assert_array_equal(y, [True, False, False, False])
+    (y,) = run_single("LogicalOr", [a, b], [("boolean", [4])])
+    np.testing.assert_array_equal(y, [True, True, True, False])
+    (y,) = run_single("LogicalNot", [a], [("boolean", [4])])
+    np.testing.assert_array_equal(y, [False, False, True, True])
+
+
+def test_new_ops_round_trip_through_json():
+    """graphc's own ops load and save in oneDNN JSON like any op."""
+    from graphc.jsonio import dump_graph, load_graph
+    for kind, ins, out in [("Equal", ["s64", "s64"], "boolean"), ("LogicalOr", ["boolean", "boolean"], "boolean"),
+                           ("LogicalNot", ["boolean"], "boolean"), ("Multiply", ["s32", "s32"], "s32")]:
+        g = single_op_graph(kind, [(dt, [2, 3]) for dt in ins], [(out, [2, 3])])
+        d = dump_graph(g)
+        assert [op["kind"] for op in d["graph"]] == [kind]
+        assert dump_graph(load_graph(d)) == d
 
 
 def test_select_values():

@@ -1,7 +1,7 @@
-"""Generated kernels of the binary ops (Add ... GreaterEqual, Select) against graphc's
-numpy reference: every op in every dtype its schema allows, broadcasting on either
-side, rank 0 and 1, non-dense strides, NaN and saturation edge cases, and the corpus
-graphs."""
+"""Generated kernels of the binary ops (Add ... the comparisons, the logical ops, Select)
+against graphc's numpy reference: every op in every dtype its schema allows, broadcasting
+on either side, rank 0 and 1, non-dense strides, NaN and integer wrapping edge cases, and
+the corpus graphs."""
 import numpy as np
 import pytest
 
@@ -10,7 +10,8 @@ from graphc.fill import make_inputs
 
 from support import check_compiled, corpus_files, one_op
 
-BINARY = ["Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "SquaredDifference", "GreaterEqual"]
+COMPARISONS = ["GreaterEqual", "Greater", "Less", "LessEqual", "Equal", "NotEqual"]
+BINARY = ["Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "SquaredDifference"] + COMPARISONS
 FLOATS = ["f32", "bf16", "f16"]
 # (src_0 shape, src_1 shape, dst shape): size-1 dims broadcast on either side, ranks differ
 BROADCASTS = [
@@ -22,7 +23,7 @@ BROADCASTS = [
 
 
 def _dst_dtype(kind, dt):
-    return "boolean" if kind == "GreaterEqual" else dt
+    return "boolean" if kind in COMPARISONS else dt
 
 
 @pytest.mark.parametrize("dt", FLOATS)
@@ -50,17 +51,43 @@ def test_binary_mixed_precision(kind, dts):
     check_compiled(g, what=f"{kind} {dts}")
 
 
-@pytest.mark.parametrize("kind", ["Add", "Subtract", "GreaterEqual"])
-def test_binary_s32_saturates(kind):
-    g = one_op(kind, [("s32", [2, 4]), ("s32", [4])], [(_dst_dtype(kind, "s32"), [2, 4])])
-    big, small = 2 ** 31 - 1, -(2 ** 31)
-    a = np.array([[big, small, big, 5], [small, -3, 0, 7]], np.int32)
-    b = np.array([big, big, small, -5], np.int32)
-    got = check_compiled(g, {0: a, 1: b}, exact=True, what=kind)
-    if kind == "Add":
-        np.testing.assert_array_equal(got[2], [[big, -1, -1, 0], [-1, big - 3, small, 2]])
-    if kind == "Subtract":
-        np.testing.assert_array_equal(got[2], [[0, small, big, 10], [small, small, big, 12]])
+@pytest.mark.parametrize("dt", ["s32", "s64"])
+@pytest.mark.parametrize("kind", ["Add", "Subtract", "Multiply"] + COMPARISONS)
+def test_binary_integers_exact_and_wrapping(kind, dt):
+    """Integer kernels compute in the integer type: exact beyond 2^24 (an s64 through f32
+    is not), wrapping past the type's range as numpy does; comparisons of extremes."""
+    g = one_op(kind, [(dt, [2, 4]), (dt, [4])], [(_dst_dtype(kind, dt), [2, 4])])
+    np_dt = np.int32 if dt == "s32" else np.int64
+    big, small = np.iinfo(np_dt).max, np.iinfo(np_dt).min
+    a = np.array([[big, small, big, 5], [small, (1 << 24) + 1, 0, 7]], np_dt)
+    b = np.array([big, 3, small, -5], np_dt)
+    got = check_compiled(g, {0: a, 1: b}, exact=True, what=f"{kind} {dt}")
+    with np.errstate(over="ignore"):
+        want = {"Add": a + b, "Subtract": a - b, "Multiply": a * b, "GreaterEqual": a >= b, "Greater": a > b,
+                "Less": a < b, "LessEqual": a <= b, "Equal": a == b, "NotEqual": a != b}[kind]
+    np.testing.assert_array_equal(got[2], want)
+    if dt == "s64" and kind == "Add":
+        a[0, 0], b[0] = 2 ** 53 + 1, 2   # (f64 would round these too)
+        assert check_compiled(g, {0: a, 1: b}, exact=True)[2][0, 0] == 2 ** 53 + 3
+
+
+def test_integer_chain_fuses_and_wraps():
+    """(a * b + c) in s32, one kernel: the product wraps before the sum, as numpy's int32."""
+    from graphc import LogicalTensor, Op
+    from support import graph_of
+    t = [LogicalTensor(i, "s32", [4]) for i in range(5)]
+    g = graph_of(Op(0, "Multiply", [t[0], t[1]], [t[2]]), Op(1, "Add", [t[2], t[3]], [t[4]]))
+    a = np.array([1 << 20, 1 << 16, -3, 7], np.int32)
+    got = check_compiled(g, {0: a, 1: a, 3: np.array([1, 2, 3, 4], np.int32)}, exact=True)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(got[4], a * a + np.array([1, 2, 3, 4], np.int32))
+
+
+@pytest.mark.parametrize("kind", ["LogicalAnd", "LogicalOr", "LogicalNot"])
+def test_logical(kind):
+    ins = [("boolean", [3, 1, 4])] + ([("boolean", [2, 4])] if kind != "LogicalNot" else [])
+    g = one_op(kind, ins, [("boolean", [3, 2, 4] if kind != "LogicalNot" else [3, 1, 4])])
+    check_compiled(g, exact=True, what=kind)
 
 
 @pytest.mark.parametrize("kind,a,b", [("Add", [], []), ("Multiply", [], [5]), ("Maximum", [1], [6]),

@@ -48,11 +48,43 @@ def test_mixed_precision_vs_torch(kind, dts):
     assert_close(y, expect, DataType.f32, ORACLE, what=kind)
 
 
-@pytest.mark.parametrize("kind", ["Add", "Subtract", "GreaterEqual"])
-def test_s32_vs_torch(kind):
-    a, b = uniform((3, 4), "s32", 5), uniform((3, 1), "s32", 6)
-    (y,) = run_single(kind, [a, b], [("boolean" if kind == "GreaterEqual" else "s32", [-1, -1])])
-    np.testing.assert_array_equal(y, BINARY_TORCH[kind](to_torch(a), to_torch(b)).numpy())
+COMPARE_TORCH = {"Greater": torch.gt, "Less": torch.lt, "LessEqual": torch.le, "Equal": torch.eq,
+                 "NotEqual": torch.ne, "GreaterEqual": torch.ge}
+INT_TORCH = {"Add": torch.add, "Subtract": torch.sub, "Multiply": torch.mul, **COMPARE_TORCH}
+
+
+@pytest.mark.parametrize("dt", ["s32", "s64"])
+@pytest.mark.parametrize("kind", list(INT_TORCH))
+def test_integers_vs_torch(kind, dt):
+    """torch's integer ops in the same type: exact, wrapping past its range."""
+    a, b = uniform((3, 4), dt, 5), uniform((3, 1), dt, 6)
+    info = np.iinfo(NP[dt])
+    a[0, :3], b[0, 0] = [info.max, info.min, info.max // 2 + 7], info.max   # (a[0] op b[0] wraps)
+    b[1, 0] = a[1, 1]   # (equal operands)
+    out_dt = "boolean" if kind in COMPARE_TORCH else dt
+    (y,) = run_single(kind, [a, b], [(out_dt, [-1, -1])])
+    expect = INT_TORCH[kind](to_torch(a), to_torch(b)).numpy()
+    assert y.dtype == expect.dtype
+    np.testing.assert_array_equal(y, expect)
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("kind", [k for k in COMPARE_TORCH if k != "GreaterEqual"])
+def test_comparisons_vs_torch(kind, dt):
+    a, b = uniform((2, 3, 4), dt, 1), uniform((4,), dt, 2)
+    a[0, 0] = b   # (equal operands)
+    a.reshape(-1)[5] = np.nan
+    (y,) = run_single(kind, [a, b], [("boolean", [-1, -1, -1])])
+    np.testing.assert_array_equal(y, COMPARE_TORCH[kind](to_torch(a), to_torch(b)).numpy())
+
+
+@pytest.mark.parametrize("kind,fn", [("LogicalAnd", torch.logical_and), ("LogicalOr", torch.logical_or),
+                                     ("LogicalNot", torch.logical_not)])
+def test_logical_vs_torch(kind, fn):
+    rng = np.random.default_rng(3)
+    ins = [rng.random((3, 1, 4)) > 0.5] + ([rng.random((2, 4)) > 0.5] if kind != "LogicalNot" else [])
+    (y,) = run_single(kind, ins, [("boolean", [-1] * 3)])
+    np.testing.assert_array_equal(y, fn(*[torch.from_numpy(x) for x in ins]).numpy())
 
 
 @pytest.mark.parametrize("kind", list(BINARY_TORCH))

@@ -118,7 +118,8 @@ def test_reorder_changes_strides_not_values():
 
 
 def test_typecast_rules():
-    for src, dst in (("f32", "f32"), ("bf16", "f16"), ("bf16", "bf16"), ("s32", "f32")):
+    for src, dst in (("f32", "f32"), ("bf16", "f16"), ("bf16", "bf16"), ("s32", "bf16"), ("f32", "s64"),
+                     ("boolean", "f16"), ("s8", "f32")):
         with pytest.raises(InvalidDataType):
             single_op_graph("TypeCast", [(src, [2])], [(dst, [2])])
     with pytest.raises(InvalidShape):

@@ -32,6 +32,8 @@ def test_concat(dt, ins, out, axis):
     ("f32", ([4, 6], [1, 4]), ([3, 8], [1, 3]), [3, 8], False),    # both column-major
     ("f32", ([],), ([1, 1],), [1, 1], False),
     ("bf16", ([1],), ([],), [], False),
+    ("s64", ([4, 6], [1, 4]), ([3, 8],), [3, 8], False),      # graphc's extension: any type
+    ("boolean", ([2, 3],), ([3, 1, 2], [1, 6, 3]), [3, 1, 2], False),
 ])
 def test_static_reshape(dt, src, dst, shape, special_zero):
     g = one_op("StaticReshape", [(dt, *src)], [(dt, *dst)], {"shape": shape, "special_zero": special_zero})
@@ -44,6 +46,9 @@ def test_static_reshape(dt, src, dst, shape, special_zero):
     ("bf16", ([5, 6], [1, 5]), ([6, 5],), [-1, 0]),
     ("f16", ([7], [2]), ([7],), [0]),
     ("f32", ([],), ([],), []),
+    ("s64", ([2, 3, 4],), ([4, 2, 3],), [2, 0, 1]),
+    ("s32", ([5, 6], [1, 5]), ([6, 5],), [1, 0]),
+    ("boolean", ([3, 4],), ([4, 3],), [1, 0]),
 ])
 def test_static_transpose(dt, src, dst, order):
     g = one_op("StaticTranspose", [(dt, *src)], [(dt, *dst)], {"order": order})
@@ -88,6 +93,21 @@ def test_typecast(src, dst, shape, src_strides, dst_strides):
     else:  # every special value the narrow type holds
         x[0].reshape(-1)[:6] = np.array([np.nan, np.inf, -np.inf, -0.0, 2 ** -24, 65504.0]).astype(NP[src])
     check_compiled(g, x, exact=True, what=f"TypeCast {src}->{dst}")
+
+
+@pytest.mark.parametrize("src", ["s32", "s64", "boolean"])
+def test_typecast_integers_to_f32(src):
+    """graphc's extension rows: integers (beyond f32's 2^24: rounded to nearest even) and
+    booleans to f32."""
+    g = one_op("TypeCast", [(src, [2, 3])], [("f32", [2, 3], [1, 2])])
+    x = make_inputs(g)
+    if src == "boolean":
+        x[0] = np.array([[True, False, True], [False, False, True]])
+    else:
+        x[0].reshape(-1)[:3] = [(1 << 24) + 1, -(1 << 24) - 3, (1 << 30) + 65] if src == "s32" else \
+            [(1 << 24) + 1, -(1 << 24) - 3, (1 << 62) + 65]
+    got = check_compiled(g, x, exact=True, what=f"TypeCast {src}->f32")
+    np.testing.assert_array_equal(got[1], x[0].astype(np.float32))
 
 
 def test_typecast_anchors_fused_chain():

@@ -3,7 +3,7 @@ CPU, each dtype computed by torch in its own precision."""
 import numpy as np
 import pytest
 
-from support import run_single, to_numpy, to_torch, torch_dtype, uniform
+from support import NP, run_single, to_numpy, to_torch, torch_dtype, uniform
 
 torch = pytest.importorskip("torch")
 
@@ -55,3 +55,19 @@ def test_typecast_vs_torch(dt):
     np.testing.assert_array_equal(y.view(np.uint16), expect.view(torch.int16).numpy().view(np.uint16))
     (back,) = run_single("TypeCast", [y], [("f32", [-1])])
     np.testing.assert_array_equal(back, expect.float().numpy())
+
+
+@pytest.mark.parametrize("dt", ["s32", "s64", "boolean"])
+def test_integer_views_and_casts_vs_torch(dt):
+    """graphc's extension rows: integer and boolean views, and their cast to f32 (past 2^24:
+    rounded to nearest even as torch converts)."""
+    rng = np.random.default_rng(33)
+    x = rng.random((2, 3, 4)) > 0.5 if dt == "boolean" else rng.integers(-(1 << 40), 1 << 40, (2, 3, 4)).astype(
+        NP[dt])
+    t = torch.from_numpy(x)
+    (y,) = run_single("StaticTranspose", [x], [(dt, [-1] * 3)], {"order": [2, 0, 1]})
+    np.testing.assert_array_equal(y, t.permute(2, 0, 1).numpy())
+    (y,) = run_single("StaticReshape", [x], [(dt, [-1, -1])], {"shape": [6, -1], "special_zero": False})
+    np.testing.assert_array_equal(y, t.reshape(6, -1).numpy())
+    (y,) = run_single("TypeCast", [x], [("f32", [-1] * 3)])
+    np.testing.assert_array_equal(y, t.float().numpy())

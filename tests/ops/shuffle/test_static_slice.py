@@ -31,7 +31,7 @@ def test_reference_is_numpy_slicing(src, attrs, index):
     np.testing.assert_array_equal(y, x[index])
 
 
-@pytest.mark.parametrize("dt", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("dt", ["f32", "bf16", "f16", "s64", "boolean"])
 @pytest.mark.parametrize("src,attrs,index", CASES, ids=[str(i) for i in range(len(CASES))])
 def test_compiled_against_reference(src, attrs, index, dt):
     shape = np.zeros(src)[index].shape
@@ -66,8 +66,13 @@ def test_errors_name_the_op_and_attribute(attrs, error, where):
 
 
 def test_dtypes():
+    """Any type a view moves (graphc's extension: integers, booleans), src's for dst."""
+    for dt in ("s32", "s64", "boolean", "f64"):
+        single_op_graph("StaticSlice", [(dt, [4])], [(dt, None)], {"begin": [0], "end": [1]})
     with pytest.raises(InvalidDataType):
         single_op_graph("StaticSlice", [("f32", [4])], [("bf16", None)], {"begin": [0], "end": [1]})
+    with pytest.raises(InvalidDataType, match="(?s)StaticSlice.*found src=s64, dst=s32"):
+        single_op_graph("StaticSlice", [("s64", [4])], [("s32", None)], {"begin": [0], "end": [1]})
 
 
 def test_unknown_dims():
