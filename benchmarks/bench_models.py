@@ -17,6 +17,7 @@ First calls, cold and warm: inductor and graphc each get a fresh, empty cache fo
 (model, mode) (TORCHINDUCTOR_CACHE_DIR; GRAPHC_CACHE_DIR and NUMBA_CACHE_DIR), so a first process
 compiles everything as on a fresh machine ("cold"); a second process with the same folders
 starts from what the first stored ("warm") and its steady-state median is the one reported.
+``--warm-only``: one process each, with the caches as they are (no cold column).
 """
 from __future__ import annotations
 
@@ -104,6 +105,8 @@ def main():
     ap.add_argument("--contenders", default="eager,inductor,graphc")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "MODE", "CONTENDER"))
+    ap.add_argument("--warm-only", action="store_true",
+                    help="one process per contender, with the compile caches as they are (no cold first call)")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(*args.child, args.repeat)))
@@ -117,7 +120,7 @@ def main():
             eager = None
             for contender in args.contenders.split(","):
                 load = f"{os.getloadavg()[0]:.1f}"
-                if contender == "eager":
+                if contender == "eager" or args.warm_only:
                     r, cold = _run(model, mode, contender, args.repeat), None
                 else:
                     with tempfile.TemporaryDirectory(prefix="bench-models-") as folder:
