@@ -33,6 +33,21 @@ def test_matmul(dtype, ddt, src, wei, bias, dst, attrs):
     check_compiled(g, what=f"{dtype} {src}@{wei}")
 
 
+@pytest.mark.parametrize("dtype,ddt", [("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32")])
+@pytest.mark.parametrize("src,wei,bias,dst", [([1, 1030], [1030, 600], [600], [1, 600]), ([7], [7, 257], None, [257]),
+                                              ([1, 1, 3], [3, 40], None, [1, 1, 40])], ids=str)
+def test_row_times_narrow_weights(dtype, ddt, src, wei, bias, dst):
+    """One row of src times bf16/f16 weights: the weights read in place, no GEMM call
+    (graphc.codegen.gemv): K not a multiple of its 4 rows a step (1030, 7, 3), N of
+    its 256 columns a task (600, 257, 40), bias, a batch of one."""
+    ins = [(dtype, src), (dtype, wei)] + ([(dtype, bias)] if bias else [])
+    g = one_op("MatMul", ins, [(ddt, dst)], {})
+    (p,) = g.get_partitions()
+    src_text = p.compile().source
+    assert "gacc" in src_text and "gemm_bf16(" not in src_text and "gemm_f32(" not in src_text
+    check_compiled(g, what=f"{dtype} {src}@{wei}")
+
+
 @pytest.mark.parametrize("order_a,order_b,order_d", [((1, 0), (0, 1), (0, 1)), ((0, 1), (1, 0), (1, 0))])
 @pytest.mark.parametrize("pad", [1, 2])
 def test_matmul_layouts(order_a, order_b, order_d, pad):
