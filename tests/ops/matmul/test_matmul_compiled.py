@@ -48,6 +48,17 @@ def test_row_times_narrow_weights(dtype, ddt, src, wei, bias, dst):
     check_compiled(g, what=f"{dtype} {src}@{wei}")
 
 
+def test_row_times_every_f16():
+    """1 x [1, 65536] f16 weights holding every f16 bit pattern (subnormals, the
+    infinities, NaNs): the row product (graphc.codegen.gemv) widens each exactly."""
+    import graphc
+    g = one_op("MatMul", [("f16", [1, 1]), ("f16", [1, 65536])], [("f32", [1, 65536])], {})
+    (x, w), (out,) = g.input_ports, g.output_ports
+    weights = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(1, -1)
+    got = graphc.compile(g).run({x: np.ones((1, 1), np.float16), w: weights})[out]
+    np.testing.assert_array_equal(got, weights.astype(np.float32))
+
+
 @pytest.mark.parametrize("order_a,order_b,order_d", [((1, 0), (0, 1), (0, 1)), ((0, 1), (1, 0), (1, 0))])
 @pytest.mark.parametrize("pad", [1, 2])
 def test_matmul_layouts(order_a, order_b, order_d, pad):
