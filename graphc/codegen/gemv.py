@@ -1,17 +1,18 @@
-"""A row vector times narrow-float weights (M = 1: one token through a decoder's
+"""A few rows times narrow-float weights (M = 1 to 4: tokens through a decoder's
 MLP), the weights read once, in place.
 
-``C[0, :] = a @ B`` with B a bf16 or f16 kernel argument stored row-major (unit
-column stride).  A GEMM library would pack all of B first (the bf16 tile pairs
-rows of k; sgemm needs B widened to f32): for one row of C that copy moves the
-weights twice more than the product reads them, and the product is bound by
-reading them.  Here a's row is loaded once into an f32 vector (its fused
-prologue computed there) and each block of ``NB`` columns of C, a task of the
-parallel loop, is summed in f32 down the rows of B, ``UNROLL`` rows at a time,
-B's values widened exactly as they are loaded: the f32 products of the bf16
-GEMM (bf16 values multiply exactly in f32), summed in f32 in an order fixed by
-the plan (the same for any thread count).  Measured on the gated MLP's
-[1, 4096] x [4096, 14336] bf16 (docs/performance.md, "bf16 gated MLP").
+``C = A @ B`` with A of at most MAX_ROWS rows and B a bf16 or f16 kernel
+argument stored row-major (unit column stride).  A GEMM library would pack all
+of B first (the bf16 tile pairs rows of k; sgemm needs B widened to f32): for
+a few rows of C that copy moves the weights twice more than the product reads
+them, and the product is bound by reading them.  Here A's rows are loaded once
+into an f32 buffer (a fused prologue computed there) and each block of ``NB``
+columns of C, a task of the parallel loop, is summed in f32 down the rows of
+B, ``UNROLL`` rows at a time, each value of B widened exactly as it is loaded
+and multiplied into every row of A: the f32 products of the bf16 GEMM (bf16
+values multiply exactly in f32), summed in f32 in an order fixed by the plan
+(the same for any thread count).  Measured on the gated MLP's [1, 4096] x
+[4096, 14336] bf16 (docs/performance.md, "bf16 gated MLP for one token").
 """
 from __future__ import annotations
 
@@ -26,15 +27,18 @@ from ..types import DataType
 NB = 256
 #: rows of B summed per pass over a block's accumulators
 UNROLL = 4
+#: most rows of A (a few tokens): each value of B loaded once serves all of them; from
+#: 8 rows on the bf16 tile's 8-row tiles are full
+MAX_ROWS = 4
 #: the weights' dtypes read in place
 NARROW = (DataType.bf16, DataType.f16)
 
 
 def gemv_applies(batch_shape, a: Matrix, b: Matrix) -> bool:
-    """Whether the product is one row times narrow weights read in place: M = 1,
-    one matrix in the batch, B a bf16/f16 argument with unit column stride and no
-    rounding, and something to sum (K, N > 0)."""
-    if a.rows != 1 or math.prod(batch_shape) != 1 or a.batched or b.batched:
+    """Whether the product is a few rows (at most MAX_ROWS) times narrow weights read
+    in place: one matrix in the batch, B a bf16/f16 argument with unit column stride
+    and no rounding, and something to sum (K, N > 0)."""
+    if not 1 <= a.rows <= MAX_ROWS or math.prod(batch_shape) != 1 or a.batched or b.batched:
         return False
     if type(b.ref) is not ArrayRef or b.ref.dtype not in NARROW or b.rounding is not None:
         return False
@@ -43,43 +47,47 @@ def gemv_applies(batch_shape, a: Matrix, b: Matrix) -> bool:
 
 
 def emit_gemv(kb, batch_shape, a: Matrix, b: Matrix, store) -> None:
-    """Emit ``store(bivars, 0, j, C[0, j])`` for every column j of ``C = a @ B``
+    """Emit ``store(bivars, i, j, C[i, j])`` for every element of ``C = A @ B``
     (``gemv_applies`` holds)."""
-    K, N = a.cols, b.cols
+    M, K, N = a.rows, a.cols, b.cols
     bivars = [ir.const(0)] * len(batch_shape)
-    x = kb.scratch(K, "f32", False, prefix="grow")
-    with kb.for_(K, "c") as c:
-        v = a.ref.load_nd(a.index(bivars, ir.const(0), c))
+    x = kb.scratch(M * K, "f32", False, prefix="grow")
+    with kb.for_(M, "r") as r, kb.for_(K, "c") as c:
+        v = a.ref.load_nd(a.index(bivars, r, c))
         if a.rounding is not None:
             v = a.rounding(v)
-        kb.emit(x.store(c, ir.f32(v)))
+        kb.emit(x.store(r * K + c, ir.f32(v)))
     nblk = -(-N // NB)
-    parallel = nblk > 1 and worth_parallel(K * N)
+    parallel = nblk > 1 and worth_parallel(M * K * N)
     with kb.for_(nblk, "gb", parallel) as t:
         j0 = kb.let(t * NB, "j0")
         n_ = kb.let(ir.call("min", NB, N - j0), "n")
-        acc = kb.scratch(NB, "f32", parallel, prefix="gacc")
-        with kb.for_(n_, "jj") as jj:
-            kb.emit(acc.store(jj, ir.const(0.0, "f32")))
-        _rows(kb, b, x, acc, j0, n_, 0, K // UNROLL, UNROLL)
+        acc = kb.scratch(M * NB, "f32", parallel, prefix="gacc")
+        with kb.for_(M * NB, "e") as e:
+            kb.emit(acc.store(e, ir.const(0.0, "f32")))
+        _rows(kb, b, x, acc, (M, K), j0, n_, 0, K // UNROLL, UNROLL)
         if K % UNROLL:
-            _rows(kb, b, x, acc, j0, n_, K - K % UNROLL, K % UNROLL, 1)
-        with kb.for_(n_, "jj") as jj:
-            kb.emit(store(bivars, ir.const(0), j0 + jj, acc[jj]))
+            _rows(kb, b, x, acc, (M, K), j0, n_, K - K % UNROLL, K % UNROLL, 1)
+        with kb.for_(M, "r") as r, kb.for_(n_, "jj") as jj:
+            kb.emit(store(bivars, r, j0 + jj, acc[r * NB + jj]))
 
 
-def _rows(kb, b, x, acc, j0, n_, k0, steps, unroll) -> None:
-    """acc[jj] += sum over rows k0 + s * unroll + u (s < steps, u < unroll) of
-    x[k] * B[k, j0 + jj]."""
+def _rows(kb, b, x, acc, dims, j0, n_, k0, steps, unroll) -> None:
+    """acc[i, jj] += sum over rows k = k0 + s * unroll + u (s < steps, u < unroll) of
+    A[i, k] * B[k, j0 + jj], for each row i of A; each value of B loaded once."""
+    M, K = dims
     with kb.for_(steps, "gk") as s:
         k = kb.let(k0 + s * unroll, "k")
-        xs = [kb.let(x[k + u], "xk") for u in range(unroll)]
+        xs = [[kb.let(x[i * K + k + u], "xk") for u in range(unroll)] for i in range(M)]
         with kb.for_(n_, "jj") as jj:
             j = j0 + jj
-            terms = [xs[u] * ir.f32(b.ref.load_nd(b.index(None, k + u, j))) for u in range(unroll)]
-            while len(terms) > 1:   # a balanced sum: pairs, then pairs of pairs
-                terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
-            kb.emit(acc.store(jj, acc[jj] + terms[0]))
+            w = [kb.let(ir.f32(b.ref.load_nd(b.index(None, k + u, j))), "wk") for u in range(unroll)]
+            for i in range(M):
+                terms = [xs[i][u] * w[u] for u in range(unroll)]
+                while len(terms) > 1:   # a balanced sum: pairs, then pairs of pairs
+                    terms = [terms[q] + terms[q + 1] if q + 1 < len(terms) else terms[q]
+                             for q in range(0, len(terms), 2)]
+                kb.emit(acc.store(i * NB + jj, acc[i * NB + jj] + terms[0]))
 
 
-__all__ = ["NB", "UNROLL", "gemv_applies", "emit_gemv"]
+__all__ = ["NB", "UNROLL", "MAX_ROWS", "gemv_applies", "emit_gemv"]

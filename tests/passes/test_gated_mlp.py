@@ -73,13 +73,14 @@ def test_all_bf16_gated_mlp():
     check_compiled(g, seed=3)
 
 
+@pytest.mark.parametrize("m", [1, 3])
 @pytest.mark.parametrize("dt,mid", [("bf16", None), ("bf16", "bf16"), ("f16", None)])
-def test_one_token_reads_the_weights_in_place(dt, mid):
-    """One row of src (a decoder's token, complex_fusion's [1, 4096] cases): each of
-    the three MatMuls multiplies the row by its weights read in place
+def test_few_tokens_read_the_weights_in_place(dt, mid, m):
+    """One or three rows of src (decoded tokens, complex_fusion's [1, 4096] cases):
+    each of the three MatMuls multiplies the rows by its weights read in place
     (graphc.codegen.gemv), no GEMM packing them; sizes no multiple of its 4 rows a
     step or 256 columns a task."""
-    g = gated_mlp(dt, "swish", mid=mid, m=1, h=262, f=301)
+    g = gated_mlp(dt, "swish", mid=mid, m=m, h=262, f=301)
     p = one_partition(g, "gated_mlp", "staged", anchors=["MatMul"] * 3, scratch=_up_and_gate(g))
     src = p.compile().source
     assert src.count("gacc") >= 3 and "gemm_bf16(" not in src and "gemm_f32(" not in src

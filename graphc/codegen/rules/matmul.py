@@ -88,7 +88,7 @@ def lower_matmul(op, kb, ins, dst):
         emit_int8_gemm(kb, batch, a, b, za, fb.zero, shifts, store)
         return
     if exact_k is None and gemv_applies(batch, a, b):
-        # one row times bf16/f16 weights: the weights read once, in place (graphc.codegen.gemv)
+        # a few rows times bf16/f16 weights: the weights read once, in place (graphc.codegen.gemv)
         emit_gemv(kb, batch, a, b, store)
         return
     emit_gemm(kb, batch, a, b, store, out, exact_k)

@@ -35,11 +35,13 @@ def test_matmul(dtype, ddt, src, wei, bias, dst, attrs):
 
 @pytest.mark.parametrize("dtype,ddt", [("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32")])
 @pytest.mark.parametrize("src,wei,bias,dst", [([1, 1030], [1030, 600], [600], [1, 600]), ([7], [7, 257], None, [257]),
-                                              ([1, 1, 3], [3, 40], None, [1, 1, 40])], ids=str)
-def test_row_times_narrow_weights(dtype, ddt, src, wei, bias, dst):
-    """One row of src times bf16/f16 weights: the weights read in place, no GEMM call
-    (graphc.codegen.gemv): K not a multiple of its 4 rows a step (1030, 7, 3), N of
-    its 256 columns a task (600, 257, 40), bias, a batch of one."""
+                                              ([1, 1, 3], [3, 40], None, [1, 1, 40]),
+                                              ([3, 1030], [1030, 600], [600], [3, 600]),
+                                              ([1, 4, 9], [9, 300], None, [1, 4, 300])], ids=str)
+def test_rows_times_narrow_weights(dtype, ddt, src, wei, bias, dst):
+    """One to four rows of src times bf16/f16 weights: the weights read in place, no
+    GEMM call (graphc.codegen.gemv): K not a multiple of its 4 rows a step (1030, 7,
+    3, 9), N of its 256 columns a task (600, 257, 40, 300), bias, a batch of one."""
     ins = [(dtype, src), (dtype, wei)] + ([(dtype, bias)] if bias else [])
     g = one_op("MatMul", ins, [(ddt, dst)], {})
     (p,) = g.get_partitions()
