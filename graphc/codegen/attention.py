@@ -58,13 +58,14 @@ from dataclasses import dataclass
 
 from . import ir
 from .attention_backward import BK, BQ, lower_attention_backward
-from .attention_operands import (REORDERS, ZERO, IndexRef, as_matrix, dropout_kept, gemm, gemm_block, inverse_sum,
-                                 mm_rounding, output_store, prologue_views, stored, tile_operand)
+from .attention_operands import (REORDERS, ZERO, IndexRef, as_matrix, bf16_pair, dropout_kept, gemm, gemm_block,
+                                 inverse_sum, mm_rounding, output_store, prologue_views, stored, tile_operand)
 from .fused_values import PrologueRef, Values
 from .helpers import use_helper
 from .kernel import ArrayRef, Scratch, as_stored, is_narrow_float, plan_threads, worth_parallel
 from .loops import unravel
 from .rules.misc import dropout_params
+from ..types import DataType
 
 #: query rows per block (the rows of a tile: one task of the parallel loop)
 BM = 64
@@ -76,6 +77,15 @@ BN = 128
 BM_PACKED = 256
 
 NINF = ir.const(-math.inf, "f32")
+
+#: Q @ K^T and P @ V on ``gemm_bf16`` (f32 sums) where both operands hold bf16
+#: values, instead of ``gemm_f32`` on operands widened to f32.  Off: measured
+#: slower on the 64 x 128 x 64 tiles of a query block (docs/performance.md,
+#: "bf16 attention tiles"): gemm_bf16 packs A and B in every call (scalar
+#: loops), and K^T is its transposed B; 2x16x512x64 bf16 on one thread 33 ms
+#: with sgemm, 62-65 ms with either product on the tile.
+BF16_QK = False
+BF16_PV = False
 
 
 def lower_attention(kb, ops, refs, plan) -> None:
@@ -102,6 +112,7 @@ class _QueryBlock:
     rmax: Scratch       # each row's running max
     rsum: Scratch       # each row's running sum of exp(s - max)
     words: Scratch | None   # a Dropout's Philox words of a row of the tile
+    ptile: Scratch | None   # the probabilities as bf16 bits, for P @ V in bf16
 
 
 class _Forward:
@@ -135,6 +146,14 @@ class _Forward:
         self.p_chain = not pin and mm2.inputs[0].id != self.probs.id
         self.p_round = mm_rounding(mm2, pin)   # fpmath_mode rounds the (normalised) f32 probabilities
         self.two_pass = is_narrow_float(self.p_dt) or self.p_chain or self.p_round is not None
+        # bf16 GEMMs (f32 sums) where both operands hold bf16 values: Q @ K^T for bf16
+        # Q and K; P @ V for bf16 V and probabilities rounded to bf16 (the second
+        # sweep's, as the SoftMax's bf16 dst or fpmath_mode rounds them)
+        self.qk_bf16 = BF16_QK and bf16_pair(self.q, self.k)
+        p_in = mm2.inputs[pin]
+        p_bf16 = getattr(self.p_round, "dtype", None) is DataType.bf16 if self.p_round is not None else \
+            p_in.dtype is DataType.bf16
+        self.pv_bf16 = BF16_PV and self.two_pass and p_bf16 and bf16_pair(self.v)
         self.inf_as_zero = sm.attr("mode") == "inf_as_zero"
         store = output_store(ops, local, plan.epilogue, mm2.outputs[0])
         # O's row i, column c; transposed (O^T's row c, column i) when P^T went in
@@ -202,13 +221,14 @@ class _Forward:
         i0 = kb.let((t % self.mt) * bm, "i0")
         m_ = kb.let(ir.call("min", bm, self.sq - i0), "m")
         bivars = unravel(kb, tb, self.batch) if self.batch else []
-        q = gemm_block(kb, self.q, bivars, i0, m_, 0, self.d, bm * self.d, parallel)
+        q = gemm_block(kb, self.q, bivars, i0, m_, 0, self.d, bm * self.d, parallel, self.qk_bf16)
         blk = _QueryBlock(tb, i0, m_, bivars, q,
                           stile=kb.scratch(bm * bn, "f32", parallel, prefix="stile"),
                           acc=kb.scratch(bm * dv, "f32", parallel, prefix="oacc"),
                           rmax=kb.scratch(bm, "f32", parallel, prefix="rmax"),
                           rsum=kb.scratch(bm, "f32", parallel, prefix="rsum"),
-                          words=kb.scratch(4 * (bn // 4 + 2), "int", parallel, prefix="rw") if self.drop else None)
+                          words=kb.scratch(4 * (bn // 4 + 2), "int", parallel, prefix="rw") if self.drop else None,
+                          ptile=kb.scratch(bm * bn, "u16", parallel, prefix="ptile") if self.pv_bf16 else None)
         with kb.for_(m_, "r") as r:
             kb.emit(blk.rmax.store(r, NINF))
             kb.emit(blk.rsum.store(r, ZERO))
@@ -227,8 +247,8 @@ class _Forward:
         kb, bn, values, score, src = self.kb, self.bn, self.values, self.score, self.sm.inputs[0]
         j0 = kb.let(kv * bn, "j0")
         n_ = kb.let(ir.call("min", bn, self.skv - j0), "n")
-        k = gemm_block(kb, self.k, blk.bivars, 0, self.d, j0, n_, self.d * bn, self.parallel)
-        gemm(kb, blk.q, k, blk.m, n_, self.d, 0.0, blk.stile, bn)
+        k = gemm_block(kb, self.k, blk.bivars, 0, self.d, j0, n_, self.d * bn, self.parallel, self.qk_bf16)
+        gemm(kb, blk.q, k, blk.m, n_, self.d, 0.0, blk.stile, bn, self.qk_bf16)
         with kb.for_(blk.m, "r") as r:
             row = kb.let(r * bn, "sr")
             i = kb.let(blk.i0 + r, "i")
@@ -286,12 +306,17 @@ class _Forward:
                                       self.sshape)
                 if self.p_round is not None:
                     p = self.p_round(ir.f32(p))
-                kb.emit(stile.store(row + jj, ir.f32(p)))
+                if self.pv_bf16:   # bf16 values: their bits, exactly
+                    kb.emit(blk.ptile.store(row + jj, ir.call("f32_to_bf16", ir.f32(p))))
+                else:
+                    kb.emit(stile.store(row + jj, ir.f32(p)))
 
     def _pv(self, blk, j0, n_) -> None:
         """O_blk += P V_blk of the key block j0.. (n_ keys)."""
-        v = gemm_block(self.kb, self.v, blk.bivars, j0, n_, 0, self.dv, self.bn * self.dv, self.parallel)
-        gemm(self.kb, tile_operand(blk.stile, self.bn), v, blk.m, self.dv, n_, 1.0, blk.acc, self.dv)
+        bf16 = self.pv_bf16
+        v = gemm_block(self.kb, self.v, blk.bivars, j0, n_, 0, self.dv, self.bn * self.dv, self.parallel, bf16)
+        gemm(self.kb, tile_operand(blk.ptile if bf16 else blk.stile, self.bn), v, blk.m, self.dv, n_, 1.0, blk.acc,
+             self.dv, bf16)
 
     def _store_rows(self, blk) -> None:
         """O / sum into the output (through its epilogue), and the SoftMax's stats

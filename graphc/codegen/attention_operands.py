@@ -20,7 +20,8 @@ from dataclasses import replace
 
 from . import ir, rules
 from .fused_values import PrologueRef
-from .gemm import Matrix, direct, fpmath_rounding, pack
+from .blas_import import bf16_gemm
+from .gemm import Matrix, bf16_valued, direct, fpmath_rounding, pack
 from .kernel import ArrayRef, as_stored, is_narrow_float
 from .loops import aligned, linear
 from .rules.misc import dropout_keep, philox_words
@@ -125,11 +126,12 @@ def as_matrix(ref, transpose, batch, rounding=None) -> Matrix:
     return Matrix(ref, rows, cols, index, any(d != 1 for d in lead), st, base, rounding)
 
 
-def gemm_block(kb, mat, bivars, r0, nr, c0, nc, size, parallel):
+def gemm_block(kb, mat, bivars, r0, nr, c0, nc, size, parallel, bf16=False):
     """(buffer, offset, leading dim, transposed) of rows r0.. x cols c0.. of ``mat``:
-    in place when BLAS can read it, else packed into an f32 panel (row-major, or
-    column-major when the matrix's rows are its contiguous dim)."""
-    d = direct(mat)
+    in place when BLAS can read it, else packed into an f32 panel (``bf16``: a
+    panel of bf16 bits, for gemm_bf16; row-major, or column-major when the
+    matrix's rows are its contiguous dim)."""
+    d = direct(mat, DataType.bf16 if bf16 else DataType.f32)
     if d is not None:
         ta, ld = d
         rs, cs = mat.strides
@@ -140,9 +142,9 @@ def gemm_block(kb, mat, bivars, r0, nr, c0, nc, size, parallel):
         # columns, so that the loads (and the dequantization) go along memory
         swapped = replace(mat, rows=mat.cols, cols=mat.rows, index=lambda bv, r, c: mat.index(bv, c, r),
                           strides=(cs, rs))
-        panel = pack(kb, swapped, bivars, c0, nc, r0, nr, size, parallel)
+        panel = pack(kb, swapped, bivars, c0, nc, r0, nr, size, parallel, bf16=bf16)
         return panel.buf, panel.at(0), nr, 1
-    panel = pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel)
+    panel = pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel, bf16=bf16)
     return panel.buf, panel.at(0), nc, 0
 
 
@@ -151,12 +153,23 @@ def tile_operand(tile, ld, transposed=0) -> tuple:
     return tile.buf, tile.at(0), ld, transposed
 
 
-def gemm(kb, a, b, m, n, k, beta, c, ldc) -> None:
+def gemm(kb, a, b, m, n, k, beta, c, ldc, bf16=False) -> None:
     """C (the scratch ``c``, leading dim ``ldc``) = A B + beta C of m x k operand
-    ``a`` and k x n operand ``b``, each (buffer, offset, leading dim, transposed)."""
+    ``a`` and k x n operand ``b``, each (buffer, offset, leading dim, transposed):
+    f32 operands (``gemm_f32``), or with ``bf16`` bf16 bits (``gemm_bf16``: the
+    products summed in f32)."""
     abuf, aoff, lda, ta = a
     bbuf, boff, ldb, tb = b
-    kb.let(ir.call("gemm_f32", ta, tb, m, n, k, abuf, aoff, lda, bbuf, boff, ldb, beta, c.buf, c.at(0), ldc), "st")
+    kb.let(ir.call("gemm_bf16" if bf16 else "gemm_f32", ta, tb, m, n, k, abuf, aoff, lda, bbuf, boff, ldb, beta,
+                   c.buf, c.at(0), ldc), "st")
+
+
+def bf16_pair(*mats) -> bool:
+    """Whether a GEMM of these operands multiplies in bf16 (gemm_bf16): every
+    operand's values are bf16 numbers (bf16 tensors, or f32 ones fpmath_mode
+    rounds to bf16), so its f32 products are those of the f32 GEMM, and the
+    library multiplies bf16 (graphc.codegen.blas_import.bf16_gemm)."""
+    return bf16_gemm() and all(bf16_valued(m) for m in mats)
 
 
 # -- dropout and results -------------------------------------------------------------------
@@ -215,4 +228,4 @@ def stored(value, dtype):
 
 
 __all__ = ["REORDERS", "ZERO", "buffer_view", "Reindexed", "IndexRef", "prologue_views", "mm_rounding", "as_matrix",
-           "gemm_block", "tile_operand", "gemm", "dropout_kept", "output_store", "inverse_sum", "stored"]
+           "gemm_block", "tile_operand", "gemm", "bf16_pair", "dropout_kept", "output_store", "inverse_sum", "stored"]

@@ -18,10 +18,11 @@ from support.fusion import one_partition
 M, H, F = 12, 32, 48
 
 
-def gated_mlp(dt="f32", act="swish", mid=None):
-    """src [M, H] -> up, gate [M, F] (``mid``: their dtype, f32 for bf16 as the doc
-    asks) -> act(gate) * up -> [TypeCast to dt] -> down [M, H] in ``dt``."""
+def gated_mlp(dt="f32", act="swish", mid=None, m=M, h=H, f=F):
+    """src [m, h] -> up, gate [m, f] (``mid``: their dtype, f32 for bf16 as the doc
+    asks) -> act(gate) * up -> [TypeCast to dt] -> down [m, h] in ``dt``."""
     mid = mid or "f32"
+    M, H, F = m, h, f
     b = GraphBuilder()
     x, w1, w2, w3 = b.tensor(dt, [M, H]), b.tensor(dt, [H, F]), b.tensor(dt, [H, F]), b.tensor(dt, [F, H])
     up = b.op("MatMul", [x, w1], out=[(mid, [M, F])])[0]
@@ -70,6 +71,20 @@ def test_all_bf16_gated_mlp():
     g = gated_mlp("bf16", "swish", mid="bf16")
     one_partition(g, "gated_mlp", "staged", anchors=["MatMul"] * 3, scratch=_up_and_gate(g))
     check_compiled(g, seed=3)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("dt,mid", [("bf16", None), ("bf16", "bf16"), ("f16", None)])
+def test_few_tokens_read_the_weights_in_place(dt, mid, m):
+    """One or three rows of src (decoded tokens, complex_fusion's [1, 4096] cases):
+    each of the three MatMuls multiplies the rows by its weights read in place
+    (graphc.codegen.gemv), no GEMM packing them; sizes no multiple of its 4 rows a
+    step or 256 columns a task."""
+    g = gated_mlp(dt, "swish", mid=mid, m=m, h=262, f=301)
+    p = one_partition(g, "gated_mlp", "staged", anchors=["MatMul"] * 3, scratch=_up_and_gate(g))
+    src = p.compile().source
+    assert src.count("gacc") >= 3 and "gemm_bf16(" not in src and "gemm_f32(" not in src
+    check_compiled(g, seed=6)
 
 
 @pytest.mark.parametrize("act", ["swish", "GELU"])

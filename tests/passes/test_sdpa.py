@@ -75,3 +75,25 @@ def test_finite_fill_value():
     """A mask fill that is not -inf is an ordinary value (the kernel does not assume -inf)."""
     g, ids = sdpa_graph("f32", mask="causal_tl", sq=40, skv=40)
     check_sdpa(g, ids, fill=-3.0)
+
+
+@pytest.mark.parametrize("mask", [None, "add", "causal_tl", "causal_br"])
+@pytest.mark.parametrize("dt,layout,d,fpmath", [("bf16", "bhsd", 13, None), ("bf16", "bshd", 16, None),
+                                                ("f32", "bhsd", 16, "bf16")])
+def test_tiles_multiplied_in_bf16(monkeypatch, mask, dt, layout, d, fpmath):
+    """Q @ K^T and P @ V on gemm_bf16 (attention.BF16_QK / BF16_PV on) where both
+    operands hold bf16 values (bf16 tensors, or f32 ones fpmath_mode rounds): sizes
+    that are no multiple of the tile's 8 x 32 (70 queries, 301 keys: a last key
+    block of 45, an odd k of P @ V; head dim 13: an odd k of Q @ K^T), masks,
+    causal; P rounded to bf16 before P @ V as the reference rounds it."""
+    from graphc.codegen import attention
+    from graphc.codegen.blas_import import bf16_gemm
+    if not bf16_gemm():
+        pytest.skip("no bf16 GEMM in this build")
+    monkeypatch.setattr(attention, "BF16_QK", True)
+    monkeypatch.setattr(attention, "BF16_PV", True)
+    g, ids = sdpa_graph(dt, skv=301, d=d, mask=mask, layout=layout, fpmath=fpmath)
+    check_sdpa(g, ids)
+    src = g.get_partitions("fusion")[0].compile().source
+    # Q @ K^T in each of the two sweeps, P @ V in the second
+    assert src.count("gemm_bf16(") == 3 and "gemm_f32(" not in src.split("def kernel_loop", 1)[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .. import ir
 from ..blas_import import int8_gemm
 from ..gemm import S32_LIMIT, Matrix, emit_gemm, emit_int8_gemm, fpmath_rounding
+from ..gemv import emit_gemv, gemv_applies
 from ..loops import aligned, linear
 from ..quant import exact_chunk, integer_operands
 from ...types import DataType
@@ -85,5 +86,9 @@ def lower_matmul(op, kb, ins, dst):
         shifts = (0 if fa.q.dtype is DataType.u8 else 128, 0 if fb.q.dtype is DataType.s8 else -128)
         za = float(fa.op.attr("zps")[0]) if fa.zps is not None else 0.0
         emit_int8_gemm(kb, batch, a, b, za, fb.zero, shifts, store)
+        return
+    if exact_k is None and gemv_applies(batch, a, b):
+        # a few rows times bf16/f16 weights: the weights read once, in place (graphc.codegen.gemv)
+        emit_gemv(kb, batch, a, b, store)
         return
     emit_gemm(kb, batch, a, b, store, out, exact_k)

@@ -33,6 +33,34 @@ def test_matmul(dtype, ddt, src, wei, bias, dst, attrs):
     check_compiled(g, what=f"{dtype} {src}@{wei}")
 
 
+@pytest.mark.parametrize("dtype,ddt", [("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32")])
+@pytest.mark.parametrize("src,wei,bias,dst", [([1, 1030], [1030, 600], [600], [1, 600]), ([7], [7, 257], None, [257]),
+                                              ([1, 1, 3], [3, 40], None, [1, 1, 40]),
+                                              ([3, 1030], [1030, 600], [600], [3, 600]),
+                                              ([1, 4, 9], [9, 300], None, [1, 4, 300])], ids=str)
+def test_rows_times_narrow_weights(dtype, ddt, src, wei, bias, dst):
+    """One to four rows of src times bf16/f16 weights: the weights read in place, no
+    GEMM call (graphc.codegen.gemv): K not a multiple of its 4 rows a step (1030, 7,
+    3, 9), N of its 256 columns a task (600, 257, 40, 300), bias, a batch of one."""
+    ins = [(dtype, src), (dtype, wei)] + ([(dtype, bias)] if bias else [])
+    g = one_op("MatMul", ins, [(ddt, dst)], {})
+    (p,) = g.get_partitions()
+    src_text = p.compile().source
+    assert "gacc" in src_text and "gemm_bf16(" not in src_text and "gemm_f32(" not in src_text
+    check_compiled(g, what=f"{dtype} {src}@{wei}")
+
+
+def test_row_times_every_f16():
+    """1 x [1, 65536] f16 weights holding every f16 bit pattern (subnormals, the
+    infinities, NaNs): the row product (graphc.codegen.gemv) widens each exactly."""
+    import graphc
+    g = one_op("MatMul", [("f16", [1, 1]), ("f16", [1, 65536])], [("f32", [1, 65536])], {})
+    (x, w), (out,) = g.input_ports, g.output_ports
+    weights = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(1, -1)
+    got = graphc.compile(g).run({x: np.ones((1, 1), np.float16), w: weights})[out]
+    np.testing.assert_array_equal(got, weights.astype(np.float32))
+
+
 @pytest.mark.parametrize("order_a,order_b,order_d", [((1, 0), (0, 1), (0, 1)), ((0, 1), (1, 0), (1, 0))])
 @pytest.mark.parametrize("pad", [1, 2])
 def test_matmul_layouts(order_a, order_b, order_d, pad):
