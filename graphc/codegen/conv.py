@@ -32,6 +32,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from . import ir
+from .conv_bf16 import bf16_operands, bits, plain_bf16, weight_panels
 from .conv_views import Data, Geometry, Weights
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
 from .gemm import Matrix, direct, exact_runs
@@ -57,19 +58,20 @@ def _in_positions(kb, geo: Geometry, out_pos, taps):
     return pos, inside
 
 
-def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel):
-    """A (nrows x T*Cg) f32 panel (a Scratch of tm rows): row r holds, tap after
-    tap, the Cg src channels of group g that the taps of dst position p0 + r meet
-    (0 in the padding)."""
+def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel, bf16=False):
+    """A (nrows x T*Cg) f32 panel (``bf16``: of bf16 bits) (a Scratch of tm rows):
+    row r holds, tap after tap, the Cg src channels of group g that the taps of
+    dst position p0 + r meet (0 in the padding)."""
     kd, cg = geo.kd, geo.cg
-    panel = kb.scratch(tm * kd, "f32", parallel, prefix="cols")
+    panel = kb.scratch(tm * kd, "u16" if bf16 else "f32", parallel, prefix="cols")
     with _window_taps(kb, geo, p0, nrows) as (pos, inside, at):
         with kb.if_(inside) as st:
             with kb.for_(cg, "ci") as ci:
-                kb.emit(panel.store(at + ci, ir.f32(_rounded(x.load(n, g * cg + ci, pos), rounding))))
+                v = _rounded(x.load(n, g * cg + ci, pos), rounding)
+                kb.emit(panel.store(at + ci, bits(v) if bf16 else ir.f32(v)))
             with kb.else_(st):
                 with kb.for_(cg, "ci") as ci:
-                    kb.emit(panel.store(at + ci, ir.const(0.0, "f32")))
+                    kb.emit(panel.store(at + ci, ir.const(0, "int") if bf16 else ir.const(0.0, "f32")))
     return panel
 
 
@@ -117,10 +119,11 @@ def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding):
     return panel, (lambda g: g * size), (geo.kd if transposed else geo.ocg), 0
 
 
-def _data_operand(geo: Geometry, d: Data, channels_per_group, sizes, n, g, p0):
+def _data_operand(geo: Geometry, d: Data, channels_per_group, sizes, n, g, p0, bf16=False):
     """(buffer, offset, ld) of the (positions x channels-of-group) matrix of ``d``
-    for image n, group g, from position p0, when BLAS can read it in place."""
-    if not _plain(d.ref):
+    for image n, group g, from position p0, when BLAS can read it in place
+    (``bf16``: a bf16 GEMM's operand)."""
+    if not (plain_bf16(d.ref) if bf16 else _plain(d.ref)):
         return None
     ns, cs, _ = d.strides()
     ps = d.rows(sizes)
@@ -164,21 +167,33 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg
     run = None if exact_k is None or kd <= exact_k else -(-kd // -(-kd // exact_k))
     one_by_one = geo.taps == 1 and geo.big == geo.small and all(s == 1 for s in geo.strides) and not any(geo.begin)
-    wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
+    bf16 = exact_k is None and bf16_operands(x, w, rounding)
+    if bf16:
+        kb.road("bf16_gemm")
+        bp, boff, npan = weight_panels(kb, geo, w, rounding, kd)
+    else:
+        wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
     tm = _tile_rows(geo, geo.n * G, kd)
     mt = -(-P // tm)
     items = geo.n * G * mt
     par = items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 8)
     with kb.for_(items, "t", par) as t:
         n, g, p0, m = _item(kb, t, geo, mt, tm, P)
-        a = _data_operand(geo, x, cg, geo.big, n, g, p0) if one_by_one and rounding is None else None
+        a = _data_operand(geo, x, cg, geo.big, n, g, p0, bf16) if one_by_one and rounding is None else None
         if a is None:
-            cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, par)
+            cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, par, bf16)
             abuf, aoff, lda = cols.buf, cols.at(0), kd
         else:
             abuf, aoff, lda = a
         c = _data_operand(geo, out, ocg, geo.small, n, g, p0) if out is not None else None
-        if run is not None:
+        if bf16:
+            tile = kb.scratch(tm * ocg, "f32", par, prefix="tile") if c is None else None
+            cbuf, coff, ldc = c if c is not None else (tile.buf, tile.at(0), ocg)
+            kb.let(ir.call("gemm_bf16_packed", 0, m, ocg, kd, abuf, aoff, lda, bp, boff(g, 0), npan, 0, 0.0,
+                           cbuf, coff, ldc), "st")
+            if c is None:
+                _store_tile(kb, geo, store, n, g, p0, m, tile)
+        elif run is not None:
             assert tw == 0 and ldw == ocg, "integer weights are packed"
 
             def at(bv, r, oc, value):
@@ -191,11 +206,17 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
             tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
             kb.let(ir.call("gemm_f32", 0, tw, m, ocg, kd, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, tile.buf,
                            tile.at(0), ocg), "st")
-            with kb.for_(m, "r") as r:
-                pos = unravel(kb, p0 + r, geo.small)
-                row = kb.let(r * ocg, "tr")
-                with kb.for_(ocg, "oc") as oc:
-                    kb.emit(store(n, g * ocg + oc, pos, tile[row + oc]))
+            _store_tile(kb, geo, store, n, g, p0, m, tile)
+
+
+def _store_tile(kb, geo: Geometry, store, n, g, p0, m, tile):
+    """Store the (m x OCg) f32 tile of dst positions p0.. of image n, group g."""
+    ocg = geo.ocg
+    with kb.for_(m, "r") as r:
+        pos = unravel(kb, p0 + r, geo.small)
+        row = kb.let(r * ocg, "tr")
+        with kb.for_(ocg, "oc") as oc:
+            kb.emit(store(n, g * ocg + oc, pos, tile[row + oc]))
 
 
 #: rows of virtual positions one tile of the shifted-GEMM forward holds at least
@@ -208,7 +229,7 @@ def shifted(geo: Geometry) -> bool:
     return geo.taps > 1 and all(s == 1 for s in geo.strides)
 
 
-def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None):
+def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, bf16=False):
     """dst = conv(x, w) at unit strides, with one GEMM per tap of the outer window
     dims and no full im2col.  Each image (and group) is copied once into an f32
     buffer over the padded extents ``pd`` (dst size + dilated window - 1) whose
@@ -219,7 +240,9 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     ``q + off(k)``: for a run of consecutive virtual rows, each outer tap's
     operand is a plain (rows x KW*Cg) matrix of the buffer.  The dst tile is the
     sum of those matrices times the tap's (KW*Cg x OCg) weights (accumulating
-    GEMMs, beta 1), then a store loop skips the virtual rows past dst's inner dims."""
+    GEMMs, beta 1), then a store loop skips the virtual rows past dst's inner dims.
+    ``bf16`` (graphc.codegen.conv_bf16): the copy holds bf16 bits and the GEMMs
+    run on the tile, each tap's weights packed for it once per call."""
     G, ocg, cg = geo.groups, geo.ocg, geo.cg
     kw, dw = geo.kernel[-1], geo.dilations[-1]
     width = kw * cg                                  # one virtual row
@@ -230,7 +253,11 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, vs)) for tap in np.ndindex(*geo.kernel[:-1])]
     span = rows + max(offs)                          # rows a tap may read
     per = span * width
-    xp = kb.workspace(geo.n * G * per, "f32", prefix="xp")
+    xp = kb.workspace(geo.n * G * per, "u16" if bf16 else "f32", prefix="xp")
+
+    def value(v):
+        return bits(v) if bf16 else ir.f32(v)
+    zero = ir.const(0, "int") if bf16 else ir.const(0.0, "f32")
     # 1. the expanded copies: (image, group, block of virtual rows) in parallel; every value written
     chunk = 256
     nch = -(-span // chunk)
@@ -255,14 +282,24 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
                 at = kb.let(row + k * cg, "xa")
                 with kb.if_(ok) as st:
                     with kb.for_(cg, "ci") as ci:
-                        kb.store(xp, ir.u64(at + ci),
-                                 ir.f32(_rounded(x.load(n, g * cg + ci, pos + [last]), rounding)))
+                        kb.store(xp, ir.u64(at + ci), value(_rounded(x.load(n, g * cg + ci, pos + [last]), rounding)))
                     with kb.else_(st):
                         with kb.for_(cg, "ci") as ci:
-                            kb.store(xp, ir.u64(at + ci), ir.const(0.0, "f32"))
+                            kb.store(xp, ir.u64(at + ci), zero)
     # 2. tiles of virtual rows: whole first-dim rows of dst, one accumulating GEMM per outer tap
-    wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
-    wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
+    if bf16:
+        bp, boff, npan = weight_panels(kb, geo, w, rounding, width)
+
+        def product(k, a_at, m, beta, tile):
+            return ir.call("gemm_bf16_packed", 0, m, ocg, width, xp, a_at, width, bp, boff(g, k), npan, 0, beta,
+                           tile.buf, tile.at(0), ocg)
+    else:
+        wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
+        wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
+
+        def product(k, a_at, m, beta, tile):
+            return ir.call("gemm_f32", 0, tw, m, ocg, width, xp, a_at, width, wbuf, woff(g) + k * width * wrow, ldw,
+                           beta, tile.buf, tile.at(0), ocg)
     rt = max(1, min(geo.small[0], -(-SHIFTED_TILE_ROWS // inner)))
     while rt > 1 and geo.n * G * -(-geo.small[0] // rt) < 2 * plan_threads():
         rt = -(-rt // 2)
@@ -275,8 +312,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
         tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
         base = kb.let((n * G + g) * per + q0 * width, "xa")
         for k, off in enumerate(offs):
-            kb.let(ir.call("gemm_f32", 0, tw, m, ocg, width, xp, base + off * width, width, wbuf,
-                           woff(g) + k * width * wrow, ldw, 0.0 if k == 0 else 1.0, tile.buf, tile.at(0), ocg), "st")
+            kb.let(product(k, base + off * width, m, 0.0 if k == 0 else 1.0, tile), "st")
         with kb.for_(m, "r") as r:
             q = kb.let(q0 + r, "q")
             opos = [kb.let(q // inner, "o")] + [kb.let((q // v) % d, "o") for v, d in zip(vs[1:], pd[1:])]
@@ -334,6 +370,9 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
         else:
             kb.road("im2col")
             emit_forward(kb, geo, x, w, store, rounding, out, exact_k)
+    elif shifted(geo) and bf16_operands(x, w, rounding):
+        kb.road("bf16_shifted_gemm")
+        emit_forward_shifted(kb, geo, x, w, store, rounding, bf16=True)
     elif winograd(geo):
         kb.road("winograd")
         emit_forward_winograd(kb, geo, x, w, store, rounding)
