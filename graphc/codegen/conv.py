@@ -241,10 +241,13 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     operand is a plain (rows x KW*Cg) matrix of the buffer.  The dst tile is the
     sum of those matrices times the tap's (KW*Cg x OCg) weights (accumulating
     GEMMs, beta 1), then a store loop skips the virtual rows past dst's inner dims.
-    ``bf16`` (graphc.codegen.conv_bf16): the copy holds bf16 bits and the GEMMs
-    run on the tile, each tap's weights packed for it once per call."""
+    ``bf16`` (graphc.codegen.conv_bf16): the GEMMs run on the tile, each tap's
+    weights packed for it once per call, and each work item copies the virtual
+    rows it reads (its own and the outer taps' halo) as bf16 bits into its
+    thread's scratch right before its GEMMs (rather than a whole copy first:
+    the rows are in L2 when read, and the kernel has one parallel loop)."""
     G, ocg, cg = geo.groups, geo.ocg, geo.cg
-    kw, dw = geo.kernel[-1], geo.dilations[-1]
+    kw = geo.kernel[-1]
     width = kw * cg                                  # one virtual row
     pd = [o + (k - 1) * d for o, k, d in zip(geo.small, geo.kernel, geo.dilations)]
     vs = dense_strides(pd)
@@ -253,46 +256,25 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, vs)) for tap in np.ndindex(*geo.kernel[:-1])]
     span = rows + max(offs)                          # rows a tap may read
     per = span * width
-    xp = kb.workspace(geo.n * G * per, "u16" if bf16 else "f32", prefix="xp")
-
-    def value(v):
-        return bits(v) if bf16 else ir.f32(v)
-    zero = ir.const(0, "int") if bf16 else ir.const(0.0, "f32")
-    # 1. the expanded copies: (image, group, block of virtual rows) in parallel; every value written
-    chunk = 256
-    nch = -(-span // chunk)
-    par = worth_parallel(geo.n * geo.c * geo.big_size * kw)
-    with kb.for_(geo.n * G * nch, "t", par and geo.n * G * nch > 1) as t:
-        n = kb.let(t // (G * nch), "n")
-        g = kb.let((t // nch) % G, "g")
-        v0 = kb.let((t % nch) * chunk, "v0")
-        with kb.for_(ir.call("min", chunk, span - v0), "v") as v:
-            vv = kb.let(v0 + v, "vv")
-            vpos = [kb.let(vv // vs[0], "p")] + [kb.let((vv // st) % d, "p") for st, d in zip(vs[1:], pd[1:])]
-            pos = [kb.let(p - b, "ip") for p, b in zip(vpos[:-1], geo.begin[:-1])]
-            inside = None
-            for p, size in zip(pos, geo.big[:-1]):
-                c = (p >= 0) & (p < size)
-                inside = c if inside is None else inside & c
-            row = kb.let((n * G + g) * per + vv * width, "xr")
-            with kb.for_(kw, "k") as k:
-                last = kb.let(vpos[-1] + k * dw - geo.begin[-1], "ip")
-                ok = (last >= 0) & (last < geo.big[-1])
-                ok = ok if inside is None else inside & ok
-                at = kb.let(row + k * cg, "xa")
-                with kb.if_(ok) as st:
-                    with kb.for_(cg, "ci") as ci:
-                        kb.store(xp, ir.u64(at + ci), value(_rounded(x.load(n, g * cg + ci, pos + [last]), rounding)))
-                    with kb.else_(st):
-                        with kb.for_(cg, "ci") as ci:
-                            kb.store(xp, ir.u64(at + ci), zero)
+    copy = _VirtualRows(kb, geo, x, rounding, vs, pd, width, bf16)
+    if not bf16:
+        # 1. the expanded copies: (image, group, block of virtual rows) in parallel; every value written
+        xp = kb.workspace(geo.n * G * per, "f32", prefix="xp")
+        chunk = 256
+        nch = -(-span // chunk)
+        par = worth_parallel(geo.n * geo.c * geo.big_size * kw)
+        with kb.for_(geo.n * G * nch, "t", par and geo.n * G * nch > 1) as t:
+            n = kb.let(t // (G * nch), "n")
+            g = kb.let((t // nch) % G, "g")
+            v0 = kb.let((t % nch) * chunk, "v0")
+            copy.emit(n, g, v0, ir.call("min", chunk, span - v0), xp, (n * G + g) * per + v0 * width)
     # 2. tiles of virtual rows: whole first-dim rows of dst, one accumulating GEMM per outer tap
     if bf16:
         bp, boff, npan = weight_panels(kb, geo, w, rounding, width)
 
         def product(k, a_at, m, beta, tile):
-            return ir.call("gemm_bf16_packed", 0, m, ocg, width, xp, a_at, width, bp, boff(g, k), npan, 0, beta,
-                           tile.buf, tile.at(0), ocg)
+            return ir.call("gemm_bf16_packed", 0, m, ocg, width, rows_.buf, a_at, width, bp, boff(g, k), npan, 0,
+                           beta, tile.buf, tile.at(0), ocg)
     else:
         wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding)
         wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
@@ -310,7 +292,15 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     with kb.for_(items, "t", par) as t:
         n, g, q0, m = _item(kb, t, geo, mt, tm, rows)
         tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
-        base = kb.let((n * G + g) * per + q0 * width, "xa")
+        if bf16:
+            # 1'. bf16: the work item's own virtual rows (and the outer taps' halo), copied
+            # into the thread's scratch just before its GEMMs read them (in L2; no pass
+            # over the whole copy, one parallel loop fewer)
+            rows_ = kb.scratch((tm + max(offs)) * width, "u16", par, prefix="xrows")
+            copy.emit(n, g, q0, m + max(offs), rows_.buf, rows_.at(0))
+            base = rows_.at(0)
+        else:
+            base = kb.let((n * G + g) * per + q0 * width, "xa")
         for k, off in enumerate(offs):
             kb.let(product(k, base + off * width, m, 0.0 if k == 0 else 1.0, tile), "st")
         with kb.for_(m, "r") as r:
@@ -324,6 +314,44 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
             with (kb.if_(valid) if valid is not None else _nothing()):
                 with kb.for_(ocg, "oc") as oc:
                     kb.emit(store(n, g * ocg + oc, opos, tile[row + oc]))
+
+
+class _VirtualRows:
+    """The shifted GEMMs' copy of src (emit_forward_shifted): ``emit(n, g, v0,
+    count, dest, at)`` writes virtual rows [v0, v0 + count) of image n, group g
+    (each the KW taps' Cg channels of a padded position, zeros in the padding)
+    into ``dest`` from ``at``, f32 or (``bf16``) bf16 bits; every value written."""
+
+    def __init__(self, kb, geo, x, rounding, vs, pd, width, bf16):
+        self.kb, self.geo, self.x, self.rounding, self.vs, self.pd = kb, geo, x, rounding, vs, pd
+        self.width, self.bf16 = width, bf16
+
+    def emit(self, n, g, v0, count, dest, at0):
+        kb, geo, vs, pd = self.kb, self.geo, self.vs, self.pd
+        cg = geo.cg
+        kw, dw = geo.kernel[-1], geo.dilations[-1]
+        zero = ir.const(0, "int") if self.bf16 else ir.const(0.0, "f32")
+        with kb.for_(count, "v") as v:
+            vv = kb.let(v0 + v, "vv")
+            vpos = [kb.let(vv // vs[0], "p")] + [kb.let((vv // st) % d, "p") for st, d in zip(vs[1:], pd[1:])]
+            pos = [kb.let(p - b, "ip") for p, b in zip(vpos[:-1], geo.begin[:-1])]
+            inside = None
+            for p, size in zip(pos, geo.big[:-1]):
+                c = (p >= 0) & (p < size)
+                inside = c if inside is None else inside & c
+            row = kb.let(at0 + v * self.width, "xr")
+            with kb.for_(kw, "k") as k:
+                last = kb.let(vpos[-1] + k * dw - geo.begin[-1], "ip")
+                ok = (last >= 0) & (last < geo.big[-1])
+                ok = ok if inside is None else inside & ok
+                at = kb.let(row + k * cg, "xa")
+                with kb.if_(ok) as st:
+                    with kb.for_(cg, "ci") as ci:
+                        val = _rounded(self.x.load(n, g * cg + ci, pos + [last]), self.rounding)
+                        kb.store(dest, ir.u64(at + ci), bits(val) if self.bf16 else ir.f32(val))
+                    with kb.else_(st):
+                        with kb.for_(cg, "ci") as ci:
+                            kb.store(dest, ir.u64(at + ci), zero)
 
 
 @contextmanager
