@@ -232,7 +232,8 @@ def shifted(geo: Geometry) -> bool:
 def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, bf16=False):
     """dst = conv(x, w) at unit strides, with one GEMM per tap of the outer window
     dims and no full im2col.  Each image (and group) is copied once into an f32
-    buffer over the padded extents ``pd`` (dst size + dilated window - 1) whose
+    buffer over the padded extents ``pd`` (dst size + dilated window - 1 over the
+    outer window dims, dst's size over the last) whose
     *virtual row* v holds, for the window's last dim, the Cg channels of each of
     its KW taps (zeros in the padding): a row of KW*Cg values.  A dst position o
     has the virtual row ``q = sum(o[t] * vs[t])`` (``vs`` the row strides over
@@ -249,7 +250,10 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     G, ocg, cg = geo.groups, geo.ocg, geo.cg
     kw = geo.kernel[-1]
     width = kw * cg                                  # one virtual row
-    pd = [o + (k - 1) * d for o, k, d in zip(geo.small, geo.kernel, geo.dilations)]
+    # padded extents over the outer window dims; the last dim's taps are in the row,
+    # so its extent is dst's own (no virtual rows of padding to compute and skip:
+    # 56x56 computed 58 columns for 56)
+    pd = [o + (k - 1) * d for o, k, d in zip(geo.small[:-1], geo.kernel[:-1], geo.dilations[:-1])] + [geo.small[-1]]
     vs = dense_strides(pd)
     inner = math.prod(pd[1:])
     rows = geo.small[0] * inner                     # virtual rows holding every dst position
