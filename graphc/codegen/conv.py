@@ -135,18 +135,20 @@ def _data_operand(geo: Geometry, d: Data, channels_per_group, sizes, n, g, p0, b
     return d.ref.buf, linear([n, g * channels_per_group, p0], [ns, cs, ps]), ld
 
 
-def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding, parallel):
+def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding, parallel, bf16=False):
     """(buffer, offset, ld) of the (m x OCg) matrix of dy for image n, group g from
-    position p0: in place when BLAS can read it so, else packed to f32."""
+    position p0: in place when BLAS can read it so, else packed to f32 (``bf16``:
+    as bf16 bits, for the tile)."""
     ocg = geo.ocg
-    a = _data_operand(geo, dy, ocg, geo.small, n, g, p0) if rounding is None else None
+    a = _data_operand(geo, dy, ocg, geo.small, n, g, p0, bf16) if rounding is None else None
     if a is not None:
         return a
-    buf = kb.scratch(tm * ocg, "f32", parallel, prefix="dyp")
+    buf = kb.scratch(tm * ocg, "u16" if bf16 else "f32", parallel, prefix="dyp")
     with kb.for_(m, "r") as r:
         pos = unravel(kb, p0 + r, geo.small)
         with kb.for_(ocg, "oc") as oc:
-            kb.emit(buf.store(r * ocg + oc, ir.f32(_rounded(dy.load(n, g * ocg + oc, pos), rounding))))
+            v = _rounded(dy.load(n, g * ocg + oc, pos), rounding)
+            kb.emit(buf.store(r * ocg + oc, bits(v) if bf16 else ir.f32(v)))
     return buf.buf, buf.at(0), ocg
 
 
@@ -434,7 +436,12 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     # in exact runs; the columns added up in an f64 accumulator
     run = None if exact_k is None or ocg <= exact_k else -(-ocg // -(-ocg // exact_k))
     acc_dt = "f32" if exact_k is None else "f64"
-    wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, True, rounding)
+    bf16 = exact_k is None and bf16_operands(dy, w, rounding)
+    if bf16:
+        kb.road("bf16_gemm")
+        bp, boff, npan = weight_panels(kb, geo, w, rounding, ocg, transposed=True)
+    else:
+        wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, True, rounding)
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))
     mt = -(-P // tm)
     items = geo.n * G
@@ -448,8 +455,11 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
         with kb.for_(mt, "pt") as pt:
             p0 = kb.let(pt * tm, "p0")
             m = kb.let(ir.call("min", tm, P - p0), "m")
-            abuf, aoff, lda = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding, par)
-            if run is not None:
+            abuf, aoff, lda = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding, par, bf16)
+            if bf16:
+                kb.let(ir.call("gemm_bf16_packed", 0, m, kd, ocg, abuf, aoff, lda, bp, boff(g, 0), npan, 0, 0.0,
+                               cols.buf, cols.at(0), kd), "st")
+            elif run is not None:
                 assert tw == 0 and ldw == kd, "integer weights are packed"
                 exact_runs(kb, lambda bv, r, c, value: cols.store(r * kd + c, value), None, ir.const(0),
                            ir.const(0), m, kd, ocg, run, tm * kd, par, (abuf, aoff, lda), (wbuf, woff(g), ldw))

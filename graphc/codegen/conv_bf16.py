@@ -35,32 +35,41 @@ def bits(value):
     return ir.call("f32_to_bf16", ir.f32(value))
 
 
-def weight_panels(kb, geo: Geometry, w, rounding, width: int):
+def weight_panels(kb, geo: Geometry, w, rounding, width: int, transposed: bool = False):
     """The weights of each group and each run of ``width`` rows of its (T*Cg x OCg)
     matrix (rows: taps then input channels), as B matrices packed for the tile:
-    (workspace, offset of (group, run) function, panels of one B).  The
-    matrix is read in place when it is a plain bf16 tensor with unit column
-    stride, else first copied as bf16 bits."""
+    (workspace, offset of (group, run) function, panels of one B); with
+    ``transposed``, each group's whole (OCg x T*Cg) transpose (``width`` = OCg:
+    the data gradient's dY @ W^T).  The matrix is read in place when it is a plain
+    bf16 tensor with a unit stride along one of its dims, else first copied as
+    bf16 bits."""
     kd, cg, ocg, G = geo.kd, geo.cg, geo.ocg, geo.groups
     from .bf16_gemm import bf16_panels
+    rows, cols = (ocg, kd) if transposed else (kd, ocg)      # of the matrix B
     ms = w.matrix_strides(geo) if plain_bf16(w.ref) and rounding is None else None
-    if ms is not None and ms[1] == 1 and ms[0] >= ocg:
-        wbuf, ld, gs = w.ref.buf, ms[0], ms[2]
+    if ms is not None:
+        rs, cs, gs = (ms[1], ms[0], ms[2]) if transposed else ms
+    if ms is not None and cs == 1 and rs >= cols:
+        wbuf, ld, tb = w.ref.buf, rs, 0
+    elif ms is not None and rs == 1 and cs >= rows:
+        wbuf, ld, tb = w.ref.buf, cs, 1
     else:
-        wbuf, ld, gs = kb.workspace(G * kd * ocg, "u16", prefix="wbits"), ocg, kd * ocg
+        wbuf, ld, gs, tb = kb.workspace(G * kd * ocg, "u16", prefix="wbits"), cols, kd * ocg, 0
         with kb.for_(G, "g") as g, kb.for_(ocg, "oc") as oc:
             with tap_loops(kb, geo.kernel) as (taps, flat):
                 with kb.for_(cg, "ic") as ic:
-                    at = g * (kd * ocg) + (flat * cg + ic) * ocg + oc
+                    r = flat * cg + ic
+                    at = g * (kd * ocg) + (oc * kd + r if transposed else r * ocg + oc)
                     kb.store(wbuf, ir.u64(at), bits(rounded(w.load(g, oc, ic, taps), rounding)))
-    runs = kd // width
-    per = bf16_panels(ocg, width)
-    npan = -(-ocg // 32)
+    runs = rows // width
+    per = bf16_panels(cols, width)
+    npan = -(-cols // 32)
     bp = kb.workspace(G * runs * per, "u16", prefix="wpanels")
     with kb.for_(G * runs, "gr") as gr:
         g = kb.let(gr // runs, "g")
         r = kb.let(gr % runs, "r")
-        kb.let(ir.call("pack_b_bf16", 0, ocg, width, wbuf, g * gs + r * (width * ld), ld, bp, gr * per, 0, npan), "st")
+        first = r * (width * ld) if tb == 0 else r * width
+        kb.let(ir.call("pack_b_bf16", tb, cols, width, wbuf, g * gs + first, ld, bp, gr * per, 0, npan), "st")
 
     def offset(g, run):
         return (g * runs + run) * per

@@ -342,6 +342,20 @@ def test_data_gradient_at_unit_strides_on_the_tile(geom):
 
 
 @on_the_tile
+@pytest.mark.parametrize("geom", [GEOMS[1], GEOMS[4], GEOMS[6], EDGES[1],
+                                  (2, 8, 12, (9, 8), (3, 3), {"strides": (2, 2), "groups": 2})],
+                         ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}")
+@pytest.mark.parametrize("dfmt,wfmt", [("NXC", "XIO"), ("NCX", "OIX")])
+def test_strided_data_gradient_on_the_tile(geom, dfmt, wfmt):
+    """A strided ConvolutionBackwardData: col2im of dY @ W^T, the product on the
+    tile (dY's bits in place or packed, W^T's panels from the weights in place or
+    copied), the columns summed in f32."""
+    g = conv_graph("ConvolutionBackwardData", "bf16", geom, dfmt, wfmt)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=f"{geom} {dfmt}")
+    assert "col2im" in _road(cg) and "bf16_gemm" in _road(cg), _road(cg)
+
+
+@on_the_tile
 def test_f32_under_fpmath_bf16_takes_the_tile():
     """f32 src and weights read rounded to bf16 (fpmath_mode bf16) are bf16 values:
     the tile multiplies them, as the reference rounds them."""
