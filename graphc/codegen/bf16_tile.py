@@ -5,15 +5,18 @@ tile runs at about 500, as oneDNN's bf16 kernels inside torch do).
 
 The tile is LLVM IR (vectors, the ``llvm.x86.avx512bf16.dpbf16ps.512``
 intrinsic) compiled once per process by llvmlite for the host CPU and bound to
-the symbol ``graphc_bf16_tile``; kernels reach it through
-graphc.codegen.blas.gemm_bf16, by that name (never an address baked into
+the symbol ``graphc_bf16_tile`` (with B's packing, ``graphc_bf16_pack``);
+kernels reach it through graphc.codegen.blas.gemm_bf16 (graphc.codegen.bf16_gemm),
+by that name (never an address baked into
 code, so they stay cacheable on disk).
 
-``graphc_bf16_tile(a, b, c, kp)``: C[8][32] = A[8][2 kp] @ B[2 kp][32] in f32
-from packed operands: A row-major with rows of 2 kp bf16 (a pair of k per
-32-bit word, broadcast to every lane), B as kp rows of 32 (k, k+1) pairs
-(``vdpbf16ps`` sums a pair's two products into each f32 lane).  Denormal bf16
-inputs count as zero (the instruction's rule), as they do on AMX.
+``graphc_bf16_tile(a, b, c, kp, lda, ldc, acc)``: C[8][32] = A[8][2 kp] @
+B[2 kp][32] in f32 (``acc`` nonzero: C += A @ B) from packed operands: A
+row-major with rows ``lda`` bf16 apart (a pair of k per 32-bit word,
+broadcast to every lane), B as kp rows of 32 (k, k+1) pairs (``vdpbf16ps``
+sums a pair's two products into each f32 lane); C's rows are ``ldc`` floats
+apart.  Denormal bf16 inputs count as zero (the instruction's rule), as they
+do on AMX.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import os
 #: rows and columns of the tile (16 zmm accumulators: 8 rows x 2 x 16 lanes)
 MR, NR = 8, 32
 SYMBOL = "graphc_bf16_tile"
+#: B's packing: two rows of k interleaved into (k, k+1) pairs, 32 columns a panel
+PACK = "graphc_bf16_pack"
 
 
 @functools.cache
@@ -39,11 +44,11 @@ def available() -> bool:
 
 def tile_ir() -> str:
     """The tile's LLVM IR: a loop over the kp pairs of k, the 16 accumulators
-    carried in registers, stored once at the end."""
+    carried in registers, stored (or added into C) once at the end."""
     acc = [f"r{r}h{h}" for r in range(MR) for h in range(2)]
     lines = ["declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)",
-             f"define void @{SYMBOL}(ptr %a, ptr %b, ptr %c, i64 %kp) {{",
-             "entry:", "  %lda = shl i64 %kp, 1", "  %some = icmp sgt i64 %kp, 0",
+             f"define void @{SYMBOL}(ptr %a, ptr %b, ptr %c, i64 %kp, i64 %lda, i64 %ldc, i64 %acc) {{",
+             "entry:", "  %some = icmp sgt i64 %kp, 0",
              "  br i1 %some, label %loop, label %done", "loop:",
              "  %p = phi i64 [0, %entry], [%pn, %loop]"]
     lines += [f"  %{x} = phi <16 x float> [zeroinitializer, %entry], [%n{x}, %loop]" for x in acc]
@@ -64,12 +69,37 @@ def tile_ir() -> str:
     lines += ["  %pn = add i64 %p, 1", "  %more = icmp slt i64 %pn, %kp", "  br i1 %more, label %loop, label %done",
               "done:"]
     lines += [f"  %f{x} = phi <16 x float> [zeroinitializer, %entry], [%n{x}, %loop]" for x in acc]
+    lines += ["  %add = icmp ne i64 %acc, 0"]
     for r in range(MR):
+        lines.append(f"  %co{r} = mul i64 %ldc, {r}")
         for h in range(2):
-            lines += [f"  %cp{r}_{h} = getelementptr float, ptr %c, i64 {r * NR + 16 * h}",
-                      f"  store <16 x float> %f{acc[2 * r + h]}, ptr %cp{r}_{h}, align 4"]
+            x = acc[2 * r + h]
+            lines += [f"  %cq{r}_{h} = add i64 %co{r}, {16 * h}",
+                      f"  %cp{r}_{h} = getelementptr float, ptr %c, i64 %cq{r}_{h}",
+                      f"  %old{x} = load <16 x float>, ptr %cp{r}_{h}, align 4",
+                      f"  %sum{x} = fadd <16 x float> %old{x}, %f{x}",
+                      f"  %out{x} = select i1 %add, <16 x float> %sum{x}, <16 x float> %f{x}",
+                      f"  store <16 x float> %out{x}, ptr %cp{r}_{h}, align 4"]
     lines += ["  ret void", "}"]
     return "\n".join(lines)
+
+
+def pack_ir() -> str:
+    """``graphc_bf16_pack(r0, r1, out, npan, pstride)``: for each of npan panels jp,
+    the 64 bf16 ``out[jp * pstride:][:64]`` = r0[32 jp + j], r1[32 jp + j]
+    interleaved (j < 32): one pair of rows of B into its panels' layout, a
+    shuffle of two vector loads per panel."""
+    order = ", ".join(f"i32 {j // 2 + 32 * (j % 2)}" for j in range(64))
+    return "\n".join([
+        f"define void @{PACK}(ptr %r0, ptr %r1, ptr %out, i64 %npan, i64 %pstride) {{",
+        "entry:", "  %some = icmp sgt i64 %npan, 0", "  br i1 %some, label %loop, label %done", "loop:",
+        "  %j = phi i64 [0, %entry], [%jn, %loop]", "  %src = shl i64 %j, 5",
+        "  %p0 = getelementptr i16, ptr %r0, i64 %src", "  %p1 = getelementptr i16, ptr %r1, i64 %src",
+        "  %v0 = load <32 x i16>, ptr %p0, align 2", "  %v1 = load <32 x i16>, ptr %p1, align 2",
+        f"  %iv = shufflevector <32 x i16> %v0, <32 x i16> %v1, <64 x i32> <{order}>",
+        "  %dst = mul i64 %j, %pstride", "  %po = getelementptr i16, ptr %out, i64 %dst",
+        "  store <64 x i16> %iv, ptr %po, align 2", "  %jn = add i64 %j, 1", "  %more = icmp slt i64 %jn, %npan",
+        "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}"])
 
 
 _engine = None
@@ -86,7 +116,7 @@ def bind() -> bool:
     from llvmlite import binding as llb
     llb.initialize_native_target()
     llb.initialize_native_asmprinter()
-    module = llb.parse_assembly(tile_ir())
+    module = llb.parse_assembly(tile_ir() + "\n" + pack_ir())
     module.verify()
     tm = llb.Target.from_default_triple().create_target_machine(
         cpu=llb.get_host_cpu_name(), features=llb.get_host_cpu_features().flatten(), opt=3)
@@ -94,9 +124,10 @@ def bind() -> bool:
     builder.getModulePassManager().run(module, builder)
     engine = llb.create_mcjit_compiler(module, tm)
     engine.finalize_object()
-    llb.add_symbol(SYMBOL, engine.get_function_address(SYMBOL))
+    for name in (SYMBOL, PACK):
+        llb.add_symbol(name, engine.get_function_address(name))
     _engine = engine   # (kept for the life of the process: kernels call into its code)
     return True
 
 
-__all__ = ["MR", "NR", "SYMBOL", "available", "tile_ir", "bind"]
+__all__ = ["MR", "NR", "SYMBOL", "PACK", "available", "tile_ir", "pack_ir", "bind"]

@@ -34,7 +34,6 @@ from __future__ import annotations
 import ctypes
 import functools
 
-import numpy as np
 from llvmlite import binding as llb
 from llvmlite import ir as llir
 from numba import njit, types
@@ -42,12 +41,13 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import bf16_tile
+from .bf16_gemm import gemm_bf16_packed, gemm_bf16_tiles, pack_b_bf16  # noqa: F401 (kernels import them from here)
+from .blas_abi import VOIDP as _VOIDP, arrays as _arrays, pointer as _pointer
 from .blas_import import dnnl_path, mkl_path
 
 _CHAR = llir.IntType(8)
 _I32 = llir.IntType(32)
 _F32 = llir.FloatType()
-_VOIDP = llir.IntType(8).as_pointer()
 #: MKL's sequential threading layer (mkl_service.h: MKL_THREADING_SEQUENTIAL)
 _MKL_THREADING_SEQUENTIAL = 1
 #: cblas enum values (mkl_cblas.h)
@@ -88,22 +88,13 @@ BACKEND = "dnnl" if _load_dnnl() else "mkl" if _MKL else "openblas"
 if not _MKL:
     from numba.np.linalg import ensure_blas
     ensure_blas()   # scipy's cython_blas must be importable before numba_xxgemm is first called
-#: bf16 GEMMs on graphc's own AVX512-BF16 tile (graphc.codegen.bf16_tile), where the CPU has it
+#: bf16 GEMMs on graphc's own AVX512-BF16 tile (graphc.codegen.bf16_tile, driven by
+#: graphc.codegen.bf16_gemm), where the CPU has it
 OWN_BF16 = bf16_tile.bind()
 #: numba's on-disk cache keys functions by their source, not by the library
 #: they were built against: only the MKL build is cached (the kernels are, in
 #: graphc's cache, apart for each library)
 _CACHE = BACKEND == "mkl"
-
-
-def _pointer(context, builder, aty, val, off, offty):
-    data = context.make_array(aty)(context, builder, val).data
-    off = context.cast(builder, off, offty, types.intp)
-    return builder.bitcast(builder.gep(data, [off]), _VOIDP)
-
-
-def _arrays(dtype, *arrs) -> bool:
-    return all(isinstance(a, types.Array) and a.dtype == dtype and a.ndim == 1 for a in arrs)
 
 
 def _sizes(context, builder, args, sig_args):
@@ -286,81 +277,6 @@ def gemm_f32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
     return _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 
 
-@intrinsic
-def _bf16_tile(typingctx, a, b, b_off, c, kp):
-    """graphc.codegen.bf16_tile's C[8][32] = A @ B of packed bf16 (uint16) A and B
-    (B from element ``b_off``) into the float32 array ``c``, kp pairs of k."""
-    if not (_arrays(types.uint16, a, b) and _arrays(types.float32, c)):
-        return None
-    sig = types.void(a, b, b_off, c, kp)
-
-    def codegen(context, builder, signature, args):
-        sa = signature.args
-        i64 = llir.IntType(64)
-        fnty = llir.FunctionType(llir.VoidType(), [_VOIDP, _VOIDP, _VOIDP, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, bf16_tile.SYMBOL)
-        zero = context.get_constant(types.intp, 0)
-        builder.call(fn, [_pointer(context, builder, sa[0], args[0], zero, types.intp),
-                          _pointer(context, builder, sa[1], args[1], args[2], sa[2]),
-                          _pointer(context, builder, sa[3], args[3], zero, types.intp),
-                          context.cast(builder, args[4], sa[4], types.int64)])
-        return context.get_dummy_value()
-    return sig, codegen
-
-
-#: pairs of k per block of the packed operands (B's panels stay in L2)
-_KC = 256
-
-
-@njit(cache=_CACHE, nogil=True)
-def _gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
-    """gemm_bf16 on graphc's tile: per block of k, B packed into 32-column panels
-    of (k, k+1) pairs and A into blocks of 8 rows (zeros past m, n and an odd k),
-    each 8 x 32 tile of C from the tile, added into C (beta for the first block)."""
-    kp_all = (k + 1) // 2
-    npan = (n + 31) // 32
-    kcp = min(kp_all, _KC)
-    bpack = np.empty(npan * kcp * 64, np.uint16)
-    apack = np.empty(16 * kcp, np.uint16)
-    tile = np.empty(256, np.float32)
-    for p0 in range(0, kp_all, _KC):
-        kp = min(_KC, kp_all - p0)
-        k0 = 2 * p0
-        for jp in range(npan):
-            for p in range(kp):
-                for e in range(2):
-                    kk = k0 + 2 * p + e
-                    row = jp * kcp * 64 + p * 64 + e
-                    for jj in range(32):
-                        j = jp * 32 + jj
-                        v = np.uint16(0)
-                        if j < n and kk < k:
-                            v = b[b_off + kk * ldb + j] if tb == 0 else b[b_off + j * ldb + kk]
-                        bpack[row + 2 * jj] = v
-        for i0 in range(0, m, 8):
-            for r in range(8):
-                i = i0 + r
-                for q in range(2 * kp):
-                    kk = k0 + q
-                    v = np.uint16(0)
-                    if i < m and kk < k:
-                        v = a[a_off + i * lda + kk] if ta == 0 else a[a_off + kk * lda + i]
-                    apack[r * 2 * kp + q] = v
-            for jp in range(npan):
-                _bf16_tile(apack, bpack, jp * kcp * 64, tile, kp)
-                j0 = jp * 32
-                for r in range(min(8, m - i0)):
-                    row = c_off + (i0 + r) * ldc + j0
-                    for jj in range(min(32, n - j0)):
-                        if p0 > 0:
-                            c[row + jj] += tile[r * 32 + jj]
-                        elif beta == 0:
-                            c[row + jj] = tile[r * 32 + jj]
-                        else:
-                            c[row + jj] = beta * c[row + jj] + tile[r * 32 + jj]
-    return 0
-
-
 @njit(cache=_CACHE, nogil=True)
 def gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """``gemm_f32`` with A and B bf16 (uint16 buffers of their bits) and C f32,
@@ -370,7 +286,7 @@ def gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc
     if _empty_product(m, n, k, beta, c, c_off, ldc):
         return 0
     if OWN_BF16:
-        return _gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+        return gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
     return _cblas_gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 
 

@@ -69,6 +69,13 @@ def bf16_gemm() -> bool:
     return available() or mkl_path() is not None
 
 
+def bf16_tile_gemm() -> bool:
+    """Do bf16 GEMMs run on graphc's own tile (graphc.codegen.bf16_gemm: kernels
+    then pack a shared B once, ``pack_b_bf16``, and call ``gemm_bf16_packed``)?"""
+    from .bf16_tile import available
+    return available()
+
+
 def int8_gemm() -> bool:
     """Can kernels multiply u8 by s8 into s32 (``gemm_u8s8``: MKL)?"""
     return mkl_path() is not None

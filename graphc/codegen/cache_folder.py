@@ -50,10 +50,12 @@ def _linked_files() -> list[Path]:
     modules kernels import helpers from (graphc.codegen.helpers: the runtime
     helpers, fastmath's, which kernels inline, the small-float conversions, the
     BLAS binding of kernels that multiply, and its library, see _runtime_digest),
-    then parallel kernels' thread launch and the trampolines' call and unboxing."""
+    then parallel kernels' thread launch and the trampolines' call and unboxing,
+    and the bf16 tile with the GEMM driving it (which blas.py imports)."""
     here = Path(__file__).parent
     files = [Path(importlib.util.find_spec(m).origin) for m in helpers.linked_modules()]
-    return files + [here / "launch.py", here / "entry.py", here / "bf16_tile.py"]
+    return files + [here / "launch.py", here / "entry.py", here / "bf16_tile.py", here / "bf16_gemm.py",
+                    here / "blas_abi.py"]
 
 
 def _runtime_digest() -> str:

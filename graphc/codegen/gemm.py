@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import ir
-from .blas_import import bf16_gemm
+from .bf16_gemm import bf16_panels
+from .blas_import import bf16_gemm, bf16_tile_gemm
 from .kernel import ArrayRef, as_stored, plan_threads, worth_parallel
 from ..numerics import fpmath_down
 from .loops import linear, unravel
@@ -156,6 +157,17 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     if dc is not None and dc[0] == 1:
         dc = None          # BLAS writes C row-major only
     tm, tn = tiles(nbatch, M, N, dc is not None, K=K)
+    panels = bf16 and not b.batched and bf16_tile_gemm()
+    own = False
+    if panels:
+        tn = min(N, -(-tn // 32) * 32)        # column tiles start at a panel of the packed B
+        cols = min(N, -(-(-(-N // plan_threads())) // 32) * 32)    # N / threads, up to a panel
+        if nbatch == 1 and (dc is not None or M * cols <= TILE_ELEMS):
+            # one GEMM: a column block per thread, each packing its own panels of B
+            # inside its tile (B packed once, in parallel, and no loop before the
+            # tiles' whose end every thread waits for: on oversubscribed cores that
+            # wait ran 1024^3 in 24 ms against 8 with the packing serial)
+            tm, tn, own = M, cols, True
     mt, nt = -(-M // tm), -(-N // tn)
     parallel = nbatch * mt * nt > 1 and worth_parallel(M * N * K * nbatch // 8)
     shared = {}
@@ -163,6 +175,10 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
         if d is None and not m.batched:
             shared[name] = pack(kb, m, None, 0, m.rows, 0, m.cols, m.rows * m.cols, False,
                                  m.rows > 1 and worth_parallel(m.rows * m.cols), bf16)
+    if panels:
+        src = (b.ref.buf, b.base(None), db[1], db[0]) if db is not None else (shared["b"].buf, 0, N, 0)
+        if not own:
+            bp = bf16_panels_of(kb, K, N, src)
     # C written in place with rows wider than its own (matrices interleaved in
     # rows: a transformer's heads): the batch varies fastest, so the tiles one
     # thread runs in turn share the rows' memory (0.40 against 0.49 ms for 16
@@ -183,24 +199,55 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
             panel = pack(kb, mat, bivars, r0, nr, c0, nc, size, parallel, bf16=bf16)
             return panel.buf, panel.at(0), nc, 0
         abuf, aoff, lda, ta = operand("a", a, da, i0, m_, 0, K, tm * K)
-        bbuf, boff, ldb, tb_ = operand("b", b, db, 0, K, j0, n_, K * tn)
+        if own:
+            bpt = kb.scratch(bf16_panels(tn, K), "u16", parallel, prefix="bpanels")
+            npt = kb.let((n_ + 31) // 32, "np")
+            sbuf, soff, sld, stb = src
+            kb.let(ir.call("pack_b_bf16", stb, n_, K, sbuf, soff + (j0 * sld if stb else j0), sld, bpt.buf, bpt.at(0),
+                           0, npt), "st")
+
+            def product(cbuf, coff, ldc):
+                return ir.call("gemm_bf16_packed", ta, m_, n_, K, abuf, aoff, lda, bpt.buf, bpt.at(0), npt, 0, 0.0,
+                               cbuf, coff, ldc)
+        elif panels:
+            def product(cbuf, coff, ldc):
+                return ir.call("gemm_bf16_packed", ta, m_, n_, K, abuf, aoff, lda, bp, 0, -(-N // 32), j0 // 32, 0.0,
+                               cbuf, coff, ldc)
+        else:
+            bbuf, boff, ldb, tb_ = operand("b", b, db, 0, K, j0, n_, K * tn)
+
+            def product(cbuf, coff, ldc):
+                return ir.call(gemm, ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0, cbuf, coff, ldc)
         if dc is not None:
             ldc = dc[1]
             coff = linear([i0, j0], out.strides, out.base(bivars))
-            kb.let(ir.call(gemm, ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0,
-                           out.ref.buf, coff, ldc), "st")
+            kb.let(product(out.ref.buf, coff, ldc), "st")
         elif chunks > 1:
             exact_runs(kb, store, bivars, i0, j0, m_, n_, K, -(-K // chunks), tm * tn, parallel,
                         (abuf, aoff, lda), (bbuf, boff, ldb))
         else:
             tile = kb.scratch(tm * tn, "f32", parallel, prefix="tile")
-            kb.let(ir.call(gemm, ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0, tile.buf, tile.at(0),
-                           n_), "st")
+            kb.let(product(tile.buf, tile.at(0), n_), "st")
             with kb.for_(m_, "ii") as ii:
                 row = kb.let(ii * n_, "ti")
                 i = kb.let(i0 + ii, "i")
                 with kb.for_(n_, "jj") as jj:
                     kb.emit(store(bivars, i, j0 + jj, tile[row + jj]))
+
+
+def bf16_panels_of(kb, K, N, src):
+    """B (K x N bf16: ``src`` its (buffer, offset, ld, transposed)) packed once into
+    the tile's panels (graphc.codegen.bf16_gemm) in a workspace, blocks of panels
+    in parallel; returns the workspace."""
+    bp = kb.workspace(bf16_panels(N, K), "u16", prefix="bpanels")
+    npan = -(-N // 32)
+    chunk = max(1, min(npan, 4096 // max(1, K) + 1))     # a few panels of K x 32 a work item
+    nch = -(-npan // chunk)
+    buf, off, ld, tb = src
+    with kb.for_(nch, "pc", nch > 1 and worth_parallel(K * N)) as pc:
+        lo = kb.let(pc * chunk, "jlo")
+        kb.let(ir.call("pack_b_bf16", tb, N, K, buf, off, ld, bp, 0, lo, ir.call("min", lo + chunk, npan)), "st")
+    return bp
 
 
 def empty_product(kb, batch_shape, M, K, N, store, zero) -> bool:

@@ -1,11 +1,12 @@
 """gemm_bf16 (graphc.codegen.blas) on graphc's AVX512-BF16 tile: every shape,
 transpose, offset, leading dim and beta against float64 products of the same
-bf16 values; the columns of C past n are left alone."""
+bf16 values; the columns of C past n are left alone.  gemm_bf16_packed with B
+packed once (pack_b_bf16) and used by column blocks, as kernels do."""
 import ml_dtypes
 import numpy as np
 import pytest
 
-from graphc.codegen import blas
+from graphc.codegen import bf16_gemm, blas
 
 pytestmark = pytest.mark.skipif(not blas.OWN_BF16, reason="the CPU has no AVX512-BF16 (gemm_bf16 runs MKL's)")
 
@@ -15,8 +16,8 @@ def test_gemm_bf16_equals_the_products_summed(seed):
     rng = np.random.default_rng(seed)
     for _ in range(8):
         m, n, k = (int(v) for v in rng.integers(1, 90, 3))
-        if seed == 0:
-            k = 2 * blas._KC + 3                  # an odd k over two blocks of pairs
+        if seed < 2:   # over two blocks of pairs: an odd k (A packed), an even one (A read in place)
+            k = 2 * bf16_gemm.KC + (3 if seed == 0 else 4)
         ta, tb = (int(v) for v in rng.integers(0, 2, 2))
         a = rng.standard_normal((k, m) if ta else (m, k)).astype(ml_dtypes.bfloat16)
         b = rng.standard_normal((n, k) if tb else (k, n)).astype(ml_dtypes.bfloat16)
@@ -53,3 +54,25 @@ def test_the_tile_is_the_road_of_bf16_matmuls():
     got = cg.run({x.id: xv, w.id: wv})[y.id]
     want = xv.astype(np.float64) @ wv.astype(np.float64)
     assert np.abs(got - want).max() <= 70 * 2.0 ** -23 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("m,n,k,ta", [(37, 100, 70, 0), (64, 96, 2 * bf16_gemm.KC + 6, 0), (19, 45, 33, 1),
+                                      (3, 33, 1, 0)])
+def test_packed_b_by_column_blocks(m, n, k, ta):
+    """B packed once for all its panels; each block of columns (from a panel
+    boundary) multiplied on its own, with a beta of 2 (C scaled first)."""
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    npan = (n + 31) // 32
+    bp = np.full(bf16_gemm.bf16_panels(n, k) + 4, 7, np.uint16)
+    bf16_gemm.pack_b_bf16(0, n, k, b.view(np.uint16).ravel(), 0, n, bp, 4, 0, npan)
+    old = rng.standard_normal((m, n)).astype(np.float32)
+    c = old.copy().ravel()
+    for jp0, jp1 in ((0, 1), (1, npan)):
+        j0, j1 = 32 * jp0, min(n, 32 * jp1)
+        bf16_gemm.gemm_bf16_packed(ta, m, j1 - j0, k, a.view(np.uint16).ravel(), 0, a.shape[1], bp, 4, npan, jp0,
+                                   2.0, c, j0, n)
+    af = a.astype(np.float64)
+    want = (af.T if ta else af) @ b.astype(np.float64) + 2.0 * old
+    assert np.abs(c.reshape(m, n) - want).max() <= k * 2.0 ** -23 * max(1.0, np.abs(want).max()) + 1e-6

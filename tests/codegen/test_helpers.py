@@ -79,7 +79,8 @@ def test_the_cache_digest_covers_every_linked_module():
     assert set(helpers.linked_modules()) >= {"graphc.codegen.runtime", "graphc.codegen.fastmath",
                                              "graphc.codegen.smallfloat", "graphc.codegen.blas"}
     names = [p.name for p in cache_folder._linked_files()]
-    assert {"runtime.py", "fastmath.py", "smallfloat.py", "blas.py", "launch.py", "entry.py"} <= set(names)
+    assert {"runtime.py", "fastmath.py", "smallfloat.py", "blas.py", "launch.py", "entry.py", "bf16_tile.py",
+            "bf16_gemm.py", "blas_abi.py"} <= set(names)
 
 
 def test_the_ir_is_a_leaf():

@@ -7,7 +7,7 @@ against a formula written here element by element."""
 import numpy as np
 import pytest
 
-from graphc.codegen.blas_import import bf16_gemm
+from graphc.codegen.blas_import import bf16_gemm, bf16_tile_gemm
 
 from graphc import reference
 from graphc.builder import GraphBuilder
@@ -57,9 +57,12 @@ def woq_matmul(w_dt="s4", act="f32", qtype="per_group", group=32, zps=True, tran
 
 
 def _gemm(act):
-    """The GEMM a MatMul of ``act`` activations calls: MKL's bf16 GEMM for bf16 values on
-    both sides (the dequantized weights take the activations' dtype)."""
-    return "gemm_bf16" if act == "bf16" and bf16_gemm() else "gemm_f32"
+    """The GEMM a MatMul of ``act`` activations calls: the bf16 GEMM for bf16 values on
+    both sides (the dequantized weights take the activations' dtype; on graphc's
+    tile, packed once for it: gemm_bf16_packed)."""
+    if act != "bf16" or not bf16_gemm():
+        return "gemm_f32"
+    return "gemm_bf16_packed" if bf16_tile_gemm() else "gemm_bf16"
 
 
 @pytest.mark.parametrize("act", ["f32", "bf16", "f16"])

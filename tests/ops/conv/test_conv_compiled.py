@@ -1,10 +1,13 @@
 """Compiled convolutions (all six ops) against the reference: layouts (NCX/NXC,
 OIX/XIO/IOX/XOI, strided), groups, strides, dilations, pads, auto_pad,
-output_padding, 1-3 spatial dims, bias, dtypes; weights read in place or packed."""
+output_padding, 1-3 spatial dims, bias, dtypes; weights read in place or packed;
+bf16 operands on graphc's bf16 tile."""
+import ml_dtypes
 import numpy as np
 import pytest
 
-from graphc.builder import single_op_graph
+from graphc.builder import GraphBuilder, single_op_graph
+from graphc.codegen.blas_import import bf16_tile_gemm
 from graphc.fill import make_inputs
 from support.compiled import check_compiled, compiled_vs_reference
 from support.graphs import one_op, strides
@@ -176,7 +179,8 @@ def test_conv_epilogue_is_one_partition(dtype, post):
     ms = match_all(g, list(catalog()))
     assert [o.kind for o in ms[0].ops] == ["Convolution"] + kinds
     cg, _ = compiled_vs_reference(g, what=post)
-    assert len(cg.compiled) == 1 and "gemm_f32(" in cg.source
+    gemm = "gemm_bf16_packed(" if dtype == "bf16" and bf16_tile_gemm() else "gemm_f32("
+    assert len(cg.compiled) == 1 and gemm in cg.source
 
 
 def test_shape_inputs_specialise_the_kernel():
@@ -216,9 +220,13 @@ WINOGRAD = [
 @pytest.mark.parametrize("geom", WINOGRAD, ids=lambda g: f"{g[3]}c{g[1]}")
 @pytest.mark.parametrize("dtype,dfmt,wfmt", [("f32", "NXC", "XIO"), ("f32", "NCX", "OIX"), ("bf16", "NXC", "XIO")])
 def test_winograd(geom, dtype, dfmt, wfmt):
+    """(bf16 operands multiply on graphc's bf16 tile where the CPU has it, not in Winograd.)"""
     g = conv_graph("Convolution", dtype, geom, dfmt, wfmt, bias=True)
     cg, _ = compiled_vs_reference(g, what=f"{geom} {dtype} {dfmt}")
-    assert "wu" in cg.source   # the transformed weights: the Winograd kernel ran
+    if dtype == "bf16" and dfmt == "NXC" and bf16_tile_gemm():
+        assert "bf16_shifted_gemm" in cg.compiled[0].get_impl_info()
+    else:
+        assert "wu" in cg.source   # the transformed weights: the Winograd kernel ran
 
 
 @pytest.mark.parametrize("geom", WINOGRAD, ids=lambda g: f"{g[3]}c{g[1]}")
@@ -276,3 +284,97 @@ def test_unit_stride_data_gradient_runs_forward(kind, geom):
                                     ("f32", [oc])], [("f32", [-1] * (len(sp) + 2))], attrs)
     cg, _ = compiled_vs_reference(gr, what=f"{kind} {geom}")
     assert "acc" not in cg.source and ("wu" in cg.source or "xp" in cg.source)
+
+# bf16 convolutions on graphc's AVX512-BF16 tile (graphc.codegen.conv_bf16): the
+# shifted GEMMs (unit strides) and im2col (strides, 1x1) with bf16 operands, on
+# shapes whose GEMMs have edges (M, N, K not multiples of the tile: 8 rows, 32
+# columns, pairs of k), strides, pads, dilations, groups, both layouts, the data
+# gradient at unit strides, and f32 under fpmath_mode bf16
+on_the_tile = pytest.mark.skipif(not bf16_tile_gemm(), reason="the CPU has no AVX512-BF16 (bf16 convs widen to f32)")
+
+#: (N, C, OC, spatial, kernel, attrs): odd channel counts (a k of odd pairs, OC past a panel of 32)
+EDGES = [
+    (2, 5, 37, (7, 9), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (1, 3, 33, (10, 6), (3, 3), {"strides": (2, 2), "pads_begin": (1, 1), "pads_end": (0, 1)}),
+    (1, 66, 40, (5, 5), (1, 1), {}),
+    (2, 9, 9, (8, 8), (3, 3), {"dilations": (2, 2), "pads_begin": (2, 2), "pads_end": (2, 2)}),
+]
+
+
+def _road(cg):
+    return cg.compiled[0].get_impl_info()
+
+
+def normal_inputs(g, seed=0):
+    """Inputs from a normal distribution (rounded to each tensor's dtype): sums of
+    products that are not exact in bf16, unlike make_inputs' small integers."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for tid, a in make_inputs(g, seed).items():
+        v = rng.standard_normal(np.shape(a))
+        out[tid] = v.astype(ml_dtypes.bfloat16) if g.tensors[tid].dtype.name == "bf16" else v.astype(a.dtype)
+    return out
+
+
+@on_the_tile
+@pytest.mark.parametrize("geom", GEOMS + WINOGRAD + EDGES, ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}k{g[4]}")
+@pytest.mark.parametrize("dfmt,wfmt", [("NXC", "XIO"), ("NCX", "OIX")])
+def test_forward_on_the_tile(geom, dfmt, wfmt):
+    g = conv_graph("Convolution", "bf16", geom, dfmt, wfmt, bias=True)
+    for inputs in (None, normal_inputs(g)):
+        cg, _ = compiled_vs_reference(g, inputs, what=f"{geom} {dfmt}")
+    unit = all(s == 1 for s in geom[5].get("strides", [1]))
+    if dfmt == "NCX" and geom in WINOGRAD:
+        assert "winograd" in _road(cg), _road(cg)    # (faster than the tile channels first)
+        return
+    road = "bf16_shifted_gemm" if unit and np.prod(geom[4]) > 1 else "bf16_gemm"
+    assert road in _road(cg) and "graphc_avx512bf16_tile" in _road(cg), _road(cg)
+
+
+@on_the_tile
+@pytest.mark.parametrize("geom", [GEOMS[0], WINOGRAD[2], EDGES[0]], ids=lambda g: f"c{g[1]}{g[3]}")
+def test_data_gradient_at_unit_strides_on_the_tile(geom):
+    """ConvolutionBackwardData at unit strides is a forward convolution of dy: the
+    same bf16 road, with the flipped, transposed weights packed for the tile."""
+    g = conv_graph("ConvolutionBackwardData", "bf16", geom, "NXC", "XIO")
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=str(geom))
+    assert "bf16_shifted_gemm" in _road(cg), _road(cg)
+
+
+@on_the_tile
+@pytest.mark.parametrize("geom", [GEOMS[1], GEOMS[4], GEOMS[6], EDGES[1],
+                                  (2, 8, 12, (9, 8), (3, 3), {"strides": (2, 2), "groups": 2})],
+                         ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}")
+@pytest.mark.parametrize("dfmt,wfmt", [("NXC", "XIO"), ("NCX", "OIX")])
+def test_strided_data_gradient_on_the_tile(geom, dfmt, wfmt):
+    """A strided ConvolutionBackwardData: col2im of dY @ W^T, the product on the
+    tile (dY's bits in place or packed, W^T's panels from the weights in place or
+    copied), the columns summed in f32."""
+    g = conv_graph("ConvolutionBackwardData", "bf16", geom, dfmt, wfmt)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=f"{geom} {dfmt}")
+    assert "col2im" in _road(cg) and "bf16_gemm" in _road(cg), _road(cg)
+
+
+@on_the_tile
+def test_f32_under_fpmath_bf16_takes_the_tile():
+    """f32 src and weights read rounded to bf16 (fpmath_mode bf16) are bf16 values:
+    the tile multiplies them, as the reference rounds them."""
+    b = GraphBuilder(fpmath_mode="bf16")
+    x, w = b.tensor("f32", [2, 9, 10, 20]), b.tensor("f32", [3, 3, 20, 24])
+    b.op("Convolution", [x, w], out=[("f32", [-1] * 4)],
+         attrs=dict(strides=(1, 1), dilations=(1, 1), pads_begin=(1, 1), pads_end=(1, 1), data_format="NXC",
+                    weights_format="XIO"))
+    g = b.finalize()
+    cg, _ = compiled_vs_reference(g, normal_inputs(g))
+    assert "bf16_shifted_gemm" in _road(cg), _road(cg)
+
+
+@on_the_tile
+def test_bf16_one_by_one_reads_src_in_place():
+    """A 1x1 convolution of NXC bf16 src: the tile reads src's rows as they lie (no
+    im2col panel), K = 70 channels (35 pairs) and OC = 45 (a panel and a part)."""
+    attrs = win(2, data_format="NXC", weights_format="XIO")
+    g = single_op_graph("Convolution", [("bf16", [2, 7, 6, 70]), ("bf16", [1, 1, 70, 45])], [("bf16", [-1] * 4)],
+                        attrs)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g))
+    assert "bf16_gemm" in _road(cg) and "cols" not in cg.source, cg.source

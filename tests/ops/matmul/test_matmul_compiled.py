@@ -71,6 +71,18 @@ def test_matmul_layouts(order_a, order_b, order_d, pad):
     check_compiled(g, what=f"{order_a} {order_b} {order_d} pad {pad}")
 
 
+@pytest.mark.parametrize("order_b", [(0, 1), (1, 0)])
+@pytest.mark.parametrize("n", [90, 700])
+def test_bf16_matmul_column_blocks(order_b, n):
+    """bf16 on graphc's tile: one GEMM cut in column blocks (one per thread), each
+    packing its own panels of B (row-major or stored transposed, padded), N not a
+    multiple of the tile's 32 columns; with a bias, through a scratch tile."""
+    a, b, d = [70, 50], [50, n], [70, n]
+    for bias in ([], [("bf16", [n])]):
+        g = one_op("MatMul", [("bf16", a), ("bf16", b, strides(b, order_b, 1))] + bias, [("bf16", d)])
+        check_compiled(g, what=f"{order_b} {n} {bias}")
+
+
 # (src, weights, bias, dst): M, N, K, a batch dim of 0; a vector of 0
 EMPTY = [([0, 4], [4, 5], [5], [0, 5]), ([3, 4], [4, 0], [0], [3, 0]), ([3, 0], [0, 5], [5], [3, 5]),
          ([2, 0, 3, 4], [4, 5], None, [2, 0, 3, 5]), ([2, 3, 0], [2, 0, 6], [6], [2, 3, 6]), ([0], [0, 5], None, [5]),

@@ -1,0 +1,199 @@
+"""bf16 GEMMs on graphc's AVX512-BF16 tile (graphc.codegen.bf16_tile), BLIS's
+loop order: B packed once into panels of 32 columns (``pack_b_bf16``: a
+kernel packs a GEMM's shared B once per call, before its parallel loop), A a
+block of MC rows at a time, and for each B panel (in L1) the tile runs down
+the block's 8-row slices (in L2), adding into C in place (a scratch tile only
+at the edges of m and n).
+
+Packed B (``bp``), for a K of kp_all pairs (k, k+1) cut in blocks of KC pairs
+and n cut in npan panels: block ``p0`` (its first pair) starts at
+``p0 * npan * 64``, panel ``jp`` of it ``jp * kp * 64`` further (kp: the
+block's pairs), and each pair of a panel is 32 (k, k+1) pairs of bf16, one per
+column; zeros past n and past an odd k.  ``bf16_panels(n, k)`` is its size.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir as llir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from . import bf16_tile
+from .blas_abi import VOIDP, arrays, pointer
+
+bf16_tile.bind()   # (the tile's symbol, before any of these functions is compiled or loaded)
+
+#: pairs of k per block of the packed operands (a B panel of KC pairs, 32 KB, stays in L1)
+KC = 256
+#: rows of A packed at a time (MC x 2 KC bf16: 128 KB, in L2)
+MC = 128
+
+
+@intrinsic
+def _bf16_tile(typingctx, a, a_off, b, b_off, c, c_off, kp, lda, ldc, acc):
+    """graphc.codegen.bf16_tile's C[8][32] (+)= A @ B: A from element ``a_off``
+    (rows ``lda`` apart), packed B from ``b_off``, C (float32) from ``c_off``
+    (rows ``ldc`` apart), kp pairs of k; ``acc`` nonzero adds into C."""
+    if not (arrays(types.uint16, a, b) and arrays(types.float32, c)):
+        return None
+    sig = types.void(a, a_off, b, b_off, c, c_off, kp, lda, ldc, acc)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, VOIDP, i64, i64, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, bf16_tile.SYMBOL)
+        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
+                          pointer(context, builder, sa[2], args[2], args[3], sa[3]),
+                          pointer(context, builder, sa[4], args[4], args[5], sa[5])]
+                     + [context.cast(builder, args[i], sa[i], types.int64) for i in range(6, 10)])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def _pack_rows(typingctx, b, off0, off1, bp, out_off, npan, pstride):
+    """graphc.codegen.bf16_tile's pack: rows ``b[off0:]`` and ``b[off1:]`` (uint16)
+    interleaved into npan panels of ``bp`` from ``out_off``, ``pstride`` apart."""
+    if not arrays(types.uint16, b, bp):
+        return None
+    sig = types.void(b, off0, off1, bp, out_off, npan, pstride)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, VOIDP, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, bf16_tile.PACK)
+        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
+                          pointer(context, builder, sa[0], args[0], args[2], sa[2]),
+                          pointer(context, builder, sa[3], args[3], args[4], sa[4]),
+                          context.cast(builder, args[5], sa[5], types.int64),
+                          context.cast(builder, args[6], sa[6], types.int64)])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def bf16_panels(n: int, k: int) -> int:
+    """Elements (uint16) of B packed for the tile (``pack_b_bf16``)."""
+    return ((k + 1) // 2) * ((n + 31) // 32) * 64
+
+
+@njit(cache=True, nogil=True)
+def pack_b_bf16(tb, n, k, b, b_off, ldb, bp, bp_off, jp_lo, jp_hi):
+    """Pack panels [jp_lo, jp_hi) of B (k x n; ``tb``: stored transposed, element
+    (kk, j) at ``b[b_off + j * ldb + kk]``) into ``bp`` from ``bp_off`` (the
+    layout of the module's doc): a row pair at a time across the full panels
+    (the tile module's vector pack), element by element at the edges."""
+    kp_all = (k + 1) // 2
+    npan = (n + 31) // 32
+    fast_hi = min(jp_hi, n // 32) if tb == 0 else jp_lo
+    for p0 in range(0, kp_all, KC):
+        kp = min(KC, kp_all - p0)
+        blk = bp_off + p0 * npan * 64
+        for p in range(kp):
+            kk = 2 * (p0 + p)
+            lo = jp_lo
+            if kk + 1 < k and fast_hi > jp_lo:
+                r0 = b_off + kk * ldb + 32 * jp_lo
+                _pack_rows(b, r0, r0 + ldb, bp, blk + jp_lo * kp * 64 + p * 64, fast_hi - jp_lo, kp * 64)
+                lo = fast_hi
+            for jp in range(lo, jp_hi):
+                out = blk + jp * kp * 64 + p * 64
+                for jj in range(32):
+                    j = jp * 32 + jj
+                    for e in range(2):
+                        v = np.uint16(0)
+                        if j < n and kk + e < k:
+                            v = b[b_off + (kk + e) * ldb + j] if tb == 0 else b[b_off + j * ldb + kk + e]
+                        bp[out + 2 * jj + e] = v
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kp, ap):
+    """Rows [i0, i0 + mb) of A, columns [k0, k0 + 2 kp), into ``ap`` row-major
+    (rows 2 kp apart; zeros past k and in the rows up to a multiple of 8)."""
+    lp = 2 * kp
+    qn = min(lp, k - k0)
+    if ta == 0:
+        for r in range(mb):
+            src = a_off + (i0 + r) * lda + k0
+            for q in range(qn):
+                ap[r * lp + q] = a[src + q]
+    else:
+        for q in range(qn):
+            src = a_off + (k0 + q) * lda + i0
+            for r in range(mb):
+                ap[r * lp + q] = a[src + r]
+    for r in range(mb):
+        for q in range(qn, lp):
+            ap[r * lp + q] = 0
+    for r in range(mb, -(-mb // 8) * 8):
+        for q in range(lp):
+            ap[r * lp + q] = 0
+
+
+@njit(cache=True, nogil=True)
+def gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, beta, c, c_off, ldc):
+    """Row-major ``C[m, n] = op(A)[m, k] @ B[k, n] + beta * C`` (A bf16 as in
+    blas.gemm_f32, C float32) with B packed by pack_b_bf16 into ``bp`` from
+    ``bp_off``, npan_all panels wide, this product's columns from panel ``jp0``."""
+    if m <= 0 or n <= 0:
+        return 0
+    if k <= 0 or (beta != 0 and beta != 1):
+        for i in range(m):
+            for j in range(n):
+                c[c_off + i * ldc + j] = c[c_off + i * ldc + j] * beta if beta != 0 else 0.0
+        if k <= 0:
+            return 0
+    kp_all = (k + 1) // 2
+    npan = (n + 31) // 32
+    kcp = min(kp_all, KC)
+    # A read in place (rows lda apart) when its pairs of k lie in its rows: only
+    # a last slice of fewer than 8 rows is packed (zero rows after it)
+    inplace = ta == 0 and k % 2 == 0
+    ap = np.empty((8 if inplace else min(MC, -(-m // 8) * 8)) * 2 * kcp, np.uint16)
+    tile = np.empty(256, np.float32)
+    for p0 in range(0, kp_all, KC):
+        kp = min(KC, kp_all - p0)
+        lp = 2 * kp
+        acc = 1 if p0 > 0 or beta != 0 else 0
+        blk = bp_off + p0 * npan_all * 64
+        for i0 in range(0, m, MC):
+            mb = min(MC, m - i0)
+            full = mb // 8 * 8 if inplace else 0     # rows read in place
+            if not inplace:
+                _pack_a(ta, m, k, a, a_off, lda, i0, mb, 2 * p0, kp, ap)
+            elif full < mb:
+                _pack_a(ta, m, k, a, a_off, lda, i0 + full, mb - full, 2 * p0, kp, ap)
+            for jp in range(npan):
+                bo = blk + (jp0 + jp) * kp * 64
+                j0 = jp * 32
+                nj = min(32, n - j0)
+                for ir in range(0, mb, 8):
+                    if inplace and ir < full:
+                        src, at, ld = a, a_off + (i0 + ir) * lda + 2 * p0, lda
+                    else:
+                        src, at, ld = ap, (ir - full) * lp, lp
+                    if nj == 32 and ir + 8 <= mb:
+                        _bf16_tile(src, at, bp, bo, c, c_off + (i0 + ir) * ldc + j0, kp, ld, ldc, acc)
+                        continue
+                    _bf16_tile(src, at, bp, bo, tile, 0, kp, ld, 32, 0)
+                    for r in range(min(8, mb - ir)):
+                        row = c_off + (i0 + ir + r) * ldc + j0
+                        for jj in range(nj):
+                            c[row + jj] = c[row + jj] + tile[r * 32 + jj] if acc else tile[r * 32 + jj]
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+    """blas.gemm_bf16 on the tile: B packed (for this call), then gemm_bf16_packed."""
+    npan = (n + 31) // 32
+    bp = np.empty(((k + 1) // 2) * npan * 64, np.uint16)
+    pack_b_bf16(tb, n, k, b, b_off, ldb, bp, 0, 0, npan)
+    return gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, 0, npan, 0, beta, c, c_off, ldc)
+
+
+__all__ = ["KC", "MC", "bf16_panels", "pack_b_bf16", "gemm_bf16_packed", "gemm_bf16_tiles"]

@@ -1,0 +1,79 @@
+"""bf16 convolutions on graphc's AVX512-BF16 tile (graphc.codegen.bf16_gemm):
+when src and weights both hold bf16 values (bf16 tensors, or f32 ones rounded
+to bf16 by fpmath_mode), the GEMM roads of graphc.codegen.conv keep their
+operands as bf16 bits (copies of src as uint16, weights packed once per call
+into the tile's panels) and multiply them in bf16 with f32 sums; dst rounds
+once, on store.  Winograd stays an f32 road (its transforms of bf16 values
+are not bf16 values)."""
+from __future__ import annotations
+
+from . import ir
+from .blas_import import bf16_tile_gemm
+from .conv_views import Geometry, rounded, tap_loops
+from .kernel import ArrayRef
+from ..types import DataType
+
+
+def _bf16_values(ref, rounding) -> bool:
+    if rounding is not None:
+        return getattr(rounding, "dtype", None) is DataType.bf16
+    return getattr(ref, "dtype", None) is DataType.bf16
+
+
+def bf16_operands(x, w, rounding) -> bool:
+    """Do src ``x`` and weights ``w`` (views) both hold bf16 values, on a CPU with the tile?"""
+    return bf16_tile_gemm() and _bf16_values(x.ref, rounding) and _bf16_values(w.ref, rounding)
+
+
+def plain_bf16(ref) -> bool:
+    """A bf16 kernel argument (its bits read in place)?"""
+    return type(ref) is ArrayRef and ref.dtype is DataType.bf16
+
+
+def bits(value):
+    """A value known to be a bf16 number (loaded as f32) as its bf16 bits."""
+    return ir.call("f32_to_bf16", ir.f32(value))
+
+
+def weight_panels(kb, geo: Geometry, w, rounding, width: int, transposed: bool = False):
+    """The weights of each group and each run of ``width`` rows of its (T*Cg x OCg)
+    matrix (rows: taps then input channels), as B matrices packed for the tile:
+    (workspace, offset of (group, run) function, panels of one B); with
+    ``transposed``, each group's whole (OCg x T*Cg) transpose (``width`` = OCg:
+    the data gradient's dY @ W^T).  The matrix is read in place when it is a plain
+    bf16 tensor with a unit stride along one of its dims, else first copied as
+    bf16 bits."""
+    kd, cg, ocg, G = geo.kd, geo.cg, geo.ocg, geo.groups
+    from .bf16_gemm import bf16_panels
+    rows, cols = (ocg, kd) if transposed else (kd, ocg)      # of the matrix B
+    ms = w.matrix_strides(geo) if plain_bf16(w.ref) and rounding is None else None
+    if ms is not None:
+        rs, cs, gs = (ms[1], ms[0], ms[2]) if transposed else ms
+    if ms is not None and cs == 1 and rs >= cols:
+        wbuf, ld, tb = w.ref.buf, rs, 0
+    elif ms is not None and rs == 1 and cs >= rows:
+        wbuf, ld, tb = w.ref.buf, cs, 1
+    else:
+        wbuf, ld, gs, tb = kb.workspace(G * kd * ocg, "u16", prefix="wbits"), cols, kd * ocg, 0
+        with kb.for_(G, "g") as g, kb.for_(ocg, "oc") as oc:
+            with tap_loops(kb, geo.kernel) as (taps, flat):
+                with kb.for_(cg, "ic") as ic:
+                    r = flat * cg + ic
+                    at = g * (kd * ocg) + (oc * kd + r if transposed else r * ocg + oc)
+                    kb.store(wbuf, ir.u64(at), bits(rounded(w.load(g, oc, ic, taps), rounding)))
+    runs = rows // width
+    per = bf16_panels(cols, width)
+    npan = -(-cols // 32)
+    bp = kb.workspace(G * runs * per, "u16", prefix="wpanels")
+    with kb.for_(G * runs, "gr") as gr:
+        g = kb.let(gr // runs, "g")
+        r = kb.let(gr % runs, "r")
+        first = r * (width * ld) if tb == 0 else r * width
+        kb.let(ir.call("pack_b_bf16", tb, cols, width, wbuf, g * gs + first, ld, bp, gr * per, 0, npan), "st")
+
+    def offset(g, run):
+        return (g * runs + run) * per
+    return bp, offset, npan
+
+
+__all__ = ["bf16_operands", "bits", "plain_bf16", "weight_panels"]
