@@ -110,6 +110,12 @@ class RegionBuilder:
         shape = list(like.shape if shape is None else shape)
         return LogicalTensor(self._id(), dtype or like.dtype, shape, _dense(shape) if dense else None)
 
+    def rstd(self, var: LogicalTensor, eps: float, out: LogicalTensor | None = None) -> LogicalTensor:
+        """1 / sqrt(var + eps) (Add, Pow), into ``out`` or a new tensor of var's shape:
+        the statistic torch's norms save, and batch norm's scale before gamma."""
+        shifted = self.op("Add", [var, self.value(float(eps), like=var)], [self.tmp(var)])
+        return self.op("Pow", [shifted], [out if out is not None else self.tmp(var)], beta=-0.5)
+
     def op(self, kind, ins, outs, **attrs):
         """Add op ``kind``; returns its single output or the list of them."""
         oid = self._id()

@@ -171,9 +171,7 @@ def _layer_norm(b, n):
                         begin_norm_axis=begin, use_affine=affine, epsilon=float(eps))
     mean_t, rstd_t = b.out(n, 1), b.out(n, 2)
     b.op("StaticReshape", [mean], [mean_t], shape=list(mean_t.shape), special_zero=False)
-    shifted = b.op("Add", [var, b.value(float(eps), like=var)], [b.tmp(var)])
-    rstd = b.op("Pow", [shifted], [b.tmp(var)], beta=-0.5)
-    b.op("StaticReshape", [rstd], [rstd_t], shape=list(rstd_t.shape), special_zero=False)
+    b.op("StaticReshape", [b.rstd(var, eps)], [rstd_t], shape=list(rstd_t.shape), special_zero=False)
     return (y, mean_t, rstd_t)
 
 
@@ -489,8 +487,7 @@ def _conv_weights(b, n, w_node, bn):
     bias = None
     if bn is not None:
         gamma, beta, mean, var = (b.value(a) for a in bn.args[1:5])
-        shifted = b.op("Add", [var, b.value(float(bn.args[6]), like=var)], [b.tmp(var)])
-        scale = b.op("Multiply", [gamma, b.op("Pow", [shifted], [b.tmp(var)], beta=-0.5)], [b.tmp(var)])
+        scale = b.op("Multiply", [gamma, b.rstd(var, bn.args[6])], [b.tmp(var)])
         wt = b.op("Multiply", [wt, scale], [b.tmp(wt, dense=True)])
         centred = mean if bias_node is None else b.op("Subtract", [mean, b.value(bias_node)], [b.tmp(mean)])
         bias = b.op("Subtract", [beta, b.op("Multiply", [centred, scale], [b.tmp(mean)])], [b.tmp(mean)])

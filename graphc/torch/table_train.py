@@ -76,8 +76,7 @@ def _batch_norm_training(b, n):
         "BatchNormForwardTraining", ins,
         [b.out(n, 0), b.out(n, 3), b.tmp(src, c, "f32"), b.out(n, 1), b.tmp(src, c, "f32")],
         epsilon=float(eps), momentum=1.0 - float(momentum), data_format="NCX")
-    rstd = b.op("Add", [var, b.value(float(eps), like=var)], [b.tmp(var)])
-    rstd = b.op("Pow", [rstd], [b.out(n, 2)], beta=-0.5)
+    rstd = b.rstd(var, eps, b.out(n, 2))
     extra = b.op("Multiply", [var, b.value(float(momentum) / (per - 1), like=var)], [b.tmp(var)])
     run_var = b.op("Add", [run_var, extra], [b.out(n, 4)])
     return (y, mean, rstd, run_mean, run_var)
@@ -103,8 +102,7 @@ def _batch_norm_no_stats(b, n):
     y, _rm, _rv, mean, var = b.op("BatchNormForwardTraining", ins,
                                   [b.out(n, 0)] + [b.tmp(src, c, "f32") for _ in range(2)] +
                                   [b.out(n, 1), b.tmp(src, c, "f32")], epsilon=float(eps), data_format="NCX")
-    rstd = b.op("Add", [var, b.value(float(eps), like=var)], [b.tmp(var)])
-    return (y, mean, b.op("Pow", [rstd], [b.out(n, 2)], beta=-0.5))
+    return (y, mean, b.rstd(var, eps, b.out(n, 2)))
 
 
 def _batch_norm_backward_guard(n):
