@@ -117,9 +117,7 @@ def _oc_outer(w) -> bool:
     both read and written in order."""
     if not isinstance(w, Weights):
         return False
-    s = w.ref.strides
-    so, si = s[w.axes[0]], s[w.axes[1]]
-    oc_s, ic_s = (si, so) if w.swapped else (so, si)
+    oc_s, ic_s = w.channel_strides()
     return oc_s > ic_s
 
 

@@ -131,13 +131,19 @@ class Weights:
     def store(self, g, oc, ic, taps, value):
         return self.ref.store_nd(self.ivars(g, oc, ic, taps), value)
 
+    def channel_strides(self) -> tuple:
+        """(oc stride, ic stride) of W[g][oc, ic] in the tensor."""
+        s = self.ref.strides
+        so, si = s[self.axes[0]], s[self.axes[1]]
+        return (si, so) if self.swapped else (so, si)
+
     def matrix_strides(self, geo: Geometry):
         """(row stride, col stride, group stride) of the (T*Cg x OCg) matrix
         (rows: taps then ic; cols: oc) in the tensor, when rows flatten to one
         stride, else None."""
         s = self.ref.strides
         so, si = s[self.axes[0]], s[self.axes[1]]
-        oc_s, ic_s = (si, so) if self.swapped else (so, si)
+        oc_s, ic_s = self.channel_strides()
         g_s = self.i_per_group * si if self.io_grouped else self.o_per_group * so
         expect = ic_s * geo.cg
         for a, k in zip(reversed(self.axes[2:]), reversed(geo.kernel)):

@@ -26,20 +26,11 @@ def _f32_cases() -> np.ndarray:
     return np.concatenate([f16, around.view(np.float32), extra, rng.standard_normal(100_000).astype(np.float32)])
 
 
-def _widen(fn):
+def _each(fn, out_dtype):
+    """A jitted loop applying scalar conversion ``fn`` to every element, into ``out_dtype``."""
     @njit
     def run(src):
-        out = np.empty(src.size, np.float32)
-        for i in range(src.size):
-            out[i] = fn(src[i])
-        return out
-    return run
-
-
-def _narrow(fn):
-    @njit
-    def run(src):
-        out = np.empty(src.size, np.uint16)
+        out = np.empty(src.size, out_dtype)
         for i in range(src.size):
             out[i] = fn(src[i])
         return out
@@ -52,7 +43,7 @@ NARROW = [("kernels'", runtime.f32_to_f16), ("integer", runtime._f32_to_f16_int)
 
 @pytest.mark.parametrize("name,fn", WIDEN, ids=[w[0] for w in WIDEN])
 def test_f16_to_f32_is_numpys_on_every_f16(name, fn):
-    got = _widen(fn)(ALL_F16)
+    got = _each(fn, np.float32)(ALL_F16)
     want = ALL_F16.view(np.float16).astype(np.float32)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)
@@ -62,7 +53,7 @@ def test_f16_to_f32_is_numpys_on_every_f16(name, fn):
 @pytest.mark.parametrize("name,fn", NARROW, ids=[n[0] for n in NARROW])
 def test_f32_to_f16_rounds_as_numpy(name, fn):
     src = _f32_cases()
-    got = _narrow(fn)(src).view(np.float16)
+    got = _each(fn, np.uint16)(src).view(np.float16)
     with np.errstate(over="ignore"):
         want = src.astype(np.float16)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
