@@ -6,6 +6,8 @@ exactly as oneDNN's s32 accumulator sums them (graphc.codegen.quant.Factored),
 through MKL's int8 GEMM where it fits."""
 from __future__ import annotations
 
+import math
+
 from .. import ir
 from ..blas_import import int8_gemm
 from ..gemm import S32_LIMIT, Matrix, emit_gemm, emit_int8_gemm, fpmath_rounding
@@ -43,6 +45,24 @@ def lower_matmul(op, kb, ins, dst):
         (fa, fb), rounding = ints, None
         src, w, exact_k = fa.ints, fb.ints, exact_chunk(fa, fb)
 
+    # trailing batch dims that A's rows and C's rows continue in memory, with B
+    # the same for all of them, fold into M: one GEMM over the collapsed rows
+    # instead of one short GEMM per batch index (each packing B again)
+    fold = 0 if ints is not None else folded_batch_dims(src, w, dst, batch, ta)
+    rows_of = batch[nb - fold:] + ((src.lt.shape[-2],) if fold else ())
+    batch = batch[:nb - fold]
+
+    def split_rows(r):
+        """The multi-index (folded batch dims, row) of folded row ``r``."""
+        if not fold:
+            return [r]
+        out, inner = [], 1
+        for d in reversed(rows_of):
+            q = r if inner == 1 else r // inner
+            out.append(None if d == 1 else (q if inner * d == math.prod(rows_of) else q % d))
+            inner *= d
+        return out[::-1]
+
     def operand(ref, vector_rows, transpose):
         shape, strides = ref.shape, ref.strides
         if len(shape) == 1:
@@ -51,12 +71,16 @@ def lower_matmul(op, kb, ins, dst):
             st = (0, strides[0]) if vector_rows else (strides[0], 0)
             return Matrix(ref, rows, cols, lambda bv, r, c: [c] if vector_rows else [r], False, st,
                           lambda bv: ir.const(0), rounding)
-        lead = shape[:-2]
+        folded = fold if vector_rows else 0
+        lead = shape[:-2 - folded]
         rows, cols = (shape[-1], shape[-2]) if transpose else (shape[-2], shape[-1])
+        rows *= math.prod(shape[len(lead):-2])
         st = (strides[-1], strides[-2]) if transpose else (strides[-2], strides[-1])
 
         def index(bv, r, c):
             head = aligned(bv, batch, lead) if bv is not None else [None] * len(lead)
+            if folded:
+                return head + split_rows(r) + [c]
             return head + ([c, r] if transpose else [r, c])
 
         def base(bv):
@@ -68,7 +92,7 @@ def lower_matmul(op, kb, ins, dst):
     has_i, has_j = src.lt.ndim > 1, w.lt.ndim > 1
 
     def dst_index(bv, i, j):
-        return list(bv) + [i] * has_i + [j] * has_j
+        return list(bv) + (split_rows(i) if has_i else []) + [j] * has_j
 
     def store(bv, i, j, v):
         ivars = dst_index(bv, i, j)
@@ -81,7 +105,7 @@ def lower_matmul(op, kb, ins, dst):
     if bias is None and ints is None:
         rs = dst.strides[nb] if has_i else 0
         cs = dst.strides[-1] if has_j else 0
-        out = Matrix(dst, a.rows, b.cols, None, True, (rs, cs), lambda bv: linear(bv, dst.strides[:nb]))
+        out = Matrix(dst, a.rows, b.cols, None, True, (rs, cs), lambda bv: linear(bv, dst.strides[:nb - fold]))
     if u8s8:
         shifts = (0 if fa.q.dtype is DataType.u8 else 128, 0 if fb.q.dtype is DataType.s8 else -128)
         za = float(fa.op.attr("zps")[0]) if fa.zps is not None else 0.0
@@ -92,3 +116,29 @@ def lower_matmul(op, kb, ins, dst):
         emit_gemv(kb, batch, a, b, store)
         return
     emit_gemm(kb, batch, a, b, store, out, exact_k)
+
+
+def folded_batch_dims(src, w, dst, batch, ta: bool) -> int:
+    """How many trailing dims of the batch fold into the rows of the product:
+    B (``w``) is one matrix for the whole batch, A (``src``, not transposed) and
+    C (``dst``) have those dims in full, each laid out right above the rows (its
+    stride the rows' count times the rows' stride)."""
+    if ta or src.lt.ndim < 3 or w.lt.ndim < 2 or any(d != 1 for d in w.shape[:-2]):
+        return 0
+    if src.strides is None or dst.strides is None:
+        return 0
+    fold = 0
+    s_off = src.lt.ndim - 2 - len(batch)    # (C's batch dims are its first)
+    for k in range(len(batch) - 1, -1, -1):
+        sk = k + s_off
+        if sk < 0 or src.shape[sk] != batch[k]:
+            break
+        if not (_continues(src.shape, src.strides, sk) and _continues(dst.shape, dst.strides, k)):
+            break
+        fold += 1
+    return fold
+
+
+def _continues(shape, strides, k) -> bool:
+    """Is dim ``k`` laid out right above dim ``k + 1`` (or is it of size 1)?"""
+    return shape[k] == 1 or strides[k] == shape[k + 1] * strides[k + 1]

@@ -119,3 +119,30 @@ def test_int8_matmul_empty(m, k, n):
     b.op("Quantize", [y], out=[("u8", [m, n])], attrs={"qtype": "per_tensor", "scales": [0.1], "zps": [2]})
     cg, _ = compiled_vs_reference(b.finalize())
     assert len(cg.compiled) == 1
+
+
+# (src, src strides order, weights, dst, attrs): batch dims that fold into the
+# rows of one GEMM (B the same for the whole batch), in full or in part
+FOLDS = [([3, 5, 7, 33], None, [33, 40], [3, 5, 7, 40], {}),
+         ([2, 1, 5, 8], None, [1, 1, 8, 7], [2, 1, 5, 7], {}),
+         ([2, 3, 5, 8], (0, 2, 1, 3), [8, 7], [2, 3, 5, 7], {}),       # heads interleaved: no fold
+         ([2, 3, 5, 8], (1, 0, 2, 3), [8, 7], [2, 3, 5, 7], {}),       # the inner batch dim folds
+         ([4, 6, 9], None, [11, 9], [4, 6, 11], {"transpose_b": True}),
+         ([4, 1, 9], None, [9, 11], [4, 1, 11], {})]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("src,order,wei,dst,attrs", FOLDS, ids=str)
+def test_batch_folded_into_rows(dtype, src, order, wei, dst, attrs):
+    """Batch dims laid out above A's and C's rows fold into M (one GEMM): with a
+    bias, a post-op broadcast over the batch and the rows, and a ReLU, each
+    element stored where its batch index says."""
+    b = GraphBuilder()
+    x = b.tensor(dtype, src, strides(src, order) if order else None)
+    w, bias = b.tensor(dtype, wei), b.tensor(dtype, [dst[-1]])
+    (y,) = b.op("MatMul", [x, w, bias], out=[(dtype, dst)], attrs=attrs)
+    (z,) = b.op("Add", [y, b.tensor(dtype, dst[:-2] + [1, dst[-1]])])
+    b.op("ReLU", [z])
+    g = b.finalize()
+    cg, _ = compiled_vs_reference(g, make_inputs(g, 0), what=f"{dtype} {src} {order}")
+    assert len(cg.compiled) == 1
