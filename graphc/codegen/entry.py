@@ -16,9 +16,14 @@ numba's array structure, whatever the dtype and layout (at the machine level
 an array of any dtype is passed alike), so one trampoline serves every kernel
 of as many arrays of those dimensions: a handful in all, where one per tuple
 of array types made about one for every four kernels, each 0.06 s of a cold
-compile.  The arrays are not checked against the kernel's types there: graphc
-checks what it passes (CompiledPartition's plans), and :class:`Kernel` types
-the arrays it is given.
+compile.  graphc's executables call through SpanArrays: each array reaches
+the kernel as the one dimension the kernel indexes with its tensor's strides,
+the span of its elements, whatever its dimensions and strides (:func:`_flat`),
+so the caller passes the arrays it holds (no flat view, bit view or
+``as_strided`` made in Python per call).  The
+arrays are not checked against the kernel's types there: graphc checks what it
+passes (CompiledPartition's plans), and :class:`Kernel` types the arrays it is
+given.
 """
 from __future__ import annotations
 
@@ -33,12 +38,14 @@ from numba.extending import NativeValue, intrinsic, register_model, unbox
 
 class AnyArray(types.Type):
     """A numpy array of ``ndim`` dimensions, any dtype and layout, as a trampoline
-    takes it: numba's array structure (its pointers typed as bytes)."""
+    takes it: numba's array structure (its pointers typed as bytes).  ``span``:
+    the trampoline hands it to the kernel as the one-dimensional span of its
+    elements (:func:`_flat`); else as it is."""
 
-    def __init__(self, ndim: int):
-        self.ndim = ndim
+    def __init__(self, ndim: int, span: bool = False):
+        self.ndim, self.span = ndim, span
         self.dtype = types.uint8     # (the data and meminfo pointers' type in ArrayModel)
-        super().__init__(name=f"graphc.AnyArray({ndim})")
+        super().__init__(name=f"graphc.{'Span' if span else 'Any'}Array({ndim})")
 
 
 register_model(AnyArray)(ArrayModel)
@@ -56,20 +63,46 @@ def _unbox_any_array(typ, obj, c):
     return NativeValue(c.builder.load(at), is_error=failed)
 
 
+def _flat(context, builder, typ, value):
+    """The array structure ``value`` of an AnyArray ``typ`` as the kernel takes it:
+    one dimension over the span of its elements (1 + the sum over dims of
+    (size - 1) x stride, in elements; 0 when it has none), unit stride, the same
+    data.  A dense array's span is its size; a strided one's reaches its last
+    element (the kernel indexes it with the strides of its logical tensor)."""
+    src = cgutils.create_struct_proxy(typ)(context, builder, value=value)
+    dst = cgutils.create_struct_proxy(AnyArray(1))(context, builder)
+    intp = context.get_value_type(types.intp)
+    one, zero = intp(1), intp(0)
+    extent = zero
+    for size, stride in zip(cgutils.unpack_tuple(builder, src.shape, typ.ndim),
+                            cgutils.unpack_tuple(builder, src.strides, typ.ndim)):
+        extent = builder.add(extent, builder.mul(builder.sub(size, one), stride))
+    span = builder.add(builder.sdiv(extent, src.itemsize), one)
+    span = builder.select(builder.icmp_signed("==", src.nitems, zero), zero, span)
+    dst.meminfo, dst.parent, dst.itemsize, dst.data = src.meminfo, src.parent, src.itemsize, src.data
+    dst.nitems = span
+    dst.shape = cgutils.pack_array(builder, [span])
+    dst.strides = cgutils.pack_array(builder, [src.itemsize])
+    return dst._getvalue()
+
+
 @intrinsic
 def _native_call(typingctx, fn, args):
     """The int64 kernel at address ``fn`` called on the values of tuple ``args``
-    (numba's calling convention: what a numba function calling it would do)."""
+    (numba's calling convention: what a numba function calling it would do),
+    each SpanArray flattened to the one dimension the kernel takes (:func:`_flat`)."""
     if not isinstance(args, types.BaseTuple):
         return None
     argtys = tuple(args.types)
+    flat = tuple(AnyArray(1) if t.span else t for t in argtys)
 
     def codegen(context, builder, signature, llargs):
         fnaddr, tup = llargs
         values = [builder.extract_value(tup, i) for i in range(len(argtys))]
-        fnty = context.call_conv.get_function_type(types.int64, argtys)
+        values = [_flat(context, builder, t, v) if t.span else v for t, v in zip(argtys, values)]
+        fnty = context.call_conv.get_function_type(types.int64, flat)
         callee = builder.inttoptr(fnaddr, fnty.as_pointer())
-        status, out = context.call_conv.call_function(builder, callee, types.int64, argtys, values)
+        status, out = context.call_conv.call_function(builder, callee, types.int64, flat, values)
         with cgutils.if_unlikely(builder, status.is_error):
             context.call_conv.return_status_propagate(builder, status)
         return out
@@ -107,18 +140,26 @@ def _trampoline(tsig: tuple):
     return fn
 
 
-def kernel_entry(kernel, sig: tuple):
+def kernel_entry(kernel, sig: tuple, ndims: tuple | None = None):
     """Dispatcher ``kernel``'s compiled overload for ``sig`` (numba types of its
     arrays; it returns int64) as a callable of the tuple of its arrays:
-    ``entry((a0, a1, ...)) -> status``.  (A partial of the trampoline's entry
-    point: no Python frame of graphc's between the caller and the machine code.)"""
+    ``entry((a0, a1, ...)) -> status``, each passed as ``sig`` types it.  With
+    ``ndims`` (the dimensions of the arrays the caller passes), a kernel of
+    one-dimensional arrays takes arrays of any layout, in any dtype of the
+    kernel's width: the trampoline hands each to the kernel as the
+    one-dimensional span of its elements (no flat view made in Python).  (A
+    partial of the trampoline's entry point: no Python frame of graphc's between
+    the caller and the machine code.)"""
     cres = kernel.overloads[sig]
     if types.unliteral(cres.signature.return_type) != types.int64:   # (a literal -1: the same int64)
         raise TypeError(f"a kernel returns int64, not {cres.signature.return_type}")
     if not all(isinstance(t, types.Array) for t in sig):
         raise TypeError(f"a kernel takes arrays, not {sig}")
+    if ndims is not None and not all(t.ndim == 1 for t in sig):
+        raise TypeError(f"a kernel taking spans takes one-dimensional arrays, not {sig}")
     address = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
-    tsig = (types.int64, types.Tuple(tuple(AnyArray(t.ndim) for t in sig)))
+    args = tuple(AnyArray(t.ndim) for t in sig) if ndims is None else tuple(AnyArray(n, True) for n in ndims)
+    tsig = (types.int64, types.Tuple(args))
     call = _trampoline(tsig).overloads[tsig]
     entry = functools.partial(call.entry_point, address)
     entry.compiled = (cres, call)   # (keeps both machine codes for as long as the entry)

@@ -93,7 +93,7 @@ class CompiledGraph:
         self._input_ports, self._output_ports = graph.input_ports, graph.output_ports  # (a topological sort each)
         #: (compiled partition, input ids) in order when no partition is a collective or compiles at run
         self._steps = None if any(c is None or k is not None for c, k in zip(self.compiled, self._collectives)) else \
-            [(cp, [t.id for t in cp.inputs]) for cp in self.compiled]
+            [(cp, [t.id for t in cp.inputs], cp.fast_run) for cp in self.compiled]
         self._view_sources = _view_sources(self.compiled, resolved, set(self._input_ports) | set(self._output_ports))
 
     def __reduce__(self):
@@ -145,15 +145,25 @@ class CompiledGraph:
 
     def _plain_run(self, inputs: dict) -> dict | None:
         """``run`` of a graph without collectives on exactly its inputs (None when an
-        input id is missing: ``run``'s checks say which)."""
+        input id is missing: ``run``'s checks say which).  Each partition is tried on
+        its executable's fast path first (graphc.compiler.executables.kernel)."""
+        values = {}
         try:
-            values = {tid: v if type(v := inputs[tid]) is np.ndarray else as_array(v, f"input tensor {tid}")
-                      for tid in self._input_ports}
+            for tid in self._input_ports:
+                v = inputs[tid]
+                values[tid] = v if type(v) is np.ndarray else as_array(v, f"input tensor {tid}")
         except KeyError:
             return None
-        for cp, ids in self._steps:
-            values.update(cp.execute([values[t] for t in ids]))
-        return self._results(values, None)
+        timed = verbose.LEVEL > 0   # (then ``execute`` is the timed one: an exec line per run)
+        for cp, ids, fast_run in self._steps:
+            arrays = [values[t] for t in ids]
+            out = None if timed else fast_run(arrays, None)
+            values.update(cp.execute(arrays) if out is None else out)
+        result = {}
+        for tid in self._output_ports:
+            v = values[tid]
+            result[tid] = v if v.flags.writeable else v.copy()  # (constant cache arrays are read-only)
+        return result
 
     def run(self, inputs: dict, comm: Any = None, outputs: dict | None = None) -> dict:
         """Run every partition in order; collectives on ``comm`` (see graphc.comm).
@@ -197,7 +207,7 @@ class CompiledGraph:
             except GraphcError as e:   # (told to the other members at the collectives, as a bad input is)
                 failure = e
         if failure is None and self._steps is not None:   # no collective: nothing to tell anyone
-            for cp, ids in self._steps:
+            for cp, ids, _ in self._steps:
                 values.update(cp.execute([values[t] for t in ids], _into(cp, placed)))
             return self._results(values, given)
         for i, p in enumerate(self.partitions):

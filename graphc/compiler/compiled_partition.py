@@ -121,6 +121,12 @@ class CompiledPartition:
         return [(self.inputs[i].id, self.outputs[o].id) for i, o in self._inplace]
 
     # --------------------------------------------------------- running
+    @property
+    def fast_run(self):
+        """The executable's fast path: ``fast_run(inputs in order, None)`` gives
+        {output id: array}, or None when the general path (``execute``) must run."""
+        return self.executable.fast_run
+
     def execute(self, inputs: dict | list, outputs: dict | list | None = None, comm: Any = None) -> dict:
         """Run on ``inputs`` ({id: array} or a list in partition order).  Caller-given
         ``outputs`` are written in place; returns {output id: array}.  A collective

@@ -41,11 +41,9 @@ def allocate(lt: LogicalTensor) -> np.ndarray:
         if lt.strides == dense_strides(lt.shape):
             return np.empty(lt.shape, dtype=dt)
         check_extent(lt, "allocate")
-        # as_strided does not take ml_dtypes types (bf16, f8): stride the bits
-        bits = np.dtype(f"u{dt.itemsize}")
-        buf = np.empty(max(_span(lt.shape, lt.strides), 1), dtype=bits)
-        return np.lib.stride_tricks.as_strided(buf, shape=lt.shape,
-                                               strides=[s * dt.itemsize for s in lt.strides]).view(dt)
+        # (an ndarray over a buffer: a few times faster than as_strided, and of any dtype)
+        buf = np.empty(max(_span(lt.shape, lt.strides), 1), dtype=dt)
+        return np.ndarray(lt.shape, dt, buffer=buf, strides=[s * dt.itemsize for s in lt.strides])
     except MemoryError:
         raise RuntimeFault("cannot allocate memory for a tensor", where=f"tensor {lt.id}",
                            found=f"shape {list(lt.shape)}, strides {list(lt.strides)}, {lt.dtype}") from None

@@ -61,3 +61,38 @@ def test_a_non_array_argument_is_a_type_error():
     e = _entry(_twice, x, x.copy())
     with pytest.raises(TypeError, match="numpy arrays"):
         e((x, [0.0, 0.0, 0.0, 0.0]))
+
+
+@njit(no_cpython_wrapper=True)
+def _strided_copy(x, out):
+    # (as graphc's kernels index: flat offsets by the tensor's strides, here
+    # x of shape (2, 3) with element strides (1, 4), out dense)
+    for i in range(2):
+        for j in range(3):
+            out[i * 3 + j] = x[i + 4 * j] + 1
+    return -1
+
+
+def test_arrays_of_any_dimensions_reach_a_kernel_as_spans():
+    """With ``ndims``, each array reaches the kernel as the one-dimensional span of
+    its elements: a strided 2-D array (its data from its first element to its last,
+    gaps included), a dense 2-D output, a 0-d array, an empty one."""
+    sig = (typeof(np.zeros(1, np.float32)),) * 2
+    _strided_copy.compile(sig)
+    e = kernel_entry(_strided_copy, sig, (2, 2))
+    buf = np.arange(12, dtype=np.float32)
+    x = np.lib.stride_tricks.as_strided(buf, shape=(2, 3), strides=(4, 16))   # element strides (1, 4)
+    out = np.zeros((2, 3), np.float32)
+    assert e((x, out)) == -1
+    np.testing.assert_array_equal(out, x + 1)
+    assert e.compiled[1] is not _entry(_twice, buf, buf.copy()).compiled[1]   # (not the pass-through trampoline)
+    _length.compile((typeof(buf),))
+    lengths = kernel_entry(_length, (typeof(buf),), (0,)), kernel_entry(_length, (typeof(buf),), (3,))
+    assert lengths[0]((np.array(5, np.float32),)) == 1
+    assert lengths[1]((np.zeros((2, 0, 3), np.float32),)) == 0
+    assert lengths[1]((np.zeros((2, 4, 3), np.float32)[:, ::2],)) == 2 * 4 * 3 - 3   # (rows 0 and 2 of 4, and between)
+
+
+@njit(no_cpython_wrapper=True)
+def _length(x):
+    return x.size

@@ -83,10 +83,10 @@ class KernelExecutable(Executable):
     def run(self, ins, outs, comm):
         args = []
         for k, (kind, ref) in enumerate(self.arg_plan):
-            if kind == "in":
-                args.append(flat_view(ins[ref], self.inputs[ref]))
+            if kind == "in":   # (laid out as the tensor says: the entry point flattens it)
+                args.append(ins[ref])
             elif kind == "out":
-                args.append(flat_view(outs[ref], self.outputs[ref]))
+                args.append(outs[ref])
             elif kind == "ws":
                 args.append(self._workspace(k, ref))
             else:   # an intermediate tensor: a workspace too (its contents never outlive a run)
@@ -105,24 +105,22 @@ class KernelExecutable(Executable):
     # ------------------------------------------------------------- the fast path
     def _fast_plan(self):
         """What every run of a plain kernel repeats, done once: for each kernel
-        argument, an input's expected dtype and shape (dense), an output's flat
-        type and size, or the workspace itself; the compiled machine code's entry
-        point (no type dispatch: the arguments are checked to be exactly its
-        types).  False for kernels that need the general path (constant caching,
-        strided or overlapping layouts, faulting kernels)."""
+        argument, an input's or output's expected dtype, shape, layout (None:
+        C-contiguous, else its byte strides) and logical tensor (a new output is
+        allocated as it says), or the workspace itself.  The kernel's entry point takes the arrays as they lie
+        (graphc.codegen.entry flattens them).  False for kernels that need the
+        general path (constant caching, overlapping layouts, faulting kernels,
+        dims known only at run)."""
         if self._constant or self._faulting or any(self._overlapping) \
-                or not all(lt.is_complete and lt.is_dense for lt in list(self.inputs) + list(self.outputs)):
+                or not all(lt.is_complete for lt in list(self.inputs) + list(self.outputs)):
             return False
         slots = []
         for k, (kind, ref) in enumerate(self.arg_plan):
-            if kind == "in":
-                lt = self.inputs[ref]
-                view = lt.dtype.info.kernel_view
-                slots.append((0, ref, np.dtype(lt.dtype.np), tuple(lt.shape), None if view is None else np.dtype(view)))
-            elif kind == "out":
-                lt = self.outputs[ref]
-                flat = np.dtype(lt.dtype.info.kernel_np)
-                slots.append((1, ref, flat, lt.nelems, (np.dtype(lt.dtype.np), tuple(lt.shape))))
+            if kind in ("in", "out"):
+                lt = (self.inputs if kind == "in" else self.outputs)[ref]
+                dt = np.dtype(lt.dtype.np)
+                layout = None if lt.is_dense else tuple(s * dt.itemsize for s in lt.strides)
+                slots.append((0 if kind == "in" else 1, ref, dt, tuple(lt.shape), layout, lt))
             else:
                 slots.append((2, self._workspace(k, ref) if kind == "ws" else self._scratch_tensor(k, ref)))
         return slots
@@ -152,34 +150,33 @@ class KernelExecutable(Executable):
         or allows an in-place pair)."""
         args, outs = [], [None] * len(self.outputs)
         for slot in self._fast:
-            if slot[0] == 0:
-                a = arrays[slot[1]]
-                if type(a) is not np.ndarray or (a.dtype is not slot[2] and a.dtype != slot[2]) or a.shape != slot[3]:
-                    return None
-                flags = a.flags
-                if not (flags.c_contiguous and flags.aligned):
-                    return None
-                args.append(a.ravel() if slot[4] is None else a.view(slot[4]).ravel())
-            elif slot[0] == 1:
-                dt, shape = slot[4]
-                if given is None:
-                    u = outs[slot[1]] = np.empty(shape, dt)
-                else:
-                    u = outs[slot[1]] = given[slot[1]]
-                    if type(u) is not np.ndarray or (u.dtype is not dt and u.dtype != dt) or u.shape != shape:
-                        return None
-                    flags = u.flags
-                    if not (flags.c_contiguous and flags.aligned and flags.writeable):
-                        return None
-                args.append(u.ravel() if slot[2] is dt else u.view(slot[2]).ravel())
-            else:
+            kind = slot[0]
+            if kind == 2:
                 args.append(slot[1])
+                continue
+            if kind == 0:
+                a = arrays[slot[1]]
+            elif given is None:
+                a = outs[slot[1]] = np.empty(slot[3], slot[2]) if slot[4] is None else allocate(slot[5])
+                args.append(a)
+                continue
+            else:
+                a = outs[slot[1]] = given[slot[1]]
+            if type(a) is not np.ndarray or (a.dtype is not slot[2] and a.dtype != slot[2]) or a.shape != slot[3]:
+                return None
+            flags = a.flags
+            if not (flags.aligned and (flags.c_contiguous if slot[4] is None else a.strides == slot[4])):
+                return None
+            if kind == 1 and not flags.writeable:
+                return None
+            args.append(a)
         if given is not None:
             for i, u in enumerate(outs):
                 if any(np.may_share_memory(u, a) for a in arrays) or \
                         any(np.may_share_memory(u, v) for v in outs[:i]):
                     return None
-        status = self._call(args)
+        # (a serial kernel with no workspace needs neither lock: its entry point directly)
+        status = self._call(args) if self._parallel or self._workspaces else self._entry(tuple(args))
         if status is not None and status >= 0:   # (bad data found before anything was written)
             raise self._fault(status, arrays)
         return outs
