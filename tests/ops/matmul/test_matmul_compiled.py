@@ -4,6 +4,7 @@ dims (M, N, K, batch of 0; quantized too)."""
 import numpy as np
 import pytest
 
+import graphc
 from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
 from support.compiled import check_compiled, compiled_vs_reference
@@ -53,7 +54,6 @@ def test_rows_times_narrow_weights(dtype, ddt, src, wei, bias, dst):
 def test_row_times_every_f16():
     """1 x [1, 65536] f16 weights holding every f16 bit pattern (subnormals, the
     infinities, NaNs): the row product (graphc.codegen.gemv) widens each exactly."""
-    import graphc
     g = one_op("MatMul", [("f16", [1, 1]), ("f16", [1, 65536])], [("f32", [1, 65536])], {})
     (x, w), (out,) = g.input_ports, g.output_ports
     weights = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(1, -1)
@@ -146,3 +146,19 @@ def test_batch_folded_into_rows(dtype, src, order, wei, dst, attrs):
     g = b.finalize()
     cg, _ = compiled_vs_reference(g, make_inputs(g, 0), what=f"{dtype} {src} {order}")
     assert len(cg.compiled) == 1
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 40, 96), (3, 1, 5), (130, 257, 70)])
+def test_f16_products_keep_f16_precision(m, k, n):
+    """f16 x f16 into f32 sums the products as f32 arithmetic does: within a few
+    f32 roundings of the exact sum, far inside f16's own rounding (a road that
+    lost part of each value, such as products of bf16 parts missing a cross term,
+    would be off by about 2^-9)."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-2, 2, (m, k)).astype(np.float16)
+    w = rng.uniform(-2, 2, (k, n)).astype(np.float16)
+    g = one_op("MatMul", [("f16", [m, k]), ("f16", [k, n])], [("f32", [m, n])])
+    (got,) = graphc.compile(g).run({g.input_ports[0]: x, g.input_ports[1]: w}).values()
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64))
+    assert np.all(np.abs(got - exact) <= 2.0 ** -16 * scale + 1e-30)
