@@ -17,7 +17,7 @@ every lane), B s8 as kq rows of 32 (k, k+1, k+2, k+3) quads, one per column
 four products of a lane into its s32 accumulator, wrapping, never
 saturating: ``vpdpbusds`` is the saturating one); C's rows are ``ldc`` s32
 apart.  The sums are exact while they fit in s32 (callers check that:
-graphc.codegen.gemm.S32_LIMIT).
+graphc.codegen.gemm_int8.S32_LIMIT).
 """
 from __future__ import annotations
 
