@@ -74,6 +74,28 @@ def _pack_quads(typingctx, b, b_off, ldb, bp, out_off, npan, pstride, sums, s_of
     return sig, codegen
 
 
+@intrinsic
+def _pack_panel_t(typingctx, b, b_off, ldb, bp, out_off, kq, sums, s_off):
+    """graphc.codegen.int8_tile's transposed pack: the panel of 32 columns stored
+    as rows from ``b[b_off:]`` (``ldb`` apart), kq quads, into ``bp`` from
+    ``out_off``, the columns' sums added into ``sums[s_off:]``."""
+    if not (arrays(types.int8, b, bp) and arrays(types.int32, sums)):
+        return None
+    sig = types.void(b, b_off, ldb, bp, out_off, kq, sums, s_off)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, i64, VOIDP, i64, VOIDP])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, int8_tile.PACK_T)
+        size = [context.cast(builder, args[i], sa[i], types.int64) for i in (2, 5)]
+        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]), size[0],
+                          pointer(context, builder, sa[3], args[3], args[4], sa[4]), size[1],
+                          pointer(context, builder, sa[6], args[6], args[7], sa[7])])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
 def u8s8_panels(n: int, k: int) -> int:
     """Bytes of B packed for the tile (``pack_b_u8s8``)."""
     return ((k + 3) // 4) * ((n + 31) // 32) * 128
@@ -84,23 +106,30 @@ def pack_b_u8s8(tb, n, k, b, b_off, ldb, bp, bp_off, sums, s_off, jp_lo, jp_hi):
     """Pack panels [jp_lo, jp_hi) of B (k x n, s8; ``tb``: stored transposed,
     element (kk, j) at ``b[b_off + j * ldb + kk]``) into ``bp`` from ``bp_off``
     (the layout of the module's doc), and write the sums of those columns of B
-    (s32) into ``sums[s_off + j]``: four rows at a time across the full panels
-    (the tile module's vector pack), element by element at the edges."""
+    (s32) into ``sums[s_off + j]``: the full panels' full quads by the tile
+    module's vector packs (four rows of B at a time; stored transposed, a
+    panel's quads gathered from its 32 rows), element by element at the edges."""
     kq_all = (k + 3) // 4
     npan = (n + 31) // 32
     j_hi = min(n, 32 * jp_hi)
     for j in range(32 * jp_lo, j_hi):
         sums[s_off + j] = 0
-    fast_hi = min(jp_hi, n // 32) if tb == 0 else jp_lo
+    fast_hi = max(jp_lo, min(jp_hi, n // 32))     # panels [jp_lo, fast_hi) are full
     for p0 in range(0, kq_all, KC):
         kq = min(KC, kq_all - p0)
         blk = bp_off + p0 * npan * 128
+        kqf = min(kq, (k - 4 * p0) // 4)         # the block's full quads
+        if tb != 0:
+            for jp in range(jp_lo, fast_hi):
+                _pack_panel_t(b, b_off + 32 * jp * ldb + 4 * p0, ldb, bp, blk + jp * kq * 128, kqf, sums,
+                              s_off + 32 * jp)
         for p in range(kq):
             kk = 4 * (p0 + p)
             lo = jp_lo
-            if kk + 3 < k and fast_hi > jp_lo:
-                _pack_quads(b, b_off + kk * ldb + 32 * jp_lo, ldb, bp, blk + jp_lo * kq * 128 + p * 128,
-                            fast_hi - jp_lo, kq * 128, sums, s_off + 32 * jp_lo)
+            if p < kqf and fast_hi > jp_lo:
+                if tb == 0:
+                    _pack_quads(b, b_off + kk * ldb + 32 * jp_lo, ldb, bp, blk + jp_lo * kq * 128 + p * 128,
+                                fast_hi - jp_lo, kq * 128, sums, s_off + 32 * jp_lo)
                 lo = fast_hi
             for jp in range(lo, jp_hi):
                 out = blk + jp * kq * 128 + p * 128
@@ -202,16 +231,31 @@ def gemm_u8s8_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc
     return gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, 0, npan, 0, c, c_off, ldc)
 
 
+@intrinsic
+def _row_sums(typingctx, m, k, a, a_off, lda, out, o_off):
+    """graphc.codegen.int8_tile's row sums: rows [0, m) of ``a[a_off:]`` (u8, k
+    columns, ``lda`` apart) summed into ``out[o_off:]`` (f64)."""
+    if not (arrays(types.uint8, a) and arrays(types.float64, out)):
+        return None
+    sig = types.void(m, k, a, a_off, lda, out, o_off)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, i64, i64, i64, VOIDP])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, int8_tile.ROW_SUMS)
+        size = [context.cast(builder, args[i], sa[i], types.int64) for i in (4, 0, 1)]
+        builder.call(fn, [pointer(context, builder, sa[2], args[2], args[3], sa[3])] + size
+                     + [pointer(context, builder, sa[5], args[5], args[6], sa[6])])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
 @njit(cache=True, nogil=True)
 def row_sums_u8(m, k, a, a_off, lda, out, o_off):
     """The sums of rows [0, m) of A (u8, k columns, rows ``lda`` apart from
     ``a_off``) into ``out[o_off + i]`` (f64): the zero-point compensation of B's."""
-    for i in range(m):
-        s = 0
-        row = a_off + i * lda
-        for q in range(k):
-            s += np.int32(a[row + q])
-        out[o_off + i] = s
+    _row_sums(m, k, a, a_off, lda, out, o_off)
     return 0
 
 

@@ -31,6 +31,10 @@ SYMBOL = "graphc_int8_tile"
 #: B's packing: four rows of k interleaved into (k, .., k+3) quads, 32 columns a
 #: panel, the columns' sums added up on the way
 PACK = "graphc_int8_pack"
+#: B stored transposed (a column's k contiguous): a panel's quads gathered from its 32 rows
+PACK_T = "graphc_int8_pack_t"
+#: the sums of rows of u8 (``vpsadbw``: 64 bytes a step), the compensation of B's zero point
+ROW_SUMS = "graphc_u8_row_sums"
 _DOT = "llvm.x86.avx512.vpdpbusd.512"
 
 
@@ -109,6 +113,76 @@ def pack_ir() -> str:
     return "\n".join(lines)
 
 
+def pack_t_ir() -> str:
+    """``graphc_int8_pack_t(b, ldb, out, kq, sums)``: one panel of B stored
+    transposed (column jj's k at ``b[jj * ldb:]``, jj < 32): for each of kq
+    quads p, the 128 bytes ``out[128 p:]`` = the 32 columns' bytes 4p..4p+3,
+    two gathers of 16 words; the columns' sums (s8) added into the s32
+    ``sums[:32]`` (``vpdpbusd`` of the words by ones)."""
+    lanes = ", ".join(f"i64 {i}" for i in range(16))
+    upper = ", ".join(f"i64 {i + 16}" for i in range(16))
+    ones = ", ".join(["i8 1"] * 64)
+    gather = "llvm.masked.gather.v16i32.v16p0"
+    lines = [f"declare <16 x i32> @{gather}(<16 x ptr>, i32, <16 x i1>, <16 x i32>)",
+             f"define void @{PACK_T}(ptr %b, i64 %ldb, ptr %out, i64 %kq, ptr %sums) {{",
+             "entry:", "  %l0 = insertelement <16 x i64> poison, i64 %ldb, i64 0",
+             "  %ld = shufflevector <16 x i64> %l0, <16 x i64> poison, <16 x i32> zeroinitializer",
+             f"  %rows0 = mul <16 x i64> %ld, <{lanes}>", f"  %rows1 = mul <16 x i64> %ld, <{upper}>",
+             "  %some = icmp sgt i64 %kq, 0", "  br i1 %some, label %loop, label %done", "loop:",
+             "  %p = phi i64 [0, %entry], [%pn, %loop]",
+             "  %s0 = phi <16 x i32> [zeroinitializer, %entry], [%s0n, %loop]",
+             "  %s1 = phi <16 x i32> [zeroinitializer, %entry], [%s1n, %loop]",
+             "  %ko = shl i64 %p, 2", "  %k0 = insertelement <16 x i64> poison, i64 %ko, i64 0",
+             "  %kv = shufflevector <16 x i64> %k0, <16 x i64> poison, <16 x i32> zeroinitializer",
+             "  %dst = shl i64 %p, 7"]
+    for h in range(2):
+        lines += [f"  %o{h} = add <16 x i64> %rows{h}, %kv", f"  %ptr{h} = getelementptr i8, ptr %b, <16 x i64> %o{h}",
+                  f"  %g{h} = call <16 x i32> @{gather}(<16 x ptr> %ptr{h}, i32 1, <16 x i1> splat (i1 true), "
+                  "<16 x i32> poison)",
+                  f"  %d{h} = add i64 %dst, {64 * h}", f"  %po{h} = getelementptr i8, ptr %out, i64 %d{h}",
+                  f"  store <16 x i32> %g{h}, ptr %po{h}, align 1", f"  %gb{h} = bitcast <16 x i32> %g{h} to <64 x i8>",
+                  f"  %s{h}n = call <16 x i32> @{_DOT}(<16 x i32> %s{h}, <64 x i8> <{ones}>, <64 x i8> %gb{h})"]
+    lines += ["  %pn = add i64 %p, 1", "  %more = icmp slt i64 %pn, %kq", "  br i1 %more, label %loop, label %done",
+              "done:"]
+    lines += [f"  %f{h} = phi <16 x i32> [zeroinitializer, %entry], [%s{h}n, %loop]" for h in range(2)]
+    for h in range(2):
+        lines += [f"  %ps{h} = getelementptr i32, ptr %sums, i64 {16 * h}", f"  %old{h} = load <16 x i32>, ptr %ps{h}, align 4",
+                  f"  %new{h} = add <16 x i32> %old{h}, %f{h}", f"  store <16 x i32> %new{h}, ptr %ps{h}, align 4"]
+    lines += ["  ret void", "}"]
+    return "\n".join(lines)
+
+
+def row_sums_ir() -> str:
+    """``graphc_u8_row_sums(a, lda, m, k, out)``: ``out[i]`` (f64) = the sum of the
+    k bytes (u8) of row i of ``a`` (rows ``lda`` apart), i < m: ``vpsadbw``
+    against zero adds 64 bytes into eight 64-bit lanes a step, the last k % 64
+    bytes one at a time."""
+    return "\n".join([
+        "declare <8 x i64> @llvm.x86.avx512.psad.bw.512(<64 x i8>, <64 x i8>)",
+        "declare i64 @llvm.vector.reduce.add.v8i64(<8 x i64>)",
+        f"define void @{ROW_SUMS}(ptr %a, i64 %lda, i64 %m, i64 %k, ptr %out) {{",
+        "entry:", "  %kv = and i64 %k, -64", "  %some = icmp sgt i64 %m, 0", "  br i1 %some, label %row, label %done",
+        "row:", "  %i = phi i64 [0, %entry], [%in, %rowend]", "  %base = mul i64 %i, %lda",
+        "  %rp = getelementptr i8, ptr %a, i64 %base", "  %hasv = icmp sgt i64 %kv, 0",
+        "  br i1 %hasv, label %vec, label %vecend",
+        "vec:", "  %q = phi i64 [0, %row], [%qn, %vec]", "  %acc = phi <8 x i64> [zeroinitializer, %row], [%accn, %vec]",
+        "  %vp = getelementptr i8, ptr %rp, i64 %q", "  %v = load <64 x i8>, ptr %vp, align 1",
+        "  %s = call <8 x i64> @llvm.x86.avx512.psad.bw.512(<64 x i8> %v, <64 x i8> zeroinitializer)",
+        "  %accn = add <8 x i64> %acc, %s", "  %qn = add i64 %q, 64", "  %more = icmp slt i64 %qn, %kv",
+        "  br i1 %more, label %vec, label %vecend",
+        "vecend:", "  %vacc = phi <8 x i64> [zeroinitializer, %row], [%accn, %vec]",
+        "  %vs = call i64 @llvm.vector.reduce.add.v8i64(<8 x i64> %vacc)", "  %hast = icmp slt i64 %kv, %k",
+        "  br i1 %hast, label %tail, label %rowend",
+        "tail:", "  %t = phi i64 [%kv, %vecend], [%tn, %tail]", "  %ts = phi i64 [%vs, %vecend], [%tsn, %tail]",
+        "  %tp = getelementptr i8, ptr %rp, i64 %t", "  %tb = load i8, ptr %tp, align 1", "  %tz = zext i8 %tb to i64",
+        "  %tsn = add i64 %ts, %tz", "  %tn = add i64 %t, 1", "  %tmore = icmp slt i64 %tn, %k",
+        "  br i1 %tmore, label %tail, label %rowend",
+        "rowend:", "  %sum = phi i64 [%vs, %vecend], [%tsn, %tail]", "  %f = sitofp i64 %sum to double",
+        "  %op = getelementptr double, ptr %out, i64 %i", "  store double %f, ptr %op, align 8",
+        "  %in = add i64 %i, 1", "  %rmore = icmp slt i64 %in, %m", "  br i1 %rmore, label %row, label %done",
+        "done:", "  ret void", "}"])
+
+
 _bound = False
 
 
@@ -117,9 +191,10 @@ def bind() -> bool:
     False where the CPU has no AVX512-VNNI."""
     global _bound
     if not _bound and available():
-        bind_ir(tile_ir() + "\n" + pack_ir(), (SYMBOL, PACK))
+        bind_ir("\n".join((tile_ir(), pack_ir(), pack_t_ir(), row_sums_ir())), (SYMBOL, PACK, PACK_T, ROW_SUMS))
         _bound = True
     return _bound
 
 
-__all__ = ["MR", "NR", "SYMBOL", "PACK", "available", "tile_ir", "pack_ir", "bind"]
+__all__ = ["MR", "NR", "SYMBOL", "PACK", "PACK_T", "ROW_SUMS", "available", "tile_ir", "pack_ir", "pack_t_ir",
+           "row_sums_ir", "bind"]

@@ -65,30 +65,39 @@ def test_empty_and_k_zero():
 
 
 @pytest.mark.parametrize("m,n,k,ta", [(37, 100, 70, 0), (64, 96, 4 * int8_gemm.KC + 6, 0), (19, 45, 33, 1),
-                                      (3, 33, 1, 0), (8, 64, 16, 0)])
-def test_packed_b_by_column_blocks(m, n, k, ta):
-    """B packed once for all its panels (its column sums beside it); each block
-    of columns (from a panel boundary) multiplied on its own."""
+                                      (3, 33, 1, 0), (8, 64, 16, 0), (5, 70, 4 * int8_gemm.KC + 64, 0)])
+@pytest.mark.parametrize("tb", [0, 1])
+def test_packed_b_by_column_blocks(m, n, k, ta, tb):
+    """B (stored as it is, or transposed) packed once for all its panels (its
+    column sums beside it, the largest magnitudes too); each block of columns
+    (from a panel boundary) multiplied on its own."""
     rng = np.random.default_rng(m)
-    a, b = _operands(rng, m, n, k, ta, 0)
+    a, b = _operands(rng, m, n, k, ta, tb)
+    b[:, :3] = -128
     npan = (n + 31) // 32
     bp = np.full(int8_gemm.u8s8_panels(n, k) + 4, 7, np.int8)
     sums = np.full(n + 2, 99, np.int32)
-    int8_gemm.pack_b_u8s8(0, n, k, b.ravel(), 0, n, bp, 4, sums, 1, 0, npan)
-    assert np.array_equal(sums[1:n + 1], b.astype(np.int64).sum(0)) and sums[0] == 99 and sums[-1] == 99
+    bbuf = np.concatenate([np.zeros(3, np.int8), b.ravel()])
+    int8_gemm.pack_b_u8s8(tb, n, k, bbuf, 3, b.shape[1], bp, 4, sums, 1, 0, npan)
+    want_sums = b.astype(np.int64).sum(1 if tb else 0)
+    assert np.array_equal(sums[1:n + 1], want_sums) and sums[0] == 99 and sums[-1] == 99
     c = np.zeros(m * n, np.int32)
     for jp0, jp1 in ((0, 1), (1, npan)):
         j0, j1 = 32 * jp0, min(n, 32 * jp1)
         int8_gemm.gemm_u8s8_packed(ta, m, j1 - j0, k, a.ravel(), 0, a.shape[1], bp, 4, npan, jp0, c, j0, n)
-    assert np.array_equal(c.reshape(m, n), _product(a, b, ta, 0))
+    assert np.array_equal(c.reshape(m, n), _product(a, b, ta, tb))
 
 
-def test_row_sums():
-    rng = np.random.default_rng(3)
-    a = rng.integers(0, 256, (5, 11)).astype(np.uint8)
+@pytest.mark.parametrize("k", [0, 1, 9, 63, 64, 130, 257])
+def test_row_sums(k):
+    """Rows summed 64 bytes a step (vpsadbw) and the rest one at a time, the
+    largest bytes too, from an offset and with rows wider than k."""
+    rng = np.random.default_rng(k)
+    a = rng.integers(0, 256, (5, k + 3)).astype(np.uint8)
+    a[0] = 255
     out = np.zeros(7)
-    int8_gemm.row_sums_u8(5, 9, a.ravel(), 1, 11, out, 2)
-    assert np.array_equal(out[2:], a[:, 1:10].astype(np.int64).sum(1)) and (out[:2] == 0).all()
+    int8_gemm.row_sums_u8(5, k, a.ravel(), 1, k + 3, out, 2)
+    assert np.array_equal(out[2:], a[:, 1:k + 1].astype(np.int64).sum(1)) and (out[:2] == 0).all()
 
 
 def test_the_switch_turns_the_tile_off(monkeypatch):
