@@ -22,7 +22,9 @@ from numba.extending import intrinsic
 from . import int8_tile
 from .blas_abi import VOIDP, arrays, pointer
 
-int8_tile.bind()   # (the tile's symbol, before any of these functions is compiled or loaded)
+#: the tile's symbols are bound (before any of these functions is compiled or loaded);
+#: without AVX512-VNNI only row_sums_u8 runs here (for MKL's road), as a plain loop
+OWN = int8_tile.bind()
 
 #: quads of k per block of the packed operands (a B panel of KC quads, 32 KB, stays in L1)
 KC = 256
@@ -251,12 +253,23 @@ def _row_sums(typingctx, m, k, a, a_off, lda, out, o_off):
     return sig, codegen
 
 
-@njit(cache=True, nogil=True)
-def row_sums_u8(m, k, a, a_off, lda, out, o_off):
-    """The sums of rows [0, m) of A (u8, k columns, rows ``lda`` apart from
-    ``a_off``) into ``out[o_off + i]`` (f64): the zero-point compensation of B's."""
-    _row_sums(m, k, a, a_off, lda, out, o_off)
-    return 0
+if OWN:
+    @njit(cache=True, nogil=True)
+    def row_sums_u8(m, k, a, a_off, lda, out, o_off):
+        """The sums of rows [0, m) of A (u8, k columns, rows ``lda`` apart from
+        ``a_off``) into ``out[o_off + i]`` (f64): the zero-point compensation of B's."""
+        _row_sums(m, k, a, a_off, lda, out, o_off)
+        return 0
+else:
+    @njit(cache=True, nogil=True)
+    def row_sums_u8(m, k, a, a_off, lda, out, o_off):
+        """row_sums_u8 without the tile module's vpsadbw: a loop."""
+        for i in range(m):
+            s = 0
+            for q in range(k):
+                s += np.int32(a[a_off + i * lda + q])
+            out[o_off + i] = s
+        return 0
 
 
 __all__ = ["KC", "MC", "u8s8_panels", "pack_b_u8s8", "gemm_u8s8_packed", "gemm_u8s8_tiles", "row_sums_u8"]

@@ -97,3 +97,37 @@ def test_without_zero_points_no_compensation():
     if int8_tile_gemm():
         assert "row_sums_u8(" not in _road(g).source
     check_compiled(g, exact=True, seed=6)
+
+
+_MKL_ROAD = """
+import numpy as np, graphc
+from graphc import reference
+from graphc.fill import make_inputs
+from graphc.codegen import blas
+from test_matmul_int8_compiled import _qmatmul
+assert not blas.OWN_INT8
+for tb in (False, True):
+    g = _qmatmul(37, 70, 45, tb=tb)
+    cg = graphc.compile(g)
+    assert "gemm_u8s8(" in cg.compiled[0].source
+    inputs = make_inputs(g, 3)
+    want, got = reference.run(g, inputs), cg.run(inputs)
+    assert all(np.array_equal(got[t], want[t]) for t in want)
+print("ok")
+"""
+
+
+def test_mkl_road_with_the_tile_switched_off():
+    """GRAPHC_INT8_TILE=0 (in a process of its own: the switch is read once):
+    MKL's int8 GEMM with the same compensation, exact."""
+    import os
+    import subprocess
+    import sys
+    from graphc.codegen.blas_import import mkl_path
+    if mkl_path() is None:
+        pytest.skip("no MKL")
+    here = os.path.dirname(__file__)
+    env = dict(os.environ, GRAPHC_INT8_TILE="0",
+               PYTHONPATH=os.pathsep.join([here, os.path.join(here, "..", ".."), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-c", _MKL_ROAD], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-2000:]
