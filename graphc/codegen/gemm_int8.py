@@ -118,12 +118,7 @@ def _on_tile(kb, batch_shape, a, b, za, zb, shifts, store):
         panel = _packed(kb, b, bivars, 0, K, j0, nc, nc, K * (N if bivars is None else tn), par, "i8", shifts[1],
                         bivars is None and K > 1 and worth_parallel(K * N))
         return panel.buf, panel.at(0), nc, 0
-    # one GEMM cut in column blocks: each tile packs its own panels of B (no
-    # parallel loop before the tiles', whose end every thread would wait for:
-    # on oversubscribed cores such a wait costs a descheduled thread's time
-    # slice, as graphc.codegen.gemm's bf16 tiles found)
-    own = not b.batched and nbatch == 1 and mt == 1 and nt > 1
-    if not (b.batched or own):
+    if not b.batched:
         # B packed once, blocks of panels in parallel (its column sums beside it)
         bp = kb.workspace(u8s8_panels(N, K), "i8", prefix="bpanels")
         cb = kb.workspace(N, "i32", prefix="bsums")
@@ -145,7 +140,7 @@ def _on_tile(kb, batch_shape, a, b, za, zb, shifts, store):
             abuf, aoff, lda = ap.buf, ap.at(0), K4
         if ra is not None:
             kb.let(ir.call("row_sums_u8", m_, K, abuf, aoff, lda, ra.buf, ra.at(0)), "st")
-        if b.batched or own:
+        if b.batched:
             bpt = kb.scratch(u8s8_panels(tn, K), "i8", parallel, prefix="bpanels")
             cbt = kb.scratch(tn, "i32", parallel, prefix="bsums")
             buf, off, ld, tb = b_source(bivars, j0, n_, parallel)
