@@ -44,7 +44,7 @@ def _road(g):
 
 
 @pytest.mark.parametrize("M,K,N", [(1, 1, 1), (7, 1, 33), (9, 3, 31), (8, 4, 32), (37, 70, 100), (70, 1030, 45),
-                                   (130, 261, 290)])
+                                   (130, 261, 290), (16, 300, 600)])   # (the last: C cut in column blocks)
 @pytest.mark.parametrize("tb", [False, True])
 def test_shapes_off_the_tile_exact(M, K, N, tb):
     g = _qmatmul(M, K, N, tb=tb)
