@@ -3,16 +3,21 @@
 * Gated MLP (gated_mlp.md: (x @ W_up) * swish(x @ W_gate) @ W_down), one graphc
   partition (a staged kernel), against torch eager and torch.compile.
 * int8 MatMul (u8 src with a zero point, s8 weights with per-channel scales
-  and zero points, ReLU, Quantize to u8: one graphc partition, the
-  dequantization computed while the GEMM packs its operands, accumulation in
-  f32; oneDNN accumulates in s32) against graphc's f32 MatMul of the same shape,
-  and torch's f32 matmul and int8 ``torch._int_mm`` (s8 x s8 -> s32, nothing
-  else) where this torch has it.
+  and zero points, ReLU, Quantize to u8: one graphc partition, the u8 x s8
+  products summed exactly in s32 on graphc's AVX512-VNNI tile, or MKL's int8
+  GEMM, the zero points compensated and the scales applied where the tile is
+  stored) against graphc's f32 MatMul of the same shape, and torch's f32
+  matmul and int8 ``torch._int_mm`` (s8 x s8 -> s32, nothing else) where this
+  torch has it.
 
 Each (case, contender) runs in its own subprocess (see bench_compute.py);
 ratios > 1 mean graphc is faster.
 
-    python benchmarks/bench_mlp_int8.py [--case TEXT] [--repeat N]
+    python benchmarks/bench_mlp_int8.py [--case TEXT] [--repeat N] [--threads N]
+
+``--threads 1`` runs every contender on one thread (numba's pool and torch's):
+on a machine other jobs load, two-thread wall times wait for whichever
+thread the cores descheduled.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import sys
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_compute  # noqa: E402
 from bench_compute import THREADS, _graph, graphc_time, inputs, torch_arrays  # noqa: E402
 from children import fastest as timeit  # noqa: E402
 
@@ -99,10 +105,12 @@ def child(case, who, repeat):
             return f"n/a ({type(e).__name__})"
 
 
-def spawn(case, who, repeat):
-    """One contender in its own process: its best time in seconds, or why it did not run."""
-    p = subprocess.run([sys.executable, __file__, "--child", case, who, "--repeat", str(repeat)],
-                       capture_output=True, text=True)
+def spawn(case, who, repeat, threads=None):
+    """One contender in its own process (on ``threads`` threads, else every
+    core): its best time in seconds, or why it did not run."""
+    env = dict(os.environ, NUMBA_NUM_THREADS=str(threads)) if threads else None
+    p = subprocess.run([sys.executable, __file__, "--child", case, who, "--repeat", str(repeat)]
+                       + (["--threads", str(threads)] if threads else []), capture_output=True, text=True, env=env)
     lines = p.stdout.strip().splitlines() if p.returncode == 0 else []
     return json.loads(lines[-1]) if lines else f"failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}"
 
@@ -110,32 +118,37 @@ def spawn(case, who, repeat):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for flag, kw in (("--case", {"default": ""}), ("--repeat", {"type": int, "default": 10}),
+                     ("--threads", {"type": int, "default": None}),
                      ("--child", {"nargs": 2, "help": argparse.SUPPRESS})):
         ap.add_argument(flag, **kw)
     args = ap.parse_args()
+    if args.threads:
+        bench_compute.THREADS = args.threads     # (torch's threads: torch_arrays reads it)
     if args.child:
         return print(json.dumps(child(*args.child, args.repeat)))
 
     def run(case, who):
-        return spawn(case, who, args.repeat)
+        return spawn(case, who, args.repeat, args.threads)
 
     def ms(t):
         return f"{t * 1e3:8.2f}" if isinstance(t, float) else f"{'n/a':>8}"
 
     def ratio(a, b):
         return f"{a / b:8.2f}" if isinstance(a, float) and isinstance(b, float) else f"{'n/a':>8}"
-    print(f"machine: {THREADS} cores, load average {os.getloadavg()[0]:.2f}; best of {args.repeat} runs, ms")
+    print(f"machine: {THREADS} cores ({args.threads or THREADS} threads a contender), load average {os.getloadavg()[0]:.2f}; best of {args.repeat} runs, ms")
     head = (f"{'case':<42} {'graphc':>8} {'torch':>8} {'compile':>8} {'torch/gc':>8} {'comp/gc':>8} "
             f"{'GFLOP/s':>8}")
     print(head)
     print("-" * len(head))
-    times = {}
+    times, int_mm = {}, {}
     for case, (_, _, flops) in CASES.items():
         if args.case not in case:
             continue
         t_gc, t_torch = run(case, "graphc"), run(case, "torch")
         t_comp = run(case, "torch.compile") if case.startswith("gated") else None
         times[case] = t_gc
+        if case.startswith("int8"):
+            int_mm["t"] = t_torch
         gf = f"{flops / t_gc / 1e9:8.0f}" if isinstance(t_gc, float) else f"{'n/a':>8}"
         print(f"{case:<42} {ms(t_gc)} {ms(t_torch)} {ms(t_comp)} {ratio(t_torch, t_gc)} {ratio(t_comp, t_gc)} {gf}",
               flush=True)
@@ -146,6 +159,9 @@ def main():
     f32 = [t for c, t in times.items() if c.startswith("f32")]
     if i8 and f32:
         print(f"graphc int8 MatMul (+ReLU+Quantize) vs graphc f32 MatMul: f32/int8 = {ratio(f32[0], i8[0]).strip()}")
+    if i8 and isinstance(int_mm.get("t"), float) and isinstance(i8[0], float):
+        print(f"graphc int8 MatMul (+ReLU+Quantize) vs torch._int_mm alone: graphc/_int_mm = "
+              f"{i8[0] / int_mm['t']:.2f} (issue 35's goal: at most 1.5)")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ do on AMX.
 from __future__ import annotations
 
 import functools
-import os
+
+from .llvm_tile import bind_ir, host_has
 
 #: rows and columns of the tile (16 zmm accumulators: 8 rows x 2 x 16 lanes)
 MR, NR = 8, 32
@@ -33,13 +34,7 @@ PACK = "graphc_bf16_pack"
 @functools.cache
 def available() -> bool:
     """The host CPU has AVX512-BF16 (and ``GRAPHC_BF16_TILE`` is not ``0``)."""
-    if os.environ.get("GRAPHC_BF16_TILE", "1") == "0":
-        return False
-    from llvmlite import binding as llb
-    try:
-        return bool(llb.get_host_cpu_features().get("avx512bf16"))
-    except RuntimeError:
-        return False
+    return host_has("avx512bf16", "GRAPHC_BF16_TILE")
 
 
 def tile_ir() -> str:
@@ -102,32 +97,17 @@ def pack_ir() -> str:
         "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}"])
 
 
-_engine = None
+_bound = False
 
 
 def bind() -> bool:
     """Compile the tile for the host CPU and bind ``graphc_bf16_tile`` to it, once;
     False where the CPU has no AVX512-BF16."""
-    global _engine
-    if _engine is not None:
-        return True
-    if not available():
-        return False
-    from llvmlite import binding as llb
-    llb.initialize_native_target()
-    llb.initialize_native_asmprinter()
-    module = llb.parse_assembly(tile_ir() + "\n" + pack_ir())
-    module.verify()
-    tm = llb.Target.from_default_triple().create_target_machine(
-        cpu=llb.get_host_cpu_name(), features=llb.get_host_cpu_features().flatten(), opt=3)
-    builder = llb.create_pass_builder(tm, llb.create_pipeline_tuning_options(3))
-    builder.getModulePassManager().run(module, builder)
-    engine = llb.create_mcjit_compiler(module, tm)
-    engine.finalize_object()
-    for name in (SYMBOL, PACK):
-        llb.add_symbol(name, engine.get_function_address(name))
-    _engine = engine   # (kept for the life of the process: kernels call into its code)
-    return True
+    global _bound
+    if not _bound and available():
+        bind_ir(tile_ir() + "\n" + pack_ir(), (SYMBOL, PACK))
+        _bound = True
+    return _bound
 
 
 __all__ = ["MR", "NR", "SYMBOL", "PACK", "available", "tile_ir", "pack_ir", "bind"]

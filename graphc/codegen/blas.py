@@ -8,8 +8,9 @@ entry point (``numba_xxgemm``, the one ``np.dot`` uses inside njit code);
 ``GRAPHC_BLAS=mkl`` or ``openblas`` picks one of the others, to compare.  On
 this machine (AMD EPYC, AVX-512), where MKL runs its generic code path,
 oneDNN's sgemm ran the convolutions' GEMM shapes (64x64x196, 196x64x64) 2.5-3x
-faster than MKL's on one core.  MKL stays the library of the bf16 and int8
-GEMMs.  Unlike ``np.dot``, ``gemm_f32`` takes
+faster than MKL's on one core.  bf16 and int8 GEMMs run on graphc's own
+AVX512-BF16 and AVX512-VNNI tiles (graphc.codegen.bf16_tile, int8_tile) where
+the CPU has them, on MKL's elsewhere.  Unlike ``np.dot``, ``gemm_f32`` takes
 leading dimensions, offsets into flat buffers, transposes and ``beta``: a
 kernel multiplies sub-matrices of its arguments in place, without copies, and
 accumulates into its output.
@@ -40,8 +41,9 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import bf16_tile
+from . import bf16_tile, int8_tile
 from .bf16_gemm import gemm_bf16_packed, gemm_bf16_tiles, pack_b_bf16  # noqa: F401 (kernels import them from here)
+from .int8_gemm import gemm_u8s8_packed, gemm_u8s8_tiles, pack_b_u8s8, row_sums_u8  # noqa: F401 (the same)
 from .blas_abi import VOIDP as _VOIDP, arrays as _arrays, pointer as _pointer
 from .blas_import import dnnl_path, mkl_path
 
@@ -91,6 +93,9 @@ if not _MKL:
 #: bf16 GEMMs on graphc's own AVX512-BF16 tile (graphc.codegen.bf16_tile, driven by
 #: graphc.codegen.bf16_gemm), where the CPU has it
 OWN_BF16 = bf16_tile.bind()
+#: u8 x s8 GEMMs on graphc's own AVX512-VNNI tile (graphc.codegen.int8_tile, driven by
+#: graphc.codegen.int8_gemm), where the CPU has it
+OWN_INT8 = int8_tile.bind()
 #: numba's on-disk cache keys functions by their source, not by the library
 #: they were built against: only the MKL build is cached (the kernels are, in
 #: graphc's cache, apart for each library)
@@ -293,8 +298,9 @@ def gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc
 @njit(cache=_CACHE, nogil=True)
 def gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     """Row-major ``C[m, n] = op(A)[m, k] @ op(B)[k, n]`` with A u8, B s8 and C s32
-    (flat buffers as in gemm_f32): MKL's int8 GEMM, the exact sums while they
-    fit in s32 (only where MKL is the library: blas_import.int8_gemm)."""
+    (flat buffers as in gemm_f32), the exact sums while they fit in s32:
+    graphc's AVX512-VNNI tile where the CPU has it (graphc.codegen.int8_tile),
+    else MKL's int8 GEMM (see blas_import.int8_gemm)."""
     if m <= 0 or n <= 0:
         return 0
     if k <= 0:
@@ -302,6 +308,8 @@ def gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
             for j in range(n):
                 c[c_off + i * ldc + j] = 0
         return 0
+    if OWN_INT8:
+        return gemm_u8s8_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
     return _cblas_gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
 
 

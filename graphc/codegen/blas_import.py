@@ -77,5 +77,13 @@ def bf16_tile_gemm() -> bool:
 
 
 def int8_gemm() -> bool:
-    """Can kernels multiply u8 by s8 into s32 (``gemm_u8s8``: MKL)?"""
-    return mkl_path() is not None
+    """Can kernels multiply u8 by s8 into s32 (``gemm_u8s8``: graphc's AVX512-VNNI
+    tile, graphc.codegen.int8_tile, or MKL)?"""
+    return int8_tile_gemm() or mkl_path() is not None
+
+
+def int8_tile_gemm() -> bool:
+    """Do u8 x s8 GEMMs run on graphc's own tile (graphc.codegen.int8_gemm: kernels
+    then pack a shared B once, ``pack_b_u8s8``, and call ``gemm_u8s8_packed``)?"""
+    from .int8_tile import available
+    return available()

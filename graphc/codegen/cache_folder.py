@@ -29,6 +29,7 @@ import numba
 
 from . import helpers
 from .bf16_tile import available as bf16_tile_available
+from .int8_tile import available as int8_tile_available
 from .blas_import import dnnl_path, mkl_path
 from .cpu import has_f16c
 
@@ -51,11 +52,11 @@ def _linked_files() -> list[Path]:
     helpers, fastmath's, which kernels inline, the small-float conversions, the
     BLAS binding of kernels that multiply, and its library, see _runtime_digest),
     then parallel kernels' thread launch and the trampolines' call and unboxing,
-    and the bf16 tile with the GEMM driving it (which blas.py imports)."""
+    and graphc's own tiles with the GEMMs driving them (which blas.py imports)."""
     here = Path(__file__).parent
     files = [Path(importlib.util.find_spec(m).origin) for m in helpers.linked_modules()]
     return files + [here / "launch.py", here / "entry.py", here / "bf16_tile.py", here / "bf16_gemm.py",
-                    here / "blas_abi.py"]
+                    here / "int8_tile.py", here / "int8_gemm.py", here / "llvm_tile.py", here / "blas_abi.py"]
 
 
 def _runtime_digest() -> str:
@@ -66,6 +67,7 @@ def _runtime_digest() -> str:
             h.update(path.read_bytes())
         h.update(b"dnnl" if dnnl_path() else b"mkl" if mkl_path() else b"openblas")
         h.update(b"+bf16tile" if bf16_tile_available() else b"")   # (gemm_bf16's road, fixed when compiled)
+        h.update(b"+int8tile" if int8_tile_available() else b"")   # (gemm_u8s8's road, the same)
         h.update(b"+f16c" if has_f16c() else b"")   # (the f16 conversions' road, fixed when compiled)
         _runtime_tag = h.hexdigest()[:12]
     return _runtime_tag

@@ -438,14 +438,16 @@ class KernelBuilder:
 
 #: the BLAS helpers a kernel may call, and the library function each runs (graphc.codegen.blas)
 BLAS_ROADS = {"gemm_f32": "sgemm", "gemm_bf16": "gemm_bf16bf16f32", "gemm_bf16_packed": "gemm_bf16bf16f32",
-              "gemm_u8s8": "gemm_s8u8s32"}
+              "gemm_u8s8": "gemm_s8u8s32", "gemm_u8s8_packed": "gemm_s8u8s32"}
 
 
 def blas_road(helper: str) -> str:
     """``dnnl_sgemm``, ``mkl_sgemm``, ``openblas_sgemm``, ...: the library and function a BLAS helper runs."""
-    from .blas import BACKEND, OWN_BF16
+    from .blas import BACKEND, OWN_BF16, OWN_INT8
     if helper in ("gemm_bf16", "gemm_bf16_packed") and OWN_BF16:
         return "graphc_avx512bf16_tile"
+    if helper in ("gemm_u8s8", "gemm_u8s8_packed") and OWN_INT8:
+        return "graphc_avx512vnni_tile"
     return f"{BACKEND}_{BLAS_ROADS[helper]}"
 
 

@@ -147,6 +147,17 @@ class Factored:
         """The scale (f64) at index ``channel`` of the axis (ignored per tensor)."""
         return pick(self.kb, self.op.attr("scales"), None if self.axis is None else channel)
 
+    def argument(self):
+        """The quantized tensor q as the kernel argument it is (an ArrayRef: its
+        buffer and strides, for a GEMM to read in place), or None when the kernel
+        computes q or the argument is a view of another layout."""
+        values = self.values
+        op = values.producer.get(self.q.id)
+        ref = values.refs.get(self.q.id)
+        if (op is not None and values.computed(op)) or type(ref) is not ArrayRef or ref.strides is None:
+            return None
+        return ref
+
     def zero(self, channel) -> ir.Expr:
         """The zero point (f64) at index ``channel`` of the axis (ignored per tensor)."""
         if self.zps is None:

@@ -11,7 +11,7 @@ compiled u8 outputs equal the reference bit for bit."""
 import pytest
 
 from graphc.codegen.rules import can_lower
-from graphc.codegen.blas_import import int8_gemm
+from graphc.codegen.blas_import import int8_gemm, int8_tile_gemm
 
 from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
@@ -59,12 +59,13 @@ def _qmatmul(M=24, K=64, N=40, w_attrs=None, out_q=None, out_dt="u8", post="ReLU
 def test_int8_matmul_per_channel_weights_relu_quantize(out_q):
     """u8 src (zero point 3) and s8 weights with per-channel scales and zero
     points -> MatMul -> ReLU -> Quantize: one anchor kernel, equal to the reference
-    bit for bit (exact integer sums: MKL's u8 x s8 GEMM, or exact f32 runs), the
-    weights' scales a constant table."""
+    bit for bit (exact integer sums: graphc's VNNI tile or MKL's u8 x s8 GEMM, or
+    exact f32 runs), the weights' scales a constant table."""
     g = _qmatmul(out_q=out_q)
     p = one_partition(g, "quantized_compute")
     src = p.compile().source
-    assert "consts" in src and ("gemm_u8s8(" if int8_gemm() else "gemm_f32(") in src
+    gemm = "gemm_u8s8_packed(" if int8_tile_gemm() else "gemm_u8s8(" if int8_gemm() else "gemm_f32("
+    assert "consts" in src and gemm in src
     check_compiled(g, seed=1)
 
 

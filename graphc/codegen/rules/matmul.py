@@ -3,14 +3,15 @@
 bias and fused post-ops apply where each element is stored.  Operands that are
 static s8/u8 Dequantizes computed in the kernel multiply as integers, summed
 exactly as oneDNN's s32 accumulator sums them (graphc.codegen.quant.Factored),
-through MKL's int8 GEMM where it fits."""
+through the int8 GEMM (graphc.codegen.gemm_int8) where it fits."""
 from __future__ import annotations
 
 import math
 
 from .. import ir
 from ..blas_import import int8_gemm
-from ..gemm import S32_LIMIT, Matrix, emit_gemm, emit_int8_gemm, fpmath_rounding
+from ..gemm import Matrix, emit_gemm, fpmath_rounding
+from ..gemm_int8 import S32_LIMIT, emit_int8_gemm
 from ..gemv import emit_gemv, gemv_applies
 from ..loops import aligned, linear
 from ..quant import exact_chunk, integer_operands
@@ -36,9 +37,10 @@ def lower_matmul(op, kb, ins, dst):
     exact_k = None
     u8s8 = ints is not None and int8_gemm() and S32_LIMIT > ints[0].bound * ints[1].bound * w.lt.shape[-1 if tb else -2]
     if u8s8:
-        # MKL's int8 GEMM on the quantized values, the zero points compensated
+        # the int8 GEMM on the quantized values (read in place where they are
+        # kernel arguments), the zero points compensated
         fa, fb = ints
-        src, w, rounding = fa.raw, fb.raw, None
+        src, w, rounding = fa.argument() or fa.raw, fb.argument() or fb.raw, None
     elif ints is not None:
         # int8 as oneDNN computes it: integer products summed exactly (as in s32),
         # the scales applied to the sum

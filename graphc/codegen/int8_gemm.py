@@ -1,0 +1,275 @@
+"""u8 x s8 -> s32 GEMMs on graphc's AVX512-VNNI tile (graphc.codegen.int8_tile),
+in the loop order of graphc.codegen.bf16_gemm: B packed once into panels of 32
+columns (``pack_b_u8s8``, which also sums B's columns, the zero-point
+compensation's other operand), A a block of MC rows at a time, and for each B
+panel (in L1) the tile runs down the block's 8-row slices (in L2), adding into
+C in place (a scratch tile only at the edges of m and n).
+
+Packed B (``bp``, s8), for a K of kq_all quads (k, .., k+3) cut in blocks of
+KC quads and n cut in npan panels: block ``p0`` (its first quad) starts at
+``p0 * npan * 128``, panel ``jp`` of it ``jp * kq * 128`` further (kq: the
+block's quads), and each quad of a panel is 32 columns' four bytes side by
+side; zeros past n and past k.  ``u8s8_panels(n, k)`` is its size.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir as llir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from . import int8_tile
+from .blas_abi import VOIDP, arrays, pointer
+
+#: the tile's symbols are bound (before any of these functions is compiled or loaded);
+#: without AVX512-VNNI only row_sums_u8 runs here (for MKL's road), as a plain loop
+OWN = int8_tile.bind()
+
+#: quads of k per block of the packed operands (a B panel of KC quads, 32 KB, stays in L1)
+KC = 256
+#: rows of A packed at a time (MC x 4 KC bytes: 128 KB, in L2)
+MC = 128
+
+
+@intrinsic
+def _int8_tile(typingctx, a, a_off, b, b_off, c, c_off, kq, lda, ldc, acc):
+    """graphc.codegen.int8_tile's C[8][32] (+)= A @ B: A (u8) from element ``a_off``
+    (rows ``lda`` apart), packed B (s8) from ``b_off``, C (s32) from ``c_off``
+    (rows ``ldc`` apart), kq quads of k; ``acc`` nonzero adds into C."""
+    if not (arrays(types.uint8, a) and arrays(types.int8, b) and arrays(types.int32, c)):
+        return None
+    sig = types.void(a, a_off, b, b_off, c, c_off, kq, lda, ldc, acc)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, VOIDP, i64, i64, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, int8_tile.SYMBOL)
+        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
+                          pointer(context, builder, sa[2], args[2], args[3], sa[3]),
+                          pointer(context, builder, sa[4], args[4], args[5], sa[5])]
+                     + [context.cast(builder, args[i], sa[i], types.int64) for i in range(6, 10)])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def _pack_quads(typingctx, b, b_off, ldb, bp, out_off, npan, pstride, sums, s_off):
+    """graphc.codegen.int8_tile's pack: the four rows from ``b[b_off:]`` (``ldb``
+    apart, s8) interleaved into npan panels of ``bp`` from ``out_off``,
+    ``pstride`` apart, their columns' sums added into ``sums[s_off:]`` (s32)."""
+    if not (arrays(types.int8, b, bp) and arrays(types.int32, sums)):
+        return None
+    sig = types.void(b, b_off, ldb, bp, out_off, npan, pstride, sums, s_off)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, i64, VOIDP, i64, i64, VOIDP])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, int8_tile.PACK)
+        size = [context.cast(builder, args[i], sa[i], types.int64) for i in (2, 5, 6)]
+        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]), size[0],
+                          pointer(context, builder, sa[3], args[3], args[4], sa[4]), size[1], size[2],
+                          pointer(context, builder, sa[7], args[7], args[8], sa[8])])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def _pack_panel_t(typingctx, b, b_off, ldb, bp, out_off, kq, sums, s_off):
+    """graphc.codegen.int8_tile's transposed pack: the panel of 32 columns stored
+    as rows from ``b[b_off:]`` (``ldb`` apart), kq quads, into ``bp`` from
+    ``out_off``, the columns' sums added into ``sums[s_off:]``."""
+    if not (arrays(types.int8, b, bp) and arrays(types.int32, sums)):
+        return None
+    sig = types.void(b, b_off, ldb, bp, out_off, kq, sums, s_off)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, i64, VOIDP, i64, VOIDP])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, int8_tile.PACK_T)
+        size = [context.cast(builder, args[i], sa[i], types.int64) for i in (2, 5)]
+        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]), size[0],
+                          pointer(context, builder, sa[3], args[3], args[4], sa[4]), size[1],
+                          pointer(context, builder, sa[6], args[6], args[7], sa[7])])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def u8s8_panels(n: int, k: int) -> int:
+    """Bytes of B packed for the tile (``pack_b_u8s8``)."""
+    return ((k + 3) // 4) * ((n + 31) // 32) * 128
+
+
+@njit(cache=True, nogil=True)
+def pack_b_u8s8(tb, n, k, b, b_off, ldb, bp, bp_off, sums, s_off, jp_lo, jp_hi):
+    """Pack panels [jp_lo, jp_hi) of B (k x n, s8; ``tb``: stored transposed,
+    element (kk, j) at ``b[b_off + j * ldb + kk]``) into ``bp`` from ``bp_off``
+    (the layout of the module's doc), and write the sums of those columns of B
+    (s32) into ``sums[s_off + j]``: the full panels' full quads by the tile
+    module's vector packs (four rows of B at a time; stored transposed, a
+    panel's quads gathered from its 32 rows), element by element at the edges."""
+    kq_all = (k + 3) // 4
+    npan = (n + 31) // 32
+    j_hi = min(n, 32 * jp_hi)
+    for j in range(32 * jp_lo, j_hi):
+        sums[s_off + j] = 0
+    fast_hi = max(jp_lo, min(jp_hi, n // 32))     # panels [jp_lo, fast_hi) are full
+    for p0 in range(0, kq_all, KC):
+        kq = min(KC, kq_all - p0)
+        blk = bp_off + p0 * npan * 128
+        kqf = min(kq, (k - 4 * p0) // 4)         # the block's full quads
+        if tb != 0:
+            for jp in range(jp_lo, fast_hi):
+                _pack_panel_t(b, b_off + 32 * jp * ldb + 4 * p0, ldb, bp, blk + jp * kq * 128, kqf, sums,
+                              s_off + 32 * jp)
+        for p in range(kq):
+            kk = 4 * (p0 + p)
+            lo = jp_lo
+            if p < kqf and fast_hi > jp_lo:
+                if tb == 0:
+                    _pack_quads(b, b_off + kk * ldb + 32 * jp_lo, ldb, bp, blk + jp_lo * kq * 128 + p * 128,
+                                fast_hi - jp_lo, kq * 128, sums, s_off + 32 * jp_lo)
+                lo = fast_hi
+            for jp in range(lo, jp_hi):
+                out = blk + jp * kq * 128 + p * 128
+                for jj in range(32):
+                    j = jp * 32 + jj
+                    for e in range(4):
+                        v = np.int8(0)
+                        if j < n and kk + e < k:
+                            v = b[b_off + (kk + e) * ldb + j] if tb == 0 else b[b_off + j * ldb + kk + e]
+                            sums[s_off + j] += v
+                        bp[out + 4 * jj + e] = v
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kq, ap):
+    """Rows [i0, i0 + mb) of A, columns [k0, k0 + 4 kq), into ``ap`` row-major
+    (rows 4 kq apart; zeros past k and in the rows up to a multiple of 8)."""
+    lp = 4 * kq
+    qn = min(lp, k - k0)
+    if ta == 0:
+        for r in range(mb):
+            src = a_off + (i0 + r) * lda + k0
+            for q in range(qn):
+                ap[r * lp + q] = a[src + q]
+    else:
+        for q in range(qn):
+            src = a_off + (k0 + q) * lda + i0
+            for r in range(mb):
+                ap[r * lp + q] = a[src + r]
+    for r in range(mb):
+        for q in range(qn, lp):
+            ap[r * lp + q] = 0
+    for r in range(mb, -(-mb // 8) * 8):
+        for q in range(lp):
+            ap[r * lp + q] = 0
+
+
+@njit(cache=True, nogil=True)
+def gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, c, c_off, ldc):
+    """Row-major ``C[m, n] = op(A)[m, k] @ B[k, n]`` with A u8 (as in
+    blas.gemm_u8s8), C s32, and B packed by pack_b_u8s8 into ``bp`` from
+    ``bp_off``, npan_all panels wide, this product's columns from panel
+    ``jp0``: the exact sums while they fit in s32."""
+    if m <= 0 or n <= 0:
+        return 0
+    if k <= 0:
+        for i in range(m):
+            for j in range(n):
+                c[c_off + i * ldc + j] = 0
+        return 0
+    kq_all = (k + 3) // 4
+    npan = (n + 31) // 32
+    kcq = min(kq_all, KC)
+    # A read in place when its quads of k lie in its rows: only a last slice of
+    # fewer than 8 rows is packed (zero rows after it)
+    inplace = ta == 0 and k % 4 == 0
+    ap = np.empty((8 if inplace else min(MC, -(-m // 8) * 8)) * 4 * kcq, np.uint8)
+    tile = np.empty(256, np.int32)
+    for p0 in range(0, kq_all, KC):
+        kq = min(KC, kq_all - p0)
+        lp = 4 * kq
+        acc = 1 if p0 > 0 else 0
+        blk = bp_off + p0 * npan_all * 128
+        for i0 in range(0, m, MC):
+            mb = min(MC, m - i0)
+            full = mb // 8 * 8 if inplace else 0     # rows read in place
+            if not inplace:
+                _pack_a(ta, m, k, a, a_off, lda, i0, mb, 4 * p0, kq, ap)
+            elif full < mb:
+                _pack_a(ta, m, k, a, a_off, lda, i0 + full, mb - full, 4 * p0, kq, ap)
+            for jp in range(npan):
+                bo = blk + (jp0 + jp) * kq * 128
+                j0 = jp * 32
+                nj = min(32, n - j0)
+                for ir in range(0, mb, 8):
+                    if inplace and ir < full:
+                        src, at, ld = a, a_off + (i0 + ir) * lda + 4 * p0, lda
+                    else:
+                        src, at, ld = ap, (ir - full) * lp, lp
+                    if nj == 32 and ir + 8 <= mb:
+                        _int8_tile(src, at, bp, bo, c, c_off + (i0 + ir) * ldc + j0, kq, ld, ldc, acc)
+                        continue
+                    _int8_tile(src, at, bp, bo, tile, 0, kq, ld, 32, 0)
+                    for r in range(min(8, mb - ir)):
+                        row = c_off + (i0 + ir + r) * ldc + j0
+                        for jj in range(nj):
+                            c[row + jj] = c[row + jj] + tile[r * 32 + jj] if acc else tile[r * 32 + jj]
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def gemm_u8s8_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    """blas.gemm_u8s8 on the tile: B packed (for this call), then gemm_u8s8_packed."""
+    npan = (n + 31) // 32
+    bp = np.empty(((k + 3) // 4) * npan * 128, np.int8)
+    sums = np.empty(max(1, n), np.int32)
+    pack_b_u8s8(tb, n, k, b, b_off, ldb, bp, 0, sums, 0, 0, npan)
+    return gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, 0, npan, 0, c, c_off, ldc)
+
+
+@intrinsic
+def _row_sums(typingctx, m, k, a, a_off, lda, out, o_off):
+    """graphc.codegen.int8_tile's row sums: rows [0, m) of ``a[a_off:]`` (u8, k
+    columns, ``lda`` apart) summed into ``out[o_off:]`` (f64)."""
+    if not (arrays(types.uint8, a) and arrays(types.float64, out)):
+        return None
+    sig = types.void(m, k, a, a_off, lda, out, o_off)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, i64, i64, i64, VOIDP])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, int8_tile.ROW_SUMS)
+        size = [context.cast(builder, args[i], sa[i], types.int64) for i in (4, 0, 1)]
+        builder.call(fn, [pointer(context, builder, sa[2], args[2], args[3], sa[3])] + size
+                     + [pointer(context, builder, sa[5], args[5], args[6], sa[6])])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+if OWN:
+    @njit(cache=True, nogil=True)
+    def row_sums_u8(m, k, a, a_off, lda, out, o_off):
+        """The sums of rows [0, m) of A (u8, k columns, rows ``lda`` apart from
+        ``a_off``) into ``out[o_off + i]`` (f64): the zero-point compensation of B's."""
+        _row_sums(m, k, a, a_off, lda, out, o_off)
+        return 0
+else:
+    @njit(cache=True, nogil=True)
+    def row_sums_u8(m, k, a, a_off, lda, out, o_off):
+        """row_sums_u8 without the tile module's vpsadbw: a loop."""
+        for i in range(m):
+            s = 0
+            for q in range(k):
+                s += np.int32(a[a_off + i * lda + q])
+            out[o_off + i] = s
+        return 0
+
+
+__all__ = ["KC", "MC", "u8s8_panels", "pack_b_u8s8", "gemm_u8s8_packed", "gemm_u8s8_tiles", "row_sums_u8"]
