@@ -33,7 +33,7 @@ import numpy as np
 
 from . import ir
 from .conv_bf16 import bf16_operands, bits, plain_bf16, weight_panels
-from .conv_views import Data, Geometry, Weights
+from .conv_views import Data, Geometry, Weights, cropped, visible_box
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
 from .gemm import Matrix, direct, exact_runs
 from .kernel import plan_threads, worth_parallel
@@ -76,32 +76,38 @@ def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel,
 
 
 @contextmanager
-def _window_taps(kb, geo: Geometry, p0, nrows):
+def _window_taps(kb, geo: Geometry, p0, nrows, width=None):
     """Loops over the dst positions p0 + r (r < nrows) and their window taps;
     yields (the src spatial indices the tap meets, whether they are inside the
-    src, the offset of the tap's Cg values in a (nrows x T*Cg) panel)."""
+    src, the offset of the tap's Cg values in a (nrows x T*Cg) panel; ``width``:
+    of its ``width`` values in a (nrows x T*width) panel)."""
+    width = geo.cg if width is None else width
     with kb.for_(nrows, "r") as r:
         out_pos = unravel(kb, p0 + r, geo.small)
         out_pos = [v if v is not None else ir.const(0) for v in out_pos]
-        row = kb.let(r * geo.kd, "cr")
+        row = kb.let(r * (geo.taps * width), "cr")
         with _tap_loops(kb, geo.kernel) as (taps, flat):
             pos, inside = _in_positions(kb, geo, out_pos, taps)
-            yield pos, inside, kb.let(row + flat * geo.cg, "ca")
+            yield pos, inside, kb.let(row + flat * width, "ca")
 
 
-def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding):
+def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding, cb=None):
     """All groups' weights as f32 matrices: (G, T*Cg, OCg), or (G, OCg, T*Cg) when
     ``transposed``; the loops write the panel in order (written across, a store
-    per element to a new cache line cost 5 ns an element)."""
+    per element to a new cache line cost 5 ns an element).  ``cb`` (transposed
+    only; a divisor of Cg): each row's columns in blocks of ``cb`` input
+    channels, (Cg / cb, T, cb), so that a block's T*cb columns are adjacent."""
     kd, cg, ocg = geo.kd, geo.cg, geo.ocg
+    cb = cg if cb is None else cb
     panel = kb.workspace(geo.groups * kd * ocg, "f32", prefix="wp")
     if transposed:   # (rows of oc in parallel)
         with kb.for_(geo.groups * ocg, "go", worth_parallel(geo.groups * ocg * kd)) as go:
             g, oc = kb.let(go // ocg, "g"), kb.let(go % ocg, "oc")
-            with _tap_loops(kb, geo.kernel) as (taps, flat):
-                with kb.for_(cg, "ic") as ic:
-                    kb.store(panel, ir.u64(go * kd + flat * cg + ic),
-                             ir.f32(_rounded(w.load(g, oc, ic, taps), rounding)))
+            with kb.for_(cg // cb, "blk") as blk:
+                with _tap_loops(kb, geo.kernel) as (taps, flat):
+                    with kb.for_(cb, "ic") as ic:
+                        kb.store(panel, ir.u64(go * kd + (blk * geo.taps + flat) * cb + ic),
+                                 ir.f32(_rounded(w.load(g, oc, blk * cb + ic, taps), rounding)))
         return panel
     with kb.for_(geo.groups, "g") as g:
         with _tap_loops(kb, geo.kernel) as (taps, flat):
@@ -152,7 +158,7 @@ def _data_operand(geo: Geometry, d: Data, channels_per_group, sizes, n, g, p0, b
     if ps is None or (ps < channels_per_group and math.prod(sizes) > 1):
         return None
     ld = ps if math.prod(sizes) > 1 else channels_per_group
-    return d.ref.buf, linear([n, g * channels_per_group, p0], [ns, cs, ps]), ld
+    return d.ref.buf, linear([n, g * channels_per_group, p0], [ns, cs, ps], d.base() or None), ld
 
 
 def _channel_rows(geo: Geometry, d: Data, n, g, p0):
@@ -164,7 +170,7 @@ def _channel_rows(geo: Geometry, d: Data, n, g, p0):
     ns, cs, _ = d.strides()
     if d.rows(geo.small) != 1 or cs < geo.positions:
         return None
-    return d.ref.buf, linear([n, g * geo.ocg, p0], [ns, cs, 1]), cs
+    return d.ref.buf, linear([n, g * geo.ocg, p0], [ns, cs, 1], d.base() or None), cs
 
 
 def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding, parallel, bf16=False):
@@ -428,7 +434,17 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
     """dst = conv(x, w) by the fastest road for its geometry: Winograd, the
     shifted GEMMs (other unit-stride windows), or im2col (``out``: see emit_forward).
     Integer operands (``exact_k``, see emit_gemm) take no Winograd (its transforms
-    are fractions), and im2col when the sum must be split into exact runs."""
+    are fractions), and im2col when the sum must be split into exact runs.
+    Only the dst positions whose window meets src are computed (visible_box):
+    the others are sums of no products, stored as 0 through ``store``."""
+    box = visible_box(geo)
+    if box is not None:
+        kb.road("cropped")
+        _store_zeros_outside(kb, geo, box, store)
+        if any(lo == hi for lo, hi in box):
+            return
+        lo = [a for a, _ in box]
+        geo, store, out = cropped(geo, box), _moved_store(store, lo), out.moved(lo) if out is not None else None
     if exact_k is not None:
         if shifted(geo) and geo.kd <= exact_k:
             kb.road("shifted_gemm")
@@ -457,7 +473,9 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     ivars, value)`` stores one element of dx.  At unit strides it is the forward
     convolution of dy with the flipped, transposed weights (as_forward), run by
     the forward roads when one other than im2col applies; otherwise col2im of
-    dY @ W^T, images and groups in parallel, each with its f32 accumulator."""
+    dY @ W^T, images and groups in parallel, each with its f32 accumulator.
+    Only the dy positions whose window meets dx are read (visible_box)."""
+    geo, dy = _visible_dy(kb, geo, dy)
     fwd = as_forward(geo)
     if fwd is not None and (exact_k is not None or winograd(fwd) or shifted(fwd)):
         emit_convolution(kb, fwd, dy, FlippedWeights(w, geo), store, rounding, exact_k=exact_k)
@@ -469,21 +487,34 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     run = None if exact_k is None or ocg <= exact_k else -(-ocg // -(-ocg // exact_k))
     acc_dt = "f32" if exact_k is None else "f64"
     bf16 = exact_k is None and bf16_operands(dy, w, rounding)
+    work = geo.n * P * geo.oc * kd // 8
+    # fewer images x groups than threads (f32): the channels split in blocks too,
+    # each block's columns a GEMM of its own and its dx rows its own accumulator
+    blocks = _channel_blocks(cg, geo.n * G, work) if exact_k is None and not bf16 else 1
+    cb = cg // blocks
+    width = geo.taps * cb                           # one block's columns
     if bf16:
         kb.road("bf16_gemm")
         bp, boff, npan = weight_panels(kb, geo, w, rounding, ocg, transposed=True)
+    elif blocks > 1:
+        kb.road("channel_blocks")
+        wbuf, ldw, tw = _pack_weights(kb, geo, w, True, rounding, cb), kd, 0
+
+        def woff(g):
+            return g * (kd * ocg)
     else:
         wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, True, rounding, either=run is None)
-    tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))
+    tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))
     mt = -(-P // tm)
-    items = geo.n * G
+    items = geo.n * G * blocks
     big = geo.big_size
-    par = items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 8)
+    par = items > 1 and worth_parallel(work)
     with kb.for_(items, "t", par) as t:
-        n = kb.let(t // G, "n")
-        g = kb.let(t % G, "g")
-        acc = kb.alloc(big * cg, acc_dt, fill=0, prefix="acc")
-        cols = kb.scratch(tm * kd, acc_dt if run else "f32", par, prefix="cols")
+        n = kb.let(t // (G * blocks), "n")
+        g = kb.let((t // blocks) % G, "g")
+        blk = kb.let(t % blocks, "blk")
+        acc = kb.alloc(big * cb, acc_dt, fill=0, prefix="acc")
+        cols = kb.scratch(tm * width, acc_dt if run else "f32", par, prefix="cols")
         with kb.for_(mt, "pt") as pt:
             p0 = kb.let(pt * tm, "p0")
             m = kb.let(ir.call("min", tm, P - p0), "m")
@@ -496,25 +527,88 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
                 exact_runs(kb, lambda bv, r, c, value: cols.store(r * kd + c, value), None, ir.const(0),
                            ir.const(0), m, kd, ocg, run, tm * kd, par, (abuf, aoff, lda), (wbuf, woff(g), ldw))
             else:
-                kb.let(ir.call("gemm_f32", 0, tw, m, kd, ocg, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, cols.buf,
-                               cols.at(0), kd), "st")
-            with _window_taps(kb, geo, p0, m) as (pos, inside, at):
-                base = kb.let(linear(pos, dense_strides(geo.big)) * cg, "ab")
+                kb.let(ir.call("gemm_f32", 0, tw, m, width, ocg, abuf, aoff, lda, wbuf, woff(g) + blk * width, ldw,
+                               0.0, cols.buf, cols.at(0), width), "st")
+            with _window_taps(kb, geo, p0, m, cb) as (pos, inside, at):
+                base = kb.let(linear(pos, dense_strides(geo.big)) * cb, "ab")
                 with kb.if_(inside):
-                    with kb.for_(cg, "ci") as ci:
+                    with kb.for_(cb, "ci") as ci:
                         kb.store(acc, base + ci, acc[base + ci] + (ir.f64(cols[at + ci]) if exact_k else cols[at + ci]))
-        with kb.for_(big, "b") as b:
+        _store_accumulator(kb, geo, store, acc, n, g * cg + blk * cb, cb)
+
+
+#: dx channels one pass of the accumulator's store writes: a cache line of each
+#: channels-first row (all 128 channels of a 16x16 NCX dx per position: 1 KB
+#: strides, a store per cache set's conflict: 70 against 7 us)
+STORE_CHANNELS = 16
+
+
+def _store_accumulator(kb, geo: Geometry, store, acc, n, c0, cb):
+    """dx channels c0.. (``cb`` of them) of image n from the (positions x cb)
+    accumulator, STORE_CHANNELS channels at a time across the positions."""
+    sc = min(cb, STORE_CHANNELS)
+    with kb.for_(-(-cb // sc), "cs") as cs:
+        c1 = kb.let(cs * sc, "c1")
+        with kb.for_(geo.big_size, "b") as b:
             pos = unravel(kb, b, geo.big)
-            row = kb.let(b * cg, "ar")
-            with kb.for_(cg, "ci") as ci:
-                kb.emit(store(n, g * cg + ci, pos, acc[row + ci]))
+            row = kb.let(b * cb, "ar")
+            with kb.for_(ir.call("min", sc, cb - c1), "ci") as ci:
+                c = kb.let(c1 + ci, "ci")
+                kb.emit(store(n, c0 + c, pos, acc[row + c]))
+
+
+def _channel_blocks(cg: int, items: int, work: int) -> int:
+    """Blocks of dx channels the col2im road splits each (image, group) into:
+    enough for the threads (a divisor of cg, blocks of 16 channels at least),
+    1 when the images and groups suffice or the work is small."""
+    want = -(-plan_threads() // items)
+    if want <= 1 or not worth_parallel(work):
+        return 1
+    return next((b for b in range(want, cg // 16 + 1) if cg % b == 0), 1)
+
+
+def _visible_dy(kb, geo: Geometry, dy: Data):
+    """``geo`` and ``dy`` over the dy positions whose window meets the big side
+    (visible_box; an empty box keeps one position, whose columns are zeros)."""
+    box = visible_box(geo)
+    if box is None:
+        return geo, dy
+    kb.road("cropped")
+    box = [(lo, hi) if hi > lo else (min(lo, o - 1), min(lo, o - 1) + 1) for (lo, hi), o in zip(box, geo.small)]
+    return cropped(geo, box), dy.moved([lo for lo, _ in box])
+
+
+def _moved_store(store, lo):
+    """``store`` of a view whose position 0 is ``store``'s position ``lo``."""
+    def moved(n, c, sp, value):
+        return store(n, c, [ir.const(o) if v is None else (v + o if o else v) for v, o in zip(sp, lo)], value)
+    return moved
+
+
+def _store_zeros_outside(kb, geo: Geometry, box, store):
+    """0 stored through ``store`` at every dst position outside ``box``."""
+    outside = None
+    with kb.for_(geo.n * geo.oc, "nc", worth_parallel(geo.n * geo.oc * geo.positions)) as nc:
+        n, c = kb.let(nc // geo.oc, "n"), kb.let(nc % geo.oc, "c")
+        with kb.for_(geo.positions, "zp") as p:
+            pos = unravel(kb, p, geo.small)
+            for v, (lo, hi), size in zip(pos, box, geo.small):
+                if lo == 0 and hi == size:
+                    continue
+                v = ir.const(0) if v is None else v
+                cond = (v < lo) | (v >= hi)
+                outside = cond if outside is None else outside | cond
+            with kb.if_(outside):
+                kb.emit(store(n, c, pos, ir.const(0.0, "f32")))
 
 
 def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=None):
     """dw = the gradient of conv(x, w) w.r.t. w: per-thread f32 partial sums of
     Cols^T @ dY over (image, group, tile) work items, added up at the end;
     ``store(g, oc, ic, taps, value)`` stores one element of dw.  3x3 windows at
-    unit strides take Winograd (graphc.codegen.winograd)."""
+    unit strides take Winograd (graphc.codegen.winograd).  Only the dy positions
+    whose window meets x are read (visible_box: the others' columns are zeros)."""
+    geo, dy = _visible_dy(kb, geo, dy)
     if winograd(geo):
         kb.road("winograd_weights")
         emit_backward_weights_winograd(kb, geo, x, dy, store, rounding)

@@ -62,13 +62,28 @@ def plain_f32(ref) -> bool:
 
 
 class Data:
-    """An (N, C, *spatial) view of a src/dst/diff tensor in its data_format."""
+    """An (N, C, *spatial) view of a src/dst/diff tensor in its data_format;
+    ``origin``: the tensor's spatial indices of the view's position 0 (a view
+    of a box of the tensor's positions, see :func:`visible_box`)."""
 
-    def __init__(self, ref, nxc: bool):
+    def __init__(self, ref, nxc: bool, origin: tuple | None = None):
         self.ref, self.nxc = ref, nxc
+        self.origin = origin if origin is not None and any(origin) else None
 
     def ivars(self, n, c, sp) -> list:
+        if self.origin is not None:
+            sp = [ir.const(o) if v is None else (v + o if o else v) for v, o in zip(sp, self.origin)]
         return [n, *sp, c] if self.nxc else [n, c, *sp]
+
+    def moved(self, lo):
+        """The view whose position 0 is this view's position ``lo``."""
+        return Data(self.ref, self.nxc, tuple(a + b for a, b in zip(self.origin or (0,) * len(lo), lo)))
+
+    def base(self) -> int:
+        """The element offset of the view's position 0 (of image 0, channel 0)."""
+        if self.origin is None:
+            return 0
+        return sum(o * s for o, s in zip(self.origin, self.strides()[2]))
 
     def load(self, n, c, sp):
         return self.ref.load_nd(self.ivars(n, c, sp))
@@ -151,6 +166,27 @@ class Weights:
                 return None
             expect *= k
         return ic_s, oc_s, g_s
+
+
+def visible_box(geo: Geometry) -> list | None:
+    """Per spatial dim, the dst positions [lo, hi) whose window meets src (every
+    other dst position's window lies in the padding alone: a forward
+    convolution's dst there is a sum of no products, and a data gradient's dy
+    there reaches no src position), or None when that is every position.  A
+    transposed convolution cropped by a large pads_end reads a few of its src
+    positions: 1x32x28x28 -> 128x16x16 at stride 2 reads 8x8."""
+    box = []
+    for o, b, k, s, d, p in zip(geo.small, geo.big, geo.kernel, geo.strides, geo.dilations, geo.begin):
+        lo = max(0, -(((k - 1) * d - p) // s))          # ceil((p - (k-1)d) / s)
+        hi = min(o, (b - 1 + p) // s + 1)
+        box.append((min(lo, o), max(min(lo, o), hi)))
+    return None if all(lo == 0 and hi == o for (lo, hi), o in zip(box, geo.small)) else box
+
+
+def cropped(geo: Geometry, box) -> Geometry:
+    """``geo`` over the dst positions of ``box`` (dst position 0 is box's lo)."""
+    return Geometry(geo.n, geo.c, geo.oc, geo.groups, geo.big, tuple(hi - lo for lo, hi in box), geo.kernel,
+                    geo.strides, geo.dilations, tuple(p - lo * s for (lo, _), p, s in zip(box, geo.begin, geo.strides)))
 
 
 @contextmanager
