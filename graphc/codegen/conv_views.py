@@ -9,7 +9,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from . import ir
-from .kernel import ArrayRef
+from .kernel import ArrayRef, worth_parallel
 from ..types import DataType
 
 
@@ -187,6 +187,41 @@ def cropped(geo: Geometry, box) -> Geometry:
     """``geo`` over the dst positions of ``box`` (dst position 0 is box's lo)."""
     return Geometry(geo.n, geo.c, geo.oc, geo.groups, geo.big, tuple(hi - lo for lo, hi in box), geo.kernel,
                     geo.strides, geo.dilations, tuple(p - lo * s for (lo, _), p, s in zip(box, geo.begin, geo.strides)))
+
+
+def moved_store(store, lo):
+    """``store(n, c, spatial ivars, value)`` of a view whose position 0 is
+    ``store``'s position ``lo``."""
+    def moved(n, c, sp, value):
+        return store(n, c, [ir.const(o) if v is None else (v + o if o else v) for v, o in zip(sp, lo)], value)
+    return moved
+
+
+def store_zeros_outside(kb, geo: Geometry, box, store, channels_last: bool):
+    """0 stored through ``store`` at every dst position outside ``box``: for each
+    spatial dim, the slabs before and after its [lo, hi) (the dims before it
+    inside the box, those after it whole), the channels outermost or
+    (``channels_last``) innermost."""
+    sizes = geo.small
+    par = worth_parallel(geo.n * geo.oc * (geo.positions - math.prod(hi - lo for lo, hi in box)))
+    for d, (lo, hi) in enumerate(box):
+        for a, b in ((0, lo), (hi, sizes[d])):
+            if b <= a:
+                continue
+            ranges = list(box[:d]) + [(a, b)] + [(0, s) for s in sizes[d + 1:]]
+            with ExitStack() as loops:
+                if channels_last:
+                    n = loops.enter_context(kb.for_(geo.n, "zn", par and geo.n > 1))
+                else:
+                    nc = loops.enter_context(kb.for_(geo.n * geo.oc, "zc", par))
+                    n, c = kb.let(nc // geo.oc, "n"), kb.let(nc % geo.oc, "c")
+                pos = []
+                for r0, r1 in ranges:
+                    v = loops.enter_context(kb.for_(r1 - r0, "zp"))
+                    pos.append(kb.let(v + r0, "zi") if r0 else v)
+                if channels_last:
+                    c = loops.enter_context(kb.for_(geo.oc, "zc"))
+                kb.emit(store(n, c, pos, ir.const(0.0, "f32")))
 
 
 @contextmanager
