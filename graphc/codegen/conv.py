@@ -68,10 +68,11 @@ def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel,
     dst position p0 + r meet (0 in the padding)."""
     kd, cg = geo.kd, geo.cg
     panel = kb.scratch(tm * kd, "u16" if bf16 else "f32", parallel, prefix="cols")
-    # channels-first src: the taps of IM2COL_CHANNELS channels at a time (their rows stay
-    # in L1 across the taps; 128 channels 1 KB apart thrash its sets: 20 against 6.5 us
-    # for 32 rows of 128 channels x 3x3 taps)
-    cb = cg if x.nxc or cg <= IM2COL_CHANNELS else IM2COL_CHANNELS
+    # channels-first src whose channels alias in L1: the taps of IM2COL_CHANNELS channels at
+    # a time (their rows stay in L1 across the taps; 128 channels 1 KB apart thrash its sets:
+    # 20 against 6.5 us for 32 rows of 128 channels x 3x3 taps; 56x56 f16 channels, 6272 bytes
+    # apart, ran 2.5x slower so)
+    cb = IM2COL_CHANNELS if _aliased_channels(x, cg) else cg
     with kb.for_(nrows, "r") as r:
         out_pos = [v if v is not None else ir.const(0) for v in unravel(kb, p0 + r, geo.small)]
         row = kb.let(r * kd, "cr")
@@ -90,6 +91,18 @@ def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel,
                         with kb.for_(count, "ci") as ci:
                             kb.emit(panel.store(at + ci, ir.const(0, "int") if bf16 else ir.const(0.0, "f32")))
     return panel
+
+
+def _aliased_channels(x: Data, cg: int) -> bool:
+    """Whether the ``cg`` channels of channels-first ``x`` lie a stride apart that
+    puts them in fewer lines of L1 (64 sets of 64 bytes, 12 ways) than ``cg``."""
+    dtype = getattr(x.ref, "dtype", None)
+    if x.nxc or cg <= IM2COL_CHANNELS or dtype is None or dtype.info.np is None:
+        return False
+    step = x.strides()[1] * np.dtype(dtype.info.np).itemsize
+    if step % 64:
+        return False
+    return 12 * (64 // math.gcd(step // 64, 64)) < cg
 
 
 @contextmanager
@@ -127,9 +140,10 @@ def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding, cb=
                         kb.store(panel, ir.u64(go * kd + col * cb + ic),
                                  ir.f32(_rounded(w.load(g, oc, c, taps), rounding)))
         return panel
-    if _oc_outer(w):
-        # OIX-like weights: PACK_OC output channels at a time, read along (ic, taps)
-        # and written a row's cache line per (ic, tap): both in whole lines
+    if _oc_outer(w) and _plain(w.ref):
+        # OIX-like f32 weights: PACK_OC output channels at a time, read along (ic, taps)
+        # and written a row's cache line per (ic, tap): both in whole lines (32x128x3x3:
+        # 5.2 us, 8.1 as (OCg, T*Cg) rows; f16 ones converted so took 41 against 9)
         nob = -(-ocg // PACK_OC)
         with kb.for_(geo.groups * nob, "gb", worth_parallel(geo.groups * ocg * kd)) as gb:
             g, o0 = kb.let(gb // nob, "g"), kb.let(gb % nob * PACK_OC, "o0")
@@ -172,8 +186,9 @@ def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bo
         if d is not None:
             return w.ref.buf, (lambda g: g * gs), d[1], d[0]
     # (a GEMM of B transposed ran 1.1-2.3x slower: 32x32x1152 15.5 against 6.8 us,
-    # 113x128x1152 106 against 72; the forward roads pack (T*Cg x OCg) for any weights)
-    flip = either and transposed and not _oc_outer(w)
+    # 113x128x1152 106 against 72; the forward roads pack f32 weights (T*Cg x OCg))
+    oc_outer = _oc_outer(w)
+    flip = either and (not oc_outer if transposed else oc_outer and not _plain(w.ref))
     panel = _pack_weights(kb, geo, w, transposed != flip, rounding)
     size = geo.kd * geo.ocg
     return panel, (lambda g: g * size), (geo.kd if transposed != flip else geo.ocg), int(flip)
