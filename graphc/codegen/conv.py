@@ -106,11 +106,12 @@ def _aliased_channels(x: Data, cg: int) -> bool:
 
 
 @contextmanager
-def _window_taps(kb, geo: Geometry, p0, nrows, width=None):
+def _window_taps(kb, geo: Geometry, p0, nrows, width=None, tap_step=None):
     """Loops over the dst positions p0 + r (r < nrows) and their window taps;
     yields (the src spatial indices the tap meets, whether they are inside the
     src, the offset of the tap's Cg values in a (nrows x T*Cg) panel; ``width``:
-    of its ``width`` values in a (nrows x T*width) panel)."""
+    of its ``width`` values in a (nrows x T*width) panel; ``tap_step``: a tap's
+    offset from the previous one in the row, ``width`` unless given)."""
     width = geo.cg if width is None else width
     with kb.for_(nrows, "r") as r:
         out_pos = unravel(kb, p0 + r, geo.small)
@@ -118,7 +119,7 @@ def _window_taps(kb, geo: Geometry, p0, nrows, width=None):
         row = kb.let(r * (geo.taps * width), "cr")
         with _tap_loops(kb, geo.kernel) as (taps, flat):
             pos, inside = _in_positions(kb, geo, out_pos, taps)
-            yield pos, inside, kb.let(row + flat * width, "ca")
+            yield pos, inside, kb.let(row + flat * (width if tap_step is None else tap_step), "ca")
 
 
 def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding, cb=None):
@@ -542,17 +543,28 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     blocks = _channel_blocks(cg, geo.n * G, work) if exact_k is None and not bf16 else 1
     cb = cg // blocks
     width = geo.taps * cb                           # one block's columns
+    # IOX-like f32 weights read in place as W^T (OCg x Cg*T): columns channel-major,
+    # taps inner (no packing: the deconv's 32x128x3x3 took 5-8 us of its serial part)
+    in_place = w.channel_major(geo) if run is None and not bf16 and _plain(w.ref) and rounding is None else None
+    if blocks > 1:
+        kb.road("channel_blocks")
     if bf16:
         kb.road("bf16_gemm")
         bp, boff, npan = weight_panels(kb, geo, w, rounding, ocg, transposed=True)
+    elif in_place is not None:
+        (ldw, gs), wbuf, tw = in_place, w.ref.buf, 0
+
+        def woff(g):
+            return g * gs
     elif blocks > 1:
-        kb.road("channel_blocks")
         wbuf, ldw, tw = _pack_weights(kb, geo, w, True, rounding, cb), kd, 0
 
         def woff(g):
             return g * (kd * ocg)
     else:
         wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, True, rounding, either=run is None)
+    # a channel's step and a tap's step in a row of columns
+    c_step, t_step = (geo.taps, 1) if in_place is not None else (1, cb)
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))
     mt = -(-P // tm)
     items = geo.n * G * blocks
@@ -578,11 +590,12 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
             else:
                 kb.let(ir.call("gemm_f32", 0, tw, m, width, ocg, abuf, aoff, lda, wbuf, woff(g) + blk * width, ldw,
                                0.0, cols.buf, cols.at(0), width), "st")
-            with _window_taps(kb, geo, p0, m, cb) as (pos, inside, at):
+            with _window_taps(kb, geo, p0, m, cb, t_step) as (pos, inside, at):
                 base = kb.let(linear(pos, dense_strides(geo.big)) * cb, "ab")
                 with kb.if_(inside):
                     with kb.for_(cb, "ci") as ci:
-                        kb.store(acc, base + ci, acc[base + ci] + (ir.f64(cols[at + ci]) if exact_k else cols[at + ci]))
+                        col = cols[at + ci * c_step if c_step != 1 else at + ci]
+                        kb.store(acc, base + ci, acc[base + ci] + (ir.f64(col) if exact_k else col))
         _store_accumulator(kb, geo, store, acc, n, g * cg + blk * cb, cb)
 
 

@@ -152,6 +152,23 @@ class Weights:
         so, si = s[self.axes[0]], s[self.axes[1]]
         return (si, so) if self.swapped else (so, si)
 
+    def channel_major(self, geo: Geometry):
+        """(row stride, group stride) of the (OCg x Cg*T) matrix whose column
+        ic * T + tap is W[g][oc, ic, taps] (IOX weights of a transposed
+        convolution, OIX of a data gradient), when its columns are one
+        unit-stride run, else None."""
+        s = self.ref.strides
+        oc_s, ic_s = self.channel_strides()
+        expect = 1
+        for a, k in zip(reversed(self.axes[2:]), reversed(geo.kernel)):
+            if k != 1 and s[a] != expect:
+                return None
+            expect *= k
+        if (geo.cg > 1 and ic_s != expect) or (geo.ocg > 1 and oc_s < geo.kd):
+            return None
+        so, si = s[self.axes[0]], s[self.axes[1]]
+        return oc_s, (self.i_per_group * si if self.io_grouped else self.o_per_group * so)
+
     def matrix_strides(self, geo: Geometry):
         """(row stride, col stride, group stride) of the (T*Cg x OCg) matrix
         (rows: taps then ic; cols: oc) in the tensor, when rows flatten to one

@@ -408,11 +408,13 @@ def test_cropped_conv_transpose(kind, geom, dfmt, wfmt):
 
 def test_cropped_conv_transpose_splits_channels():
     """One image and group: the col2im road splits the output channels in
-    blocks, one per thread, each with its own GEMM and accumulator."""
+    blocks, one per thread, each with its own GEMM and accumulator; IOX
+    weights are read in place (no packed panel)."""
     from graphc.codegen.kernel import plan_threads
     g = deconv_graph("ConvTranspose", CROPPED[0], "NCX", "IOX")
     cg, _ = compiled_vs_reference(g, normal_inputs(g))
     assert ("channel_blocks" in _road(cg)) == (plan_threads() > 1), _road(cg)
+    assert "wp" not in cg.source, cg.source
 
 
 #: forward convolutions with dst positions whose window lies in the padding alone
