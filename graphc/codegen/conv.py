@@ -33,7 +33,7 @@ import numpy as np
 
 from . import ir
 from .conv_bf16 import bf16_operands, bits, plain_bf16, weight_panels
-from .conv_views import Data, Geometry, Weights
+from .conv_views import Data, Geometry, Weights, cropped, moved_store, store_zeros_outside, visible_box
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
 from .gemm import Matrix, direct, exact_runs
 from .kernel import plan_threads, worth_parallel
@@ -41,6 +41,10 @@ from .loops import linear, unravel
 from .winograd import emit_backward_weights_winograd, emit_forward_winograd, winograd
 from ..types import dense_strides
 
+#: output channels per pass of the forward roads' packing of OIX-like weights
+PACK_OC = 16
+#: src channels per pass over the window taps of an im2col row (channels-first src)
+IM2COL_CHANNELS = 16
 #: rows of one im2col panel at most: a panel of (rows x T*Cg) f32 stays near L2's size
 PANEL_ELEMS = 1 << 17
 MIN_ROWS = 32
@@ -64,44 +68,91 @@ def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel,
     dst position p0 + r meet (0 in the padding)."""
     kd, cg = geo.kd, geo.cg
     panel = kb.scratch(tm * kd, "u16" if bf16 else "f32", parallel, prefix="cols")
-    with _window_taps(kb, geo, p0, nrows) as (pos, inside, at):
-        with kb.if_(inside) as st:
-            with kb.for_(cg, "ci") as ci:
-                v = _rounded(x.load(n, g * cg + ci, pos), rounding)
-                kb.emit(panel.store(at + ci, bits(v) if bf16 else ir.f32(v)))
-            with kb.else_(st):
-                with kb.for_(cg, "ci") as ci:
-                    kb.emit(panel.store(at + ci, ir.const(0, "int") if bf16 else ir.const(0.0, "f32")))
+    # channels-first src whose channels alias in L1: the taps of IM2COL_CHANNELS channels at
+    # a time (their rows stay in L1 across the taps; 128 channels 1 KB apart thrash its sets:
+    # 20 against 6.5 us for 32 rows of 128 channels x 3x3 taps; 56x56 f16 channels, 6272 bytes
+    # apart, ran 2.5x slower so)
+    cb = IM2COL_CHANNELS if _aliased_channels(x, cg) else cg
+    with kb.for_(nrows, "r") as r:
+        out_pos = [v if v is not None else ir.const(0) for v in unravel(kb, p0 + r, geo.small)]
+        row = kb.let(r * kd, "cr")
+        with (kb.for_(-(-cg // cb), "cb") if cb < cg else _nothing()) as blk:
+            c0 = None if blk is None else kb.let(blk * cb, "c0")
+            count = cg if blk is None else ir.call("min", cb, cg - c0)
+            with _tap_loops(kb, geo.kernel) as (taps, flat):
+                pos, inside = _in_positions(kb, geo, out_pos, taps)
+                at = kb.let(row + flat * cg if c0 is None else row + flat * cg + c0, "ca")
+                c1 = g * cg if c0 is None else g * cg + c0
+                with kb.if_(inside) as st:
+                    with kb.for_(count, "ci") as ci:
+                        v = _rounded(x.load(n, c1 + ci, pos), rounding)
+                        kb.emit(panel.store(at + ci, bits(v) if bf16 else ir.f32(v)))
+                    with kb.else_(st):
+                        with kb.for_(count, "ci") as ci:
+                            kb.emit(panel.store(at + ci, ir.const(0, "int") if bf16 else ir.const(0.0, "f32")))
     return panel
 
 
+def _aliased_channels(x: Data, cg: int) -> bool:
+    """Whether the ``cg`` channels of channels-first ``x`` lie a stride apart that
+    puts them in fewer lines of L1 (64 sets of 64 bytes, 12 ways) than ``cg``."""
+    dtype = getattr(x.ref, "dtype", None)
+    if x.nxc or cg <= IM2COL_CHANNELS or dtype is None or dtype.info.np is None:
+        return False
+    step = x.strides()[1] * np.dtype(dtype.info.np).itemsize
+    if step % 64:
+        return False
+    return 12 * (64 // math.gcd(step // 64, 64)) < cg
+
+
 @contextmanager
-def _window_taps(kb, geo: Geometry, p0, nrows):
+def _window_taps(kb, geo: Geometry, p0, nrows, width=None, tap_step=None):
     """Loops over the dst positions p0 + r (r < nrows) and their window taps;
     yields (the src spatial indices the tap meets, whether they are inside the
-    src, the offset of the tap's Cg values in a (nrows x T*Cg) panel)."""
+    src, the offset of the tap's Cg values in a (nrows x T*Cg) panel; ``width``:
+    of its ``width`` values in a (nrows x T*width) panel; ``tap_step``: a tap's
+    offset from the previous one in the row, ``width`` unless given)."""
+    width = geo.cg if width is None else width
     with kb.for_(nrows, "r") as r:
         out_pos = unravel(kb, p0 + r, geo.small)
         out_pos = [v if v is not None else ir.const(0) for v in out_pos]
-        row = kb.let(r * geo.kd, "cr")
+        row = kb.let(r * (geo.taps * width), "cr")
         with _tap_loops(kb, geo.kernel) as (taps, flat):
             pos, inside = _in_positions(kb, geo, out_pos, taps)
-            yield pos, inside, kb.let(row + flat * geo.cg, "ca")
+            yield pos, inside, kb.let(row + flat * (width if tap_step is None else tap_step), "ca")
 
 
-def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding):
+def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding, cb=None):
     """All groups' weights as f32 matrices: (G, T*Cg, OCg), or (G, OCg, T*Cg) when
     ``transposed``; the loops write the panel in order (written across, a store
-    per element to a new cache line cost 5 ns an element)."""
+    per element to a new cache line cost 5 ns an element).  ``cb`` (transposed
+    only; a divisor of Cg): each row's columns in blocks of ``cb`` input
+    channels, (Cg / cb, T, cb), so that a block's T*cb columns are adjacent."""
     kd, cg, ocg = geo.kd, geo.cg, geo.ocg
+    cb = cg if cb is None else cb
     panel = kb.workspace(geo.groups * kd * ocg, "f32", prefix="wp")
     if transposed:   # (rows of oc in parallel)
         with kb.for_(geo.groups * ocg, "go", worth_parallel(geo.groups * ocg * kd)) as go:
             g, oc = kb.let(go // ocg, "g"), kb.let(go % ocg, "oc")
-            with _tap_loops(kb, geo.kernel) as (taps, flat):
-                with kb.for_(cg, "ic") as ic:
-                    kb.store(panel, ir.u64(go * kd + flat * cg + ic),
-                             ir.f32(_rounded(w.load(g, oc, ic, taps), rounding)))
+            with (kb.for_(cg // cb, "blk") if cb < cg else _nothing()) as blk:
+                with _tap_loops(kb, geo.kernel) as (taps, flat):
+                    with kb.for_(cb, "ic") as ic:
+                        col, c = (flat, ic) if blk is None else (blk * geo.taps + flat, blk * cb + ic)
+                        kb.store(panel, ir.u64(go * kd + col * cb + ic),
+                                 ir.f32(_rounded(w.load(g, oc, c, taps), rounding)))
+        return panel
+    if _oc_outer(w) and _plain(w.ref):
+        # OIX-like f32 weights: PACK_OC output channels at a time, read along (ic, taps)
+        # and written a row's cache line per (ic, tap): both in whole lines (32x128x3x3:
+        # 5.2 us, 8.1 as (OCg, T*Cg) rows; f16 ones converted so took 41 against 9)
+        nob = -(-ocg // PACK_OC)
+        with kb.for_(geo.groups * nob, "gb", worth_parallel(geo.groups * ocg * kd)) as gb:
+            g, o0 = kb.let(gb // nob, "g"), kb.let(gb % nob * PACK_OC, "o0")
+            with kb.for_(cg, "ic") as ic:
+                with _tap_loops(kb, geo.kernel) as (taps, flat):
+                    at = kb.let(g * (kd * ocg) + (flat * cg + ic) * ocg + o0, "wa")
+                    with kb.for_(ir.call("min", PACK_OC, ocg - o0), "oc") as j:
+                        kb.store(panel, ir.u64(at + j), ir.f32(_rounded(w.load(g, o0 + j, ic, taps), rounding)))
         return panel
     with kb.for_(geo.groups, "g") as g:
         with _tap_loops(kb, geo.kernel) as (taps, flat):
@@ -113,8 +164,9 @@ def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding):
 
 
 def _oc_outer(w) -> bool:
-    """Weights whose oc stride is above their ic's (OIX): packed as (OCg, T*Cg) rows,
-    both read and written in order."""
+    """Weights whose oc stride is above their ic's (OIX): packed (T*Cg x OCg) a
+    block of output channels at a time, or as (OCg, T*Cg) rows (transposed), read
+    and written in order."""
     if not isinstance(w, Weights):
         return False
     oc_s, ic_s = w.channel_strides()
@@ -124,7 +176,8 @@ def _oc_outer(w) -> bool:
 def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bool = False):
     """(buffer, group offset function, ld, BLAS transpose flag) of the weights matrix
     (T*Cg x OCg), or its transpose when ``transposed``; ``either``: the caller
-    takes the other orientation too (by the flag), packed as the weights lie."""
+    takes the other orientation too (by the flag): a transposed one of XIO-like
+    weights is packed (T*Cg x OCg), as they lie."""
     ms = w.matrix_strides(geo) if _plain(w.ref) and rounding is None else None
     if ms is not None:
         rs, cs, gs = ms
@@ -133,7 +186,10 @@ def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bo
         d = direct(m)
         if d is not None:
             return w.ref.buf, (lambda g: g * gs), d[1], d[0]
-    flip = either and _oc_outer(w) != transposed
+    # (a GEMM of B transposed ran 1.1-2.3x slower: 32x32x1152 15.5 against 6.8 us,
+    # 113x128x1152 106 against 72; the forward roads pack f32 weights (T*Cg x OCg))
+    oc_outer = _oc_outer(w)
+    flip = either and (not oc_outer if transposed else oc_outer and not _plain(w.ref))
     panel = _pack_weights(kb, geo, w, transposed != flip, rounding)
     size = geo.kd * geo.ocg
     return panel, (lambda g: g * size), (geo.kd if transposed != flip else geo.ocg), int(flip)
@@ -152,7 +208,7 @@ def _data_operand(geo: Geometry, d: Data, channels_per_group, sizes, n, g, p0, b
     if ps is None or (ps < channels_per_group and math.prod(sizes) > 1):
         return None
     ld = ps if math.prod(sizes) > 1 else channels_per_group
-    return d.ref.buf, linear([n, g * channels_per_group, p0], [ns, cs, ps]), ld
+    return d.ref.buf, linear([n, g * channels_per_group, p0], [ns, cs, ps], d.base() or None), ld
 
 
 def _channel_rows(geo: Geometry, d: Data, n, g, p0):
@@ -164,7 +220,7 @@ def _channel_rows(geo: Geometry, d: Data, n, g, p0):
     ns, cs, _ = d.strides()
     if d.rows(geo.small) != 1 or cs < geo.positions:
         return None
-    return d.ref.buf, linear([n, g * geo.ocg, p0], [ns, cs, 1]), cs
+    return d.ref.buf, linear([n, g * geo.ocg, p0], [ns, cs, 1], d.base() or None), cs
 
 
 def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding, parallel, bf16=False):
@@ -428,7 +484,17 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
     """dst = conv(x, w) by the fastest road for its geometry: Winograd, the
     shifted GEMMs (other unit-stride windows), or im2col (``out``: see emit_forward).
     Integer operands (``exact_k``, see emit_gemm) take no Winograd (its transforms
-    are fractions), and im2col when the sum must be split into exact runs."""
+    are fractions), and im2col when the sum must be split into exact runs.
+    Only the dst positions whose window meets src are computed (visible_box):
+    the others are sums of no products, stored as 0 through ``store``."""
+    box = visible_box(geo)
+    if box is not None:
+        kb.road("cropped")
+        store_zeros_outside(kb, geo, box, store, x.nxc)
+        if any(lo == hi for lo, hi in box):
+            return
+        lo = [a for a, _ in box]
+        geo, store, out = cropped(geo, box), moved_store(store, lo), out.moved(lo) if out is not None else None
     if exact_k is not None:
         if shifted(geo) and geo.kd <= exact_k:
             kb.road("shifted_gemm")
@@ -457,7 +523,9 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     ivars, value)`` stores one element of dx.  At unit strides it is the forward
     convolution of dy with the flipped, transposed weights (as_forward), run by
     the forward roads when one other than im2col applies; otherwise col2im of
-    dY @ W^T, images and groups in parallel, each with its f32 accumulator."""
+    dY @ W^T, images and groups in parallel, each with its f32 accumulator.
+    Only the dy positions whose window meets dx are read (visible_box)."""
+    geo, dy = _visible_dy(kb, geo, dy)
     fwd = as_forward(geo)
     if fwd is not None and (exact_k is not None or winograd(fwd) or shifted(fwd)):
         emit_convolution(kb, fwd, dy, FlippedWeights(w, geo), store, rounding, exact_k=exact_k)
@@ -469,21 +537,45 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     run = None if exact_k is None or ocg <= exact_k else -(-ocg // -(-ocg // exact_k))
     acc_dt = "f32" if exact_k is None else "f64"
     bf16 = exact_k is None and bf16_operands(dy, w, rounding)
+    work = geo.n * P * geo.oc * kd // 8
+    # fewer images x groups than threads (f32): the channels split in blocks too,
+    # each block's columns a GEMM of its own and its dx rows its own accumulator
+    blocks = _channel_blocks(cg, geo.n * G, work) if exact_k is None and not bf16 else 1
+    cb = cg // blocks
+    width = geo.taps * cb                           # one block's columns
+    # IOX-like f32 weights read in place as W^T (OCg x Cg*T): columns channel-major,
+    # taps inner (no packing: the deconv's 32x128x3x3 took 5-8 us of its serial part)
+    in_place = w.channel_major(geo) if run is None and not bf16 and _plain(w.ref) and rounding is None else None
+    if blocks > 1:
+        kb.road("channel_blocks")
     if bf16:
         kb.road("bf16_gemm")
         bp, boff, npan = weight_panels(kb, geo, w, rounding, ocg, transposed=True)
+    elif in_place is not None:
+        (ldw, gs), wbuf, tw = in_place, w.ref.buf, 0
+
+        def woff(g):
+            return g * gs
+    elif blocks > 1:
+        wbuf, ldw, tw = _pack_weights(kb, geo, w, True, rounding, cb), kd, 0
+
+        def woff(g):
+            return g * (kd * ocg)
     else:
         wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, True, rounding, either=run is None)
-    tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, kd))))
+    # a channel's step and a tap's step in a row of columns
+    c_step, t_step = (geo.taps, 1) if in_place is not None else (1, cb)
+    tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))
     mt = -(-P // tm)
-    items = geo.n * G
+    items = geo.n * G * blocks
     big = geo.big_size
-    par = items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 8)
+    par = items > 1 and worth_parallel(work)
     with kb.for_(items, "t", par) as t:
-        n = kb.let(t // G, "n")
-        g = kb.let(t % G, "g")
-        acc = kb.alloc(big * cg, acc_dt, fill=0, prefix="acc")
-        cols = kb.scratch(tm * kd, acc_dt if run else "f32", par, prefix="cols")
+        n = kb.let(t // (G * blocks), "n")
+        g = kb.let((t // blocks) % G, "g")
+        blk = kb.let(t % blocks, "blk")
+        acc = kb.alloc(big * cb, acc_dt, fill=0, prefix="acc")
+        cols = kb.scratch(tm * width, acc_dt if run else "f32", par, prefix="cols")
         with kb.for_(mt, "pt") as pt:
             p0 = kb.let(pt * tm, "p0")
             m = kb.let(ir.call("min", tm, P - p0), "m")
@@ -496,25 +588,65 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
                 exact_runs(kb, lambda bv, r, c, value: cols.store(r * kd + c, value), None, ir.const(0),
                            ir.const(0), m, kd, ocg, run, tm * kd, par, (abuf, aoff, lda), (wbuf, woff(g), ldw))
             else:
-                kb.let(ir.call("gemm_f32", 0, tw, m, kd, ocg, abuf, aoff, lda, wbuf, woff(g), ldw, 0.0, cols.buf,
-                               cols.at(0), kd), "st")
-            with _window_taps(kb, geo, p0, m) as (pos, inside, at):
-                base = kb.let(linear(pos, dense_strides(geo.big)) * cg, "ab")
+                kb.let(ir.call("gemm_f32", 0, tw, m, width, ocg, abuf, aoff, lda, wbuf, woff(g) + blk * width, ldw,
+                               0.0, cols.buf, cols.at(0), width), "st")
+            with _window_taps(kb, geo, p0, m, cb, t_step) as (pos, inside, at):
+                base = kb.let(linear(pos, dense_strides(geo.big)) * cb, "ab")
                 with kb.if_(inside):
-                    with kb.for_(cg, "ci") as ci:
-                        kb.store(acc, base + ci, acc[base + ci] + (ir.f64(cols[at + ci]) if exact_k else cols[at + ci]))
-        with kb.for_(big, "b") as b:
+                    with kb.for_(cb, "ci") as ci:
+                        col = cols[at + ci * c_step if c_step != 1 else at + ci]
+                        kb.store(acc, base + ci, acc[base + ci] + (ir.f64(col) if exact_k else col))
+        _store_accumulator(kb, geo, store, acc, n, g * cg + blk * cb, cb)
+
+
+#: dx channels one pass of the accumulator's store writes: a cache line of each
+#: channels-first row (all 128 channels of a 16x16 NCX dx per position: 1 KB
+#: strides, a store per cache set's conflict: 70 against 7 us)
+STORE_CHANNELS = 16
+
+
+def _store_accumulator(kb, geo: Geometry, store, acc, n, c0, cb):
+    """dx channels c0.. (``cb`` of them) of image n from the (positions x cb)
+    accumulator, STORE_CHANNELS channels at a time across the positions."""
+    sc = min(cb, STORE_CHANNELS)
+    with kb.for_(-(-cb // sc), "cs") as cs:
+        c1 = kb.let(cs * sc, "c1")
+        with kb.for_(geo.big_size, "b") as b:
             pos = unravel(kb, b, geo.big)
-            row = kb.let(b * cg, "ar")
-            with kb.for_(cg, "ci") as ci:
-                kb.emit(store(n, g * cg + ci, pos, acc[row + ci]))
+            row = kb.let(b * cb, "ar")
+            with kb.for_(ir.call("min", sc, cb - c1), "ci") as ci:
+                c = kb.let(c1 + ci, "ci")
+                kb.emit(store(n, c0 + c, pos, acc[row + c]))
+
+
+def _channel_blocks(cg: int, items: int, work: int) -> int:
+    """Blocks of dx channels the col2im road splits each (image, group) into:
+    enough for the threads (a divisor of cg, blocks of 16 channels at least),
+    1 when the images and groups suffice or the work is small."""
+    want = -(-plan_threads() // items)
+    if want <= 1 or not worth_parallel(work):
+        return 1
+    return next((b for b in range(want, cg // 16 + 1) if cg % b == 0), 1)
+
+
+def _visible_dy(kb, geo: Geometry, dy: Data):
+    """``geo`` and ``dy`` over the dy positions whose window meets the big side
+    (visible_box; an empty box keeps one position, whose columns are zeros)."""
+    box = visible_box(geo)
+    if box is None:
+        return geo, dy
+    kb.road("cropped")
+    box = [(lo, hi) if hi > lo else (min(lo, o - 1), min(lo, o - 1) + 1) for (lo, hi), o in zip(box, geo.small)]
+    return cropped(geo, box), dy.moved([lo for lo, _ in box])
 
 
 def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=None):
     """dw = the gradient of conv(x, w) w.r.t. w: per-thread f32 partial sums of
     Cols^T @ dY over (image, group, tile) work items, added up at the end;
     ``store(g, oc, ic, taps, value)`` stores one element of dw.  3x3 windows at
-    unit strides take Winograd (graphc.codegen.winograd)."""
+    unit strides take Winograd (graphc.codegen.winograd).  Only the dy positions
+    whose window meets x are read (visible_box: the others' columns are zeros)."""
+    geo, dy = _visible_dy(kb, geo, dy)
     if winograd(geo):
         kb.road("winograd_weights")
         emit_backward_weights_winograd(kb, geo, x, dy, store, rounding)

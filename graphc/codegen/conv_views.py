@@ -9,7 +9,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from . import ir
-from .kernel import ArrayRef
+from .kernel import ArrayRef, worth_parallel
 from ..types import DataType
 
 
@@ -62,13 +62,28 @@ def plain_f32(ref) -> bool:
 
 
 class Data:
-    """An (N, C, *spatial) view of a src/dst/diff tensor in its data_format."""
+    """An (N, C, *spatial) view of a src/dst/diff tensor in its data_format;
+    ``origin``: the tensor's spatial indices of the view's position 0 (a view
+    of a box of the tensor's positions, see :func:`visible_box`)."""
 
-    def __init__(self, ref, nxc: bool):
+    def __init__(self, ref, nxc: bool, origin: tuple | None = None):
         self.ref, self.nxc = ref, nxc
+        self.origin = origin if origin is not None and any(origin) else None
 
     def ivars(self, n, c, sp) -> list:
+        if self.origin is not None:
+            sp = [ir.const(o) if v is None else (v + o if o else v) for v, o in zip(sp, self.origin)]
         return [n, *sp, c] if self.nxc else [n, c, *sp]
+
+    def moved(self, lo):
+        """The view whose position 0 is this view's position ``lo``."""
+        return Data(self.ref, self.nxc, tuple(a + b for a, b in zip(self.origin or (0,) * len(lo), lo)))
+
+    def base(self) -> int:
+        """The element offset of the view's position 0 (of image 0, channel 0)."""
+        if self.origin is None:
+            return 0
+        return sum(o * s for o, s in zip(self.origin, self.strides()[2]))
 
     def load(self, n, c, sp):
         return self.ref.load_nd(self.ivars(n, c, sp))
@@ -137,6 +152,23 @@ class Weights:
         so, si = s[self.axes[0]], s[self.axes[1]]
         return (si, so) if self.swapped else (so, si)
 
+    def channel_major(self, geo: Geometry):
+        """(row stride, group stride) of the (OCg x Cg*T) matrix whose column
+        ic * T + tap is W[g][oc, ic, taps] (IOX weights of a transposed
+        convolution, OIX of a data gradient), when its columns are one
+        unit-stride run, else None."""
+        s = self.ref.strides
+        oc_s, ic_s = self.channel_strides()
+        expect = 1
+        for a, k in zip(reversed(self.axes[2:]), reversed(geo.kernel)):
+            if k != 1 and s[a] != expect:
+                return None
+            expect *= k
+        if (geo.cg > 1 and ic_s != expect) or (geo.ocg > 1 and oc_s < geo.kd):
+            return None
+        so, si = s[self.axes[0]], s[self.axes[1]]
+        return oc_s, (self.i_per_group * si if self.io_grouped else self.o_per_group * so)
+
     def matrix_strides(self, geo: Geometry):
         """(row stride, col stride, group stride) of the (T*Cg x OCg) matrix
         (rows: taps then ic; cols: oc) in the tensor, when rows flatten to one
@@ -151,6 +183,62 @@ class Weights:
                 return None
             expect *= k
         return ic_s, oc_s, g_s
+
+
+def visible_box(geo: Geometry) -> list | None:
+    """Per spatial dim, the dst positions [lo, hi) whose window meets src (every
+    other dst position's window lies in the padding alone: a forward
+    convolution's dst there is a sum of no products, and a data gradient's dy
+    there reaches no src position), or None when that is every position.  A
+    transposed convolution cropped by a large pads_end reads a few of its src
+    positions: 1x32x28x28 -> 128x16x16 at stride 2 reads 8x8."""
+    box = []
+    for o, b, k, s, d, p in zip(geo.small, geo.big, geo.kernel, geo.strides, geo.dilations, geo.begin):
+        lo = max(0, -(((k - 1) * d - p) // s))          # ceil((p - (k-1)d) / s)
+        hi = min(o, (b - 1 + p) // s + 1)
+        box.append((min(lo, o), max(min(lo, o), hi)))
+    return None if all(lo == 0 and hi == o for (lo, hi), o in zip(box, geo.small)) else box
+
+
+def cropped(geo: Geometry, box) -> Geometry:
+    """``geo`` over the dst positions of ``box`` (dst position 0 is box's lo)."""
+    return Geometry(geo.n, geo.c, geo.oc, geo.groups, geo.big, tuple(hi - lo for lo, hi in box), geo.kernel,
+                    geo.strides, geo.dilations, tuple(p - lo * s for (lo, _), p, s in zip(box, geo.begin, geo.strides)))
+
+
+def moved_store(store, lo):
+    """``store(n, c, spatial ivars, value)`` of a view whose position 0 is
+    ``store``'s position ``lo``."""
+    def moved(n, c, sp, value):
+        return store(n, c, [ir.const(o) if v is None else (v + o if o else v) for v, o in zip(sp, lo)], value)
+    return moved
+
+
+def store_zeros_outside(kb, geo: Geometry, box, store, channels_last: bool):
+    """0 stored through ``store`` at every dst position outside ``box``: for each
+    spatial dim, the slabs before and after its [lo, hi) (the dims before it
+    inside the box, those after it whole), the channels outermost or
+    (``channels_last``) innermost."""
+    sizes = geo.small
+    par = worth_parallel(geo.n * geo.oc * (geo.positions - math.prod(hi - lo for lo, hi in box)))
+    for d, (lo, hi) in enumerate(box):
+        for a, b in ((0, lo), (hi, sizes[d])):
+            if b <= a:
+                continue
+            ranges = list(box[:d]) + [(a, b)] + [(0, s) for s in sizes[d + 1:]]
+            with ExitStack() as loops:
+                if channels_last:
+                    n = loops.enter_context(kb.for_(geo.n, "zn", par and geo.n > 1))
+                else:
+                    nc = loops.enter_context(kb.for_(geo.n * geo.oc, "zc", par))
+                    n, c = kb.let(nc // geo.oc, "n"), kb.let(nc % geo.oc, "c")
+                pos = []
+                for r0, r1 in ranges:
+                    v = loops.enter_context(kb.for_(r1 - r0, "zp"))
+                    pos.append(kb.let(v + r0, "zi") if r0 else v)
+                if channels_last:
+                    c = loops.enter_context(kb.for_(geo.oc, "zc"))
+                kb.emit(store(n, c, pos, ir.const(0.0, "f32")))
 
 
 @contextmanager

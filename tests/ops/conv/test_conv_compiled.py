@@ -378,3 +378,65 @@ def test_bf16_one_by_one_reads_src_in_place():
                         attrs)
     cg, _ = compiled_vs_reference(g, normal_inputs(g))
     assert "bf16_gemm" in _road(cg) and "cols" not in cg.source, cg.source
+
+
+# Cropped outputs (graphc.codegen.conv_views.visible_box): a transposed
+# convolution whose pads_end crops most of its full output reads only the src
+# positions that reach what is left (ConvTranspose, ConvTransposeBackwardWeights:
+# the dy side), and its data gradient computes only the diff_src positions whose
+# window meets diff_dst, the others stored as sums of no products (0, plus bias)
+CROPPED = [
+    # (N, IC, OC, src spatial, kernel, extra): the benchdnn case's geometry (the
+    # output 16x16 of the full 57x57; 128 output channels in two blocks)
+    (1, 32, 128, (28, 28), (3, 3), {"strides": (2, 2), "pads_end": (41, 41)}),
+    (2, 6, 8, (9, 11), (3, 2), {"strides": (3, 2), "pads_begin": (2, 0), "pads_end": (17, 9)}),
+    (1, 5, 4, (10, 9), (3, 3), {"strides": (3, 3), "pads_begin": (0, 4), "pads_end": (20, 3)}),
+    (1, 4, 6, (9, 8), (3, 3), {"dilations": (2, 3), "strides": (2, 1), "pads_end": (12, 9)}),
+    (2, 8, 6, (7, 8), (3, 3), {"groups": 2, "strides": (2, 2), "output_padding": (1, 1), "pads_end": (9, 6)}),
+    (1, 4, 4, (6, 5, 7), (2, 2, 3), {"strides": (2, 1, 2), "pads_begin": (0, 1, 0), "pads_end": (7, 2, 9)}),
+]
+
+
+@pytest.mark.parametrize("geom", CROPPED, ids=lambda g: f"{g[3]}s{g[5].get('strides')}")
+@pytest.mark.parametrize("kind", ["ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights"])
+@pytest.mark.parametrize("dfmt,wfmt", [("NCX", "IOX"), ("NXC", "XIO"), ("NCX", "OIX"), ("NXC", "XOI")])
+def test_cropped_conv_transpose(kind, geom, dfmt, wfmt):
+    g = deconv_graph(kind, geom, dfmt, wfmt)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=f"{kind} {geom} {dfmt} {wfmt}")
+    assert "cropped" in _road(cg), _road(cg)
+
+
+def test_cropped_conv_transpose_splits_channels():
+    """One image and group: the col2im road splits the output channels in
+    blocks, one per thread, each with its own GEMM and accumulator; IOX
+    weights are read in place (no packed panel)."""
+    from graphc.codegen.kernel import plan_threads
+    g = deconv_graph("ConvTranspose", CROPPED[0], "NCX", "IOX")
+    cg, _ = compiled_vs_reference(g, normal_inputs(g))
+    assert ("channel_blocks" in _road(cg)) == (plan_threads() > 1), _road(cg)
+    assert "wp" not in cg.source, cg.source
+
+
+#: forward convolutions with dst positions whose window lies in the padding alone
+#: (Winograd, the shifted GEMMs, im2col); the last one has no other dst position
+PADDED = [
+    (1, 16, 16, (6, 7), (3, 3), {"pads_begin": (4, 3), "pads_end": (5, 4)}),
+    (2, 6, 5, (5, 6), (2, 3), {"pads_begin": (3, 0), "pads_end": (4, 6)}),
+    (1, 4, 6, (8, 7), (3, 3), {"strides": (2, 3), "pads_begin": (5, 1), "pads_end": (6, 8)}),
+    (1, 4, 6, (2, 2), (1, 1), {"strides": (3, 3), "pads_begin": (1, 1)}),
+]
+
+
+@pytest.mark.parametrize("geom", PADDED, ids=lambda g: f"{g[3]}k{g[4]}")
+@pytest.mark.parametrize("kind", ["Convolution", "ConvolutionBackwardData", "ConvolutionBackwardWeights"])
+@pytest.mark.parametrize("dtype,dfmt,wfmt", [("f32", "NCX", "OIX"), ("f32", "NXC", "XIO"), ("bf16", "NXC", "XIO")])
+def test_padding_only_windows(kind, geom, dtype, dfmt, wfmt):
+    g = conv_graph(kind, dtype, geom, dfmt, wfmt, bias=kind == "Convolution")
+    inputs = normal_inputs(g)
+    cg, got = compiled_vs_reference(g, inputs, what=f"{kind} {geom} {dtype} {dfmt}")
+    assert "cropped" in _road(cg), _road(cg)
+    if geom is PADDED[-1]:      # no product anywhere: the bias, zeros
+        (out,) = got.values()
+        bias = inputs[g.input_ports[2]] if kind == "Convolution" else np.zeros(1)
+        want = np.broadcast_to(bias.reshape(-1, 1, 1) if dfmt == "NCX" else bias, out.shape)
+        np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(want, np.float32))
