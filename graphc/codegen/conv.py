@@ -33,6 +33,7 @@ import numpy as np
 
 from . import ir
 from .conv_bf16 import bf16_operands, bits, plain_bf16, weight_panels
+from .conv_cf import channels_first, emit_forward_cf
 from .conv_views import Data, Geometry, Weights
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
 from .gemm import Matrix, direct, exact_runs
@@ -447,6 +448,9 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
     elif shifted(geo):
         kb.road("shifted_gemm")
         emit_forward_shifted(kb, geo, x, w, store, rounding)
+    elif channels_first(geo, x) and not bf16_operands(x, w, rounding):
+        emit_forward_cf(kb, geo, x, w, store, lambda: _weights_operand(kb, geo, w, True, rounding, either=True),
+                        rounding, out)
     else:
         kb.road("im2col")
         emit_forward(kb, geo, x, w, store, rounding, out)

@@ -1,0 +1,199 @@
+"""The forward convolution of channels-first data (NCX) whose window takes no
+Winograd and no shifted GEMMs (1x1 windows, strided windows): per group,
+
+    Y[OCg, columns] = W[OCg, T*Cg] @ Cols[T*Cg, columns]
+
+where a column is a dst position of an image: the GEMM's output rows are dst's
+channels and its columns run along dst's positions, as NCX lays them out.  The
+positions-major im2col (graphc.codegen.conv.emit_forward) gathered one src
+value per cache line (NCX's channel stride) and its tile's stores scattered
+one per cache line too; here the columns' copy reads src rows in order, a 1x1
+window at unit strides reads src in place (a plain (Cg x positions) matrix of
+an image, leading dimension the channel stride), and the tile's epilogue (bias,
+post-ops, the sum's other input) reads and writes along dst's rows.
+
+A work item holds a block of images, of rows of dst's outer spatial dims and of
+its last dim (never more than one of the three partly): large images are cut
+in row blocks, small ones (a strided 1x1 window's 7x7) are taken several images
+at a time, so that each GEMM has enough columns for BLAS's packing of the
+weights to pay (50x1024x14x14 -> 2048 at stride 2: 49 columns per call packed
+8 MB of weights per image).
+"""
+from __future__ import annotations
+
+import math
+from contextlib import ExitStack
+
+from . import ir
+from .conv_views import Data, Geometry, Weights
+from .conv_views import plain_f32, rounded, tap_loops
+from .kernel import plan_threads, worth_parallel
+from .loops import unravel
+
+#: f32 elements of one work item's columns and tile together: about L2's size
+ITEM_ELEMS = 1 << 18
+#: columns of one GEMM at least (images or rows joined to reach them)
+MIN_COLS = 256
+
+
+def channels_first(geo: Geometry, x: Data) -> bool:
+    """Whether ``x``'s channels lie outside its positions (NCX strides): the
+    channels-first road then reads and writes along its rows."""
+    _, cs, sp = x.strides()
+    inner = [s for s, d in zip(sp, geo.big) if d != 1]
+    return bool(inner) and 0 < min(inner) < cs and geo.cg * geo.taps > 1
+
+
+def _blocks(geo: Geometry):
+    """(images, rows, last-dim positions) of a work item."""
+    W = geo.small[-1]
+    R = geo.positions // W
+    P = geo.positions
+    want = max(MIN_COLS, ITEM_ELEMS // (geo.kd + geo.ocg))
+    if P >= want:
+        nb, nr, mw = 1, (max(1, want // W) if W < want else 1), (W if W < want else want)
+    else:
+        nb, nr, mw = max(1, min(geo.n, want // P)), R, W
+
+    def items(nb, nr, mw):
+        return geo.groups * -(-geo.n // nb) * -(-R // nr) * -(-W // mw)
+    need = 2 * plan_threads()
+    while items(nb, nr, mw) < need:
+        if nb > 1:
+            nb = -(-nb // 2)
+        elif nr > 1:
+            nr = -(-nr // 2)
+        elif mw > 64:
+            mw = -(-mw // 2)
+        else:
+            break
+    return nb, nr, mw, items(nb, nr, mw)
+
+
+def _padded_dims(geo: Geometry) -> list[bool]:
+    """Per spatial dim, whether a tap may meet the padding (a check is needed)."""
+    return [b > 0 or (o - 1) * s + (k - 1) * d - b >= size
+            for o, s, k, d, b, size in zip(geo.small, geo.strides, geo.kernel, geo.dilations, geo.begin, geo.big)]
+
+
+def _in_place(geo: Geometry, d: Data, sizes, nb: int):
+    """(channel stride, image stride) when ``d``'s (channels x positions) matrix of
+    one image is a plain f32 matrix with unit position stride (and one image per
+    item), else None."""
+    if nb != 1 or not plain_f32(d.ref):
+        return None
+    ns, cs, _ = d.strides()
+    return (cs, ns) if d.rows(sizes) == 1 and cs >= math.prod(sizes) else None
+
+
+def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_operand, rounding=None,
+                    out: Data | None = None):
+    """dst = conv(x, w) with the channels first (see the module's text);
+    ``store(n, o, spatial ivars, value)`` as in conv.emit_forward, ``out`` dst
+    when the store only stores (the GEMM then writes it in place when it can);
+    ``weights_operand(transposed)``: conv._weights_operand's (buffer, group
+    offset, ld, transpose flag) of the (OCg x T*Cg) weights."""
+    kb.road("channels_first")
+    G, ocg, cg, kd = geo.groups, geo.ocg, geo.cg, geo.kd
+    W = geo.small[-1]
+    R = geo.positions // W
+    nb, nr, mw, items = _blocks(geo)
+    cols_max = nb * nr * mw
+    nbk, rbk, wbk = -(-geo.n // nb), -(-R // nr), -(-W // mw)
+    wbuf, woff, ldw, tw = weights_operand()
+    one_by_one = geo.taps == 1 and geo.big == geo.small and all(s == 1 for s in geo.strides) \
+        and not any(geo.begin)
+    src_in = _in_place(geo, x, geo.big, nb) if one_by_one and rounding is None else None
+    dst_in = _in_place(geo, out, geo.small, nb) if out is not None else None
+    par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * kd // 8)
+    with kb.for_(items, "t", par) as t:
+        iw = kb.let(t % wbk, "iw")
+        ir_ = kb.let((t // wbk) % rbk, "ir")
+        ib = kb.let((t // (wbk * rbk)) % nbk, "ib")
+        g = kb.let(t // (wbk * rbk * nbk), "g")
+        n0, r0, w0 = kb.let(ib * nb, "n0"), kb.let(ir_ * nr, "r0"), kb.let(iw * mw, "w0")
+        cn = kb.let(ir.call("min", nb, geo.n - n0), "cn")
+        cr = kb.let(ir.call("min", nr, R - r0), "cr")
+        cw = kb.let(ir.call("min", mw, W - w0), "cw")
+        cols = kb.let(cn * cr * cw, "nc")
+        p0 = kb.let(r0 * W + w0, "pp")
+        if src_in is not None:
+            cs, ns = src_in
+            bbuf, boff, ldb = x.ref.buf, n0 * ns + g * cg * cs + p0, cs
+        else:
+            panel = kb.scratch(kd * cols_max, "f32", par, prefix="cols")
+            _pack_columns(kb, geo, x, panel, g, (n0, cn), (r0, cr), (w0, cw), cols, rounding)
+            bbuf, boff, ldb = panel.buf, panel.at(0), cols
+        if dst_in is not None:
+            cs, ns = dst_in
+            kb.let(ir.call("gemm_f32", tw, 0, ocg, cols, kd, wbuf, woff(g), ldw, bbuf, boff, ldb, 0.0,
+                           out.ref.buf, n0 * ns + g * ocg * cs + p0, cs), "st")
+        else:
+            tile = kb.scratch(ocg * cols_max, "f32", par, prefix="tile")
+            kb.let(ir.call("gemm_f32", tw, 0, ocg, cols, kd, wbuf, woff(g), ldw, bbuf, boff, ldb, 0.0,
+                           tile.buf, tile.at(0), cols), "st")
+            with kb.for_(ocg, "oc") as oc:
+                c = kb.let(g * ocg + oc, "c")
+                with _columns(kb, geo, (n0, cn), (r0, cr), (w0, cw)) as (n, pos, col):
+                    kb.emit(store(n, c, pos, tile[oc * cols + col]))
+
+
+class _columns:
+    """Loops over a work item's columns: yields (image, dst spatial indices,
+    column index)."""
+
+    def __init__(self, kb, geo, images, rows, lasts):
+        self.kb, self.geo, self.images, self.rows, self.lasts = kb, geo, images, rows, lasts
+        self.stack = ExitStack()
+
+    def __enter__(self):
+        kb, geo = self.kb, self.geo
+        (n0, cn), (r0, cr), (w0, cw) = self.images, self.rows, self.lasts
+        i = self.stack.enter_context(kb.for_(cn, "im"))
+        rr = self.stack.enter_context(kb.for_(cr, "rr"))
+        outer = [v if v is not None else ir.const(0) for v in unravel(kb, r0 + rr, geo.small[:-1])]
+        base = kb.let((i * cr + rr) * cw, "cb")
+        ww = self.stack.enter_context(kb.for_(cw, "ww"))
+        return kb.let(n0 + i, "n"), outer + [kb.let(w0 + ww, "ow")], base + ww
+
+    def __exit__(self, *exc):
+        return self.stack.__exit__(*exc)
+
+
+def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols, rounding):
+    """The work item's (T*Cg x cols) f32 matrix: row (tap, ci) holds, column by
+    column, the src value of channel g * Cg + ci the tap meets from the column's
+    dst position (0 in the padding); rows read src along its positions."""
+    padded = _padded_dims(geo)
+    (n0, cn), (r0, cr), (w0, cw) = images, rows, lasts
+    with kb.for_(cn, "im") as i:
+        with kb.for_(cr, "rr") as rr:
+            outer = unravel(kb, r0 + rr, geo.small[:-1])
+            base = kb.let((i * cr + rr) * cw, "cb")
+            n = kb.let(n0 + i, "n")
+            with tap_loops(kb, geo.kernel) as (taps, flat):
+                pos, inside = [], None
+                for o, t, s, d, b, size, pad in zip(outer, taps, geo.strides, geo.dilations, geo.begin, geo.big,
+                                                     padded):
+                    p = kb.let((o if o is not None else ir.const(0)) * s + t * d - b, "ip")
+                    pos.append(p)
+                    if pad:
+                        c = (p >= 0) & (p < size)
+                        inside = c if inside is None else inside & c
+                with kb.for_(geo.cg, "ci") as ci:
+                    row = kb.let((flat * geo.cg + ci) * cols + base, "cr")
+                    with kb.for_(cw, "ww") as ww:
+                        last = kb.let((w0 + ww) * geo.strides[-1] + taps[-1] * geo.dilations[-1] - geo.begin[-1],
+                                      "ip")
+                        ok = inside
+                        if padded[-1]:
+                            c = (last >= 0) & (last < geo.big[-1])
+                            ok = c if ok is None else ok & c
+                        value = ir.f32(rounded(x.load(n, g * geo.cg + ci, pos + [last]), rounding))
+                        if ok is None:
+                            kb.emit(panel.store(row + ww, value))
+                        else:
+                            with kb.if_(ok) as st:
+                                kb.emit(panel.store(row + ww, value))
+                                with kb.else_(st):
+                                    kb.emit(panel.store(row + ww, ir.const(0.0, "f32")))
