@@ -5,15 +5,17 @@ and small op cases, each timed three ways on the same shapes:
 * ``graphc``: the case's graph compiled (one partition, its post-ops fused);
 * ``bare``: the same graph cut after its first op (the convolution alone);
 * ``torch``: the graph's ops run one by one in torch eager (conv2d, then each
-  post-op; oneDNN inside torch).
+  post-op; oneDNN inside torch);
+* ``base`` (with ``--baseline DIR``): the case's graph in graphc imported from
+  the checkout DIR (e.g. a ``git archive`` of the commit before a change).
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_conv_epilogue.py [--cases a.json,b.json]
-        [--repeat N] [--rounds R] [--threads T] [--corpus DIR] [--who graphc,bare,torch]
+        [--repeat N] [--rounds R] [--threads T] [--corpus DIR] [--who graphc,bare,torch] [--baseline DIR]
 
 Each (case, contender) runs in a process of its own, --rounds interleaved
 rounds; the table gives the fastest call (ms) of all rounds.  The FLOP limit is
-the direct convolution's multiply-adds at 150 GFLOP/s a core (dnnl_sgemm's rate
-on this machine), the memory limit the bytes the graph must read and write
+the direct convolution's multiply-adds at 210 GFLOP/s a core (the fastest
+sgemm rate measured on this machine, docs/performance.md), the memory limit the bytes the graph must read and write
 (every input and output once) at --gbs GB/s; the load average is printed
 before and after.
 """
@@ -24,6 +26,8 @@ import copy
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 
@@ -35,7 +39,7 @@ CASES = ",".join(f"pattern/f32/{c}.json" for c in (
     "conv_bias_sum_fusion_2", "conv_add_swish_relu_fusion", "conv_bias_swish_fusion",
     "conv_bias_post_ops_chain_fusion", "conv_depthwise_fusion_cpu",
     "conv_bias_relu_depthwise_bias_relu_fusion_cpu")) + ",op/f32/conv_2d.json"
-GFLOPS_PER_CORE = 150.0
+GFLOPS_PER_CORE = 210.0
 
 
 def _load(case, corpus):
@@ -123,9 +127,23 @@ def _torch(d, repeat):
 
 def child(case, who, repeat, corpus):
     d = _load(case, corpus)
+    if who == "base_bare":
+        return _graphc(bare(d), repeat)
     if who == "bare":
         return _graphc(bare(d), repeat)
     return _graphc(d, repeat) if who == "graphc" else _torch(d, repeat)
+
+
+def _run(case, who, common, baseline):
+    """One child's result; ``base`` / ``base_bare``: graphc imported from the checkout ``baseline``."""
+    if not who.startswith("base"):
+        return run_child(__file__, "--child", case, who, *common)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [baseline, os.environ.get("PYTHONPATH")])))
+    p = subprocess.run([sys.executable, __file__, "--child", case, "graphc" if who == "base" else who, *common],
+                       capture_output=True, text=True, env=env)
+    if p.returncode:
+        raise SystemExit(f"{case} / {who} failed:\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -138,6 +156,8 @@ def main():
     ap.add_argument("--gbs", type=float, default=40.0, help="the memory bandwidth of the limit (GB/s)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="threads of each contender (NUMBA_NUM_THREADS; torch.set_num_threads)")
+    ap.add_argument("--baseline", metavar="DIR", help="also time graphc imported from the checkout DIR (who "
+                    "'base': the case, 'base_bare': its convolution alone)")
     ap.add_argument("--child", nargs=2, metavar=("CASE", "WHO"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -158,7 +178,7 @@ def main():
         impl = ""
         for _ in range(args.rounds):
             for w in who:
-                r = run_child(__file__, "--child", case, w, *common)
+                r = _run(case, w, common, args.baseline)
                 best[w] = min(best[w], r["s"])
                 impl = r.get("impl", impl) if w == "graphc" else impl
         fl_ms, mb, _ = limits(_load(case, args.corpus), args.threads)

@@ -40,7 +40,7 @@ from .gemm import Matrix, direct, exact_runs
 from .kernel import plan_threads, worth_parallel
 from .loops import linear, unravel
 from .winograd import emit_backward_weights_winograd, emit_forward_winograd, winograd
-from ..types import dense_strides
+from ..types import DataType, dense_strides
 
 #: rows of one im2col panel at most: a panel of (rows x T*Cg) f32 stays near L2's size
 PANEL_ELEMS = 1 << 17
@@ -448,7 +448,9 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
     elif shifted(geo):
         kb.road("shifted_gemm")
         emit_forward_shifted(kb, geo, x, w, store, rounding)
-    elif channels_first(geo, x) and not bf16_operands(x, w, rounding):
+    elif channels_first(geo, x) and x.ref.dtype is not DataType.bf16:
+        # (f32 under fpmath bf16 too: its rounded values' products are exact in f32, summed in
+        # f32 as on the tile; NCX's positions-major gather cost the tile road 2x on 50x64x56x56)
         emit_forward_cf(kb, geo, x, w, store, lambda: _weights_operand(kb, geo, w, True, rounding, either=True),
                         rounding, out)
     else:

@@ -8,7 +8,7 @@ road."""
 import pytest
 
 from graphc.builder import GraphBuilder
-from support.compiled import compiled_vs_reference
+from support.compiled import compiled_vs_reference, normal_inputs
 
 GEOMS = [
     # (N, C, OC, spatial, kernel, extra attrs)
@@ -97,9 +97,14 @@ def test_post_op_chains(geom, post):
     assert len(cg.compiled) == 1 and "channels_first" in _road(cg), _road(cg)
 
 
-def test_fpmath_rounding_packs_src():
-    """Under fpmath_mode tf32 src is read rounded: packed, never read in place."""
-    cg, _ = compiled_vs_reference(conv(GEOMS[0], fpmath_mode="tf32"), what="tf32")
+@pytest.mark.parametrize("mode", ["tf32", "bf16"])
+@pytest.mark.parametrize("geom", [GEOMS[0], GEOMS[3]], ids=lambda g: f"{g[3]}k{g[4]}")
+def test_fpmath_rounding_packs_src(geom, mode):
+    """Under fpmath_mode tf32 or bf16, src and weights are read rounded (packed,
+    never read in place) and multiplied in f32: products of bf16 values are exact
+    there, as on the bf16 tile.  Normal inputs: sums the rounding changes."""
+    g = conv(geom, post=[("Add", _dst(geom))], fpmath_mode=mode)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=mode)
     assert "channels_first" in _road(cg) and "cols" in cg.compiled[0].source
 
 
