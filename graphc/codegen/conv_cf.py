@@ -22,7 +22,7 @@ weights to pay (50x1024x14x14 -> 2048 at stride 2: 49 columns per call packed
 from __future__ import annotations
 
 import math
-from contextlib import ExitStack
+from contextlib import contextmanager
 
 from . import ir
 from .conv_views import Data, Geometry, Weights
@@ -114,7 +114,10 @@ def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_opera
         n0, r0, w0 = kb.let(ib * nb, "n0"), kb.let(ir_ * nr, "r0"), kb.let(iw * mw, "w0")
         cn = kb.let(ir.call("min", nb, geo.n - n0), "cn")
         cr = kb.let(ir.call("min", nr, R - r0), "cr")
-        cw = kb.let(ir.call("min", mw, W - w0), "cw")
+        # (the last dim's count hidden from LLVM (fastmath.hidden_int): knowing it at most 56,
+        # LLVM unrolled the row loop and vectorised across rows, a bias-only store as AVX-512
+        # gathers and scatters: 50x64x56x56 with bias 26 -> 7 ms on one core)
+        cw = kb.let(ir.call("hidden_int", ir.call("min", mw, W - w0), dt="int"), "cw")
         cols = kb.let(cn * cr * cw, "nc")
         p0 = kb.let(r0 * W + w0, "pp")
         if src_in is not None:
@@ -134,30 +137,23 @@ def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_opera
                            tile.buf, tile.at(0), cols), "st")
             with kb.for_(ocg, "oc") as oc:
                 c = kb.let(g * ocg + oc, "c")
+                row = kb.let(oc * cols, "ro")
                 with _columns(kb, geo, (n0, cn), (r0, cr), (w0, cw)) as (n, pos, col):
-                    kb.emit(store(n, c, pos, tile[oc * cols + col]))
+                    kb.emit(store(n, c, pos, tile[row + col]))
 
 
-class _columns:
+@contextmanager
+def _columns(kb, geo, images, rows, lasts):
     """Loops over a work item's columns: yields (image, dst spatial indices,
-    column index)."""
-
-    def __init__(self, kb, geo, images, rows, lasts):
-        self.kb, self.geo, self.images, self.rows, self.lasts = kb, geo, images, rows, lasts
-        self.stack = ExitStack()
-
-    def __enter__(self):
-        kb, geo = self.kb, self.geo
-        (n0, cn), (r0, cr), (w0, cw) = self.images, self.rows, self.lasts
-        i = self.stack.enter_context(kb.for_(cn, "im"))
-        rr = self.stack.enter_context(kb.for_(cr, "rr"))
-        outer = [v if v is not None else ir.const(0) for v in unravel(kb, r0 + rr, geo.small[:-1])]
-        base = kb.let((i * cr + rr) * cw, "cb")
-        ww = self.stack.enter_context(kb.for_(cw, "ww"))
-        return kb.let(n0 + i, "n"), outer + [kb.let(w0 + ww, "ow")], base + ww
-
-    def __exit__(self, *exc):
-        return self.stack.__exit__(*exc)
+    column index); the innermost loop runs over dst's last spatial index."""
+    (n0, cn), (r0, cr), (w0, cw) = images, rows, lasts
+    with kb.for_(cn, "im") as i:
+        n = kb.let(n0 + i, "n")
+        with kb.for_(cr, "rr") as rr:
+            outer = [v if v is not None else ir.const(0) for v in unravel(kb, r0 + rr, geo.small[:-1])]
+            base = kb.let((i * cr + rr) * cw - w0, "cb")
+            with kb.for_(w0 + cw, "ow", start=w0) as ow:
+                yield n, outer + [ow], base + ow
 
 
 def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols, rounding):
