@@ -59,35 +59,39 @@ def _in_positions(kb, geo: Geometry, out_pos, taps):
     return pos, inside
 
 
-def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel, bf16=False):
+def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel, bf16=False,
+            channel_major=False):
     """A (nrows x T*Cg) f32 panel (``bf16``: of bf16 bits) (a Scratch of tm rows):
     row r holds, tap after tap, the Cg src channels of group g that the taps of
-    dst position p0 + r meet (0 in the padding)."""
+    dst position p0 + r meet (0 in the padding); ``channel_major``: channel
+    after channel, each channel's taps (the order of OIX weights' rows)."""
     kd, cg = geo.kd, geo.cg
+    step = geo.taps if channel_major else 1
     panel = kb.scratch(tm * kd, "u16" if bf16 else "f32", parallel, prefix="cols")
-    with _window_taps(kb, geo, p0, nrows) as (pos, inside, at):
+    with _window_taps(kb, geo, p0, nrows, channel_major) as (pos, inside, at):
         with kb.if_(inside) as st:
             with kb.for_(cg, "ci") as ci:
                 v = _rounded(x.load(n, g * cg + ci, pos), rounding)
-                kb.emit(panel.store(at + ci, bits(v) if bf16 else ir.f32(v)))
+                kb.emit(panel.store(at + ci * step, bits(v) if bf16 else ir.f32(v)))
             with kb.else_(st):
                 with kb.for_(cg, "ci") as ci:
-                    kb.emit(panel.store(at + ci, ir.const(0, "int") if bf16 else ir.const(0.0, "f32")))
+                    kb.emit(panel.store(at + ci * step, ir.const(0, "int") if bf16 else ir.const(0.0, "f32")))
     return panel
 
 
 @contextmanager
-def _window_taps(kb, geo: Geometry, p0, nrows):
+def _window_taps(kb, geo: Geometry, p0, nrows, channel_major=False):
     """Loops over the dst positions p0 + r (r < nrows) and their window taps;
     yields (the src spatial indices the tap meets, whether they are inside the
-    src, the offset of the tap's Cg values in a (nrows x T*Cg) panel)."""
+    src, the offset of the tap's Cg values in a (nrows x T*Cg) panel: of its
+    first, the others 1 apart, or T apart when ``channel_major``)."""
     with kb.for_(nrows, "r") as r:
         out_pos = unravel(kb, p0 + r, geo.small)
         out_pos = [v if v is not None else ir.const(0) for v in out_pos]
         row = kb.let(r * geo.kd, "cr")
         with _tap_loops(kb, geo.kernel) as (taps, flat):
             pos, inside = _in_positions(kb, geo, out_pos, taps)
-            yield pos, inside, kb.let(row + flat * geo.cg, "ca")
+            yield pos, inside, kb.let(row + (flat if channel_major else flat * geo.cg), "ca")
 
 
 def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding):
@@ -122,11 +126,21 @@ def _oc_outer(w) -> bool:
     return oc_s > ic_s
 
 
-def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bool = False):
+def channel_major(geo: Geometry, w, rounding) -> bool:
+    """Whether the weights' (T*Cg x OCg) matrix is read in place with its rows
+    channel after channel (OIX weights of a window of several taps), and not
+    taps first: the GEMM's other operand then orders its K so (no weights
+    packed at every call)."""
+    return geo.taps > 1 and isinstance(w, Weights) and _plain(w.ref) and rounding is None \
+        and w.matrix_strides(geo) is None and w.matrix_strides(geo, True) is not None
+
+
+def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bool = False, cm: bool = False):
     """(buffer, group offset function, ld, BLAS transpose flag) of the weights matrix
     (T*Cg x OCg), or its transpose when ``transposed``; ``either``: the caller
-    takes the other orientation too (by the flag), packed as the weights lie."""
-    ms = w.matrix_strides(geo) if _plain(w.ref) and rounding is None else None
+    takes the other orientation too (by the flag), packed as the weights lie;
+    ``cm``: rows channel after channel, read in place (see channel_major)."""
+    ms = w.matrix_strides(geo, cm) if _plain(w.ref) and rounding is None else None
     if ms is not None:
         rs, cs, gs = ms
         m = Matrix(w.ref, geo.ocg if transposed else geo.kd, geo.kd if transposed else geo.ocg, None, False,
@@ -134,6 +148,7 @@ def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bo
         d = direct(m)
         if d is not None:
             return w.ref.buf, (lambda g: g * gs), d[1], d[0]
+    assert not cm, "channel-major weights are read in place"
     flip = either and _oc_outer(w) != transposed
     panel = _pack_weights(kb, geo, w, transposed != flip, rounding)
     size = geo.kd * geo.ocg
@@ -206,8 +221,9 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
     if bf16:
         kb.road("bf16_gemm")
         bp, boff, npan = weight_panels(kb, geo, w, rounding, kd)
-    else:
-        wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding, either=run is None)
+    cm = not bf16 and run is None and channel_major(geo, w, rounding)
+    if not bf16:
+        wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding, either=run is None, cm=cm)
     tm = _tile_rows(geo, geo.n * G, kd)
     mt = -(-P // tm)
     items = geo.n * G * mt
@@ -216,7 +232,7 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
         n, g, p0, m = _item(kb, t, geo, mt, tm, P)
         a = _data_operand(geo, x, cg, geo.big, n, g, p0, bf16) if one_by_one and rounding is None else None
         if a is None:
-            cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, par, bf16)
+            cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, par, bf16, cm)
             abuf, aoff, lda = cols.buf, cols.at(0), kd
         else:
             abuf, aoff, lda = a
@@ -420,7 +436,7 @@ class FlippedWeights:
     def load(self, g, oc, ic, taps):
         return self.w.load(g, ic, oc, [k - 1 - t for k, t in zip(self.kernel, taps)])
 
-    def matrix_strides(self, geo):
+    def matrix_strides(self, geo, channel_major=False):
         return None
 
 
@@ -451,8 +467,9 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
     elif channels_first(geo, x) and x.ref.dtype is not DataType.bf16:
         # (f32 under fpmath bf16 too: its rounded values' products are exact in f32, summed in
         # f32 as on the tile; NCX's positions-major gather cost the tile road 2x on 50x64x56x56)
-        emit_forward_cf(kb, geo, x, w, store, lambda: _weights_operand(kb, geo, w, True, rounding, either=True),
-                        rounding, out)
+        cm = channel_major(geo, w, rounding)
+        emit_forward_cf(kb, geo, x, w, store, lambda: _weights_operand(kb, geo, w, True, rounding, True, cm),
+                        rounding, out, cm)
     else:
         kb.road("im2col")
         emit_forward(kb, geo, x, w, store, rounding, out)

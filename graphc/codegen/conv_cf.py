@@ -87,12 +87,13 @@ def _in_place(geo: Geometry, d: Data, sizes, nb: int):
 
 
 def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_operand, rounding=None,
-                    out: Data | None = None):
+                    out: Data | None = None, channel_major: bool = False):
     """dst = conv(x, w) with the channels first (see the module's text);
     ``store(n, o, spatial ivars, value)`` as in conv.emit_forward, ``out`` dst
     when the store only stores (the GEMM then writes it in place when it can);
-    ``weights_operand(transposed)``: conv._weights_operand's (buffer, group
-    offset, ld, transpose flag) of the (OCg x T*Cg) weights."""
+    ``weights_operand()``: conv._weights_operand's (buffer, group offset, ld,
+    transpose flag) of the (OCg x T*Cg) weights, whose K runs channel after
+    channel when ``channel_major`` (OIX weights read in place), else taps first."""
     kb.road("channels_first")
     G, ocg, cg, kd = geo.groups, geo.ocg, geo.cg, geo.kd
     W = geo.small[-1]
@@ -125,7 +126,7 @@ def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_opera
             bbuf, boff, ldb = x.ref.buf, n0 * ns + g * cg * cs + p0, cs
         else:
             panel = kb.scratch(kd * cols_max, "f32", par, prefix="cols")
-            _pack_columns(kb, geo, x, panel, g, (n0, cn), (r0, cr), (w0, cw), cols, rounding)
+            _pack_columns(kb, geo, x, panel, g, (n0, cn), (r0, cr), (w0, cw), cols, rounding, channel_major)
             bbuf, boff, ldb = panel.buf, panel.at(0), cols
         if dst_in is not None:
             cs, ns = dst_in
@@ -156,10 +157,11 @@ def _columns(kb, geo, images, rows, lasts):
                 yield n, outer + [ow], base + ow
 
 
-def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols, rounding):
-    """The work item's (T*Cg x cols) f32 matrix: row (tap, ci) holds, column by
-    column, the src value of channel g * Cg + ci the tap meets from the column's
-    dst position (0 in the padding); rows read src along its positions."""
+def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols, rounding, channel_major):
+    """The work item's (T*Cg x cols) f32 matrix: row (tap, ci) (``channel_major``:
+    row (ci, tap)) holds, column by column, the src value of channel g * Cg + ci
+    the tap meets from the column's dst position (0 in the padding); rows read
+    src along its positions."""
     padded = _padded_dims(geo)
     (n0, cn), (r0, cr), (w0, cw) = images, rows, lasts
     with kb.for_(cn, "im") as i:
@@ -177,7 +179,8 @@ def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, col
                         c = (p >= 0) & (p < size)
                         inside = c if inside is None else inside & c
                 with kb.for_(geo.cg, "ci") as ci:
-                    row = kb.let((flat * geo.cg + ci) * cols + base, "cr")
+                    k = ci * geo.taps + flat if channel_major else flat * geo.cg + ci
+                    row = kb.let(k * cols + base, "cr")
                     with kb.for_(cw, "ww") as ww:
                         last = kb.let((w0 + ww) * geo.strides[-1] + taps[-1] * geo.dilations[-1] - geo.begin[-1],
                                       "ip")

@@ -112,3 +112,32 @@ def test_fpmath_rounding_packs_src(geom, mode):
 def test_nxc_keeps_the_positions_major_road(geom):
     cg, _ = compiled_vs_reference(conv(geom, fmt="NXC"), what=str(geom))
     assert "channels_first" not in _road(cg) and "im2col" in _road(cg), _road(cg)
+
+
+def _mixed(geom, dfmt, wfmt):
+    """Convolution of ``geom`` with data_format ``dfmt`` and weights_format ``wfmt``."""
+    n, c, oc, sp, k, extra = geom
+    g = extra.get("groups", 1)
+    b = GraphBuilder()
+    x = b.tensor("f32", [n, c, *sp] if dfmt == "NCX" else [n, *sp, c])
+    w = b.tensor("f32", [oc, c // g, *k] if wfmt == "OIX" else [*k, c // g, oc])
+    b.op("Convolution", [x, w, b.tensor("f32", [oc])], out=[("f32", [-1] * (len(sp) + 2))],
+         attrs=dict(_attrs(geom, dfmt), weights_format=wfmt))
+    return b.finalize()
+
+
+@pytest.mark.parametrize("dfmt", ["NCX", "NXC"])
+@pytest.mark.parametrize("geom", [GEOMS[3], GEOMS[4], GEOMS[6], GEOMS[9]], ids=lambda g: f"{g[3]}k{g[4]}")
+def test_oix_weights_read_in_place(geom, dfmt):
+    """OIX weights of a window of several taps: the GEMM's K runs channel after
+    channel, as their rows lie, so they are read in place (no weights panel packed
+    at every call), on the channels-first road (NCX) and on im2col (NXC)."""
+    cg, _ = compiled_vs_reference(_mixed(geom, dfmt, "OIX"), what=f"{geom} {dfmt}")
+    road = "channels_first" if dfmt == "NCX" else "im2col"
+    assert road in _road(cg) and "wp" not in cg.compiled[0].source, _road(cg)
+
+
+def test_xio_weights_keep_taps_first():
+    """XIO weights lie taps first: read in place in that order."""
+    cg, _ = compiled_vs_reference(_mixed(GEOMS[3], "NCX", "XIO"), what="XIO")
+    assert "channels_first" in _road(cg) and "wp" not in cg.compiled[0].source
