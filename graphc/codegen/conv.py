@@ -441,9 +441,11 @@ class FlippedWeights:
 
 
 def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: Data | None = None,
-                     exact_k: int | None = None):
+                     exact_k: int | None = None, dst: Data | None = None):
     """dst = conv(x, w) by the fastest road for its geometry: Winograd, the
-    shifted GEMMs (other unit-stride windows), or im2col (``out``: see emit_forward).
+    shifted GEMMs (other unit-stride windows), channels first (graphc.codegen.conv_cf:
+    NCX src or ``dst``, the dst view, given by the forward convolution's rule), or
+    im2col (``out``: see emit_forward).
     Integer operands (``exact_k``, see emit_gemm) take no Winograd (its transforms
     are fractions), and im2col when the sum must be split into exact runs."""
     if exact_k is not None:
@@ -464,7 +466,7 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
     elif shifted(geo):
         kb.road("shifted_gemm")
         emit_forward_shifted(kb, geo, x, w, store, rounding)
-    elif channels_first(geo, x) and x.ref.dtype is not DataType.bf16:
+    elif dst is not None and channels_first(geo, x, dst) and x.ref.dtype is not DataType.bf16:
         # (f32 under fpmath bf16 too: its rounded values' products are exact in f32, summed in
         # f32 as on the tile; NCX's positions-major gather cost the tile road 2x on 50x64x56x56)
         cm = channel_major(geo, w, rounding)

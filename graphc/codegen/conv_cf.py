@@ -36,12 +36,16 @@ ITEM_ELEMS = 1 << 18
 MIN_COLS = 256
 
 
-def channels_first(geo: Geometry, x: Data) -> bool:
-    """Whether ``x``'s channels lie outside its positions (NCX strides): the
-    channels-first road then reads and writes along its rows."""
-    _, cs, sp = x.strides()
-    inner = [s for s, d in zip(sp, geo.big) if d != 1]
-    return bool(inner) and 0 < min(inner) < cs and geo.cg * geo.taps > 1
+def channels_first(geo: Geometry, x: Data, dst: Data | None = None) -> bool:
+    """Whether src ``x``'s channels lie outside its positions (NCX strides), or
+    dst's do (an NCX dst of channels-last src: the positions-major tile's stores
+    would scatter each dst row): the channels-first road then reads or writes
+    along their rows."""
+    def outer(d, sizes):
+        _, cs, sp = d.strides()
+        inner = [s for s, n in zip(sp, sizes) if n != 1]
+        return bool(inner) and 0 < min(inner) < cs
+    return geo.cg * geo.taps > 1 and (outer(x, geo.big) or (dst is not None and outer(dst, geo.small)))
 
 
 def _blocks(geo: Geometry):

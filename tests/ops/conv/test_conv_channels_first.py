@@ -9,6 +9,7 @@ import pytest
 
 from graphc.builder import GraphBuilder
 from support.compiled import compiled_vs_reference, normal_inputs
+from support.graphs import one_op, strides
 
 GEOMS = [
     # (N, C, OC, spatial, kernel, extra attrs)
@@ -141,3 +142,19 @@ def test_xio_weights_keep_taps_first():
     """XIO weights lie taps first: read in place in that order."""
     cg, _ = compiled_vs_reference(_mixed(GEOMS[3], "NCX", "XIO"), what="XIO")
     assert "channels_first" in _road(cg) and "wp" not in cg.compiled[0].source
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dst_order", [(0, 1, 2, 3), (0, 2, 3, 1)])
+def test_channels_last_src_by_its_dst(dst_order, bias):
+    """NCX src laid out channels last (conv_2d.json's strides): the road follows
+    dst, channels first when dst's channels are outer (its rows written in order),
+    else im2col (channels-last src and dst)."""
+    x, w, y = [2, 6, 9, 8], [7, 6, 3, 3], [2, 7, 4, 3]
+    attrs = dict(_attrs((2, 6, 7, (9, 8), (3, 3), {}), "NCX"), strides=(2, 3), pads_begin=(1, 1),
+                 pads_end=(0, 1))
+    ins = [("f32", x, strides(x, (0, 2, 3, 1))), ("f32", w)] + [("f32", [7])] * bias
+    g = one_op("Convolution", ins, [("f32", y, strides(y, dst_order))], attrs)
+    cg, _ = compiled_vs_reference(g, what=f"{dst_order} {bias}")
+    road = "channels_first" if dst_order == (0, 1, 2, 3) else "im2col"
+    assert road in _road(cg), _road(cg)
