@@ -33,7 +33,7 @@ import numpy as np
 
 from . import ir
 from .conv_bf16 import bf16_operands, bits, plain_bf16, weight_panels
-from .conv_cf import channels_first, emit_forward_cf
+from .conv_cf import channels_first, depthwise, emit_depthwise, emit_forward_cf
 from .conv_views import Data, Geometry, Weights
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
 from .gemm import Matrix, direct, exact_runs
@@ -455,6 +455,8 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
         else:
             kb.road("im2col")
             emit_forward(kb, geo, x, w, store, rounding, out, exact_k)
+    elif depthwise(geo, x, dst) and x.ref.dtype is not DataType.bf16:
+        emit_depthwise(kb, geo, x, w, store, rounding)
     elif shifted(geo) and bf16_operands(x, w, rounding) and (x.nxc or not winograd(geo)):
         # (NCX: the copy gathers channels and the stores scatter them; f32 Winograd,
         # channels first, ran 1.29 against 1.37 ms of CPU on one core for 2x64x56x56)

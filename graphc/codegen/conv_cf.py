@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
+import numpy as np
+
 from . import ir
 from .conv_views import Data, Geometry, Weights
 from .conv_views import plain_f32, rounded, tap_loops
@@ -200,3 +202,74 @@ def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, col
                                 kb.emit(panel.store(row + ww, value))
                                 with kb.else_(st):
                                     kb.emit(panel.store(row + ww, ir.const(0.0, "f32")))
+
+
+#: taps of a depthwise window the direct loop takes at most (each an unrolled term)
+DIRECT_TAPS = 64
+
+
+def depthwise(geo: Geometry, x: Data, dst: Data | None) -> bool:
+    """One src channel per group (a depthwise convolution) of a small window, its
+    data channels first: the direct loop (emit_depthwise) instead of one GEMM of
+    one row per group and block."""
+    return geo.cg == 1 and geo.taps <= DIRECT_TAPS and dst is not None and channels_first(geo, x, dst)
+
+
+def emit_depthwise(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None):
+    """dst = conv(x, w) for one src channel per group: per (image, group, block
+    of rows of dst's outer dims) in parallel, each dst row a loop over its last
+    index (vectorised: the taps' loads clamped into src and zeroed outside it,
+    no branch) of the window's taps' products, summed in f32 in tap order, the
+    weights loaded once per item.  A GEMM per group had one row (M = OCg = 1)
+    and K = the taps: 2x64x112x112 3x3 at stride 2 took 0.8 ms."""
+    kb.road("depthwise_direct")
+    G, ocg = geo.groups, geo.ocg
+    W = geo.small[-1]
+    R = geo.positions // W
+    rb = max(1, min(R, -(-(1 << 14) // W)))          # rows of about 16k outputs per item
+    while rb > 1 and geo.n * G * -(-R // rb) < 2 * plan_threads():
+        rb = -(-rb // 2)
+    nrb = -(-R // rb)
+    items = geo.n * G * nrb
+    par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * geo.taps // 8)
+    taps = list(np.ndindex(*geo.kernel))
+    with kb.for_(items, "t", par) as t:
+        n = kb.let(t // (G * nrb), "n")
+        g = kb.let((t // nrb) % G, "g")
+        r0 = kb.let((t % nrb) * rb, "r0")
+        cr = kb.let(ir.call("min", rb, R - r0), "cr")
+        with kb.for_(ocg, "oc") as oc:
+            c = kb.let(g * ocg + oc, "c")
+            wv = [kb.let(ir.f32(rounded(w.load(g, oc, ir.const(0), [ir.const(k) for k in tap]), rounding)), "wt")
+                  for tap in taps]
+            with kb.for_(cr, "rr") as rr:
+                outer = [v if v is not None else ir.const(0) for v in unravel(kb, r0 + rr, geo.small[:-1])]
+                with kb.for_(ir.call("hidden_int", W, dt="int"), "ow") as ow:
+                    acc = None
+                    for tap, wt in zip(taps, wv):
+                        term = ir.f32(rounded(_clamped_load(kb, geo, x, n, g, outer + [ow], tap), rounding)) * wt
+                        acc = term if acc is None else acc + term
+                    kb.emit(store(n, c, outer + [ow], acc))
+
+
+def _clamped_load(kb, geo: Geometry, x: Data, n, g, opos, tap):
+    """src of group g's channel met by ``tap`` from dst position ``opos``, 0 in the
+    padding: loaded at the index clamped into src (always a valid load) and
+    selected, so that the row loop has no branch."""
+    pos, inside = [], None
+    for o, t, s, d, b, size in zip(opos, tap, geo.strides, geo.dilations, geo.begin, geo.big):
+        p = o * s + (t * d - b)
+        lo_ok = t * d - b >= 0
+        hi_ok = (geo.small[len(pos)] - 1) * s + t * d - b < size
+        if lo_ok and hi_ok:
+            pos.append(p)
+            continue
+        ok = None if lo_ok else p >= 0
+        if not hi_ok:
+            ok = (p < size) if ok is None else ok & (p < size)
+        inside = ok if inside is None else inside & ok
+        pos.append(ir.call("min", ir.call("max", p, 0), size - 1))
+    if inside is None:
+        return x.load(n, g, pos)
+    # (loaded first, then selected: a load inside the select's arm stays a branch)
+    return ir.select(inside, kb.let(ir.f32(x.load(n, g, pos)), "xv"), ir.const(0.0, "f32"))

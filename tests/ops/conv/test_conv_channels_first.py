@@ -158,3 +158,29 @@ def test_channels_last_src_by_its_dst(dst_order, bias):
     cg, _ = compiled_vs_reference(g, what=f"{dst_order} {bias}")
     road = "channels_first" if dst_order == (0, 1, 2, 3) else "im2col"
     assert road in _road(cg), _road(cg)
+
+
+DEPTHWISE = [
+    # (N, C, OC, spatial, kernel, extra attrs): groups = C
+    (2, 6, 6, (11, 10), (3, 3), {"groups": 6, "strides": (2, 2), "pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (1, 5, 5, (9, 12), (3, 3), {"groups": 5, "pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (2, 4, 8, (10, 9), (3, 2), {"groups": 4, "dilations": (2, 1), "pads_begin": (2, 0), "pads_end": (1, 1)}),
+    (1, 3, 3, (17,), (5,), {"groups": 3, "strides": (3,), "pads_begin": (2,), "pads_end": (2,)}),
+    (1, 4, 4, (5, 6, 7), (3, 1, 3), {"groups": 4, "pads_begin": (0, 0, 1), "pads_end": (2, 0, 1)}),
+]
+
+
+@pytest.mark.parametrize("post", [(), (("ReLU", None),)], ids=["", "relu"])
+@pytest.mark.parametrize("geom", DEPTHWISE, ids=lambda g: f"oc{g[2]}{g[3]}k{g[4]}")
+def test_depthwise_direct(geom, post):
+    """One src channel per group (depthwise, depth multipliers 1 and 2): the direct
+    loop, taps clamped into src and zeroed in the padding."""
+    cg, _ = compiled_vs_reference(conv(geom, post=post), what=str(geom))
+    assert "depthwise_direct" in _road(cg), _road(cg)
+
+
+@pytest.mark.parametrize("mode", ["strict", "tf32"])
+def test_depthwise_direct_rounds_under_fpmath(mode):
+    g = conv(DEPTHWISE[0], fpmath_mode=mode)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=mode)
+    assert "depthwise_direct" in _road(cg), _road(cg)
