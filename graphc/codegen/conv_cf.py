@@ -18,6 +18,9 @@ in row blocks, small ones (a strided 1x1 window's 7x7) are taken several images
 at a time, so that each GEMM has enough columns for BLAS's packing of the
 weights to pay (50x1024x14x14 -> 2048 at stride 2: 49 columns per call packed
 8 MB of weights per image).
+
+Depthwise convolutions (one src channel per group) of such data take a direct
+loop instead (emit_depthwise): their GEMMs had one row.
 """
 from __future__ import annotations
 
