@@ -161,7 +161,7 @@ def test_impl_info_matmul_names_the_gemm():
 
 
 @pytest.mark.parametrize("kernel, channels, road", [((3, 3), 32, "winograd"), ((3, 3), 4, "shifted_gemm"),
-                                                     ((1, 1), 32, "im2col")])
+                                                     ((1, 1), 32, "channels_first")])
 def test_impl_info_convolution_names_its_road(kernel, channels, road):
     g = Graph()
     g.add_op(Op(0, "Convolution", [L(0, "f32", [1, channels, 12, 12]), L(1, "f32", [channels, channels, *kernel])],
