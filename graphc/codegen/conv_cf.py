@@ -7,9 +7,9 @@ where a column is a dst position of an image: the GEMM's output rows are dst's
 channels and its columns run along dst's positions, as NCX lays them out.  The
 positions-major im2col (graphc.codegen.conv.emit_forward) gathered one src
 value per cache line (NCX's channel stride) and its tile's stores scattered
-one per cache line too; here the columns' copy reads src rows in order, a 1x1
-window at unit strides reads src in place (a plain (Cg x positions) matrix of
-an image, leading dimension the channel stride), and the tile's epilogue (bias,
+one per cache line too; here the columns' copy reads src rows in order (a 1x1
+window's too: BLAS reading src in place, with the channel stride as leading
+dimension, was pathological at 2 threads under load), and the tile's epilogue (bias,
 post-ops, the sum's other input) reads and writes along dst's rows.
 
 A work item holds a block of images, of rows of dst's outer spatial dims and of
@@ -111,9 +111,6 @@ def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_opera
     cols_max = nb * nr * mw
     nbk, rbk, wbk = -(-geo.n // nb), -(-R // nr), -(-W // mw)
     wbuf, woff, ldw, tw = weights_operand()
-    one_by_one = geo.taps == 1 and geo.big == geo.small and all(s == 1 for s in geo.strides) \
-        and not any(geo.begin)
-    src_in = _in_place(geo, x, geo.big, nb) if one_by_one and rounding is None else None
     dst_in = _in_place(geo, out, geo.small, nb) if out is not None else None
     par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * kd // 8)
     with kb.for_(items, "t", par) as t:
@@ -130,13 +127,12 @@ def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_opera
         cw = kb.let(ir.call("hidden_int", ir.call("min", mw, W - w0), dt="int"), "cw")
         cols = kb.let(cn * cr * cw, "nc")
         p0 = kb.let(r0 * W + w0, "pp")
-        if src_in is not None:
-            cs, ns = src_in
-            bbuf, boff, ldb = x.ref.buf, n0 * ns + g * cg * cs + p0, cs
-        else:
-            panel = kb.scratch(kd * cols_max, "f32", par, prefix="cols")
-            _pack_columns(kb, geo, x, panel, g, (n0, cn), (r0, cr), (w0, cw), cols, rounding, channel_major)
-            bbuf, boff, ldb = panel.buf, panel.at(0), cols
+        # (src always copied: read in place as BLAS's B, leading dimension the channel stride,
+        # 50x64x56x56 took 2.07 s a call at 2 threads under load with libgomp's default wait
+        # policy (45 ms before this road, 25 ms with the copy; 16 ms under OMP_WAIT_POLICY=PASSIVE))
+        panel = kb.scratch(kd * cols_max, "f32", par, prefix="cols")
+        _pack_columns(kb, geo, x, panel, g, (n0, cn), (r0, cr), (w0, cw), cols, rounding, channel_major)
+        bbuf, boff, ldb = panel.buf, panel.at(0), cols
         if dst_in is not None:
             cs, ns = dst_in
             kb.let(ir.call("gemm_f32", tw, 0, ocg, cols, kd, wbuf, woff(g), ldw, bbuf, boff, ldb, 0.0,
