@@ -27,99 +27,26 @@ one matrix dim, the other dims flattening to one stride) are not copied.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import numpy as np
 
 from . import ir
 from .conv_bf16 import bf16_operands, bits, plain_bf16, weight_panels
+from .conv_cf import channels_first, depthwise, emit_depthwise, emit_forward_cf
+from .conv_cols import im2col as _im2col, nothing as _nothing, window_taps as _window_taps
 from .conv_views import Data, Geometry, Weights, cropped, moved_store, store_zeros_outside, visible_box
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
 from .gemm import Matrix, direct, exact_runs
 from .kernel import plan_threads, worth_parallel
 from .loops import linear, unravel
 from .winograd import emit_backward_weights_winograd, emit_forward_winograd, winograd
-from ..types import dense_strides
+from ..types import DataType, dense_strides
 
 #: output channels per pass of the forward roads' packing of OIX-like weights
 PACK_OC = 16
-#: src channels per pass over the window taps of an im2col row (channels-first src)
-IM2COL_CHANNELS = 16
 #: rows of one im2col panel at most: a panel of (rows x T*Cg) f32 stays near L2's size
 PANEL_ELEMS = 1 << 17
 MIN_ROWS = 32
-
-
-def _in_positions(kb, geo: Geometry, out_pos, taps):
-    """Src spatial indices a tap meets from dst position ``out_pos``, and the
-    condition that all are inside (None when no padding can be met)."""
-    pos, inside = [], None
-    for o, t, s, d, b, size in zip(out_pos, taps, geo.strides, geo.dilations, geo.begin, geo.big):
-        p = kb.let(o * s + t * d - b, "ip")
-        pos.append(p)
-        c = (p >= 0) & (p < size)
-        inside = c if inside is None else inside & c
-    return pos, inside
-
-
-def _im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel, bf16=False):
-    """A (nrows x T*Cg) f32 panel (``bf16``: of bf16 bits) (a Scratch of tm rows):
-    row r holds, tap after tap, the Cg src channels of group g that the taps of
-    dst position p0 + r meet (0 in the padding)."""
-    kd, cg = geo.kd, geo.cg
-    panel = kb.scratch(tm * kd, "u16" if bf16 else "f32", parallel, prefix="cols")
-    # channels-first src whose channels alias in L1: the taps of IM2COL_CHANNELS channels at
-    # a time (their rows stay in L1 across the taps; 128 channels 1 KB apart thrash its sets:
-    # 20 against 6.5 us for 32 rows of 128 channels x 3x3 taps; 56x56 f16 channels, 6272 bytes
-    # apart, ran 2.5x slower so)
-    cb = IM2COL_CHANNELS if _aliased_channels(x, cg) else cg
-    with kb.for_(nrows, "r") as r:
-        out_pos = [v if v is not None else ir.const(0) for v in unravel(kb, p0 + r, geo.small)]
-        row = kb.let(r * kd, "cr")
-        with (kb.for_(-(-cg // cb), "cb") if cb < cg else _nothing()) as blk:
-            c0 = None if blk is None else kb.let(blk * cb, "c0")
-            count = cg if blk is None else ir.call("min", cb, cg - c0)
-            with _tap_loops(kb, geo.kernel) as (taps, flat):
-                pos, inside = _in_positions(kb, geo, out_pos, taps)
-                at = kb.let(row + flat * cg if c0 is None else row + flat * cg + c0, "ca")
-                c1 = g * cg if c0 is None else g * cg + c0
-                with kb.if_(inside) as st:
-                    with kb.for_(count, "ci") as ci:
-                        v = _rounded(x.load(n, c1 + ci, pos), rounding)
-                        kb.emit(panel.store(at + ci, bits(v) if bf16 else ir.f32(v)))
-                    with kb.else_(st):
-                        with kb.for_(count, "ci") as ci:
-                            kb.emit(panel.store(at + ci, ir.const(0, "int") if bf16 else ir.const(0.0, "f32")))
-    return panel
-
-
-def _aliased_channels(x: Data, cg: int) -> bool:
-    """Whether the ``cg`` channels of channels-first ``x`` lie a stride apart that
-    puts them in fewer lines of L1 (64 sets of 64 bytes, 12 ways) than ``cg``."""
-    dtype = getattr(x.ref, "dtype", None)
-    if x.nxc or cg <= IM2COL_CHANNELS or dtype is None or dtype.info.np is None:
-        return False
-    step = x.strides()[1] * np.dtype(dtype.info.np).itemsize
-    if step % 64:
-        return False
-    return 12 * (64 // math.gcd(step // 64, 64)) < cg
-
-
-@contextmanager
-def _window_taps(kb, geo: Geometry, p0, nrows, width=None, tap_step=None):
-    """Loops over the dst positions p0 + r (r < nrows) and their window taps;
-    yields (the src spatial indices the tap meets, whether they are inside the
-    src, the offset of the tap's Cg values in a (nrows x T*Cg) panel; ``width``:
-    of its ``width`` values in a (nrows x T*width) panel; ``tap_step``: a tap's
-    offset from the previous one in the row, ``width`` unless given)."""
-    width = geo.cg if width is None else width
-    with kb.for_(nrows, "r") as r:
-        out_pos = unravel(kb, p0 + r, geo.small)
-        out_pos = [v if v is not None else ir.const(0) for v in out_pos]
-        row = kb.let(r * (geo.taps * width), "cr")
-        with _tap_loops(kb, geo.kernel) as (taps, flat):
-            pos, inside = _in_positions(kb, geo, out_pos, taps)
-            yield pos, inside, kb.let(row + flat * (width if tap_step is None else tap_step), "ca")
 
 
 def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding, cb=None):
@@ -173,12 +100,22 @@ def _oc_outer(w) -> bool:
     return oc_s > ic_s
 
 
-def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bool = False):
+def channel_major(geo: Geometry, w, rounding) -> bool:
+    """Whether the weights' (T*Cg x OCg) matrix is read in place with its rows
+    channel after channel (OIX weights of a window of several taps), and not
+    taps first: the GEMM's other operand then orders its K so (no weights
+    packed at every call)."""
+    return geo.taps > 1 and isinstance(w, Weights) and _plain(w.ref) and rounding is None \
+        and w.matrix_strides(geo) is None and w.matrix_strides(geo, True) is not None
+
+
+def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bool = False, cm: bool = False):
     """(buffer, group offset function, ld, BLAS transpose flag) of the weights matrix
     (T*Cg x OCg), or its transpose when ``transposed``; ``either``: the caller
     takes the other orientation too (by the flag): a transposed one of XIO-like
-    weights is packed (T*Cg x OCg), as they lie."""
-    ms = w.matrix_strides(geo) if _plain(w.ref) and rounding is None else None
+    weights is packed (T*Cg x OCg), as they lie; ``cm``: rows channel after
+    channel, read in place (see channel_major)."""
+    ms = w.matrix_strides(geo, cm) if _plain(w.ref) and rounding is None else None
     if ms is not None:
         rs, cs, gs = ms
         m = Matrix(w.ref, geo.ocg if transposed else geo.kd, geo.kd if transposed else geo.ocg, None, False,
@@ -186,6 +123,7 @@ def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bo
         d = direct(m)
         if d is not None:
             return w.ref.buf, (lambda g: g * gs), d[1], d[0]
+    assert not cm, "channel-major weights are read in place"
     # (a GEMM of B transposed ran 1.1-2.3x slower: 32x32x1152 15.5 against 6.8 us,
     # 113x128x1152 106 against 72; the forward roads pack f32 weights (T*Cg x OCg))
     oc_outer = _oc_outer(w)
@@ -261,8 +199,9 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
     if bf16:
         kb.road("bf16_gemm")
         bp, boff, npan = weight_panels(kb, geo, w, rounding, kd)
-    else:
-        wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding, either=run is None)
+    cm = not bf16 and run is None and channel_major(geo, w, rounding)
+    if not bf16:
+        wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding, either=run is None, cm=cm)
     tm = _tile_rows(geo, geo.n * G, kd)
     mt = -(-P // tm)
     items = geo.n * G * mt
@@ -271,7 +210,7 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
         n, g, p0, m = _item(kb, t, geo, mt, tm, P)
         a = _data_operand(geo, x, cg, geo.big, n, g, p0, bf16) if one_by_one and rounding is None else None
         if a is None:
-            cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, par, bf16)
+            cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, par, bf16, cm)
             abuf, aoff, lda = cols.buf, cols.at(0), kd
         else:
             abuf, aoff, lda = a
@@ -448,11 +387,6 @@ class _VirtualRows:
                             kb.store(dest, ir.u64(at + ci), zero)
 
 
-@contextmanager
-def _nothing():
-    yield
-
-
 def as_forward(geo: Geometry) -> Geometry | None:
     """At unit strides, the data gradient of ``geo``'s convolution as a forward
     convolution (of dy, OC -> C channels, over dy's spatial dims, with the
@@ -475,14 +409,16 @@ class FlippedWeights:
     def load(self, g, oc, ic, taps):
         return self.w.load(g, ic, oc, [k - 1 - t for k, t in zip(self.kernel, taps)])
 
-    def matrix_strides(self, geo):
+    def matrix_strides(self, geo, channel_major=False):
         return None
 
 
 def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: Data | None = None,
-                     exact_k: int | None = None):
+                     exact_k: int | None = None, dst: Data | None = None):
     """dst = conv(x, w) by the fastest road for its geometry: Winograd, the
-    shifted GEMMs (other unit-stride windows), or im2col (``out``: see emit_forward).
+    shifted GEMMs (other unit-stride windows), channels first (graphc.codegen.conv_cf:
+    NCX src or ``dst``, the dst view, given by the forward convolution's rule), or
+    im2col (``out``: see emit_forward).
     Integer operands (``exact_k``, see emit_gemm) take no Winograd (its transforms
     are fractions), and im2col when the sum must be split into exact runs.
     Only the dst positions whose window meets src are computed (visible_box):
@@ -502,6 +438,8 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
         else:
             kb.road("im2col")
             emit_forward(kb, geo, x, w, store, rounding, out, exact_k)
+    elif depthwise(geo, x, dst) and x.ref.dtype is not DataType.bf16:
+        emit_depthwise(kb, geo, x, w, store, rounding)
     elif shifted(geo) and bf16_operands(x, w, rounding) and (x.nxc or not winograd(geo)):
         # (NCX: the copy gathers channels and the stores scatter them; f32 Winograd,
         # channels first, ran 1.29 against 1.37 ms of CPU on one core for 2x64x56x56)
@@ -513,6 +451,12 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
     elif shifted(geo):
         kb.road("shifted_gemm")
         emit_forward_shifted(kb, geo, x, w, store, rounding)
+    elif dst is not None and channels_first(geo, x, dst) and x.ref.dtype is not DataType.bf16:
+        # (f32 under fpmath bf16 too: its rounded values' products are exact in f32, summed in
+        # f32 as on the tile; NCX's positions-major gather cost the tile road 2x on 50x64x56x56)
+        cm = channel_major(geo, w, rounding)
+        emit_forward_cf(kb, geo, x, w, store, lambda: _weights_operand(kb, geo, w, True, rounding, True, cm),
+                        rounding, out, cm)
     else:
         kb.road("im2col")
         emit_forward(kb, geo, x, w, store, rounding, out)

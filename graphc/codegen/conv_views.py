@@ -169,17 +169,27 @@ class Weights:
         so, si = s[self.axes[0]], s[self.axes[1]]
         return oc_s, (self.i_per_group * si if self.io_grouped else self.o_per_group * so)
 
-    def matrix_strides(self, geo: Geometry):
+    def matrix_strides(self, geo: Geometry, channel_major: bool = False):
         """(row stride, col stride, group stride) of the (T*Cg x OCg) matrix
-        (rows: taps then ic; cols: oc) in the tensor, when rows flatten to one
-        stride, else None."""
+        (rows: taps then ic, or with ``channel_major`` ic then taps, as OIX
+        weights lie; cols: oc) in the tensor, when rows flatten to one stride,
+        else None."""
         s = self.ref.strides
         so, si = s[self.axes[0]], s[self.axes[1]]
         oc_s, ic_s = self.channel_strides()
         g_s = self.i_per_group * si if self.io_grouped else self.o_per_group * so
+        taps = [(s[a], k) for a, k in zip(self.axes[2:], geo.kernel) if k != 1]
+        if channel_major:
+            step = taps[-1][0] if taps else ic_s
+            expect = step
+            for st, k in reversed(taps):
+                if st != expect:
+                    return None
+                expect *= k
+            return (step, oc_s, g_s) if geo.cg == 1 or ic_s == expect else None
         expect = ic_s * geo.cg
-        for a, k in zip(reversed(self.axes[2:]), reversed(geo.kernel)):
-            if k != 1 and s[a] != expect:
+        for st, k in reversed(taps):
+            if st != expect:
                 return None
             expect *= k
         return ic_s, oc_s, g_s

@@ -161,7 +161,7 @@ def test_impl_info_matmul_names_the_gemm():
 
 
 @pytest.mark.parametrize("kernel, channels, road", [((3, 3), 32, "winograd"), ((3, 3), 4, "shifted_gemm"),
-                                                     ((1, 1), 32, "im2col")])
+                                                     ((1, 1), 32, "channels_first")])
 def test_impl_info_convolution_names_its_road(kernel, channels, road):
     g = Graph()
     g.add_op(Op(0, "Convolution", [L(0, "f32", [1, channels, 12, 12]), L(1, "f32", [channels, channels, *kernel])],
@@ -173,14 +173,16 @@ def test_impl_info_convolution_names_its_road(kernel, channels, road):
     assert roads[0] == "op:Convolution" and road in roads and f"{BACKEND}_sgemm" in roads
 
 
-def test_impl_info_strided_convolution_is_im2col():
+@pytest.mark.parametrize("fmt, road", [("NXC", "im2col"), ("NCX", "channels_first")])
+def test_impl_info_strided_convolution_road(fmt, road):
     g = Graph()
-    g.add_op(Op(0, "Convolution", [L(0, "f32", [1, 8, 12, 12]), L(1, "f32", [8, 8, 3, 3])],
+    x, w = ([1, 12, 12, 8], [3, 3, 8, 8]) if fmt == "NXC" else ([1, 8, 12, 12], [8, 8, 3, 3])
+    g.add_op(Op(0, "Convolution", [L(0, "f32", x), L(1, "f32", w)],
                 [L(2, "f32", [-1, -1, -1, -1])],
                 attrs=dict(strides=[2, 2], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1], groups=1,
-                           data_format="NCX", weights_format="OIX")))
+                           data_format=fmt, weights_format="XIO" if fmt == "NXC" else "OIX")))
     (cp,) = graphc.compile(g.finalize()).compiled
-    assert "im2col" in cp.get_impl_info().split("/")
+    assert road in cp.get_impl_info().split("/")
 
 
 def test_impl_info_sdpa_is_one_flash_kernel():

@@ -4,6 +4,7 @@ output buffers (so every element must be written), each output checked for its
 tensor's layout and compared by ``assert_outputs``."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 import graphc
@@ -59,3 +60,14 @@ def check_compiled(g, inputs=None, exact=False, what="", seed=0, parallel=False,
 def kernel_params(cg) -> list[list[str]]:
     """Parameter names of each compiled partition's kernel (scratch buffers: t<n>)."""
     return [cp.source.split("def kernel(")[1].split(")")[0].split(", ") for cp in cg.compiled]
+
+
+def normal_inputs(g, seed=0):
+    """Inputs from a normal distribution (rounded to each tensor's dtype): sums of
+    products that are not exact in bf16, unlike make_inputs' small integers."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for tid, a in make_inputs(g, seed).items():
+        v = rng.standard_normal(np.shape(a))
+        out[tid] = v.astype(ml_dtypes.bfloat16) if g.tensors[tid].dtype.name == "bf16" else v.astype(a.dtype)
+    return out

@@ -111,8 +111,10 @@ def lower_conv(op, kb, ins, outs):
             return
         ints = _integer_operands(op, kb, v, x) if kind == "Convolution" else None
         if ints is None:
+            # (dst's view: the forward convolution's road depends on its layout too)
             cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
-                                _data_store(v[y], bias), rounding, v[y] if bias is None else None)
+                                _data_store(v[y], bias), rounding, v[y] if bias is None else None,
+                                dst=v[y] if kind == "Convolution" else None)
         else:
             cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
                                 _data_store(v[y], bias, ints[1]), None, None, ints[0])

@@ -2,14 +2,13 @@
 OIX/XIO/IOX/XOI, strided), groups, strides, dilations, pads, auto_pad,
 output_padding, 1-3 spatial dims, bias, dtypes; weights read in place or packed;
 bf16 operands on graphc's bf16 tile."""
-import ml_dtypes
 import numpy as np
 import pytest
 
 from graphc.builder import GraphBuilder, single_op_graph
 from graphc.codegen.blas_import import bf16_tile_gemm
 from graphc.fill import make_inputs
-from support.compiled import check_compiled, compiled_vs_reference
+from support.compiled import check_compiled, compiled_vs_reference, normal_inputs
 from support.graphs import one_op, strides
 
 
@@ -303,17 +302,6 @@ EDGES = [
 
 def _road(cg):
     return cg.compiled[0].get_impl_info()
-
-
-def normal_inputs(g, seed=0):
-    """Inputs from a normal distribution (rounded to each tensor's dtype): sums of
-    products that are not exact in bf16, unlike make_inputs' small integers."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for tid, a in make_inputs(g, seed).items():
-        v = rng.standard_normal(np.shape(a))
-        out[tid] = v.astype(ml_dtypes.bfloat16) if g.tensors[tid].dtype.name == "bf16" else v.astype(a.dtype)
-    return out
 
 
 @on_the_tile

@@ -1,0 +1,274 @@
+"""The forward convolution of channels-first data (NCX) whose window takes no
+Winograd and no shifted GEMMs (1x1 windows, strided windows): per group,
+
+    Y[OCg, columns] = W[OCg, T*Cg] @ Cols[T*Cg, columns]
+
+where a column is a dst position of an image: the GEMM's output rows are dst's
+channels and its columns run along dst's positions, as NCX lays them out.  The
+positions-major im2col (graphc.codegen.conv.emit_forward) gathered one src
+value per cache line (NCX's channel stride) and its tile's stores scattered
+one per cache line too; here the columns' copy reads src rows in order (a 1x1
+window's too: BLAS reading src in place, with the channel stride as leading
+dimension, was pathological at 2 threads under load), and the tile's epilogue (bias,
+post-ops, the sum's other input) reads and writes along dst's rows.
+
+A work item holds a block of images, of rows of dst's outer spatial dims and of
+its last dim (never more than one of the three partly): large images are cut
+in row blocks, small ones (a strided 1x1 window's 7x7) are taken several images
+at a time, so that each GEMM has enough columns for BLAS's packing of the
+weights to pay (50x1024x14x14 -> 2048 at stride 2: 49 columns per call packed
+8 MB of weights per image).
+
+Depthwise convolutions (one src channel per group) of such data take a direct
+loop instead (emit_depthwise): their GEMMs had one row.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import numpy as np
+
+from . import ir
+from .conv_views import Data, Geometry, Weights
+from .conv_views import plain_f32, rounded, tap_loops
+from .kernel import plan_threads, worth_parallel
+from .loops import unravel
+
+#: f32 elements of one work item's columns and tile together: about L2's size
+ITEM_ELEMS = 1 << 18
+#: columns of one GEMM at least (images or rows joined to reach them)
+MIN_COLS = 256
+
+
+def channels_first(geo: Geometry, x: Data, dst: Data | None = None) -> bool:
+    """Whether src ``x``'s channels lie outside its positions (NCX strides), or
+    dst's do (an NCX dst of channels-last src: the positions-major tile's stores
+    would scatter each dst row): the channels-first road then reads or writes
+    along their rows."""
+    def outer(d, sizes):
+        _, cs, sp = d.strides()
+        inner = [s for s, n in zip(sp, sizes) if n != 1]
+        return bool(inner) and 0 < min(inner) < cs
+    return geo.cg * geo.taps > 1 and (outer(x, geo.big) or (dst is not None and outer(dst, geo.small)))
+
+
+def _blocks(geo: Geometry):
+    """(images, rows, last-dim positions) of a work item."""
+    W = geo.small[-1]
+    R = geo.positions // W
+    P = geo.positions
+    want = max(MIN_COLS, ITEM_ELEMS // (geo.kd + geo.ocg))
+    if P >= want:
+        nb, nr, mw = 1, (max(1, want // W) if W < want else 1), (W if W < want else want)
+    else:
+        nb, nr, mw = max(1, min(geo.n, want // P)), R, W
+
+    def items(nb, nr, mw):
+        return geo.groups * -(-geo.n // nb) * -(-R // nr) * -(-W // mw)
+    need = 2 * plan_threads()
+    while items(nb, nr, mw) < need:
+        if nb > 1:
+            nb = -(-nb // 2)
+        elif nr > 1:
+            nr = -(-nr // 2)
+        elif mw > 64:
+            mw = -(-mw // 2)
+        else:
+            break
+    return nb, nr, mw, items(nb, nr, mw)
+
+
+def _padded_dims(geo: Geometry) -> list[bool]:
+    """Per spatial dim, whether a tap may meet the padding (a check is needed)."""
+    return [b > 0 or (o - 1) * s + (k - 1) * d - b >= size
+            for o, s, k, d, b, size in zip(geo.small, geo.strides, geo.kernel, geo.dilations, geo.begin, geo.big)]
+
+
+def _in_place(geo: Geometry, d: Data, sizes, nb: int):
+    """(channel stride, image stride) when ``d``'s (channels x positions) matrix of
+    one image is a plain f32 matrix with unit position stride (and one image per
+    item), else None."""
+    if nb != 1 or not plain_f32(d.ref):
+        return None
+    ns, cs, _ = d.strides()
+    return (cs, ns) if d.rows(sizes) == 1 and cs >= math.prod(sizes) else None
+
+
+def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_operand, rounding=None,
+                    out: Data | None = None, channel_major: bool = False):
+    """dst = conv(x, w) with the channels first (see the module's text);
+    ``store(n, o, spatial ivars, value)`` as in conv.emit_forward, ``out`` dst
+    when the store only stores (the GEMM then writes it in place when it can);
+    ``weights_operand()``: conv._weights_operand's (buffer, group offset, ld,
+    transpose flag) of the (OCg x T*Cg) weights, whose K runs channel after
+    channel when ``channel_major`` (OIX weights read in place), else taps first."""
+    kb.road("channels_first")
+    G, ocg, cg, kd = geo.groups, geo.ocg, geo.cg, geo.kd
+    W = geo.small[-1]
+    R = geo.positions // W
+    nb, nr, mw, items = _blocks(geo)
+    cols_max = nb * nr * mw
+    nbk, rbk, wbk = -(-geo.n // nb), -(-R // nr), -(-W // mw)
+    wbuf, woff, ldw, tw = weights_operand()
+    dst_in = _in_place(geo, out, geo.small, nb) if out is not None else None
+    par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * kd // 8)
+    with kb.for_(items, "t", par) as t:
+        iw = kb.let(t % wbk, "iw")
+        ir_ = kb.let((t // wbk) % rbk, "ir")
+        ib = kb.let((t // (wbk * rbk)) % nbk, "ib")
+        g = kb.let(t // (wbk * rbk * nbk), "g")
+        n0, r0, w0 = kb.let(ib * nb, "n0"), kb.let(ir_ * nr, "r0"), kb.let(iw * mw, "w0")
+        cn = kb.let(ir.call("min", nb, geo.n - n0), "cn")
+        cr = kb.let(ir.call("min", nr, R - r0), "cr")
+        # (the last dim's count hidden from LLVM (fastmath.hidden_int): knowing it at most 56,
+        # LLVM unrolled the row loop and vectorised across rows, a bias-only store as AVX-512
+        # gathers and scatters: 50x64x56x56 with bias 26 -> 7 ms on one core)
+        cw = kb.let(ir.call("hidden_int", ir.call("min", mw, W - w0), dt="int"), "cw")
+        cols = kb.let(cn * cr * cw, "nc")
+        p0 = kb.let(r0 * W + w0, "pp")
+        # (src always copied: read in place as BLAS's B, leading dimension the channel stride,
+        # 50x64x56x56 took 2.07 s a call at 2 threads under load with libgomp's default wait
+        # policy (45 ms before this road, 25 ms with the copy; 16 ms under OMP_WAIT_POLICY=PASSIVE))
+        panel = kb.scratch(kd * cols_max, "f32", par, prefix="cols")
+        _pack_columns(kb, geo, x, panel, g, (n0, cn), (r0, cr), (w0, cw), cols, rounding, channel_major)
+        bbuf, boff, ldb = panel.buf, panel.at(0), cols
+        if dst_in is not None:
+            cs, ns = dst_in
+            kb.let(ir.call("gemm_f32", tw, 0, ocg, cols, kd, wbuf, woff(g), ldw, bbuf, boff, ldb, 0.0,
+                           out.ref.buf, n0 * ns + g * ocg * cs + p0 + out.base(), cs), "st")
+        else:
+            tile = kb.scratch(ocg * cols_max, "f32", par, prefix="tile")
+            kb.let(ir.call("gemm_f32", tw, 0, ocg, cols, kd, wbuf, woff(g), ldw, bbuf, boff, ldb, 0.0,
+                           tile.buf, tile.at(0), cols), "st")
+            with kb.for_(ocg, "oc") as oc:
+                c = kb.let(g * ocg + oc, "c")
+                row = kb.let(oc * cols, "ro")
+                with _columns(kb, geo, (n0, cn), (r0, cr), (w0, cw)) as (n, pos, col):
+                    kb.emit(store(n, c, pos, tile[row + col]))
+
+
+@contextmanager
+def _columns(kb, geo, images, rows, lasts):
+    """Loops over a work item's columns: yields (image, dst spatial indices,
+    column index); the innermost loop runs over dst's last spatial index."""
+    (n0, cn), (r0, cr), (w0, cw) = images, rows, lasts
+    with kb.for_(cn, "im") as i:
+        n = kb.let(n0 + i, "n")
+        with kb.for_(cr, "rr") as rr:
+            outer = [v if v is not None else ir.const(0) for v in unravel(kb, r0 + rr, geo.small[:-1])]
+            base = kb.let((i * cr + rr) * cw - w0, "cb")
+            with kb.for_(w0 + cw, "ow", start=w0) as ow:
+                yield n, outer + [ow], base + ow
+
+
+def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols, rounding, channel_major):
+    """The work item's (T*Cg x cols) f32 matrix: row (tap, ci) (``channel_major``:
+    row (ci, tap)) holds, column by column, the src value of channel g * Cg + ci
+    the tap meets from the column's dst position (0 in the padding); rows read
+    src along its positions."""
+    padded = _padded_dims(geo)
+    (n0, cn), (r0, cr), (w0, cw) = images, rows, lasts
+    with kb.for_(cn, "im") as i:
+        with kb.for_(cr, "rr") as rr:
+            outer = unravel(kb, r0 + rr, geo.small[:-1])
+            base = kb.let((i * cr + rr) * cw, "cb")
+            n = kb.let(n0 + i, "n")
+            with tap_loops(kb, geo.kernel) as (taps, flat):
+                pos, inside = [], None
+                for o, t, s, d, b, size, pad in zip(outer, taps, geo.strides, geo.dilations, geo.begin, geo.big,
+                                                     padded):
+                    p = kb.let((o if o is not None else ir.const(0)) * s + t * d - b, "ip")
+                    pos.append(p)
+                    if pad:
+                        c = (p >= 0) & (p < size)
+                        inside = c if inside is None else inside & c
+                with kb.for_(geo.cg, "ci") as ci:
+                    k = ci * geo.taps + flat if channel_major else flat * geo.cg + ci
+                    row = kb.let(k * cols + base, "cr")
+                    with kb.for_(cw, "ww") as ww:
+                        last = kb.let((w0 + ww) * geo.strides[-1] + taps[-1] * geo.dilations[-1] - geo.begin[-1],
+                                      "ip")
+                        ok = inside
+                        if padded[-1]:
+                            c = (last >= 0) & (last < geo.big[-1])
+                            ok = c if ok is None else ok & c
+                        value = ir.f32(rounded(x.load(n, g * geo.cg + ci, pos + [last]), rounding))
+                        if ok is None:
+                            kb.emit(panel.store(row + ww, value))
+                        else:
+                            with kb.if_(ok) as st:
+                                kb.emit(panel.store(row + ww, value))
+                                with kb.else_(st):
+                                    kb.emit(panel.store(row + ww, ir.const(0.0, "f32")))
+
+
+#: taps of a depthwise window the direct loop takes at most (each an unrolled term)
+DIRECT_TAPS = 64
+
+
+def depthwise(geo: Geometry, x: Data, dst: Data | None) -> bool:
+    """One src channel per group (a depthwise convolution) of a small window, its
+    data channels first: the direct loop (emit_depthwise) instead of one GEMM of
+    one row per group and block."""
+    return geo.cg == 1 and geo.taps <= DIRECT_TAPS and dst is not None and channels_first(geo, x, dst)
+
+
+def emit_depthwise(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None):
+    """dst = conv(x, w) for one src channel per group: per (image, group, block
+    of rows of dst's outer dims) in parallel, each dst row a loop over its last
+    index (vectorised: the taps' loads clamped into src and zeroed outside it,
+    no branch) of the window's taps' products, summed in f32 in tap order, the
+    weights loaded once per item.  A GEMM per group had one row (M = OCg = 1)
+    and K = the taps: 2x64x112x112 3x3 at stride 2 took 0.8 ms."""
+    kb.road("depthwise_direct")
+    G, ocg = geo.groups, geo.ocg
+    W = geo.small[-1]
+    R = geo.positions // W
+    rb = max(1, min(R, -(-(1 << 14) // W)))          # rows of about 16k outputs per item
+    while rb > 1 and geo.n * G * -(-R // rb) < 2 * plan_threads():
+        rb = -(-rb // 2)
+    nrb = -(-R // rb)
+    items = geo.n * G * nrb
+    par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * geo.taps // 8)
+    taps = list(np.ndindex(*geo.kernel))
+    with kb.for_(items, "t", par) as t:
+        n = kb.let(t // (G * nrb), "n")
+        g = kb.let((t // nrb) % G, "g")
+        r0 = kb.let((t % nrb) * rb, "r0")
+        cr = kb.let(ir.call("min", rb, R - r0), "cr")
+        with kb.for_(ocg, "oc") as oc:
+            c = kb.let(g * ocg + oc, "c")
+            wv = [kb.let(ir.f32(rounded(w.load(g, oc, ir.const(0), [ir.const(k) for k in tap]), rounding)), "wt")
+                  for tap in taps]
+            with kb.for_(cr, "rr") as rr:
+                outer = [v if v is not None else ir.const(0) for v in unravel(kb, r0 + rr, geo.small[:-1])]
+                with kb.for_(ir.call("hidden_int", W, dt="int"), "ow") as ow:
+                    acc = None
+                    for tap, wt in zip(taps, wv):
+                        term = ir.f32(rounded(_clamped_load(kb, geo, x, n, g, outer + [ow], tap), rounding)) * wt
+                        acc = term if acc is None else acc + term
+                    kb.emit(store(n, c, outer + [ow], acc))
+
+
+def _clamped_load(kb, geo: Geometry, x: Data, n, g, opos, tap):
+    """src of group g's channel met by ``tap`` from dst position ``opos``, 0 in the
+    padding: loaded at the index clamped into src (always a valid load) and
+    selected, so that the row loop has no branch."""
+    pos, inside = [], None
+    for o, t, s, d, b, size in zip(opos, tap, geo.strides, geo.dilations, geo.begin, geo.big):
+        p = o * s + (t * d - b)
+        lo_ok = t * d - b >= 0
+        hi_ok = (geo.small[len(pos)] - 1) * s + t * d - b < size
+        if lo_ok and hi_ok:
+            pos.append(p)
+            continue
+        ok = None if lo_ok else p >= 0
+        if not hi_ok:
+            ok = (p < size) if ok is None else ok & (p < size)
+        inside = ok if inside is None else inside & ok
+        pos.append(ir.call("min", ir.call("max", p, 0), size - 1))
+    if inside is None:
+        return x.load(n, g, pos)
+    # (loaded first, then selected: a load inside the select's arm stays a branch)
+    return ir.select(inside, kb.let(ir.f32(x.load(n, g, pos)), "xv"), ir.const(0.0, "f32"))

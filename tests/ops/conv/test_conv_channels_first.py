@@ -1,0 +1,185 @@
+"""The channels-first forward convolution (graphc/codegen/conv_cf.py: NCX data,
+1x1 and strided windows; dst's channels as the GEMM's rows) against the
+reference: odd channel counts, groups, strides and pads, 1-3 spatial dims,
+images joined into one GEMM or cut in row blocks and last-dim blocks, src read
+and dst written in place, bias or none, fused post-op chains (sums with
+broadcast, eltwise, swish), fpmath rounding; NXC data keeps the positions-major
+road."""
+import pytest
+
+from graphc.builder import GraphBuilder
+from support.compiled import compiled_vs_reference, normal_inputs
+from support.graphs import one_op, strides
+
+GEOMS = [
+    # (N, C, OC, spatial, kernel, extra attrs)
+    (2, 7, 5, (9, 11), (1, 1), {}),                                           # odd channels, src in place
+    (7, 33, 19, (9, 9), (1, 1), {"strides": (2, 2)}),                          # images joined
+    (3, 12, 9, (8, 7), (1, 1), {"groups": 3}),
+    (2, 8, 6, (10, 9), (3, 3), {"strides": (2, 2), "pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (2, 6, 9, (11, 10), (3, 3), {"strides": (2, 2), "groups": 3, "pads_begin": (1, 0), "pads_end": (0, 1)}),
+    (2, 5, 4, (300,), (1,), {}),                                               # one spatial dim
+    (1, 6, 4, (4, 5, 6), (1, 2, 2), {"strides": (1, 2, 2), "dilations": (1, 1, 2)}),
+    (1, 40, 24, (64, 64), (1, 1), {}),                                         # row blocks of one image
+    (1, 70, 66, (4500,), (1,), {}),                                            # blocks of the last dim
+    (2, 4, 6, (13, 9), (2, 2), {"strides": (3, 2), "pads_begin": (2, 1), "pads_end": (2, 1)}),   # taps in pads
+]
+
+
+def _attrs(geom, fmt="NCX"):
+    _, _, _, sp, _, extra = geom
+    nsp = len(sp)
+    return {"strides": (1,) * nsp, "dilations": (1,) * nsp, "pads_begin": (0,) * nsp, "pads_end": (0,) * nsp,
+            "data_format": fmt, "weights_format": "OIX" if fmt == "NCX" else "XIO", **extra}
+
+
+def conv(geom, bias=True, post=(), fmt="NCX", **graph_kw):
+    """Convolution of ``geom`` (NCX / OIX, or NXC / XIO) with ``post``: a chain of
+    (kind, other input's shape or None) post-ops."""
+    n, c, oc, sp, k, extra = geom
+    g = extra.get("groups", 1)
+    b = GraphBuilder(**graph_kw)
+    x = b.tensor("f32", [n, c, *sp] if fmt == "NCX" else [n, *sp, c])
+    w = b.tensor("f32", [oc, c // g, *k] if fmt == "NCX" else [*k, c // g, oc], property_type="constant")
+    ins = [x, w] + ([b.tensor("f32", [oc], property_type="constant")] if bias else [])
+    y = b.op("Convolution", ins, out=[("f32", [-1] * (len(sp) + 2))], attrs=_attrs(geom, fmt))[0]
+    for kind, shape in post:
+        if shape == "y":
+            other = y
+        elif shape is not None:
+            other = b.tensor("f32", shape)
+        y = b.op(kind, [y] if shape is None else [y, other])[0]
+    return b.finalize()
+
+
+def _road(cg):
+    return cg.compiled[0].get_impl_info()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("geom", GEOMS, ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}k{g[4]}")
+def test_channels_first(geom, bias):
+    cg, _ = compiled_vs_reference(conv(geom, bias), what=str(geom))
+    assert "channels_first" in _road(cg), _road(cg)
+
+
+def test_one_by_one_writes_dst_in_place():
+    """No bias and no post-ops at a 1x1 unit-stride window: the GEMM writes dst
+    where it lies (no tile)."""
+    cg, _ = compiled_vs_reference(conv(GEOMS[0], bias=False), what="in place")
+    assert "channels_first" in _road(cg) and "tile" not in cg.compiled[0].source
+
+
+def _dst(geom):
+    """dst's NCX shape."""
+    g = conv(geom, bias=False)
+    return list(g.ops[0].outputs[0].shape)
+
+
+POSTS = {
+    "relu": lambda d: [("ReLU", None)],
+    "sum": lambda d: [("Add", d)],
+    "sum_scalar": lambda d: [("Add", [1] * len(d))],
+    "sum_channel": lambda d: [("Add", [1, d[1]] + [1] * (len(d) - 2))],
+    "sum_relu": lambda d: [("Add", d), ("ReLU", None)],
+    "swish": lambda d: [("Sigmoid", None), ("Multiply", "y")],
+    "add_swish_relu": lambda d: [("Add", [1] * len(d)), ("Sigmoid", None), ("Multiply", "y"), ("ReLU", None)],
+    "mul_tanh": lambda d: [("Multiply", [1, d[1]] + [1] * (len(d) - 2)), ("Tanh", None)],
+}
+
+
+@pytest.mark.parametrize("post", sorted(POSTS))
+@pytest.mark.parametrize("geom", [GEOMS[0], GEOMS[1], GEOMS[4]], ids=lambda g: f"c{g[1]}{g[3]}k{g[4]}")
+def test_post_op_chains(geom, post):
+    """The post-ops run where the tile is stored, along dst's rows: one partition."""
+    g = conv(geom, post=POSTS[post](_dst(geom)))
+    cg, _ = compiled_vs_reference(g, what=f"{geom} {post}")
+    assert len(cg.compiled) == 1 and "channels_first" in _road(cg), _road(cg)
+
+
+@pytest.mark.parametrize("mode", ["tf32", "bf16"])
+@pytest.mark.parametrize("geom", [GEOMS[0], GEOMS[3]], ids=lambda g: f"{g[3]}k{g[4]}")
+def test_fpmath_rounding_packs_src(geom, mode):
+    """Under fpmath_mode tf32 or bf16, src and weights are read rounded (packed,
+    never read in place) and multiplied in f32: products of bf16 values are exact
+    there, as on the bf16 tile.  Normal inputs: sums the rounding changes."""
+    g = conv(geom, post=[("Add", _dst(geom))], fpmath_mode=mode)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=mode)
+    assert "channels_first" in _road(cg) and "cols" in cg.compiled[0].source
+
+
+@pytest.mark.parametrize("geom", [GEOMS[0], GEOMS[3]], ids=lambda g: f"{g[3]}k{g[4]}")
+def test_nxc_keeps_the_positions_major_road(geom):
+    cg, _ = compiled_vs_reference(conv(geom, fmt="NXC"), what=str(geom))
+    assert "channels_first" not in _road(cg) and "im2col" in _road(cg), _road(cg)
+
+
+def _mixed(geom, dfmt, wfmt):
+    """Convolution of ``geom`` with data_format ``dfmt`` and weights_format ``wfmt``."""
+    n, c, oc, sp, k, extra = geom
+    g = extra.get("groups", 1)
+    b = GraphBuilder()
+    x = b.tensor("f32", [n, c, *sp] if dfmt == "NCX" else [n, *sp, c])
+    w = b.tensor("f32", [oc, c // g, *k] if wfmt == "OIX" else [*k, c // g, oc])
+    b.op("Convolution", [x, w, b.tensor("f32", [oc])], out=[("f32", [-1] * (len(sp) + 2))],
+         attrs=dict(_attrs(geom, dfmt), weights_format=wfmt))
+    return b.finalize()
+
+
+@pytest.mark.parametrize("dfmt", ["NCX", "NXC"])
+@pytest.mark.parametrize("geom", [GEOMS[3], GEOMS[4], GEOMS[6], GEOMS[9]], ids=lambda g: f"{g[3]}k{g[4]}")
+def test_oix_weights_read_in_place(geom, dfmt):
+    """OIX weights of a window of several taps: the GEMM's K runs channel after
+    channel, as their rows lie, so they are read in place (no weights panel packed
+    at every call), on the channels-first road (NCX) and on im2col (NXC)."""
+    cg, _ = compiled_vs_reference(_mixed(geom, dfmt, "OIX"), what=f"{geom} {dfmt}")
+    road = "channels_first" if dfmt == "NCX" else "im2col"
+    assert road in _road(cg) and "wp" not in cg.compiled[0].source, _road(cg)
+
+
+def test_xio_weights_keep_taps_first():
+    """XIO weights lie taps first: read in place in that order."""
+    cg, _ = compiled_vs_reference(_mixed(GEOMS[3], "NCX", "XIO"), what="XIO")
+    assert "channels_first" in _road(cg) and "wp" not in cg.compiled[0].source
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dst_order", [(0, 1, 2, 3), (0, 2, 3, 1)])
+def test_channels_last_src_by_its_dst(dst_order, bias):
+    """NCX src laid out channels last (conv_2d.json's strides): the road follows
+    dst, channels first when dst's channels are outer (its rows written in order),
+    else im2col (channels-last src and dst)."""
+    x, w, y = [2, 6, 9, 8], [7, 6, 3, 3], [2, 7, 4, 3]
+    attrs = dict(_attrs((2, 6, 7, (9, 8), (3, 3), {}), "NCX"), strides=(2, 3), pads_begin=(1, 1),
+                 pads_end=(0, 1))
+    ins = [("f32", x, strides(x, (0, 2, 3, 1))), ("f32", w)] + [("f32", [7])] * bias
+    g = one_op("Convolution", ins, [("f32", y, strides(y, dst_order))], attrs)
+    cg, _ = compiled_vs_reference(g, what=f"{dst_order} {bias}")
+    road = "channels_first" if dst_order == (0, 1, 2, 3) else "im2col"
+    assert road in _road(cg), _road(cg)
+
+
+DEPTHWISE = [
+    # (N, C, OC, spatial, kernel, extra attrs): groups = C
+    (2, 6, 6, (11, 10), (3, 3), {"groups": 6, "strides": (2, 2), "pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (1, 5, 5, (9, 12), (3, 3), {"groups": 5, "pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (2, 4, 8, (10, 9), (3, 2), {"groups": 4, "dilations": (2, 1), "pads_begin": (2, 0), "pads_end": (1, 1)}),
+    (1, 3, 3, (17,), (5,), {"groups": 3, "strides": (3,), "pads_begin": (2,), "pads_end": (2,)}),
+    (1, 4, 4, (5, 6, 7), (3, 1, 3), {"groups": 4, "pads_begin": (0, 0, 1), "pads_end": (2, 0, 1)}),
+]
+
+
+@pytest.mark.parametrize("post", [(), (("ReLU", None),)], ids=["", "relu"])
+@pytest.mark.parametrize("geom", DEPTHWISE, ids=lambda g: f"oc{g[2]}{g[3]}k{g[4]}")
+def test_depthwise_direct(geom, post):
+    """One src channel per group (depthwise, depth multipliers 1 and 2): the direct
+    loop, taps clamped into src and zeroed in the padding."""
+    cg, _ = compiled_vs_reference(conv(geom, post=post), what=str(geom))
+    assert "depthwise_direct" in _road(cg), _road(cg)
+
+
+@pytest.mark.parametrize("mode", ["strict", "tf32"])
+def test_depthwise_direct_rounds_under_fpmath(mode):
+    g = conv(DEPTHWISE[0], fpmath_mode=mode)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=mode)
+    assert "depthwise_direct" in _road(cg), _road(cg)
