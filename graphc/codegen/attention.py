@@ -60,6 +60,8 @@ from . import ir
 from .attention_backward import BK, BQ, lower_attention_backward
 from .attention_operands import (REORDERS, ZERO, IndexRef, as_matrix, bf16_pair, dropout_kept, gemm, gemm_block,
                                  inverse_sum, mm_rounding, output_store, prologue_views, stored, tile_operand)
+from .bf16_gemm import bf16_panels
+from .blas_import import bf16_tile_gemm
 from .fused_values import PrologueRef, Values
 from .helpers import use_helper
 from .kernel import ArrayRef, Scratch, as_stored, is_narrow_float, plan_threads, worth_parallel
@@ -77,6 +79,9 @@ BN = 128
 BM_PACKED = 256
 
 NINF = ir.const(-math.inf, "f32")
+#: most elements (uint16) of a head's K^T and V panels a thread's workspace holds (else the
+#: bf16 products pack their operands per call, gemm_bf16)
+PANELS_MAX = 1 << 23
 
 #: Q @ K^T and P @ V on ``gemm_bf16`` (f32 sums) where both operands hold bf16
 #: values, instead of ``gemm_f32`` on operands widened to f32.  Off: measured
@@ -113,6 +118,8 @@ class _QueryBlock:
     rsum: Scratch       # each row's running sum of exp(s - max)
     words: Scratch | None   # a Dropout's Philox words of a row of the tile
     ptile: Scratch | None   # the probabilities as bf16 bits, for P @ V in bf16
+    kpan: Scratch | None = None   # the head's K^T packed into the bf16 tile's panels, a key block at a time
+    vpan: Scratch | None = None   # the head's V, likewise
 
 
 class _Forward:
@@ -187,40 +194,86 @@ class _Forward:
             bm = min(bm, sq)
         self.bm = bm
         self.mt, self.kt = -(-sq // bm), -(-skv // self.bn)
-        self.parallel = nbatch * self.mt > 1 and worth_parallel(nbatch * sq * skv * (self.d + self.dv) // 8)
+        # the bf16 products on graphc's tile: each key block's K^T and V packed into
+        # its panels once per head (per task: a head's run of query blocks)
+        self.perk, self.perv = bf16_panels(self.bn, self.d), bf16_panels(self.dv, self.bn)
+        size = self.kt * (self.perk * self.qk_bf16 + self.perv * self.pv_bf16)
+        self.panels = (self.qk_bf16 or self.pv_bf16) and bf16_tile_gemm() and size <= PANELS_MAX
+        # query blocks per task: a head's, split while there are fewer tasks than twice the threads
+        self.groups = min(self.mt, -(-2 * plan_threads() // nbatch)) if self.panels else self.mt
+        self.per = -(-self.mt // self.groups)
+        tasks = nbatch * (self.groups if self.panels else self.mt)
+        self.parallel = tasks > 1 and worth_parallel(nbatch * sq * skv * (self.d + self.dv) // 8)
 
     # -- the kernel ------------------------------------------------------------------------
     def emit(self) -> None:
-        """A parallel loop over (batch x heads) x query blocks; each walks the key
-        blocks once (online softmax), or twice when the probabilities are needed
-        normalised (rounded to a narrow dtype, pointwise ops on them, fpmath_mode)."""
+        """A parallel loop over (batch x heads) x query blocks (with the tile's
+        panels: over (batch x heads) x runs of query blocks, the head's K^T and V
+        packed first); each block walks the key blocks once (online softmax), or
+        twice when the probabilities are needed normalised (rounded to a narrow
+        dtype, pointwise ops on them, fpmath_mode)."""
         kb = self.kb
-        with kb.for_(self.nbatch * self.mt, "t", self.parallel) as t:
-            blk = self._query_block(t)
-            kt_run = _causal_blocks(kb, self.ops, self.local, self.values, self.sm, blk.bivars,
-                                    blk.i0 + blk.m - 1, self.bn, self.kt, self.skv)
-            if not self.two_pass:
-                with kb.for_(kt_run, "kv") as kv:
-                    j0, n_ = self._scores(blk, kv, lambda r, j0, n_, mx: self._update_stats(blk, r, j0, n_, mx, True))
-                    self._pv(blk, j0, n_)
-            else:
-                with kb.for_(kt_run, "kv") as kv:
-                    self._scores(blk, kv, lambda r, j0, n_, mx: self._update_stats(blk, r, j0, n_, mx, False))
-                with kb.for_(kt_run, "kv") as kv:
-                    j0, n_ = self._scores(blk, kv)
-                    self._probabilities(blk, j0, n_)
-                    self._pv(blk, j0, n_)
-            self._store_rows(blk)
+        if not self.panels:
+            with kb.for_(self.nbatch * self.mt, "t", self.parallel) as t:
+                tb = kb.let(t // self.mt, "tb")
+                self._block(tb, t % self.mt, unravel(kb, tb, self.batch) if self.batch else [], None)
+            return kb.ret(-1)
+        with kb.for_(self.nbatch * self.groups, "t", self.parallel) as t:
+            tb = kb.let(t // self.groups, "tb")
+            qb0 = kb.let((t % self.groups) * self.per, "qb0")
+            qb1 = kb.let(ir.call("min", self.mt, qb0 + self.per), "qb1")
+            bivars = unravel(kb, tb, self.batch) if self.batch else []
+            last = kb.let(ir.call("min", self.sq, qb1 * self.bm) - 1, "lr")
+            kt_pack = _causal_blocks(kb, self.ops, self.local, self.values, self.sm, bivars, last, self.bn, self.kt,
+                                     self.skv)
+            panels = self._pack_head(bivars, kt_pack)
+            with kb.for_(qb1, "qb", start=qb0) as qb:
+                self._block(tb, qb, bivars, panels)
         kb.ret(-1)
 
-    def _query_block(self, t) -> _QueryBlock:
-        """Task ``t``'s query block: its indexes, Q's block, its scratch tiles, the
-        running max, sum and output rows cleared."""
+    def _block(self, tb, qb, bivars, panels) -> None:
+        """Query block ``qb`` of batch ``tb``: its key sweeps and its rows stored."""
+        kb = self.kb
+        blk = self._query_block(tb, qb, bivars, panels)
+        kt_run = _causal_blocks(kb, self.ops, self.local, self.values, self.sm, blk.bivars,
+                                blk.i0 + blk.m - 1, self.bn, self.kt, self.skv)
+        if not self.two_pass:
+            with kb.for_(kt_run, "kv") as kv:
+                j0, n_ = self._scores(blk, kv, lambda r, j0, n_, mx: self._update_stats(blk, r, j0, n_, mx, True))
+                self._pv(blk, kv, j0, n_)
+        else:
+            with kb.for_(kt_run, "kv") as kv:
+                self._scores(blk, kv, lambda r, j0, n_, mx: self._update_stats(blk, r, j0, n_, mx, False))
+            with kb.for_(kt_run, "kv") as kv:
+                j0, n_ = self._scores(blk, kv)
+                self._probabilities(blk, j0, n_)
+                self._pv(blk, kv, j0, n_)
+        self._store_rows(blk)
+
+    def _pack_head(self, bivars, kt_pack):
+        """The key blocks [0, kt_pack) of the head ``bivars``: K^T (d x keys, the B of
+        Q K^T) and V (keys x dv) packed into the tile's panels (graphc.codegen.bf16_gemm),
+        a key block's panels ``perk`` / ``perv`` elements apart; returns (kpan, vpan)."""
+        kb, bn, d, dv, parallel = self.kb, self.bn, self.d, self.dv, self.parallel
+        kpan = kb.scratch(self.kt * self.perk, "u16", parallel, prefix="kpan") if self.qk_bf16 else None
+        vpan = kb.scratch(self.kt * self.perv, "u16", parallel, prefix="vpan") if self.pv_bf16 else None
+        with kb.for_(kt_pack, "kv") as kv:
+            j0 = kb.let(kv * bn, "j0")
+            n_ = kb.let(ir.call("min", bn, self.skv - j0), "n")
+            if kpan is not None:
+                buf, off, ld, tr = gemm_block(kb, self.k, bivars, 0, d, j0, n_, d * bn, parallel, True)
+                kb.let(ir.call("pack_panels_bf16", tr, n_, d, buf, off, ld, kpan.buf, kpan.at(kv * self.perk)), "st")
+            if vpan is not None:
+                buf, off, ld, tr = gemm_block(kb, self.v, bivars, j0, n_, 0, dv, bn * dv, parallel, True)
+                kb.let(ir.call("pack_panels_bf16", tr, dv, n_, buf, off, ld, vpan.buf, vpan.at(kv * self.perv)), "st")
+        return kpan, vpan
+
+    def _query_block(self, tb, qb, bivars, panels) -> _QueryBlock:
+        """Query block ``qb`` of batch ``tb``: its indexes, Q's block, its scratch tiles,
+        the running max, sum and output rows cleared."""
         kb, bm, bn, dv, parallel = self.kb, self.bm, self.bn, self.dv, self.parallel
-        tb = kb.let(t // self.mt, "tb")
-        i0 = kb.let((t % self.mt) * bm, "i0")
+        i0 = kb.let(qb * bm, "i0")
         m_ = kb.let(ir.call("min", bm, self.sq - i0), "m")
-        bivars = unravel(kb, tb, self.batch) if self.batch else []
         q = gemm_block(kb, self.q, bivars, i0, m_, 0, self.d, bm * self.d, parallel, self.qk_bf16)
         blk = _QueryBlock(tb, i0, m_, bivars, q,
                           stile=kb.scratch(bm * bn, "f32", parallel, prefix="stile"),
@@ -228,7 +281,8 @@ class _Forward:
                           rmax=kb.scratch(bm, "f32", parallel, prefix="rmax"),
                           rsum=kb.scratch(bm, "f32", parallel, prefix="rsum"),
                           words=kb.scratch(4 * (bn // 4 + 2), "int", parallel, prefix="rw") if self.drop else None,
-                          ptile=kb.scratch(bm * bn, "u16", parallel, prefix="ptile") if self.pv_bf16 else None)
+                          ptile=kb.scratch(bm * bn, "u16", parallel, prefix="ptile") if self.pv_bf16 else None,
+                          kpan=panels[0] if panels else None, vpan=panels[1] if panels else None)
         with kb.for_(m_, "r") as r:
             kb.emit(blk.rmax.store(r, NINF))
             kb.emit(blk.rsum.store(r, ZERO))
@@ -247,8 +301,14 @@ class _Forward:
         kb, bn, values, score, src = self.kb, self.bn, self.values, self.score, self.sm.inputs[0]
         j0 = kb.let(kv * bn, "j0")
         n_ = kb.let(ir.call("min", bn, self.skv - j0), "n")
-        k = gemm_block(kb, self.k, blk.bivars, 0, self.d, j0, n_, self.d * bn, self.parallel, self.qk_bf16)
-        gemm(kb, blk.q, k, blk.m, n_, self.d, 0.0, blk.stile, bn, self.qk_bf16)
+        if blk.kpan is not None:   # K^T's panels of this key block
+            qbuf, qoff, ldq, ta = blk.q
+            kb.let(ir.call("gemm_bf16_packed", ta, blk.m, n_, self.d, qbuf, qoff, ldq, blk.kpan.buf,
+                           blk.kpan.at(kv * self.perk), (n_ + 31) // 32, 0, 0.0, blk.stile.buf, blk.stile.at(0), bn),
+                   "st")
+        else:
+            k = gemm_block(kb, self.k, blk.bivars, 0, self.d, j0, n_, self.d * bn, self.parallel, self.qk_bf16)
+            gemm(kb, blk.q, k, blk.m, n_, self.d, 0.0, blk.stile, bn, self.qk_bf16)
         with kb.for_(blk.m, "r") as r:
             row = kb.let(r * bn, "sr")
             i = kb.let(blk.i0 + r, "i")
@@ -311,9 +371,14 @@ class _Forward:
                 else:
                     kb.emit(stile.store(row + jj, ir.f32(p)))
 
-    def _pv(self, blk, j0, n_) -> None:
-        """O_blk += P V_blk of the key block j0.. (n_ keys)."""
+    def _pv(self, blk, kv, j0, n_) -> None:
+        """O_blk += P V_blk of the key block kv (keys j0.., n_ of them)."""
         bf16 = self.pv_bf16
+        if blk.vpan is not None:   # V's panels of this key block
+            self.kb.let(ir.call("gemm_bf16_packed", 0, blk.m, self.dv, n_, blk.ptile.buf, blk.ptile.at(0), self.bn,
+                                blk.vpan.buf, blk.vpan.at(kv * self.perv), (self.dv + 31) // 32, 0, 1.0, blk.acc.buf,
+                                blk.acc.at(0), self.dv), "st")
+            return
         v = gemm_block(self.kb, self.v, blk.bivars, j0, n_, 0, self.dv, self.bn * self.dv, self.parallel, bf16)
         gemm(self.kb, tile_operand(blk.ptile if bf16 else blk.stile, self.bn), v, blk.m, self.dv, n_, 1.0, blk.acc,
              self.dv, bf16)

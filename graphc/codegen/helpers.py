@@ -143,6 +143,9 @@ _BLAS = Imports("graphc.codegen.blas", "from graphc.codegen.blas import gemm_f32
 for _name in ("gemm_f32", "gemm_bf16", "gemm_bf16_packed", "gemm_u8s8", "pack_b_bf16"):
     declare(_name, "int", _BLAS)
 
+# B packed whole into the bf16 tile's panels (the attention kernel's K^T and V, once per head)
+declare("pack_panels_bf16", "int", Imports.one("graphc.codegen.blas", "pack_panels_bf16", TOP))
+
 declare("get_thread_id", "int", Imports.one("numba", "get_thread_id", TOP))
 
 # graphc.codegen.fastmath: float32 transcendentals, keyed maxima, reassociating sums
