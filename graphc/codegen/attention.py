@@ -82,6 +82,9 @@ NINF = ir.const(-math.inf, "f32")
 #: most elements (uint16) of a head's K^T and V panels a thread's workspace holds (else the
 #: bf16 products pack their operands per call, gemm_bf16)
 PANELS_MAX = 1 << 23
+#: most scores (f32) of a query block's rows over all keys a thread keeps from the first
+#: sweep of a two-sweep kernel for its second (else the second computes them again)
+SCORES_MAX = 1 << 17
 
 #: Q @ K^T and P @ V on ``gemm_bf16`` (f32 sums) where both operands hold bf16
 #: values, instead of ``gemm_f32`` on operands widened to f32.  Off: measured
@@ -120,6 +123,7 @@ class _QueryBlock:
     ptile: Scratch | None   # the probabilities as bf16 bits, for P @ V in bf16
     kpan: Scratch | None = None   # the head's K^T packed into the bf16 tile's panels, a key block at a time
     vpan: Scratch | None = None   # the head's V, likewise
+    scores: Scratch | None = None   # the block's scores over all keys (rows skv apart), kept for the second sweep
 
 
 class _Forward:
@@ -167,6 +171,8 @@ class _Forward:
         self.store = (lambda iv, v: store(iv[:-2] + [iv[-1], iv[-2]], v)) if pin else store
         self._blocking()
         use_helper(kb, "attn_exp_row")   # (after exp_le0_f32, which it calls)
+        if self.keep:
+            use_helper(kb, "attn_exp_sum")
         self.dparams = dropout_params(kb, *(local[t.id] for t in drop.inputs[1:])) if drop else None
 
     def _operand_refs(self, plan) -> None:
@@ -194,6 +200,7 @@ class _Forward:
             bm = min(bm, sq)
         self.bm = bm
         self.mt, self.kt = -(-sq // bm), -(-skv // self.bn)
+        self.keep = self.two_pass and bm * skv <= SCORES_MAX
         # the bf16 products on graphc's tile: each key block's K^T and V packed into
         # its panels once per head (per task: a head's run of query blocks)
         self.perk, self.perv = bf16_panels(self.bn, self.d), bf16_panels(self.dv, self.bn)
@@ -245,7 +252,11 @@ class _Forward:
             with kb.for_(kt_run, "kv") as kv:
                 self._scores(blk, kv, lambda r, j0, n_, mx: self._update_stats(blk, r, j0, n_, mx, False))
             with kb.for_(kt_run, "kv") as kv:
-                j0, n_ = self._scores(blk, kv)
+                if self.keep:   # the first sweep's scores
+                    j0 = kb.let(kv * self.bn, "j0")
+                    n_ = kb.let(ir.call("min", self.bn, self.skv - j0), "n")
+                else:
+                    j0, n_ = self._scores(blk, kv)
                 self._probabilities(blk, j0, n_)
                 self._pv(blk, kv, j0, n_)
         self._store_rows(blk)
@@ -282,7 +293,8 @@ class _Forward:
                           rsum=kb.scratch(bm, "f32", parallel, prefix="rsum"),
                           words=kb.scratch(4 * (bn // 4 + 2), "int", parallel, prefix="rw") if self.drop else None,
                           ptile=kb.scratch(bm * bn, "u16", parallel, prefix="ptile") if self.pv_bf16 else None,
-                          kpan=panels[0] if panels else None, vpan=panels[1] if panels else None)
+                          kpan=panels[0] if panels else None, vpan=panels[1] if panels else None,
+                          scores=kb.scratch(bm * self.skv, "f32", parallel, prefix="scores") if self.keep else None)
         with kb.for_(m_, "r") as r:
             kb.emit(blk.rmax.store(r, NINF))
             kb.emit(blk.rsum.store(r, ZERO))
@@ -301,40 +313,48 @@ class _Forward:
         kb, bn, values, score, src = self.kb, self.bn, self.values, self.score, self.sm.inputs[0]
         j0 = kb.let(kv * bn, "j0")
         n_ = kb.let(ir.call("min", bn, self.skv - j0), "n")
+        tile, ld, c0 = self._tile(blk, j0)
         if blk.kpan is not None:   # K^T's panels of this key block
             qbuf, qoff, ldq, ta = blk.q
             kb.let(ir.call("gemm_bf16_packed", ta, blk.m, n_, self.d, qbuf, qoff, ldq, blk.kpan.buf,
-                           blk.kpan.at(kv * self.perk), (n_ + 31) // 32, 0, 0.0, blk.stile.buf, blk.stile.at(0), bn),
-                   "st")
+                           blk.kpan.at(kv * self.perk), (n_ + 31) // 32, 0, 0.0, tile.buf, tile.at(c0), ld), "st")
         else:
             k = gemm_block(kb, self.k, blk.bivars, 0, self.d, j0, n_, self.d * bn, self.parallel, self.qk_bf16)
-            gemm(kb, blk.q, k, blk.m, n_, self.d, 0.0, blk.stile, bn, self.qk_bf16)
+            gemm(kb, blk.q, k, blk.m, n_, self.d, 0.0, tile, ld, self.qk_bf16, c0)
         with kb.for_(blk.m, "r") as r:
-            row = kb.let(r * bn, "sr")
+            row = kb.let(r * ld + c0, "sr")
             i = kb.let(blk.i0 + r, "i")
             mx = kb.var(NINF, "mx") if per_row else None
             with kb.for_(n_, "jj") as jj:
-                with values.binding({score.id: stored(blk.stile[row + jj], score.dtype)}):
+                with values.binding({score.id: stored(tile[row + jj], score.dtype)}):
                     s = kb.let(ir.f32(values.at(src.id, src, list(blk.bivars) + [i, j0 + jj], self.sshape)), "sv")
-                kb.emit(blk.stile.store(row + jj, s))
+                kb.emit(tile.store(row + jj, s))
                 if per_row:
                     kb.assign(mx, ir.select(s > mx, s, mx))
             if per_row:
                 per_row(r, j0, n_, mx)
         return j0, n_
 
+    def _tile(self, blk, j0):
+        """(scratch, leading dim, first element) of key block j0's scores: the tile,
+        or the block's columns of the scores kept for the second sweep."""
+        return (blk.scores, self.skv, j0) if blk.scores is not None else (blk.stile, self.bn, 0)
+
     def _update_stats(self, blk, r, j0, n_, mx, rescale) -> None:
         """Row r's running max and sum from the tile's row of max ``mx`` (left
         holding exp(s - max)); with ``rescale`` (one pass) the output row rescaled
         and the dropped probabilities zeroed."""
         kb, stile = self.kb, blk.stile
-        row = kb.let(r * self.bn, "sr")
+        tile, ld, c0 = self._tile(blk, j0)
+        row = kb.let(r * ld + c0, "sr")
         old = kb.let(blk.rmax[r], "mo")
         new = kb.let(ir.select(mx > old, mx, old), "mn")
         # a row masked so far (max -inf) counts from 0: its exps are 0, not NaN
         safe = kb.let(ir.select(new.eq(-math.inf), ZERO, new), "ms")
         alpha = kb.let(ir.call("exp_le0_f32", old - safe), "al")
-        part = kb.let(ir.call("attn_exp_row", stile.buf, stile.at(row), n_, safe, dt="f32"), "ps")
+        # (scores kept for the second sweep stay as they are)
+        part = kb.let(ir.call("attn_exp_sum" if blk.scores is not None else "attn_exp_row", tile.buf, tile.at(row),
+                              n_, safe, dt="f32"), "ps")
         kb.emit(blk.rmax.store(r, new))
         kb.emit(blk.rsum.store(r, blk.rsum[r] * alpha + part))
         if self.drop and rescale:   # the row's sum counts every key; @V sees the kept ones scaled
@@ -350,14 +370,16 @@ class _Forward:
         """The second sweep's tile: the normalised probabilities, as the SoftMax's dst
         holds them, dropped, through the pointwise ops after them, rounded."""
         kb, stile, values, drop, mm2 = self.kb, blk.stile, self.values, self.drop, self.mm2
+        tile, ld, c0 = self._tile(blk, j0)
         with kb.for_(blk.m, "r") as r:
             row = kb.let(r * self.bn, "sr")
+            src = kb.let(r * ld + c0, "sc") if blk.scores is not None else row
             mr = kb.let(blk.rmax[r], "mr")
             safe = kb.let(ir.select(mr.eq(-math.inf), ZERO, mr), "ms")
             inv = kb.let(inverse_sum(blk.rsum[r], self.inf_as_zero), "iv")
             keep = self._kept(blk, kb.let(blk.i0 + r, "i"), j0, n_) if drop else None
             with kb.for_(n_, "jj") as jj:
-                p = as_stored(ir.call("exp_le0_f32", stile[row + jj] - safe) * inv, self.p_dt)
+                p = as_stored(ir.call("exp_le0_f32", tile[src + jj] - safe) * inv, self.p_dt)
                 if drop:
                     p = stored(ir.select(keep(jj), p * self.dparams[1], 0.0), drop.outputs[0].dtype)
                 if self.p_chain:
@@ -453,4 +475,4 @@ def _gen_index(op, last) -> bool:
         op.attr("axis") % len(op.outputs[0].shape) == len(op.outputs[0].shape) - 2 + last
 
 
-__all__ = ["lower_attention", "REORDERS", "BM", "BN", "BM_PACKED", "BQ", "BK"]
+__all__ = ["lower_attention", "REORDERS", "BM", "BN", "BM_PACKED", "PANELS_MAX", "SCORES_MAX", "BQ", "BK"]

@@ -98,14 +98,16 @@ def test_tiles_multiplied_in_bf16(monkeypatch, mask, dt, layout, d, fpmath):
 
 
 def _assert_bf16_products(g):
-    """Q @ K^T in each of the two sweeps and P @ V in the second multiply bf16: on
-    graphc's tile with K^T and V packed into its panels once per head, else gemm_bf16."""
+    """Q @ K^T (in the first sweep; in the second too unless its scores are kept)
+    and P @ V in the second multiply bf16: on graphc's tile with K^T and V packed
+    into its panels once per head, else gemm_bf16."""
     from graphc.codegen.blas_import import bf16_tile_gemm
     loop = str(g.get_partitions("fusion")[0].compile().source).split("\ndef ", 1)[1]   # (past the imports)
+    products = 2 if "attn_exp_sum(" in loop else 3
     if bf16_tile_gemm():
-        assert loop.count("gemm_bf16_packed(") == 3 and loop.count("pack_panels_bf16(") == 2
+        assert loop.count("gemm_bf16_packed(") == products and loop.count("pack_panels_bf16(") == 2
     else:
-        assert loop.count("gemm_bf16(") == 3
+        assert loop.count("gemm_bf16(") == products
     assert "gemm_f32(" not in loop
 
 
@@ -116,6 +118,7 @@ def _assert_bf16_products(g):
     dict(hq=3, hkv=1, sq=90, skv=129, d=7, mask="causal_tl"),      # MQA: K/V broadcast; odd head dim
     dict(hq=2, layout="bshd", sq=150, skv=257, d=64, mask="select"),   # bshd views; whole panels, 2 KV rows
     dict(k_quant=("s8", 8, "d", True, False), v_quant=("s8", 8, "d", True, False), sq=80, d=16),   # computed K/V
+    dict(n=2, hq=2, sq=150, skv=301, d=13, mask="causal_tl", recompute=True),   # the second sweep's own scores
 ])
 def test_tiles_on_head_panels(monkeypatch, case):
     """The bf16 products with K^T and V packed into the tile's panels once per head
@@ -123,13 +126,16 @@ def test_tiles_on_head_panels(monkeypatch, case):
     that are no multiple of 32 or of 2 (a last one of 5, 4, 1 keys), head dims
     that are no multiple of 32 (or of 2), causal masks whose packing stops at the
     task's last row, GQA/MQA heads sharing K/V, bshd views, K/V dequantized while
-    they are packed."""
+    they are packed; the first sweep's scores kept for the second, or (past
+    SCORES_MAX) computed again."""
     from graphc.codegen import attention
     from graphc.codegen.blas_import import bf16_gemm
     if not bf16_gemm():
         pytest.skip("no bf16 GEMM in this build")
     monkeypatch.setattr(attention, "BF16_QK", True)
     monkeypatch.setattr(attention, "BF16_PV", True)
+    if case.pop("recompute", False):
+        monkeypatch.setattr(attention, "SCORES_MAX", 0)
     g, ids = sdpa_graph("bf16", **case)
     check_sdpa(g, ids)
     _assert_bf16_products(g)
