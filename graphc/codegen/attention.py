@@ -86,14 +86,20 @@ PANELS_MAX = 1 << 23
 #: sweep of a two-sweep kernel for its second (else the second computes them again)
 SCORES_MAX = 1 << 17
 
-#: Q @ K^T and P @ V on ``gemm_bf16`` (f32 sums) where both operands hold bf16
-#: values, instead of ``gemm_f32`` on operands widened to f32.  Off: measured
-#: slower on the 64 x 128 x 64 tiles of a query block (docs/performance.md,
-#: "bf16 attention tiles"): gemm_bf16 packs A and B in every call (scalar
-#: loops), and K^T is its transposed B; 2x16x512x64 bf16 on one thread 33 ms
-#: with sgemm, 62-65 ms with either product on the tile.
-BF16_QK = False
-BF16_PV = False
+#: Q @ K^T and P @ V multiplied in bf16 (f32 sums) where both operands hold bf16
+#: values, instead of ``gemm_f32`` on operands widened to f32.  On graphc's
+#: AVX512-BF16 tile each task packs its head's K^T and V into the tile's panels
+#: once (``pack_panels_bf16``; K^T gathered by vector code) and every query block
+#: multiplies by them (``gemm_bf16_packed``, Q and the bf16 probabilities read in
+#: place).  On: measured faster on the tile (docs/performance.md, "bf16 attention
+#: tiles": 2x16x512x64 bf16 on one thread 37-40 ms widened to f32, 27 ms on the
+#: tile's panels).
+BF16_QK = True
+BF16_PV = True
+#: the same products without the tile's panels (no AVX512-BF16: MKL's bf16 GEMM; or
+#: a head's panels past PANELS_MAX): ``gemm_bf16`` packing both operands in every
+#: call.  Off: measured slower than sgemm on widened tiles (64-65 against 33 ms).
+BF16_UNPACKED = False
 
 
 def lower_attention(kb, ops, refs, plan) -> None:
@@ -206,6 +212,8 @@ class _Forward:
         self.perk, self.perv = bf16_panels(self.bn, self.d), bf16_panels(self.dv, self.bn)
         size = self.kt * (self.perk * self.qk_bf16 + self.perv * self.pv_bf16)
         self.panels = (self.qk_bf16 or self.pv_bf16) and bf16_tile_gemm() and size <= PANELS_MAX
+        if not self.panels and not BF16_UNPACKED:
+            self.qk_bf16 = self.pv_bf16 = False
         # query blocks per task: a head's, split while there are fewer tasks than twice the threads
         self.groups = min(self.mt, -(-2 * plan_threads() // nbatch)) if self.panels else self.mt
         self.per = -(-self.mt // self.groups)

@@ -81,7 +81,7 @@ def test_finite_fill_value():
 @pytest.mark.parametrize("dt,layout,d,fpmath", [("bf16", "bhsd", 13, None), ("bf16", "bshd", 16, None),
                                                 ("f32", "bhsd", 16, "bf16")])
 def test_tiles_multiplied_in_bf16(monkeypatch, mask, dt, layout, d, fpmath):
-    """Q @ K^T and P @ V on gemm_bf16 (attention.BF16_QK / BF16_PV on) where both
+    """Q @ K^T and P @ V in bf16 (attention.BF16_QK / BF16_PV, and without the tile BF16_UNPACKED) where both
     operands hold bf16 values (bf16 tensors, or f32 ones fpmath_mode rounds): sizes
     that are no multiple of the tile's 8 x 32 (70 queries, 301 keys: a last key
     block of 45, an odd k of P @ V; head dim 13: an odd k of Q @ K^T), masks,
@@ -92,6 +92,7 @@ def test_tiles_multiplied_in_bf16(monkeypatch, mask, dt, layout, d, fpmath):
         pytest.skip("no bf16 GEMM in this build")
     monkeypatch.setattr(attention, "BF16_QK", True)
     monkeypatch.setattr(attention, "BF16_PV", True)
+    monkeypatch.setattr(attention, "BF16_UNPACKED", True)
     g, ids = sdpa_graph(dt, skv=301, d=d, mask=mask, layout=layout, fpmath=fpmath)
     check_sdpa(g, ids)
     _assert_bf16_products(g)
@@ -134,6 +135,7 @@ def test_tiles_on_head_panels(monkeypatch, case):
         pytest.skip("no bf16 GEMM in this build")
     monkeypatch.setattr(attention, "BF16_QK", True)
     monkeypatch.setattr(attention, "BF16_PV", True)
+    monkeypatch.setattr(attention, "BF16_UNPACKED", True)
     if case.pop("recompute", False):
         monkeypatch.setattr(attention, "SCORES_MAX", 0)
     g, ids = sdpa_graph("bf16", **case)
