@@ -27,7 +27,14 @@ visits only the key blocks up to its last row's diagonal.
 
 When the SoftMax's dst is bf16/f16 (its probabilities rounded before @V, as the
 reference rounds them), a first sweep over the keys finds each row's max and
-sum and a second computes the rounded probabilities and accumulates P @ V.
+sum and a second computes the rounded probabilities and accumulates P @ V; the
+first sweep's scores of the block's rows over all keys are kept for the second
+(up to ``SCORES_MAX`` a thread).
+
+With bf16 operands on graphc's AVX512-BF16 tile (``BF16_QK`` / ``BF16_PV``) a
+task is a head's run of query blocks: it packs the head's K^T and V into the
+tile's panels once (``pack_panels_bf16``), and its blocks multiply Q and the
+bf16 probabilities by them (``gemm_bf16_packed``).
 
 Reshapes and transposes of the kernel's inputs (Q, K, V, mask, scale) are views
 (:func:`view_strides`): the same buffer read with other strides.

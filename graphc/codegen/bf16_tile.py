@@ -5,7 +5,8 @@ tile runs at about 500, as oneDNN's bf16 kernels inside torch do).
 
 The tile is LLVM IR (vectors, the ``llvm.x86.avx512bf16.dpbf16ps.512``
 intrinsic) compiled once per process by llvmlite for the host CPU and bound to
-the symbol ``graphc_bf16_tile`` (with B's packing, ``graphc_bf16_pack``);
+the symbol ``graphc_bf16_tile`` (with B's packing, ``graphc_bf16_pack``, and a
+transposed B's, ``graphc_bf16_pack_t``);
 kernels reach it through graphc.codegen.blas.gemm_bf16 (graphc.codegen.bf16_gemm),
 by that name (never an address baked into
 code, so they stay cacheable on disk).
