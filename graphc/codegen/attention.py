@@ -27,7 +27,14 @@ visits only the key blocks up to its last row's diagonal.
 
 When the SoftMax's dst is bf16/f16 (its probabilities rounded before @V, as the
 reference rounds them), a first sweep over the keys finds each row's max and
-sum and a second computes the rounded probabilities and accumulates P @ V.
+sum and a second computes the rounded probabilities and accumulates P @ V; the
+first sweep's scores of the block's rows over all keys are kept for the second
+(up to ``SCORES_MAX`` a thread).
+
+With bf16 operands on graphc's AVX512-BF16 tile (``BF16_QK`` / ``BF16_PV``) a
+task is a head's run of query blocks: it packs the head's K^T and V into the
+tile's panels once (``pack_panels_bf16``), and its blocks multiply Q and the
+bf16 probabilities by them (``gemm_bf16_packed``).
 
 Reshapes and transposes of the kernel's inputs (Q, K, V, mask, scale) are views
 (:func:`view_strides`): the same buffer read with other strides.
@@ -60,6 +67,8 @@ from . import ir
 from .attention_backward import BK, BQ, lower_attention_backward
 from .attention_operands import (REORDERS, ZERO, IndexRef, as_matrix, bf16_pair, dropout_kept, gemm, gemm_block,
                                  inverse_sum, mm_rounding, output_store, prologue_views, stored, tile_operand)
+from .bf16_gemm import bf16_panels
+from .blas_import import bf16_tile_gemm
 from .fused_values import PrologueRef, Values
 from .helpers import use_helper
 from .kernel import ArrayRef, Scratch, as_stored, is_narrow_float, plan_threads, worth_parallel
@@ -77,15 +86,27 @@ BN = 128
 BM_PACKED = 256
 
 NINF = ir.const(-math.inf, "f32")
+#: most elements (uint16) of a head's K^T and V panels a thread's workspace holds (else the
+#: bf16 products pack their operands per call, gemm_bf16)
+PANELS_MAX = 1 << 23
+#: most scores (f32) of a query block's rows over all keys a thread keeps from the first
+#: sweep of a two-sweep kernel for its second (else the second computes them again)
+SCORES_MAX = 1 << 17
 
-#: Q @ K^T and P @ V on ``gemm_bf16`` (f32 sums) where both operands hold bf16
-#: values, instead of ``gemm_f32`` on operands widened to f32.  Off: measured
-#: slower on the 64 x 128 x 64 tiles of a query block (docs/performance.md,
-#: "bf16 attention tiles"): gemm_bf16 packs A and B in every call (scalar
-#: loops), and K^T is its transposed B; 2x16x512x64 bf16 on one thread 33 ms
-#: with sgemm, 62-65 ms with either product on the tile.
-BF16_QK = False
-BF16_PV = False
+#: Q @ K^T and P @ V multiplied in bf16 (f32 sums) where both operands hold bf16
+#: values, instead of ``gemm_f32`` on operands widened to f32.  On graphc's
+#: AVX512-BF16 tile each task packs its head's K^T and V into the tile's panels
+#: once (``pack_panels_bf16``; K^T gathered by vector code) and every query block
+#: multiplies by them (``gemm_bf16_packed``, Q and the bf16 probabilities read in
+#: place).  On: measured faster on the tile (docs/performance.md, "bf16 attention
+#: tiles": 2x16x512x64 bf16 on one thread 37-40 ms widened to f32, 27 ms on the
+#: tile's panels).
+BF16_QK = True
+BF16_PV = True
+#: the same products without the tile's panels (no AVX512-BF16: MKL's bf16 GEMM; or
+#: a head's panels past PANELS_MAX): ``gemm_bf16`` packing both operands in every
+#: call.  Off: measured slower than sgemm on widened tiles (64-65 against 33 ms).
+BF16_UNPACKED = False
 
 
 def lower_attention(kb, ops, refs, plan) -> None:
@@ -113,6 +134,9 @@ class _QueryBlock:
     rsum: Scratch       # each row's running sum of exp(s - max)
     words: Scratch | None   # a Dropout's Philox words of a row of the tile
     ptile: Scratch | None   # the probabilities as bf16 bits, for P @ V in bf16
+    kpan: Scratch | None = None   # the head's K^T packed into the bf16 tile's panels, a key block at a time
+    vpan: Scratch | None = None   # the head's V, likewise
+    scores: Scratch | None = None   # the block's scores over all keys (rows skv apart), kept for the second sweep
 
 
 class _Forward:
@@ -160,6 +184,8 @@ class _Forward:
         self.store = (lambda iv, v: store(iv[:-2] + [iv[-1], iv[-2]], v)) if pin else store
         self._blocking()
         use_helper(kb, "attn_exp_row")   # (after exp_le0_f32, which it calls)
+        if self.keep:
+            use_helper(kb, "attn_exp_sum")
         self.dparams = dropout_params(kb, *(local[t.id] for t in drop.inputs[1:])) if drop else None
 
     def _operand_refs(self, plan) -> None:
@@ -187,40 +213,93 @@ class _Forward:
             bm = min(bm, sq)
         self.bm = bm
         self.mt, self.kt = -(-sq // bm), -(-skv // self.bn)
-        self.parallel = nbatch * self.mt > 1 and worth_parallel(nbatch * sq * skv * (self.d + self.dv) // 8)
+        self.keep = self.two_pass and bm * skv <= SCORES_MAX
+        # the bf16 products on graphc's tile: each key block's K^T and V packed into
+        # its panels once per head (per task: a head's run of query blocks)
+        self.perk, self.perv = bf16_panels(self.bn, self.d), bf16_panels(self.dv, self.bn)
+        size = self.kt * (self.perk * self.qk_bf16 + self.perv * self.pv_bf16)
+        self.panels = (self.qk_bf16 or self.pv_bf16) and bf16_tile_gemm() and size <= PANELS_MAX
+        if not self.panels and not BF16_UNPACKED:
+            self.qk_bf16 = self.pv_bf16 = False
+        # query blocks per task: a head's, split while there are fewer tasks than twice the threads
+        self.groups = min(self.mt, -(-2 * plan_threads() // nbatch)) if self.panels else self.mt
+        self.per = -(-self.mt // self.groups)
+        tasks = nbatch * (self.groups if self.panels else self.mt)
+        self.parallel = tasks > 1 and worth_parallel(nbatch * sq * skv * (self.d + self.dv) // 8)
 
     # -- the kernel ------------------------------------------------------------------------
     def emit(self) -> None:
-        """A parallel loop over (batch x heads) x query blocks; each walks the key
-        blocks once (online softmax), or twice when the probabilities are needed
-        normalised (rounded to a narrow dtype, pointwise ops on them, fpmath_mode)."""
+        """A parallel loop over (batch x heads) x query blocks (with the tile's
+        panels: over (batch x heads) x runs of query blocks, the head's K^T and V
+        packed first); each block walks the key blocks once (online softmax), or
+        twice when the probabilities are needed normalised (rounded to a narrow
+        dtype, pointwise ops on them, fpmath_mode)."""
         kb = self.kb
-        with kb.for_(self.nbatch * self.mt, "t", self.parallel) as t:
-            blk = self._query_block(t)
-            kt_run = _causal_blocks(kb, self.ops, self.local, self.values, self.sm, blk.bivars,
-                                    blk.i0 + blk.m - 1, self.bn, self.kt, self.skv)
-            if not self.two_pass:
-                with kb.for_(kt_run, "kv") as kv:
-                    j0, n_ = self._scores(blk, kv, lambda r, j0, n_, mx: self._update_stats(blk, r, j0, n_, mx, True))
-                    self._pv(blk, j0, n_)
-            else:
-                with kb.for_(kt_run, "kv") as kv:
-                    self._scores(blk, kv, lambda r, j0, n_, mx: self._update_stats(blk, r, j0, n_, mx, False))
-                with kb.for_(kt_run, "kv") as kv:
-                    j0, n_ = self._scores(blk, kv)
-                    self._probabilities(blk, j0, n_)
-                    self._pv(blk, j0, n_)
-            self._store_rows(blk)
+        if not self.panels:
+            with kb.for_(self.nbatch * self.mt, "t", self.parallel) as t:
+                tb = kb.let(t // self.mt, "tb")
+                self._block(tb, t % self.mt, unravel(kb, tb, self.batch) if self.batch else [], None)
+            return kb.ret(-1)
+        with kb.for_(self.nbatch * self.groups, "t", self.parallel) as t:
+            tb = kb.let(t // self.groups, "tb")
+            qb0 = kb.let((t % self.groups) * self.per, "qb0")
+            qb1 = kb.let(ir.call("min", self.mt, qb0 + self.per), "qb1")
+            bivars = unravel(kb, tb, self.batch) if self.batch else []
+            last = kb.let(ir.call("min", self.sq, qb1 * self.bm) - 1, "lr")
+            kt_pack = _causal_blocks(kb, self.ops, self.local, self.values, self.sm, bivars, last, self.bn, self.kt,
+                                     self.skv)
+            panels = self._pack_head(bivars, kt_pack)
+            with kb.for_(qb1, "qb", start=qb0) as qb:
+                self._block(tb, qb, bivars, panels)
         kb.ret(-1)
 
-    def _query_block(self, t) -> _QueryBlock:
-        """Task ``t``'s query block: its indexes, Q's block, its scratch tiles, the
-        running max, sum and output rows cleared."""
+    def _block(self, tb, qb, bivars, panels) -> None:
+        """Query block ``qb`` of batch ``tb``: its key sweeps and its rows stored."""
+        kb = self.kb
+        blk = self._query_block(tb, qb, bivars, panels)
+        kt_run = _causal_blocks(kb, self.ops, self.local, self.values, self.sm, blk.bivars,
+                                blk.i0 + blk.m - 1, self.bn, self.kt, self.skv)
+        if not self.two_pass:
+            with kb.for_(kt_run, "kv") as kv:
+                j0, n_ = self._scores(blk, kv, lambda r, j0, n_, mx: self._update_stats(blk, r, j0, n_, mx, True))
+                self._pv(blk, kv, j0, n_)
+        else:
+            with kb.for_(kt_run, "kv") as kv:
+                self._scores(blk, kv, lambda r, j0, n_, mx: self._update_stats(blk, r, j0, n_, mx, False))
+            with kb.for_(kt_run, "kv") as kv:
+                if self.keep:   # the first sweep's scores
+                    j0 = kb.let(kv * self.bn, "j0")
+                    n_ = kb.let(ir.call("min", self.bn, self.skv - j0), "n")
+                else:
+                    j0, n_ = self._scores(blk, kv)
+                self._probabilities(blk, j0, n_)
+                self._pv(blk, kv, j0, n_)
+        self._store_rows(blk)
+
+    def _pack_head(self, bivars, kt_pack):
+        """The key blocks [0, kt_pack) of the head ``bivars``: K^T (d x keys, the B of
+        Q K^T) and V (keys x dv) packed into the tile's panels (graphc.codegen.bf16_gemm),
+        a key block's panels ``perk`` / ``perv`` elements apart; returns (kpan, vpan)."""
+        kb, bn, d, dv, parallel = self.kb, self.bn, self.d, self.dv, self.parallel
+        kpan = kb.scratch(self.kt * self.perk, "u16", parallel, prefix="kpan") if self.qk_bf16 else None
+        vpan = kb.scratch(self.kt * self.perv, "u16", parallel, prefix="vpan") if self.pv_bf16 else None
+        with kb.for_(kt_pack, "kv") as kv:
+            j0 = kb.let(kv * bn, "j0")
+            n_ = kb.let(ir.call("min", bn, self.skv - j0), "n")
+            if kpan is not None:
+                buf, off, ld, tr = gemm_block(kb, self.k, bivars, 0, d, j0, n_, d * bn, parallel, True)
+                kb.let(ir.call("pack_panels_bf16", tr, n_, d, buf, off, ld, kpan.buf, kpan.at(kv * self.perk)), "st")
+            if vpan is not None:
+                buf, off, ld, tr = gemm_block(kb, self.v, bivars, j0, n_, 0, dv, bn * dv, parallel, True)
+                kb.let(ir.call("pack_panels_bf16", tr, dv, n_, buf, off, ld, vpan.buf, vpan.at(kv * self.perv)), "st")
+        return kpan, vpan
+
+    def _query_block(self, tb, qb, bivars, panels) -> _QueryBlock:
+        """Query block ``qb`` of batch ``tb``: its indexes, Q's block, its scratch tiles,
+        the running max, sum and output rows cleared."""
         kb, bm, bn, dv, parallel = self.kb, self.bm, self.bn, self.dv, self.parallel
-        tb = kb.let(t // self.mt, "tb")
-        i0 = kb.let((t % self.mt) * bm, "i0")
+        i0 = kb.let(qb * bm, "i0")
         m_ = kb.let(ir.call("min", bm, self.sq - i0), "m")
-        bivars = unravel(kb, tb, self.batch) if self.batch else []
         q = gemm_block(kb, self.q, bivars, i0, m_, 0, self.d, bm * self.d, parallel, self.qk_bf16)
         blk = _QueryBlock(tb, i0, m_, bivars, q,
                           stile=kb.scratch(bm * bn, "f32", parallel, prefix="stile"),
@@ -228,7 +307,9 @@ class _Forward:
                           rmax=kb.scratch(bm, "f32", parallel, prefix="rmax"),
                           rsum=kb.scratch(bm, "f32", parallel, prefix="rsum"),
                           words=kb.scratch(4 * (bn // 4 + 2), "int", parallel, prefix="rw") if self.drop else None,
-                          ptile=kb.scratch(bm * bn, "u16", parallel, prefix="ptile") if self.pv_bf16 else None)
+                          ptile=kb.scratch(bm * bn, "u16", parallel, prefix="ptile") if self.pv_bf16 else None,
+                          kpan=panels[0] if panels else None, vpan=panels[1] if panels else None,
+                          scores=kb.scratch(bm * self.skv, "f32", parallel, prefix="scores") if self.keep else None)
         with kb.for_(m_, "r") as r:
             kb.emit(blk.rmax.store(r, NINF))
             kb.emit(blk.rsum.store(r, ZERO))
@@ -247,34 +328,48 @@ class _Forward:
         kb, bn, values, score, src = self.kb, self.bn, self.values, self.score, self.sm.inputs[0]
         j0 = kb.let(kv * bn, "j0")
         n_ = kb.let(ir.call("min", bn, self.skv - j0), "n")
-        k = gemm_block(kb, self.k, blk.bivars, 0, self.d, j0, n_, self.d * bn, self.parallel, self.qk_bf16)
-        gemm(kb, blk.q, k, blk.m, n_, self.d, 0.0, blk.stile, bn, self.qk_bf16)
+        tile, ld, c0 = self._tile(blk, j0)
+        if blk.kpan is not None:   # K^T's panels of this key block
+            qbuf, qoff, ldq, ta = blk.q
+            kb.let(ir.call("gemm_bf16_packed", ta, blk.m, n_, self.d, qbuf, qoff, ldq, blk.kpan.buf,
+                           blk.kpan.at(kv * self.perk), (n_ + 31) // 32, 0, 0.0, tile.buf, tile.at(c0), ld), "st")
+        else:
+            k = gemm_block(kb, self.k, blk.bivars, 0, self.d, j0, n_, self.d * bn, self.parallel, self.qk_bf16)
+            gemm(kb, blk.q, k, blk.m, n_, self.d, 0.0, tile, ld, self.qk_bf16, c0)
         with kb.for_(blk.m, "r") as r:
-            row = kb.let(r * bn, "sr")
+            row = kb.let(r * ld + c0, "sr")
             i = kb.let(blk.i0 + r, "i")
             mx = kb.var(NINF, "mx") if per_row else None
             with kb.for_(n_, "jj") as jj:
-                with values.binding({score.id: stored(blk.stile[row + jj], score.dtype)}):
+                with values.binding({score.id: stored(tile[row + jj], score.dtype)}):
                     s = kb.let(ir.f32(values.at(src.id, src, list(blk.bivars) + [i, j0 + jj], self.sshape)), "sv")
-                kb.emit(blk.stile.store(row + jj, s))
+                kb.emit(tile.store(row + jj, s))
                 if per_row:
                     kb.assign(mx, ir.select(s > mx, s, mx))
             if per_row:
                 per_row(r, j0, n_, mx)
         return j0, n_
 
+    def _tile(self, blk, j0):
+        """(scratch, leading dim, first element) of key block j0's scores: the tile,
+        or the block's columns of the scores kept for the second sweep."""
+        return (blk.scores, self.skv, j0) if blk.scores is not None else (blk.stile, self.bn, 0)
+
     def _update_stats(self, blk, r, j0, n_, mx, rescale) -> None:
         """Row r's running max and sum from the tile's row of max ``mx`` (left
         holding exp(s - max)); with ``rescale`` (one pass) the output row rescaled
         and the dropped probabilities zeroed."""
         kb, stile = self.kb, blk.stile
-        row = kb.let(r * self.bn, "sr")
+        tile, ld, c0 = self._tile(blk, j0)
+        row = kb.let(r * ld + c0, "sr")
         old = kb.let(blk.rmax[r], "mo")
         new = kb.let(ir.select(mx > old, mx, old), "mn")
         # a row masked so far (max -inf) counts from 0: its exps are 0, not NaN
         safe = kb.let(ir.select(new.eq(-math.inf), ZERO, new), "ms")
         alpha = kb.let(ir.call("exp_le0_f32", old - safe), "al")
-        part = kb.let(ir.call("attn_exp_row", stile.buf, stile.at(row), n_, safe, dt="f32"), "ps")
+        # (scores kept for the second sweep stay as they are)
+        part = kb.let(ir.call("attn_exp_sum" if blk.scores is not None else "attn_exp_row", tile.buf, tile.at(row),
+                              n_, safe, dt="f32"), "ps")
         kb.emit(blk.rmax.store(r, new))
         kb.emit(blk.rsum.store(r, blk.rsum[r] * alpha + part))
         if self.drop and rescale:   # the row's sum counts every key; @V sees the kept ones scaled
@@ -290,14 +385,16 @@ class _Forward:
         """The second sweep's tile: the normalised probabilities, as the SoftMax's dst
         holds them, dropped, through the pointwise ops after them, rounded."""
         kb, stile, values, drop, mm2 = self.kb, blk.stile, self.values, self.drop, self.mm2
+        tile, ld, c0 = self._tile(blk, j0)
         with kb.for_(blk.m, "r") as r:
             row = kb.let(r * self.bn, "sr")
+            src = kb.let(r * ld + c0, "sc") if blk.scores is not None else row
             mr = kb.let(blk.rmax[r], "mr")
             safe = kb.let(ir.select(mr.eq(-math.inf), ZERO, mr), "ms")
             inv = kb.let(inverse_sum(blk.rsum[r], self.inf_as_zero), "iv")
             keep = self._kept(blk, kb.let(blk.i0 + r, "i"), j0, n_) if drop else None
             with kb.for_(n_, "jj") as jj:
-                p = as_stored(ir.call("exp_le0_f32", stile[row + jj] - safe) * inv, self.p_dt)
+                p = as_stored(ir.call("exp_le0_f32", tile[src + jj] - safe) * inv, self.p_dt)
                 if drop:
                     p = stored(ir.select(keep(jj), p * self.dparams[1], 0.0), drop.outputs[0].dtype)
                 if self.p_chain:
@@ -311,9 +408,14 @@ class _Forward:
                 else:
                     kb.emit(stile.store(row + jj, ir.f32(p)))
 
-    def _pv(self, blk, j0, n_) -> None:
-        """O_blk += P V_blk of the key block j0.. (n_ keys)."""
+    def _pv(self, blk, kv, j0, n_) -> None:
+        """O_blk += P V_blk of the key block kv (keys j0.., n_ of them)."""
         bf16 = self.pv_bf16
+        if blk.vpan is not None:   # V's panels of this key block
+            self.kb.let(ir.call("gemm_bf16_packed", 0, blk.m, self.dv, n_, blk.ptile.buf, blk.ptile.at(0), self.bn,
+                                blk.vpan.buf, blk.vpan.at(kv * self.perv), (self.dv + 31) // 32, 0, 1.0, blk.acc.buf,
+                                blk.acc.at(0), self.dv), "st")
+            return
         v = gemm_block(self.kb, self.v, blk.bivars, j0, n_, 0, self.dv, self.bn * self.dv, self.parallel, bf16)
         gemm(self.kb, tile_operand(blk.ptile if bf16 else blk.stile, self.bn), v, blk.m, self.dv, n_, 1.0, blk.acc,
              self.dv, bf16)
@@ -388,4 +490,4 @@ def _gen_index(op, last) -> bool:
         op.attr("axis") % len(op.outputs[0].shape) == len(op.outputs[0].shape) - 2 + last
 
 
-__all__ = ["lower_attention", "REORDERS", "BM", "BN", "BM_PACKED", "BQ", "BK"]
+__all__ = ["lower_attention", "REORDERS", "BM", "BN", "BM_PACKED", "PANELS_MAX", "SCORES_MAX", "BQ", "BK"]

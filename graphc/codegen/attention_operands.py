@@ -153,15 +153,15 @@ def tile_operand(tile, ld, transposed=0) -> tuple:
     return tile.buf, tile.at(0), ld, transposed
 
 
-def gemm(kb, a, b, m, n, k, beta, c, ldc, bf16=False) -> None:
-    """C (the scratch ``c``, leading dim ``ldc``) = A B + beta C of m x k operand
+def gemm(kb, a, b, m, n, k, beta, c, ldc, bf16=False, c0=0) -> None:
+    """C (the scratch ``c`` from element ``c0``, leading dim ``ldc``) = A B + beta C of m x k operand
     ``a`` and k x n operand ``b``, each (buffer, offset, leading dim, transposed):
     f32 operands (``gemm_f32``), or with ``bf16`` bf16 bits (``gemm_bf16``: the
     products summed in f32)."""
     abuf, aoff, lda, ta = a
     bbuf, boff, ldb, tb = b
     kb.let(ir.call("gemm_bf16" if bf16 else "gemm_f32", ta, tb, m, n, k, abuf, aoff, lda, bbuf, boff, ldb, beta,
-                   c.buf, c.at(0), ldc), "st")
+                   c.buf, c.at(c0), ldc), "st")
 
 
 def bf16_pair(*mats) -> bool:

@@ -74,6 +74,28 @@ def _pack_rows(typingctx, b, off0, off1, bp, out_off, npan, pstride):
     return sig, codegen
 
 
+@intrinsic
+def _pack_cols(typingctx, b, b_off, bp, out_off, ldb, kp):
+    """graphc.codegen.bf16_tile's transposed pack: one full panel (32 rows of
+    ``b`` from ``b_off``, ``ldb`` apart, as columns of B) into ``bp`` from
+    ``out_off``, kp pairs of k."""
+    if not arrays(types.uint16, b, bp):
+        return None
+    sig = types.void(b, b_off, bp, out_off, ldb, kp)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, bf16_tile.PACK_T)
+        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
+                          pointer(context, builder, sa[2], args[2], args[3], sa[3]),
+                          context.cast(builder, args[4], sa[4], types.int64),
+                          context.cast(builder, args[5], sa[5], types.int64)])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
 def bf16_panels(n: int, k: int) -> int:
     """Elements (uint16) of B packed for the tile (``pack_b_bf16``)."""
     return ((k + 1) // 2) * ((n + 31) // 32) * 64
@@ -107,6 +129,45 @@ def pack_b_bf16(tb, n, k, b, b_off, ldb, bp, bp_off, jp_lo, jp_hi):
                         if j < n and kk + e < k:
                             v = b[b_off + (kk + e) * ldb + j] if tb == 0 else b[b_off + j * ldb + kk + e]
                         bp[out + 2 * jj + e] = v
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def pack_panels_bf16(tb, n, k, b, b_off, ldb, bp, bp_off):
+    """All panels of B (k x n) packed as ``pack_b_bf16`` packs them; B stored
+    transposed (``tb``: column j of B is a row of k, as K is the B of an
+    attention's Q K^T) moved a (k, k+1) pair at a time, each column's pairs read
+    along memory, with no test per element (pack_b_bf16's transposed road tests
+    every element; a full panel's whole pairs gathered by the tile module's
+    vector code)."""
+    npan = (n + 31) // 32
+    if tb == 0:
+        return pack_b_bf16(0, n, k, b, b_off, ldb, bp, bp_off, 0, npan)
+    kp_all = (k + 1) // 2
+    whole = k // 2   # pairs with both halves in B (an odd k ends on a half pair)
+    for p0 in range(0, kp_all, KC):
+        kp = min(KC, kp_all - p0)
+        nw = max(0, min(kp, whole - p0))
+        for jp in range(npan):
+            out = bp_off + p0 * npan * 64 + jp * kp * 64
+            if jp * 32 + 32 <= n and nw == kp:
+                _pack_cols(b, b_off + jp * 32 * ldb + 2 * p0, bp, out, ldb, kp)
+                continue
+            for jj in range(32):
+                j = jp * 32 + jj
+                o = out + 2 * jj
+                if j >= n:
+                    for p in range(kp):
+                        bp[o + p * 64] = 0
+                        bp[o + p * 64 + 1] = 0
+                    continue
+                src = b_off + j * ldb + 2 * p0
+                for p in range(nw):
+                    bp[o + p * 64] = b[src + 2 * p]
+                    bp[o + p * 64 + 1] = b[src + 2 * p + 1]
+                if nw < kp:
+                    bp[o + nw * 64] = b[src + 2 * nw]
+                    bp[o + nw * 64 + 1] = 0
     return 0
 
 
@@ -196,4 +257,4 @@ def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_of
     return gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, 0, npan, 0, beta, c, c_off, ldc)
 
 
-__all__ = ["KC", "MC", "bf16_panels", "pack_b_bf16", "gemm_bf16_packed", "gemm_bf16_tiles"]
+__all__ = ["KC", "MC", "bf16_panels", "pack_b_bf16", "pack_panels_bf16", "gemm_bf16_packed", "gemm_bf16_tiles"]

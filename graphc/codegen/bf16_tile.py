@@ -5,7 +5,8 @@ tile runs at about 500, as oneDNN's bf16 kernels inside torch do).
 
 The tile is LLVM IR (vectors, the ``llvm.x86.avx512bf16.dpbf16ps.512``
 intrinsic) compiled once per process by llvmlite for the host CPU and bound to
-the symbol ``graphc_bf16_tile`` (with B's packing, ``graphc_bf16_pack``);
+the symbol ``graphc_bf16_tile`` (with B's packing, ``graphc_bf16_pack``, and a
+transposed B's, ``graphc_bf16_pack_t``);
 kernels reach it through graphc.codegen.blas.gemm_bf16 (graphc.codegen.bf16_gemm),
 by that name (never an address baked into
 code, so they stay cacheable on disk).
@@ -29,6 +30,8 @@ MR, NR = 8, 32
 SYMBOL = "graphc_bf16_tile"
 #: B's packing: two rows of k interleaved into (k, k+1) pairs, 32 columns a panel
 PACK = "graphc_bf16_pack"
+#: a transposed B's packing: a panel's 32 columns, each a row of k in memory, gathered a pair at a time
+PACK_T = "graphc_bf16_pack_t"
 
 
 @functools.cache
@@ -97,6 +100,34 @@ def pack_ir() -> str:
         "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}"])
 
 
+def pack_t_ir() -> str:
+    """``graphc_bf16_pack_t(b, out, ldb, kp)``: one full panel of a B stored
+    transposed (its 32 columns are rows of memory ``ldb`` bf16 apart, from
+    ``b``): for each of kp pairs p, the 64 bf16 ``out[64 p:][:64]`` = the (k, k+1)
+    pair 2p of each column, the 32-bit words at the same place of 32 rows
+    gathered by two 16-lane gathers."""
+    lanes = [", ".join(f"i64 {j}" for j in range(h * 16, h * 16 + 16)) for h in range(2)]
+    gather = "@llvm.masked.gather.v16i32.v16p0"
+    ones = ", ".join(["i1 true"] * 16)
+    lines = [f"declare <16 x i32> {gather}(<16 x ptr>, i32 immarg, <16 x i1>, <16 x i32>)",
+             f"define void @{PACK_T}(ptr %b, ptr %out, i64 %ldb, i64 %kp) {{", "entry:",
+             "  %rb = shl i64 %ldb, 1", "  %ri = insertelement <16 x i64> poison, i64 %rb, i64 0",
+             "  %rs = shufflevector <16 x i64> %ri, <16 x i64> poison, <16 x i32> zeroinitializer"]
+    lines += [f"  %o{h} = mul <16 x i64> %rs, <{lanes[h]}>" for h in range(2)]
+    lines += ["  %some = icmp sgt i64 %kp, 0", "  br i1 %some, label %loop, label %done", "loop:",
+              "  %p = phi i64 [0, %entry], [%pn, %loop]", "  %pb = shl i64 %p, 2",
+              "  %base = getelementptr i8, ptr %b, i64 %pb", "  %po = shl i64 %p, 7",
+              "  %dst0 = getelementptr i8, ptr %out, i64 %po"]
+    for h in range(2):
+        lines += [f"  %g{h} = getelementptr i8, ptr %base, <16 x i64> %o{h}",
+                  f"  %v{h} = call <16 x i32> {gather}(<16 x ptr> %g{h}, i32 2, <16 x i1> <{ones}>, "
+                  "<16 x i32> poison)"]
+    lines += ["  %dst1 = getelementptr i8, ptr %dst0, i64 64", "  store <16 x i32> %v0, ptr %dst0, align 2",
+              "  store <16 x i32> %v1, ptr %dst1, align 2", "  %pn = add i64 %p, 1",
+              "  %more = icmp slt i64 %pn, %kp", "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}"]
+    return "\n".join(lines)
+
+
 _bound = False
 
 
@@ -105,9 +136,9 @@ def bind() -> bool:
     False where the CPU has no AVX512-BF16."""
     global _bound
     if not _bound and available():
-        bind_ir(tile_ir() + "\n" + pack_ir(), (SYMBOL, PACK))
+        bind_ir(tile_ir() + "\n" + pack_ir() + "\n" + pack_t_ir(), (SYMBOL, PACK, PACK_T))
         _bound = True
     return _bound
 
 
-__all__ = ["MR", "NR", "SYMBOL", "PACK", "available", "tile_ir", "pack_ir", "bind"]
+__all__ = ["MR", "NR", "SYMBOL", "PACK", "PACK_T", "available", "tile_ir", "pack_ir", "pack_t_ir", "bind"]

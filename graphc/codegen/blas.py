@@ -42,7 +42,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import bf16_tile, int8_tile
-from .bf16_gemm import gemm_bf16_packed, gemm_bf16_tiles, pack_b_bf16  # noqa: F401 (kernels import them from here)
+from .bf16_gemm import gemm_bf16_packed, gemm_bf16_tiles, pack_b_bf16, pack_panels_bf16  # noqa: F401 (kernels import them from here)
 from .int8_gemm import gemm_u8s8_packed, gemm_u8s8_tiles, pack_b_u8s8, row_sums_u8  # noqa: F401 (the same)
 from .blas_abi import VOIDP as _VOIDP, arrays as _arrays, pointer as _pointer
 from .blas_import import dnnl_path, mkl_path

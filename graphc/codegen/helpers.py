@@ -145,6 +145,9 @@ for _name in ("gemm_f32", "gemm_bf16", "gemm_bf16_packed", "gemm_u8s8", "gemm_u8
               "pack_b_u8s8", "row_sums_u8"):
     declare(_name, "int", _BLAS)
 
+# B packed whole into the bf16 tile's panels (the attention kernel's K^T and V, once per head)
+declare("pack_panels_bf16", "int", Imports.one("graphc.codegen.blas", "pack_panels_bf16", TOP))
+
 declare("get_thread_id", "int", Imports.one("numba", "get_thread_id", TOP))
 
 # graphc.codegen.fastmath: float32 transcendentals, keyed maxima, reassociating sums
@@ -156,7 +159,8 @@ for _name, _dt, _needs in (
         ("f32_of_key", "f32", ("bits_to_f32",)), ("tanh_f32", "f32", ("exp_neg_f32",)),
         ("erfc_f32", "f32", ("exp_neg_f32",)), ("erf_f32", "f32", ("fma_f32",)),
         ("gelu_erf_f32", "f32", ("erf_f32",)), ("hidden_int", "int", ()),
-        ("attn_exp_row", "f32", ("exp_le0_f32",)), ("exp_scaled_f32", "f32", ("bits_to_f32", "expm1_poly_f32")),
+        ("attn_exp_row", "f32", ("exp_le0_f32",)), ("attn_exp_sum", "f32", ("exp_le0_f32",)),
+        ("exp_scaled_f32", "f32", ("bits_to_f32", "expm1_poly_f32")),
         ("exp_sub_f32", "f32", ("exp_scaled_f32",)), ("exp_f32", "f32", ("exp_scaled_f32",)),
         ("expm1_f32", "f32", ("bits_to_f32", "expm1_poly_f32")), ("log_f32", "f32", ("bits_to_f32", "fma_f32")),
         ("log1p_f32", "f32", ("log_f32",)), ("softplus_f32", "f32", ("exp_sub_f32", "log1p_f32")),

@@ -76,3 +76,19 @@ def test_packed_b_by_column_blocks(m, n, k, ta):
     af = a.astype(np.float64)
     want = (af.T if ta else af) @ b.astype(np.float64) + 2.0 * old
     assert np.abs(c.reshape(m, n) - want).max() <= k * 2.0 ** -23 * max(1.0, np.abs(want).max()) + 1e-6
+
+
+@pytest.mark.parametrize("n,k", [(45, 13), (128, 64), (32, 1), (7, 2 * bf16_gemm.KC + 3), (70, 2 * bf16_gemm.KC + 6)])
+@pytest.mark.parametrize("tb", [0, 1])
+def test_panels_packed_whole_as_pack_b_bf16_packs_them(n, k, tb):
+    """pack_panels_bf16 (every panel at once; a transposed B a pair of k at a time)
+    writes the bits pack_b_bf16 writes, from an offset and a leading dim wider than
+    the rows (odd k: the last pair's second half zero; columns past n zero)."""
+    rng = np.random.default_rng(n * k + tb)
+    ld = (k if tb else n) + 3
+    b = rng.integers(1, 2 ** 16, 5 + (n if tb else k) * ld).astype(np.uint16)
+    size = bf16_gemm.bf16_panels(n, k)
+    want, got = np.full(size + 2, 9, np.uint16), np.full(size + 2, 9, np.uint16)
+    bf16_gemm.pack_b_bf16(tb, n, k, b, 5, ld, want, 1, 0, (n + 31) // 32)
+    bf16_gemm.pack_panels_bf16(tb, n, k, b, 5, ld, got, 1)
+    assert np.array_equal(got, want)

@@ -81,7 +81,7 @@ def test_finite_fill_value():
 @pytest.mark.parametrize("dt,layout,d,fpmath", [("bf16", "bhsd", 13, None), ("bf16", "bshd", 16, None),
                                                 ("f32", "bhsd", 16, "bf16")])
 def test_tiles_multiplied_in_bf16(monkeypatch, mask, dt, layout, d, fpmath):
-    """Q @ K^T and P @ V on gemm_bf16 (attention.BF16_QK / BF16_PV on) where both
+    """Q @ K^T and P @ V in bf16 (attention.BF16_QK / BF16_PV, and without the tile BF16_UNPACKED) where both
     operands hold bf16 values (bf16 tensors, or f32 ones fpmath_mode rounds): sizes
     that are no multiple of the tile's 8 x 32 (70 queries, 301 keys: a last key
     block of 45, an odd k of P @ V; head dim 13: an odd k of Q @ K^T), masks,
@@ -92,8 +92,52 @@ def test_tiles_multiplied_in_bf16(monkeypatch, mask, dt, layout, d, fpmath):
         pytest.skip("no bf16 GEMM in this build")
     monkeypatch.setattr(attention, "BF16_QK", True)
     monkeypatch.setattr(attention, "BF16_PV", True)
+    monkeypatch.setattr(attention, "BF16_UNPACKED", True)
     g, ids = sdpa_graph(dt, skv=301, d=d, mask=mask, layout=layout, fpmath=fpmath)
     check_sdpa(g, ids)
-    src = g.get_partitions("fusion")[0].compile().source
-    # Q @ K^T in each of the two sweeps, P @ V in the second
-    assert src.count("gemm_bf16(") == 3 and "gemm_f32(" not in src.split("def kernel_loop", 1)[1]
+    _assert_bf16_products(g)
+
+
+def _assert_bf16_products(g):
+    """Q @ K^T (in the first sweep; in the second too unless its scores are kept)
+    and P @ V in the second multiply bf16: on graphc's tile with K^T and V packed
+    into its panels once per head, else gemm_bf16."""
+    from graphc.codegen.blas_import import bf16_tile_gemm
+    loop = str(g.get_partitions("fusion")[0].compile().source).split("\ndef ", 1)[1]   # (past the imports)
+    products = 2 if "attn_exp_sum(" in loop else 3
+    if bf16_tile_gemm():
+        assert loop.count("gemm_bf16_packed(") == products and loop.count("pack_panels_bf16(") == 2
+    else:
+        assert loop.count("gemm_bf16(") == products
+    assert "gemm_f32(" not in loop
+
+
+@pytest.mark.parametrize("case", [
+    dict(n=1, hq=1, sq=300, skv=333, d=40, mask="causal_tl"),      # one head: its query blocks split into tasks
+    dict(n=2, hq=4, sq=200, skv=260, d=24, mask="causal_br"),      # several query blocks per task, one pack
+    dict(hq=4, hkv=2, gqa=True, sq=130, d=34, mask="add"),         # GQA: K/V heads shared through reshapes
+    dict(hq=3, hkv=1, sq=90, skv=129, d=7, mask="causal_tl"),      # MQA: K/V broadcast; odd head dim
+    dict(hq=2, layout="bshd", sq=150, skv=257, d=64, mask="select"),   # bshd views; whole panels, 2 KV rows
+    dict(k_quant=("s8", 8, "d", True, False), v_quant=("s8", 8, "d", True, False), sq=80, d=16),   # computed K/V
+    dict(n=2, hq=2, sq=150, skv=301, d=13, mask="causal_tl", recompute=True),   # the second sweep's own scores
+])
+def test_tiles_on_head_panels(monkeypatch, case):
+    """The bf16 products with K^T and V packed into the tile's panels once per head
+    (per task: a head's run of query blocks), against the reference: key blocks
+    that are no multiple of 32 or of 2 (a last one of 5, 4, 1 keys), head dims
+    that are no multiple of 32 (or of 2), causal masks whose packing stops at the
+    task's last row, GQA/MQA heads sharing K/V, bshd views, K/V dequantized while
+    they are packed; the first sweep's scores kept for the second, or (past
+    SCORES_MAX) computed again."""
+    from graphc.codegen import attention
+    from graphc.codegen.blas_import import bf16_gemm
+    if not bf16_gemm():
+        pytest.skip("no bf16 GEMM in this build")
+    monkeypatch.setattr(attention, "BF16_QK", True)
+    monkeypatch.setattr(attention, "BF16_PV", True)
+    monkeypatch.setattr(attention, "BF16_UNPACKED", True)
+    if case.pop("recompute", False):
+        monkeypatch.setattr(attention, "SCORES_MAX", 0)
+    g, ids = sdpa_graph("bf16", **case)
+    check_sdpa(g, ids)
+    _assert_bf16_products(g)

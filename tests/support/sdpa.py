@@ -211,7 +211,7 @@ def sdpa_inputs(g, ids, seed=0, fill=float("-inf")):
 def check_sdpa(g, ids, seed=0, fill=float("-inf")):
     """One partition, planned as attention, whose kernel keeps no S x S buffer;
     its outputs against the reference (check_compiled)."""
-    from graphc.codegen.attention import BM, BM_PACKED, BN
+    from graphc.codegen.attention import BM, BM_PACKED, BN, SCORES_MAX
     from graphc.codegen.kernel import NUM_THREADS
     from support import check_compiled
     parts = g.get_partitions("fusion")
@@ -224,9 +224,17 @@ def check_sdpa(g, ids, seed=0, fill=float("-inf")):
     kinds = [k for k, _ in cp.arg_plan]
     assert "tmp" not in kinds                       # no intermediate tensor in memory (no dequantized K/V)
     ws = [n for k, (n, _) in ((k, r) for k, r in cp.arg_plan if k == "ws")]
-    # workspaces: tiles, whatever the sequence length (query blocks grow when K/V are dequantized)
+    # workspaces: tiles, whatever the sequence length (query blocks grow when K/V are dequantized),
+    # or a head's K^T or V in the bf16 tile's panels (keys x head dim, padded): never S x S
     packed = any(o.kind in ("Dequantize", "DynamicDequantize") for o in g.ops.values())
-    assert max(ws) <= NUM_THREADS * (BM_PACKED if packed else BM) * BN
+    sm = next(o for o in part.ops if o.kind == "SoftMax")
+    sq, skv = sm.inputs[0].shape[-2:]
+    mm1, mm2 = (o for o in part.ops if o.kind == "MatMul")
+    d = mm1.inputs[0].shape[-2 if mm1.attr("transpose_a") else -1]
+    dv = max(e for e in mm2.outputs[0].shape[-2:] if e != sq) if set(mm2.outputs[0].shape[-2:]) != {sq} else sq
+    panels = -(-skv // BN) * BN * 32 * (-(-max(d, dv) // 32) + 1)   # (a panel is 32 columns wide)
+    # (and a query block's scores over all keys, at most SCORES_MAX, kept between two sweeps)
+    assert max(ws) <= NUM_THREADS * max((BM_PACKED if packed else BM) * BN, panels, SCORES_MAX)
     return check_compiled(g, sdpa_inputs(g, ids, seed, fill))
 
 
