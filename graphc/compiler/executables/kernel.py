@@ -175,8 +175,7 @@ class KernelExecutable(Executable):
                 if any(np.may_share_memory(u, a) for a in arrays) or \
                         any(np.may_share_memory(u, v) for v in outs[:i]):
                     return None
-        # (a serial kernel with no workspace needs neither lock: its entry point directly)
-        status = self._call(args) if self._parallel or self._workspaces else self._entry(tuple(args))
+        status = self._call(args)
         if status is not None and status >= 0:   # (bad data found before anything was written)
             raise self._fault(status, arrays)
         return outs
