@@ -3,6 +3,7 @@ reference fallback (``fallback="reference"``) and failures told to the other
 members of a group at the collectives still ahead."""
 from __future__ import annotations
 
+import operator
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,7 @@ class CompiledGraph:
         self._by_ranks = BoundedCache() if graph.rank_pending else None
         if self._by_ranks is not None:
             self.partitions, self.compiled, self.fallback_partitions, self._steps = [], [], [], None
-            self._view_sources = {}
+            self._view_sources, self._plain = {}, None
             return
         self.partitions = partition_graph(graph, policy)
         bad = [p for p in self.partitions if not p.is_supported()]
@@ -95,6 +96,15 @@ class CompiledGraph:
         self._steps = None if any(c is None or k is not None for c, k in zip(self.compiled, self._collectives)) else \
             [(cp, [t.id for t in cp.inputs], cp.fast_run) for cp in self.compiled]
         self._view_sources = _view_sources(self.compiled, resolved, set(self._input_ports) | set(self._output_ports))
+        #: ``run``'s road for calls without comm or outputs: the one partition's fast path when it is the whole
+        #: graph (its inputs the graph's, its outputs the graph's in their order), else the steps in order
+        self._plain = None if self._steps is None else self._plain_run
+        if self._steps is not None and len(self._steps) == 1 and \
+                set(self._steps[0][1]) == set(self._input_ports) and \
+                [t.id for t in self.compiled[0].outputs] == list(self._output_ports):
+            self._plain = self._one_run
+            self._gather = _gatherer(self._steps[0][1])
+            self._fresh_run = self.compiled[0].executable.fresh_run
 
     def __reduce__(self):
         """A compiled graph pickles (and deep-copies) as its graph and compile
@@ -143,6 +153,16 @@ class CompiledGraph:
         return self._by_ranks.get(ranks, lambda: CompiledGraph(self.graph.with_input_ranks(dict(ranks)),
                                                                self.policy, self.fallback))
 
+    def _one_run(self, inputs: dict) -> dict | None:
+        """``_plain_run`` of a graph of one partition: its fast path's outputs (fresh
+        arrays, graphc.compiler.executables.base) are the graph's."""
+        try:
+            arrays = self._gather(inputs)
+        except KeyError:
+            return None
+        out = None if verbose.LEVEL > 0 else self._fresh_run(arrays)
+        return self._plain_run(inputs) if out is None else out
+
     def _plain_run(self, inputs: dict) -> dict | None:
         """``run`` of a graph without collectives on exactly its inputs (None when an
         input id is missing: ``run``'s checks say which).  Each partition is tried on
@@ -177,13 +197,13 @@ class CompiledGraph:
         of waiting for this one: this member raises that RuntimeFault too for a
         GraphcError, and the exception itself otherwise.  A member that does not
         answer at all is caught by the collectives' timeout (graphc.comm)."""
-        if self._by_ranks is not None:
-            return self._for_ranks(inputs).run(inputs, comm, outputs)
-        if comm is None and outputs is None and self._steps is not None and type(inputs) is dict and \
+        if comm is None and outputs is None and self._plain is not None and type(inputs) is dict and \
                 len(inputs) == len(self._input_ports):
-            plain = self._plain_run(inputs)
+            plain = self._plain(inputs)
             if plain is not None:
                 return plain
+        if self._by_ranks is not None:
+            return self._for_ranks(inputs).run(inputs, comm, outputs)
         if not isinstance(inputs, dict):
             raise InvalidArguments("inputs must be a dict {tensor id: array}", found=type(inputs).__name__)
         check_comm(comm)
@@ -270,6 +290,14 @@ class CompiledGraph:
                 check_input_array(self.graph.tensors[tid], u, "output")[...] = v
                 values[tid] = u
         return {tid: values[tid] if values[tid].flags.writeable else values[tid].copy() for tid in self._output_ports}
+
+
+def _gatherer(ids: list):
+    """``gather(inputs)``: the tuple of ``inputs[i]`` for each id (a KeyError for a missing one)."""
+    if len(ids) == 1:
+        only = ids[0]
+        return lambda inputs: (inputs[only],)
+    return operator.itemgetter(*ids)
 
 
 def _into(cp: CompiledPartition, given: dict | None) -> dict | None:

@@ -162,3 +162,31 @@ def test_strided_arrays_run_where_they_lie(dtype):
     dense = np.ascontiguousarray(given)              # other strides: copied into the tensor's layout
     assert cp.fast_run([dense], None) is None
     np.testing.assert_array_equal(cg.run({0: dense})[1].astype(np.float32), want)
+
+
+def test_one_partition_graph_runs_its_kernel_directly():
+    """A graph of one kernel partition runs it from ``CompiledGraph.run`` on the
+    kernel's own fast path: fresh, writeable outputs every call; an input the fast
+    path does not take (a transposed array, a wrong dtype, a list) runs the general
+    path with the same values or its error; missing and extra ids are named."""
+    g = one_op("Add", [("f32", [3, 5]), ("f32", [3, 5])], [("f32", [3, 5])])
+    cg = graphc.compile(g)
+    assert cg._plain == cg._one_run
+    a, b = (np.random.default_rng(i).standard_normal((3, 5)).astype(np.float32) for i in range(2))
+    first, second = cg.run({0: a, 1: b})[2], cg.run({0: a, 1: b})[2]
+    assert first is not second and first.flags.writeable
+    np.testing.assert_array_equal(first, a + b)
+    a.flags.writeable = False
+    np.testing.assert_array_equal(cg.run({0: a, 1: b})[2], a + b)
+    with pytest.raises(graphc.InvalidArguments, match="must be a numpy array"):
+        cg.run({0: a.tolist(), 1: b})
+    t = np.ascontiguousarray(a.T).T
+    np.testing.assert_array_equal(cg.run({0: t, 1: b})[2], a + b)
+    with pytest.raises(graphc.GraphcError, match="dtype|data type"):
+        cg.run({0: a.astype(np.float64), 1: b})
+    with pytest.raises(graphc.InvalidArguments, match="missing input"):
+        cg.run({0: a})
+    with pytest.raises(graphc.InvalidArguments, match="no input tensor of this id"):
+        cg.run({0: a, 7: b})
+    with pytest.raises(graphc.InvalidArguments, match="no input tensor of this id"):
+        cg.run({0: a, 1: b, 9: b})

@@ -57,8 +57,13 @@ class Executable(ABC):
 
     def fast_run(self, inputs, outputs):
         """{output id: array} computed from the caller's ``inputs`` (and into its
-        ``outputs``) without the general path of checks, or None to take it."""
+        ``outputs``, else into fresh, writeable arrays) without the general path
+        of checks, or None to take it."""
         return None
+
+    def fresh_run(self, arrays: tuple):
+        """``fast_run`` of the common call: the inputs in order (a tuple), fresh outputs."""
+        return self.fast_run(list(arrays), None)
 
     def fail(self, comm, failure: BaseException):
         """This member of the group failed before ``run`` (bad arguments, or an

@@ -33,6 +33,7 @@ class KernelExecutable(Executable):
         self._workspaces: dict[int, np.ndarray] = {}   # plan entries "ws" and "tmp", allocated at first use
         self._ws_lock = threading.Lock()
         self._fast = None              # the per-run work done once (_fast_plan); False: no fast path
+        self._fresh = None             # its common call's plan (_fresh_plan)
 
     def set_kernel(self, kernel, entry) -> None:
         """The kernel's machine code, compiled after this executable was made (graphc.compiler.batch)."""
@@ -125,15 +126,41 @@ class KernelExecutable(Executable):
                 slots.append((2, self._workspace(k, ref) if kind == "ws" else self._scratch_tensor(k, ref)))
         return slots
 
+    def _fresh_plan(self, slots):
+        """The common call's plan (inputs in order, fresh outputs), its slots split
+        by kind so a run makes no choice per argument: the argument list with the
+        workspaces in place, the inputs' checks (argument position, input, dtype,
+        shape, byte strides or None) and the outputs' (position, dtype, shape,
+        logical tensor when it is strided, else None)."""
+        template, ins, outs = [], [], []
+        for pos, slot in enumerate(slots):
+            template.append(slot[1] if slot[0] == 2 else None)
+            if slot[0] == 0:
+                ins.append((pos,) + slot[1:5])
+            elif slot[0] == 1:
+                outs.append((pos, slot[2], slot[3], None if slot[4] is None else slot[5]))
+        return template, ins, outs
+
+    def _plan(self):
+        fast = self._fast = self._fast_plan()
+        self._out_ids = [lt.id for lt in self.outputs]
+        self._fresh = self._fresh_plan(fast) if fast else None
+        return fast
+
+    def fresh_run(self, arrays):
+        if self._fresh is None and (self._fast is False or not self._plan()):
+            return None
+        outs = self._run_fresh(arrays)
+        return None if outs is None else dict(zip(self._out_ids, outs))
+
     def fast_run(self, inputs, outputs):
         fast = self._fast
         if fast is None:
-            fast = self._fast = self._fast_plan()
-            self._out_ids = [lt.id for lt in self.outputs]
+            fast = self._plan()
         if not fast:
             return None
-        if outputs is None and type(inputs) is list and len(inputs) == len(self.inputs):
-            outs = self._run_fast(inputs)   # (the common call: inputs in order, fresh outputs)
+        if outputs is None and type(inputs) in (list, tuple) and len(inputs) == len(self.inputs):
+            outs = self._run_fresh(inputs)   # (the common call: inputs in order, fresh outputs)
         else:
             arrays, given = _in_order(inputs, self.inputs), None
             if outputs is not None:
@@ -141,6 +168,27 @@ class KernelExecutable(Executable):
                 arrays = None if given is None else arrays
             outs = None if arrays is None else self._run_fast(arrays, given)
         return None if outs is None else dict(zip(self._out_ids, outs))
+
+    def _run_fresh(self, arrays):
+        """``_run_fast`` of the common call (fresh outputs), on its own plan."""
+        template, ins, outs_plan = self._fresh
+        args = template.copy()
+        for pos, ref, dt, shape, strides in ins:
+            a = arrays[ref]
+            if type(a) is not np.ndarray or (a.dtype is not dt and a.dtype != dt) or a.shape != shape:
+                return None
+            flags = a.flags
+            if not (flags.aligned and (flags.c_contiguous if strides is None else a.strides == strides)):
+                return None
+            args[pos] = a
+        outs = []
+        for pos, dt, shape, lt in outs_plan:
+            a = args[pos] = np.empty(shape, dt) if lt is None else allocate(lt)
+            outs.append(a)
+        status = self._call(args)
+        if status is not None and status >= 0:   # (bad data found before anything was written)
+            raise self._fault(status, arrays)
+        return outs
 
     def _run_fast(self, arrays, given=None):
         """The run of a plain kernel on ``arrays`` (inputs in order) into fresh
