@@ -1,7 +1,7 @@
 """oneDNN's benchdnn and graphc side by side on the same benchdnn --graph cases.
 
     BENCHDNN=/path/to/benchdnn python benchmarks/bench_onednn.py --batch op/harness_f32_ci
-        [--batch pattern/harness_f32_ci ...] [--line TEXT] [--limit N] [--markdown]
+        [--batch pattern/harness_f32_ci ...] [--set compute] [--set anchors] [--line TEXT] [--limit N]
 
 Each harness line (knobs and ``--case=FILE``, read from GRAPHC_SHARED/onednn/benchdnn/
 inputs/graph, where both programs run) is timed in performance mode by
@@ -10,6 +10,12 @@ each in a process of its own, one after the other; the minimum time of each
 ("total perf: min(ms)") is compared: ratio = oneDNN / graphc, above 1 when graphc
 is faster, and their geometric mean over the lines both timed.  The machine's
 load average is printed with every row.
+
+``--set`` names a list of lines kept here: ``compute`` (convolutions, deconvolutions,
+pooling, interpolation, MatMul and their fusions; the attention, MLP and
+binary-MatMul graphs of complex_fusion) and ``anchors`` (memory-bound
+normalization, softmax, reduction and binary cases); each set gets its own
+geomean.
 
 Without a benchdnn (BENCHDNN unset or not executable) the script says so and
 prints graphc's times alone: build oneDNN from its sources (cmake with
@@ -29,6 +35,32 @@ from children import load_average
 
 CORPUS = Path(os.environ.get("GRAPHC_SHARED", "/work/shared")) / "onednn/benchdnn/inputs/graph"
 PERF = re.compile(r"total perf: min\(ms\):([0-9.eE+-]+)")
+
+_CASE = "--reset --case="
+SETS = {
+    "compute": [_CASE + c for c in (
+        "op/f32/conv_2d.json", "op/f32/conv_3d.json", "op/f32/conv_bwd_d_2d.json", "op/f32/conv_bwd_w_2d.json",
+        "op/f32/deconv.json", "op/f32/deconv_bwd_d.json", "op/f32/deconv_bwd_w.json", "op/f32/matmul.json",
+        "op/f32/avgpool.json", "op/f32/maxpool.json", "op/f32/interpolate.json",
+        "pattern/f32/conv_bias_post_ops_fusion.json", "pattern/f32/conv_bias_post_ops_chain_fusion.json",
+        "pattern/f32/conv_bias_sum_fusion.json", "pattern/f32/conv_bias_swish_fusion.json",
+        "pattern/f32/conv_depthwise_fusion_cpu.json", "pattern/f32/conv_bias_relu_depthwise_bias_relu_fusion_cpu.json",
+        "pattern/f32/convtranspose_post_ops_fusion.json", "pattern/f32/maxpool_chain_fusion.json",
+        "pattern/f32/avgpool_3d_chain_fusion.json", "pattern/f32/interpolate_post_ops_chain_fusion.json",
+        "pattern/f32/matmul_post_ops_chain_fusion.json", "pattern/f32/matmul_bias_post_ops_chain_fusion.json",
+        "pattern/bf16/bf16_matmul_bias_post_ops_chain_fusion.json",
+        "complex_fusion/mlp/gated-mlp-f32.json", "complex_fusion/mlp/gated-mlp-f16-f32.json",
+        "complex_fusion/mha/MHA-bert_large-inf-fp32-bs1.json", "complex_fusion/mha/MHA-GPT-inf-fp32-bs1.json",
+        "complex_fusion/mha/MHA-stable_diffusion-inf-fp32-bs1.json", "complex_fusion/mha/GQA-f32.json",
+        "complex_fusion/mha/sdpa-plain-training-forward-bf16-f32.json",
+        "complex_fusion/bmb/binary-matmul-binary-f32.json")] + [
+        "--reset --in-shapes=0:2x64x112x112+1:32x64x2x2 --case=pattern/f32/conv_post_ops_fusion.json"],
+    "anchors": [_CASE + c for c in (
+        "op/f32/softmax.json", "op/f32/softmax_bwd.json", "op/f32/reducesum.json", "op/f32/lnorm.json",
+        "op/f32/lnorm_bwd.json", "op/f32/bnorm.json", "op/f32/bnorm_bwd.json", "op/f32/gnorm.json",
+        "op/f32/add.json", "pattern/f32/lnorm_gelu.json", "pattern/f32/bn_bwd_relu_bwd_fusion.json",
+        "pattern/f32/binary_post_ops_chain_fusion.json")],
+}
 
 
 def harness_lines(batch: str) -> list[str]:
@@ -55,38 +87,45 @@ def benchdnn() -> str | None:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", action="append", default=[], help="a harness file under inputs/graph")
+    ap.add_argument("--set", action="append", default=[], choices=sorted(SETS), help="a set of lines kept here")
     ap.add_argument("--line", action="append", default=[], help="one harness line (knobs and --case=...)")
     ap.add_argument("--limit", type=int, default=0, help="at most N lines per harness")
     args = ap.parse_args()
-    lines = list(args.line)
+    groups = [(name, SETS[name]) for name in args.set]
     for batch in args.batch:
         got = harness_lines(batch)
-        lines += got[:args.limit] if args.limit else got
-    if not lines:
-        ap.error("give --batch or --line")
+        groups.append((batch, got[:args.limit] if args.limit else got))
+    if args.line:
+        groups.append(("lines", list(args.line)))
+    if not groups:
+        ap.error("give --set, --batch or --line")
     onednn = benchdnn()
     if onednn is None:
         print("oneDNN's benchdnn not found (set BENCHDNN to the benchdnn binary of a oneDNN build): "
               "graphc's times alone")
-    print("| case | oneDNN min ms | graphc min ms | oneDNN / graphc | load |")
-    print("|---|---|---|---|---|")
-    ratios = []
-    for line in lines:
-        knobs = [k for k in line.split() if k != "--reset"]
-        gc = min_ms([sys.executable, "-m", "graphc", "bench", "--mode=P", *knobs])
-        ref = min_ms([onednn, "--graph", "--mode=P", *knobs]) if onednn else "-"
-        ratio = ""
-        if isinstance(gc, float) and isinstance(ref, float) and gc > 0:
-            ratios.append(ref / gc)
-            ratio = f"{ref / gc:.2f}"
-        fmt = (lambda v: f"{v:.4f}" if isinstance(v, float) else v)
-        print(f"| {' '.join(knobs)} | {fmt(ref)} | {fmt(gc)} | {ratio} | {load_average()} |", flush=True)
-    if ratios:
+    print(f"load average at the start: {load_average()}")
+    summaries = []
+    for name, lines in groups:
+        print(f"\n### {name}\n\n| case | oneDNN min ms | graphc min ms | oneDNN / graphc | load |\n|---|---|---|---|---|")
+        ratios = []
+        for line in lines:
+            knobs = [k for k in line.split() if k != "--reset"]
+            gc = min_ms([sys.executable, "-m", "graphc", "bench", "--mode=P", *knobs])
+            ref = min_ms([onednn, "--graph", "--mode=P", *knobs]) if onednn else "-"
+            ratio = ""
+            if isinstance(gc, float) and isinstance(ref, float) and gc > 0:
+                ratios.append(ref / gc)
+                ratio = f"{ref / gc:.2f}"
+            fmt = (lambda v: f"{v:.4f}" if isinstance(v, float) else v)
+            print(f"| {' '.join(knobs)} | {fmt(ref)} | {fmt(gc)} | {ratio} | {load_average()} |", flush=True)
+        if ratios:
+            summaries.append((name, ratios))
+    print(f"\nload average at the end: {load_average()}")
+    for name, ratios in summaries:
         geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        print(f"\ngeomean oneDNN / graphc over {len(ratios)} lines: {geo:.2f}; "
+        print(f"{name}: geomean oneDNN / graphc over {len(ratios)} lines {geo:.2f}; "
               f"graphc ahead on {sum(r > 1 for r in ratios)}, behind on {sum(r < 1 for r in ratios)}; "
               f"lowest {min(ratios):.2f}")
-
 
 if __name__ == "__main__":
     main()

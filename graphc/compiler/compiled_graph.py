@@ -105,6 +105,8 @@ class CompiledGraph:
             self._plain = self._one_run
             self._gather = _gatherer(self._steps[0][1])
             self._fresh_run = self.compiled[0].executable.fresh_run
+            self._gather_out = _gatherer(self._output_ports)
+            self._fast_into = self.compiled[0].executable.fast_run
 
     def __reduce__(self):
         """A compiled graph pickles (and deep-copies) as its graph and compile
@@ -163,6 +165,19 @@ class CompiledGraph:
         out = None if verbose.LEVEL > 0 else self._fresh_run(arrays)
         return self._plain_run(inputs) if out is None else out
 
+    def _one_into(self, inputs: dict, outputs) -> dict | None:
+        """``run`` of a graph of one partition into the caller's buffers for all
+        its outputs, on the kernel's fast path (None: the general path checks and
+        runs them)."""
+        if self._plain != self._one_run or type(outputs) is not dict or len(outputs) != len(self._output_ports) \
+                or verbose.LEVEL > 0:
+            return None
+        try:
+            arrays, given = self._gather(inputs), self._gather_out(outputs)
+        except KeyError:
+            return None
+        return self._fast_into(list(arrays), list(given))
+
     def _plain_run(self, inputs: dict) -> dict | None:
         """``run`` of a graph without collectives on exactly its inputs (None when an
         input id is missing: ``run``'s checks say which).  Each partition is tried on
@@ -197,9 +212,8 @@ class CompiledGraph:
         of waiting for this one: this member raises that RuntimeFault too for a
         GraphcError, and the exception itself otherwise.  A member that does not
         answer at all is caught by the collectives' timeout (graphc.comm)."""
-        if comm is None and outputs is None and self._plain is not None and type(inputs) is dict and \
-                len(inputs) == len(self._input_ports):
-            plain = self._plain(inputs)
+        if comm is None and self._plain is not None and type(inputs) is dict and len(inputs) == len(self._input_ports):
+            plain = self._plain(inputs) if outputs is None else self._one_into(inputs, outputs)
             if plain is not None:
                 return plain
         if self._by_ranks is not None:

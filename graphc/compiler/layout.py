@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArguments, RuntimeFault
+from . import recycle
 from ..types import LogicalTensor, check_extent, dense_strides, overlaps, span as _span
 
 
@@ -32,18 +33,22 @@ def layout_matches(arr: np.ndarray, lt: LogicalTensor) -> bool:
     return all(d <= 1 or s == t for d, s, t in zip(lt.shape, es, lt.strides))
 
 
-def allocate(lt: LogicalTensor) -> np.ndarray:
+def allocate(lt: LogicalTensor, kept: bool = False) -> np.ndarray:
     """An uninitialized array laid out as ``lt`` says (gaps included); its byte
     sizes are checked first (types.check_extent: InvalidShape, not numpy's
-    OverflowError)."""
+    OverflowError).  A large one is over a recycled buffer (graphc.compiler.recycle)
+    unless it is ``kept`` (a workspace that lives as long as its kernel)."""
     dt = lt.dtype.np
     try:
         if lt.strides == dense_strides(lt.shape):
-            return np.empty(lt.shape, dtype=dt)
+            return np.empty(lt.shape, dtype=dt) if kept else recycle.empty(lt.shape, dt)
         check_extent(lt, "allocate")
         # (an ndarray over a buffer: a few times faster than as_strided, and of any dtype)
-        buf = np.empty(max(_span(lt.shape, lt.strides), 1), dtype=dt)
-        return np.ndarray(lt.shape, dt, buffer=buf, strides=[s * dt.itemsize for s in lt.strides])
+        strides = [s * dt.itemsize for s in lt.strides]
+        span = max(_span(lt.shape, lt.strides), 1)
+        if not kept:
+            return recycle.empty(lt.shape, dt, strides, span)
+        return np.ndarray(lt.shape, dt, buffer=np.empty(span, dtype=dt), strides=strides)
     except MemoryError:
         raise RuntimeFault("cannot allocate memory for a tensor", where=f"tensor {lt.id}",
                            found=f"shape {list(lt.shape)}, strides {list(lt.strides)}, {lt.dtype}") from None

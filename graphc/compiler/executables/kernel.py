@@ -1,6 +1,7 @@
 """A generated kernel: the partition's one compiled machine-code function."""
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -9,7 +10,7 @@ from ...codegen import rules
 from ...codegen.ir import NP_TYPE
 from ...errors import GraphcError, RuntimeFault
 from ...ops.common import is_pointwise
-from .. import jit
+from .. import jit, recycle
 from ..layout import aligned_empty, allocate, flat_view, overlapping_layouts
 from .base import Executable
 
@@ -62,7 +63,7 @@ class KernelExecutable(Executable):
         allocated once: allocating it per run paid its page faults every run."""
         buf = self._workspaces.get(k)
         if buf is None:
-            buf = self._workspaces[k] = flat_view(allocate(lt), lt)
+            buf = self._workspaces[k] = flat_view(allocate(lt, kept=True), lt)
         return buf
 
     def _workspace(self, k: int, spec) -> np.ndarray:
@@ -131,14 +132,15 @@ class KernelExecutable(Executable):
         by kind so a run makes no choice per argument: the argument list with the
         workspaces in place, the inputs' checks (argument position, input, dtype,
         shape, byte strides or None) and the outputs' (position, dtype, shape,
-        logical tensor when it is strided, else None)."""
+        and the logical tensor to allocate, or None for a small dense one)."""
         template, ins, outs = [], [], []
         for pos, slot in enumerate(slots):
             template.append(slot[1] if slot[0] == 2 else None)
             if slot[0] == 0:
                 ins.append((pos,) + slot[1:5])
-            elif slot[0] == 1:
-                outs.append((pos, slot[2], slot[3], None if slot[4] is None else slot[5]))
+            elif slot[0] == 1:   # (small dense outputs straight from numpy: the common small call)
+                small = slot[4] is None and slot[2].itemsize * math.prod(slot[3]) < recycle.MIN_BYTES
+                outs.append((pos, slot[2], slot[3], None if small else slot[5]))
         return template, ins, outs
 
     def _plan(self):
@@ -205,7 +207,7 @@ class KernelExecutable(Executable):
             if kind == 0:
                 a = arrays[slot[1]]
             elif given is None:
-                a = outs[slot[1]] = np.empty(slot[3], slot[2]) if slot[4] is None else allocate(slot[5])
+                a = outs[slot[1]] = allocate(slot[5])
                 args.append(a)
                 continue
             else:
@@ -218,11 +220,15 @@ class KernelExecutable(Executable):
             if kind == 1 and not flags.writeable:
                 return None
             args.append(a)
-        if given is not None:
+        if given is not None:   # (loops: generators cost as much again as the checks)
+            overlaps = np.may_share_memory
             for i, u in enumerate(outs):
-                if any(np.may_share_memory(u, a) for a in arrays) or \
-                        any(np.may_share_memory(u, v) for v in outs[:i]):
-                    return None
+                for a in arrays:
+                    if overlaps(u, a):
+                        return None
+                for v in outs[:i]:
+                    if overlaps(u, v):
+                        return None
         status = self._call(args)
         if status is not None and status >= 0:   # (bad data found before anything was written)
             raise self._fault(status, arrays)
