@@ -342,8 +342,9 @@ class KernelBuilder:
         self._mutable.add(target.args[0])
         self.emit(ir.Assign(target, _value(value)))
 
-    def store(self, buf: ir.Expr, idx, value) -> None:
-        self.emit(ir.Store(buf, idx, _value(value)))
+    def store(self, buf, idx, value) -> None:
+        """Store ``value`` at ``idx`` of array ``buf`` or of a workspace part (Scratch)."""
+        self.emit(buf.store(idx, value) if isinstance(buf, Scratch) else ir.Store(buf, idx, _value(value)))
 
     def ret(self, value) -> None:
         self.emit(ir.Return(_value(value)))

@@ -203,11 +203,13 @@ class Geometry:
     def _rows(self, kb, lead, accs, length, work):
         """A loop over the multi-indices of ``lead`` (parallel when ``work`` is worth
         it) with one scratch row of ``length`` per accumulator (elem, init); yields
-        (indices, rows)."""
+        (indices, rows).  The rows are workspaces (a part per thread when the loop is
+        parallel): an array allocated per row cost more than a small row's work."""
         count = math.prod(lead)
-        with kb.for_(count, "r", worth_parallel(work) and count > 1) as r:
+        parallel = worth_parallel(work) and count > 1
+        with kb.for_(count, "r", parallel) as r:
             idx = unravel(kb, r, lead)
-            yield idx, [kb.alloc(length, elem, prefix="acc") for elem, _ in accs]
+            yield idx, [kb.scratch(length, elem, parallel, prefix="acc") for elem, _ in accs]
 
     def windows(self, kb, accs, update, finish):
         """For each output position o: accumulators (elem, init) start at init;
