@@ -17,6 +17,10 @@ binary-MatMul graphs of complex_fusion) and ``anchors`` (memory-bound
 normalization, softmax, reduction and binary cases); each set gets its own
 geomean.
 
+BENCHDNN may name several builds joined by ':' (an older build that cannot read a
+newer case, then a newer one): each line is timed by the first that times it, and
+the table says which (#1, #2).
+
 Without a benchdnn (BENCHDNN unset or not executable) the script says so and
 prints graphc's times alone: build oneDNN from its sources (cmake with
 ``-DDNNL_BUILD_TESTS=ON``) and point BENCHDNN at ``build/tests/benchdnn/benchdnn``.
@@ -36,15 +40,17 @@ from children import load_average
 CORPUS = Path(os.environ.get("GRAPHC_SHARED", "/work/shared")) / "onednn/benchdnn/inputs/graph"
 PERF = re.compile(r"total perf: min\(ms\):([0-9.eE+-]+)")
 
-_CASE = "--reset --case="
+#: the cases of each set; each runs as the first line of the corpus' harness files that
+#: names it (its knobs: shapes, attributes, expected partitions), else as --case alone
 SETS = {
-    "compute": [_CASE + c for c in (
+    "compute": [
         "op/f32/conv_2d.json", "op/f32/conv_3d.json", "op/f32/conv_bwd_d_2d.json", "op/f32/conv_bwd_w_2d.json",
         "op/f32/deconv.json", "op/f32/deconv_bwd_d.json", "op/f32/deconv_bwd_w.json", "op/f32/matmul.json",
         "op/f32/avgpool.json", "op/f32/maxpool.json", "op/f32/interpolate.json",
         "pattern/f32/conv_bias_post_ops_fusion.json", "pattern/f32/conv_bias_post_ops_chain_fusion.json",
         "pattern/f32/conv_bias_sum_fusion.json", "pattern/f32/conv_bias_swish_fusion.json",
-        "pattern/f32/conv_depthwise_fusion_cpu.json", "pattern/f32/conv_bias_relu_depthwise_bias_relu_fusion_cpu.json",
+        "pattern/f32/conv_post_ops_fusion.json", "pattern/f32/conv_depthwise_fusion_cpu.json",
+        "pattern/f32/conv_bias_relu_depthwise_bias_relu_fusion_cpu.json",
         "pattern/f32/convtranspose_post_ops_fusion.json", "pattern/f32/maxpool_chain_fusion.json",
         "pattern/f32/avgpool_3d_chain_fusion.json", "pattern/f32/interpolate_post_ops_chain_fusion.json",
         "pattern/f32/matmul_post_ops_chain_fusion.json", "pattern/f32/matmul_bias_post_ops_chain_fusion.json",
@@ -53,14 +59,26 @@ SETS = {
         "complex_fusion/mha/MHA-bert_large-inf-fp32-bs1.json", "complex_fusion/mha/MHA-GPT-inf-fp32-bs1.json",
         "complex_fusion/mha/MHA-stable_diffusion-inf-fp32-bs1.json", "complex_fusion/mha/GQA-f32.json",
         "complex_fusion/mha/sdpa-plain-training-forward-bf16-f32.json",
-        "complex_fusion/bmb/binary-matmul-binary-f32.json")] + [
-        "--reset --in-shapes=0:2x64x112x112+1:32x64x2x2 --case=pattern/f32/conv_post_ops_fusion.json"],
-    "anchors": [_CASE + c for c in (
+        "complex_fusion/bmb/binary-matmul-binary-f32.json"],
+    "anchors": [
         "op/f32/softmax.json", "op/f32/softmax_bwd.json", "op/f32/reducesum.json", "op/f32/lnorm.json",
         "op/f32/lnorm_bwd.json", "op/f32/bnorm.json", "op/f32/bnorm_bwd.json", "op/f32/gnorm.json",
         "op/f32/add.json", "pattern/f32/lnorm_gelu.json", "pattern/f32/bn_bwd_relu_bwd_fusion.json",
-        "pattern/f32/binary_post_ops_chain_fusion.json")],
+        "pattern/f32/binary_post_ops_chain_fusion.json"],
 }
+
+
+def line_for(case: str) -> str:
+    """The first line of the corpus' harness files that runs ``case`` (those of the case's
+    data type first, then the CI ones)."""
+    dtype = case.split("/")[1] if case.count("/") > 1 else ""
+    harnesses = sorted(CORPUS.glob("*/harness_*"),
+                       key=lambda p: (dtype not in p.name, not p.name.endswith("_ci"), str(p)))
+    for path in harnesses:
+        for line in harness_lines(str(path.relative_to(CORPUS))):
+            if line.split()[-1] == f"--case={case}":
+                return line
+    return f"--reset --case={case}"
 
 
 def harness_lines(batch: str) -> list[str]:
@@ -76,12 +94,27 @@ def min_ms(cmd: list[str]) -> float | str:
     if p.returncode or m is None:
         tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:] or ["no output"]
         return f"rc {p.returncode}: {tail[0][:80]}"
+    if float(m.group(1)) <= 0:   # (every problem skipped: e.g. a data type this CPU lacks)
+        return "skipped"
     return float(m.group(1))
 
 
-def benchdnn() -> str | None:
-    path = os.environ.get("BENCHDNN")
-    return path if path and os.access(path, os.X_OK) else None
+def benchdnns() -> list[str]:
+    """The benchdnn programs in $BENCHDNN (one path, or several joined by ':'), runnable ones only."""
+    paths = [p for p in os.environ.get("BENCHDNN", "").split(os.pathsep) if p]
+    return [p for p in paths if os.access(p, os.X_OK)]
+
+
+def onednn_ms(programs: list[str], knobs: list[str]) -> tuple[float | str, str]:
+    """(min ms, the program that timed it) from the first of ``programs`` that times
+    the line (an older build may not read a newer case), else (why not, "")."""
+    why = "-"
+    for i, program in enumerate(programs):
+        got = min_ms([program, "--graph", "--mode=P", *knobs])
+        if isinstance(got, float):
+            return got, f"#{i + 1}"
+        why = got
+    return why, ""
 
 
 def main():
@@ -91,7 +124,7 @@ def main():
     ap.add_argument("--line", action="append", default=[], help="one harness line (knobs and --case=...)")
     ap.add_argument("--limit", type=int, default=0, help="at most N lines per harness")
     args = ap.parse_args()
-    groups = [(name, SETS[name]) for name in args.set]
+    groups = [(name, [line_for(c) for c in SETS[name]]) for name in args.set]
     for batch in args.batch:
         got = harness_lines(batch)
         groups.append((batch, got[:args.limit] if args.limit else got))
@@ -99,25 +132,29 @@ def main():
         groups.append(("lines", list(args.line)))
     if not groups:
         ap.error("give --set, --batch or --line")
-    onednn = benchdnn()
-    if onednn is None:
+    programs = benchdnns()
+    if not programs:
         print("oneDNN's benchdnn not found (set BENCHDNN to the benchdnn binary of a oneDNN build): "
               "graphc's times alone")
+    for i, program in enumerate(programs):
+        print(f"oneDNN #{i + 1}: {program}")
     print(f"load average at the start: {load_average()}")
     summaries = []
     for name, lines in groups:
-        print(f"\n### {name}\n\n| case | oneDNN min ms | graphc min ms | oneDNN / graphc | load |\n|---|---|---|---|---|")
+        print(f"\n### {name}\n\n| case | oneDNN min ms | graphc min ms | oneDNN / graphc | load |\n"
+              "|---|---|---|---|---|")
         ratios = []
         for line in lines:
             knobs = [k for k in line.split() if k != "--reset"]
             gc = min_ms([sys.executable, "-m", "graphc", "bench", "--mode=P", *knobs])
-            ref = min_ms([onednn, "--graph", "--mode=P", *knobs]) if onednn else "-"
+            ref, which = onednn_ms(programs, knobs)
             ratio = ""
             if isinstance(gc, float) and isinstance(ref, float) and gc > 0:
                 ratios.append(ref / gc)
                 ratio = f"{ref / gc:.2f}"
             fmt = (lambda v: f"{v:.4f}" if isinstance(v, float) else v)
-            print(f"| {' '.join(knobs)} | {fmt(ref)} | {fmt(gc)} | {ratio} | {load_average()} |", flush=True)
+            shown_ref = f"{fmt(ref)} ({which})" if which and len(programs) > 1 else fmt(ref)
+            print(f"| {' '.join(knobs)} | {shown_ref} | {fmt(gc)} | {ratio} | {load_average()} |", flush=True)
         if ratios:
             summaries.append((name, ratios))
     print(f"\nload average at the end: {load_average()}")
