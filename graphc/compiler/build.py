@@ -60,7 +60,7 @@ def compile_partition(partition, inputs=None, outputs=None, values=None) -> Comp
     elif view is not None:
         check_extent(view[1], "compile")   # the view's strides: numpy must be able to make it
         out_lts = [view[1]]
-        executable = ViewExecutable(*view)
+        executable = ViewExecutable(*view, inputs=in_lts, constant=partition.constant)
     else:
         source, plan = lowering.build_kernel(partition, ops, in_lts, out_lts, op_values)
         batch = current_batch()

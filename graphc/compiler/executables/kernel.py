@@ -187,7 +187,8 @@ class KernelExecutable(Executable):
         for pos, dt, shape, lt in outs_plan:
             a = args[pos] = np.empty(shape, dt) if lt is None else allocate(lt)
             outs.append(a)
-        status = self._call(args)
+        # (a serial kernel without workspaces: jit's call itself, one Python frame fewer)
+        status = self._call(args) if self._parallel or self._workspaces else jit.call_serial(self._entry, args)
         if status is not None and status >= 0:   # (bad data found before anything was written)
             raise self._fault(status, arrays)
         return outs

@@ -17,8 +17,28 @@ class ViewExecutable(Executable):
     impl_kind = "view"
     allocates_outputs = False
 
-    def __init__(self, at: int, out, window=None):
+    def __init__(self, at: int, out, window=None, inputs=(), constant: bool = False):
         self.at, self.out, self.window = at, out, window
+        #: the fast path's checks of input ``at`` (dtype, shape, byte strides) and the inputs'
+        #: count; None for a constant partition (its outputs are kept by the compiled partition)
+        self._fast = None
+        if inputs and not constant and inputs[at].is_complete:
+            src = inputs[at]
+            dt = np.dtype(src.dtype.np)
+            self._fast = (dt, tuple(src.shape), tuple(s * dt.itemsize for s in src.strides), len(inputs))
+
+    def fast_run(self, inputs, outputs):
+        """The view of a writeable input laid out as compiled, the inputs in order."""
+        fast = self._fast
+        if fast is None or outputs is not None or type(inputs) not in (list, tuple) or len(inputs) != fast[3]:
+            return None
+        a = inputs[self.at]
+        if type(a) is not np.ndarray or (a.dtype is not fast[0] and a.dtype != fast[0]) or a.shape != fast[1] \
+                or a.strides != fast[2] or not a.flags.writeable:
+            return None
+        if self.window is not None:
+            a = a[self.window]
+        return {self.out.id: as_view(a, self.out.shape, self.out.strides)}
 
     def inplace_pairs(self):
         # the output may be the input's buffer itself, seen through the view (not a window of it)
