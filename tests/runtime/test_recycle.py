@@ -12,7 +12,7 @@ from graphc.compiler import recycle
 
 from support import one_op
 
-N = 512 * 1024   # 2 MiB of f32: above recycle.MIN_BYTES
+N = 512 * 1024   # 2 MiB of f32: above recycle.MIN_BYTES (256 KiB)
 
 
 def _address(a: np.ndarray) -> int:
