@@ -60,14 +60,15 @@ def _drop_free(need: int) -> None:
     """Release kept buffers nobody uses until ``need`` more bytes fit under the limit."""
     global _bytes
     for size in list(_held):
-        bufs = _held[size]
-        for raw in list(bufs):
-            if _bytes + need <= LIMIT:
-                return
-            if sys.getrefcount(raw) == _FREE + 1:   # (one more: the list(bufs) copy)
-                bufs.remove(raw)
+        kept = []
+        for raw in _held[size]:
+            if _bytes + need > LIMIT and sys.getrefcount(raw) == _FREE:   # (counted as _free counts)
                 _bytes -= size
-        if not bufs:
+            else:
+                kept.append(raw)
+        if kept:
+            _held[size] = kept
+        else:
             del _held[size]
 
 

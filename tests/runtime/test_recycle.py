@@ -69,3 +69,19 @@ def test_threads_get_buffers_of_their_own(relu):
     for i, a in enumerate(got):
         assert (a == i).all()
     assert len({_address(a) for a in got}) == 4
+
+
+def test_the_limit_holds_and_free_buffers_make_room(monkeypatch):
+    """Under a limit of three buffers: a fourth live output is numpy's own; once
+    the kept ones are dropped, a buffer of another size takes their room."""
+    size = 2 << 20
+    monkeypatch.setattr(recycle, "_held", {})
+    monkeypatch.setattr(recycle, "_bytes", 0)
+    monkeypatch.setattr(recycle, "LIMIT", 3 * size)
+    live = [recycle.empty((size // 4,), np.float32) for _ in range(4)]
+    assert [a.base is None for a in live] == [False, False, False, True]
+    assert recycle.kept_bytes() == 3 * size
+    del live
+    other = recycle.empty((size // 2,), np.float32)       # 2 buffers' worth: two free ones released
+    assert other.base is not None and recycle.kept_bytes() <= 3 * size
+    assert recycle.kept_bytes() == size + 2 * size
