@@ -190,3 +190,30 @@ def test_one_partition_graph_runs_its_kernel_directly():
         cg.run({0: a, 7: b})
     with pytest.raises(graphc.InvalidArguments, match="no input tensor of this id"):
         cg.run({0: a, 1: b, 9: b})
+
+
+def test_first_runs_from_several_threads_at_once():
+    """The fast path's plan is made at the first run; threads making their first
+    runs together all get the kernel's values (none sees half a plan)."""
+    import threading
+    for _ in range(5):
+        cg = graphc.compile(one_op("Multiply", [("f32", [64]), ("f32", [64])], [("f32", [64])]))
+        xs = [np.full(64, i, np.float32) for i in range(6)]
+        got, errors = [None] * 6, []
+        start = threading.Barrier(6)
+
+        def work(i):
+            try:
+                start.wait()
+                got[i] = cg.run({0: xs[i], 1: xs[i]})[2]
+            except Exception as e:   # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        for i, a in enumerate(got):
+            np.testing.assert_array_equal(a, np.full(64, i * i, np.float32))

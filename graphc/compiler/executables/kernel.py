@@ -144,9 +144,11 @@ class KernelExecutable(Executable):
         return template, ins, outs
 
     def _plan(self):
-        fast = self._fast = self._fast_plan()
+        # (``_fast`` set last: a thread that sees it sees the others, made by another thread's first run)
+        fast = self._fast_plan()
         self._out_ids = [lt.id for lt in self.outputs]
         self._fresh = self._fresh_plan(fast) if fast else None
+        self._fast = fast
         return fast
 
     def fresh_run(self, arrays):
