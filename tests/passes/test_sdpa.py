@@ -4,7 +4,7 @@ never S x S), equal to graphc's reference within the compiled tolerances."""
 import numpy as np
 import pytest
 
-from graphc.codegen.attention import BM, BN
+from graphc.codegen.attention import BM_WIDE, BN_WIDE
 from graphc.codegen.kernel import NUM_THREADS
 from support import check_compiled
 from support.sdpa import check_sdpa, sdpa_graph, sdpa_inputs
@@ -27,7 +27,16 @@ def test_long_sequence_keeps_scores_in_tiles():
     """Scores of one head (600 x 600) are larger than all of the kernel's workspaces."""
     g, ids = sdpa_graph("f32", n=1, hq=2, sq=600, skv=600, d=32, mask="causal_tl")
     check_sdpa(g, ids)
-    assert 600 * 600 > NUM_THREADS * BM * BN
+    assert 600 * 600 > NUM_THREADS * BM_WIDE * BN_WIDE
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_keys_past_one_wide_block(dt):
+    """Without a causal mask the keys go in wide blocks (BN_WIDE): more keys than
+    one block walks several with the online softmax's rescaling, the last one short."""
+    skv = 2 * BN_WIDE + 50
+    g, ids = sdpa_graph(dt, n=1, hq=2, sq=BM_WIDE + 30, skv=skv, d=32, mask="add")
+    check_sdpa(g, ids)
 
 
 def test_reshape_transpose_in_and_out():
