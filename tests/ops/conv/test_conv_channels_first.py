@@ -23,6 +23,8 @@ GEOMS = [
     (1, 40, 24, (64, 64), (1, 1), {}),                                         # row blocks of one image
     (1, 70, 66, (4500,), (1,), {}),                                            # blocks of the last dim
     (2, 4, 6, (13, 9), (2, 2), {"strides": (3, 2), "pads_begin": (2, 1), "pads_end": (2, 1)}),   # taps in pads
+    (2, 16, 8, (12, 11), (2, 2), {}),                   # unit strides, a window of few taps (SHIFTED_MIN_TAPS)
+    (1, 6, 5, (7, 8), (1, 2), {"pads_begin": (0, 1), "pads_end": (0, 0)}),
 ]
 
 
@@ -54,6 +56,13 @@ def conv(geom, bias=True, post=(), fmt="NCX", **graph_kw):
 
 def _road(cg):
     return cg.compiled[0].get_impl_info()
+
+
+def test_windows_of_nine_taps_keep_the_shifted_gemms():
+    """At unit strides a 3x3 window (as many taps as SHIFTED_MIN_TAPS) runs the shifted GEMMs."""
+    geom = (2, 8, 6, (10, 9), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)})
+    cg, _ = compiled_vs_reference(conv(geom), what=str(geom))
+    assert "shifted_gemm" in _road(cg), _road(cg)
 
 
 @pytest.mark.parametrize("bias", [True, False])
