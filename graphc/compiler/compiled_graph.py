@@ -50,7 +50,7 @@ class CompiledGraph:
         self._by_ranks = BoundedCache() if graph.rank_pending else None
         if self._by_ranks is not None:
             self.partitions, self.compiled, self.fallback_partitions, self._steps = [], [], [], None
-            self._view_sources, self._plain = {}, None
+            self._view_sources, self._plain, self._one = {}, None, False
             return
         self.partitions = partition_graph(graph, policy)
         bad = [p for p in self.partitions if not p.is_supported()]
@@ -99,9 +99,10 @@ class CompiledGraph:
         #: ``run``'s road for calls without comm or outputs: the one partition's fast path when it is the whole
         #: graph (its inputs the graph's, its outputs the graph's in their order), else the steps in order
         self._plain = None if self._steps is None else self._plain_run
-        if self._steps is not None and len(self._steps) == 1 and \
-                set(self._steps[0][1]) == set(self._input_ports) and \
-                [t.id for t in self.compiled[0].outputs] == list(self._output_ports):
+        self._one = self._steps is not None and len(self._steps) == 1 and \
+            set(self._steps[0][1]) == set(self._input_ports) and \
+            [t.id for t in self.compiled[0].outputs] == list(self._output_ports)
+        if self._one:
             self._plain = self._one_run
             self._gather = _gatherer(self._steps[0][1])
             self._fresh_run = self.compiled[0].executable.fresh_run
@@ -169,7 +170,7 @@ class CompiledGraph:
         """``run`` of a graph of one partition into the caller's buffers for all
         its outputs, on the kernel's fast path (None: the general path checks and
         runs them)."""
-        if self._plain != self._one_run or type(outputs) is not dict or len(outputs) != len(self._output_ports) \
+        if not self._one or type(outputs) is not dict or len(outputs) != len(self._output_ports) \
                 or verbose.LEVEL > 0:
             return None
         try:

@@ -163,18 +163,24 @@ class KernelExecutable(Executable):
             fast = self._plan()
         if not fast:
             return None
-        if outputs is None and type(inputs) in (list, tuple) and len(inputs) == len(self.inputs):
-            outs = self._run_fresh(inputs)   # (the common call: inputs in order, fresh outputs)
+        if type(inputs) in (list, tuple) and len(inputs) == len(self.inputs):
+            arrays = inputs
         else:
-            arrays, given = _in_order(inputs, self.inputs), None
-            if outputs is not None:
-                given = _in_order(outputs, self.outputs)
-                arrays = None if given is None else arrays
-            outs = None if arrays is None else self._run_fast(arrays, given)
+            arrays = _in_order(inputs, self.inputs)
+        if arrays is None:
+            outs = None
+        elif outputs is None:
+            outs = self._run_fresh(arrays)   # (the common call: fresh outputs)
+        else:
+            given = _in_order(outputs, self.outputs)
+            outs = None if given is None else self._run_into(arrays, given)
         return None if outs is None else dict(zip(self._out_ids, outs))
 
     def _run_fresh(self, arrays):
-        """``_run_fast`` of the common call (fresh outputs), on its own plan."""
+        """The run of a plain kernel on ``arrays`` (inputs in order) into fresh
+        outputs, on the common call's plan (_fresh_plan), or None when an input is
+        not exactly what the kernel takes (the general path then checks it,
+        converts it or says what is wrong)."""
         template, ins, outs_plan = self._fresh
         args = template.copy()
         for pos, ref, dt, shape, strides in ins:
@@ -195,12 +201,12 @@ class KernelExecutable(Executable):
             raise self._fault(status, arrays)
         return outs
 
-    def _run_fast(self, arrays, given=None):
-        """The run of a plain kernel on ``arrays`` (inputs in order) into fresh
-        outputs, or into ``given`` ones (in order), or None when an array is not
-        exactly what the kernel takes or an output shares memory with another
-        array (the general path then checks it, converts it, says what is wrong
-        or allows an in-place pair)."""
+    def _run_into(self, arrays, given):
+        """The run of a plain kernel on ``arrays`` (inputs in order) into the
+        caller's ``given`` outputs (in order), or None when an array is not exactly
+        what the kernel takes or an output shares memory with another array (the
+        general path then checks it, converts it, says what is wrong or allows an
+        in-place pair)."""
         args, outs = [], [None] * len(self.outputs)
         for slot in self._fast:
             kind = slot[0]
@@ -209,10 +215,6 @@ class KernelExecutable(Executable):
                 continue
             if kind == 0:
                 a = arrays[slot[1]]
-            elif given is None:
-                a = outs[slot[1]] = allocate(slot[5])
-                args.append(a)
-                continue
             else:
                 a = outs[slot[1]] = given[slot[1]]
             if type(a) is not np.ndarray or (a.dtype is not slot[2] and a.dtype != slot[2]) or a.shape != slot[3]:
@@ -223,15 +225,14 @@ class KernelExecutable(Executable):
             if kind == 1 and not flags.writeable:
                 return None
             args.append(a)
-        if given is not None:   # (loops: generators cost as much again as the checks)
-            overlaps = np.may_share_memory
-            for i, u in enumerate(outs):
-                for a in arrays:
-                    if overlaps(u, a):
-                        return None
-                for v in outs[:i]:
-                    if overlaps(u, v):
-                        return None
+        overlaps = np.may_share_memory   # (loops: generators cost as much again as the checks)
+        for i, u in enumerate(outs):
+            for a in arrays:
+                if overlaps(u, a):
+                    return None
+            for v in outs[:i]:
+                if overlaps(u, v):
+                    return None
         status = self._call(args)
         if status is not None and status >= 0:   # (bad data found before anything was written)
             raise self._fault(status, arrays)
