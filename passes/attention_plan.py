@@ -19,7 +19,7 @@ so that code generation never refuses a plan accepted.
 from __future__ import annotations
 
 from ..ops.common import is_indexed, is_pointwise
-from .kernel_plan import FusionPlan, Illegal
+from .kernel_plan import FusionPlan, Illegal, bound_once
 from .kernel_rules import check_grouped_params
 
 ATTENTION_REORDERS = ("StaticReshape", "StaticTranspose")
@@ -33,10 +33,7 @@ def attention_plan(graph, ops, roles, produced, leaving) -> FusionPlan:
 
 
 def _one(roles, label):
-    ops = roles.get(label, ())
-    if len(ops) != 1:
-        raise Illegal(f"the attention pattern binds {len(ops)} ops as {label!r}, not one")
-    return ops[0]
+    return bound_once(roles, label, "attention")
 
 
 def _nonempty(sshape) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class FusionPlan:
-    shape: str   # "eltwise", "anchor", "staged", "attention", "attention_rows" or "views"
+    shape: str   # "eltwise", "anchor", "staged", "attention", "attention_rows", "views" or "conv_depthwise"
     anchors: list = field(default_factory=list)  # op ids of the non-pointwise ops, in order
     roles: dict = field(default_factory=dict)    # tensor id -> "register" | "written" | "scratch" | "view"
     prologue: set = field(default_factory=set)   # op ids (anchor shape)
@@ -33,4 +33,12 @@ class Illegal(Exception):
     """Why a set of ops cannot fuse (a reason for the pass log)."""
 
 
-__all__ = ["FusionPlan", "Illegal"]
+def bound_once(roles: dict, label: str, pattern: str):
+    """The one op a ``pattern`` bound as ``label`` (``Match.roles``), or Illegal."""
+    ops = roles.get(label, ())
+    if len(ops) != 1:
+        raise Illegal(f"the {pattern} pattern binds {len(ops)} ops as {label!r}, not one")
+    return ops[0]
+
+
+__all__ = ["FusionPlan", "Illegal", "bound_once"]

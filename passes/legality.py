@@ -2,7 +2,7 @@
 one fused partition, and what its kernel does with each tensor.  Code
 generation follows the plan and never refuses one accepted here.
 
-A fused partition lowers to one kernel of one of five shapes; a pattern
+A fused partition lowers to one kernel of one of six shapes; a pattern
 declares which (``Pattern.kernel``), and a match whose ops make another is
 refused:
 
@@ -25,6 +25,10 @@ refused:
   pattern bound (passes/attention_plan.py).
 * ``views``: reshapes and transposes only: a view of the input when the strides
   allow, else copies.
+* ``conv_depthwise``: a 1x1 Convolution -> post-ops -> depthwise Convolution ->
+  post-ops, the first one's dst kept in a tile per block of rows
+  (graphc/codegen/conv_depthwise.py); planned from the roles the pattern bound
+  (passes/conv_depthwise_plan.py).
 
 Tensor roles (:class:`FusionPlan.roles`): ``register`` (computed and consumed
 inside the kernel, never stored), ``written`` (leaves the partition: a graph
@@ -54,6 +58,7 @@ from __future__ import annotations
 
 from ..ops.common import is_indexed, is_pointwise
 from .attention_plan import attention_plan
+from .conv_depthwise_plan import conv_depthwise_plan
 from .catalog.pieces import one_frame
 from .kernel_plan import FusionPlan, Illegal
 from .kernel_rules import check_flat_loop, check_grouped_params, check_views_fold, fold_failure
@@ -88,6 +93,8 @@ def plan(graph, ops, can_lower, kernel=DERIVED, roles=None) -> FusionPlan:
                or any(c not in ids for c, _ in graph.consumers.get(tid, []))}
     if "attention" in kernel:
         return attention_plan(graph, ops, roles or {}, produced, leaving)
+    if "conv_depthwise" in kernel:
+        return conv_depthwise_plan(graph, ops, roles or {}, produced, leaving)
     p = _derived_plan(graph, ops, can_lower, produced, leaving)
     if p.shape not in kernel:
         raise Illegal(f"the ops make {'an' if p.shape[0] in 'ae' else 'a'} {p.shape} kernel, not the "

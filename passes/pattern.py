@@ -75,7 +75,7 @@ SHORT_LIST = 8
 #: match: a tensor read by thousands of ops would make every anchor try them all
 MAX_SIBLINGS = 64
 #: the kernel shapes a pattern may declare (legality's FusionPlan.shape)
-KERNEL_SHAPES = ("eltwise", "anchor", "staged", "attention", "views")
+KERNEL_SHAPES = ("eltwise", "anchor", "staged", "attention", "views", "conv_depthwise")
 #: a pattern declaring no shape: legality plans whichever of these the ops make
 DERIVED = ("eltwise", "anchor", "staged", "views")
 

@@ -109,7 +109,7 @@ def channel_major(geo: Geometry, w, rounding) -> bool:
         and w.matrix_strides(geo) is None and w.matrix_strides(geo, True) is not None
 
 
-def _weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bool = False, cm: bool = False):
+def weights_operand(kb, geo, w: Weights, transposed: bool, rounding, either: bool = False, cm: bool = False):
     """(buffer, group offset function, ld, BLAS transpose flag) of the weights matrix
     (T*Cg x OCg), or its transpose when ``transposed``; ``either``: the caller
     takes the other orientation too (by the flag): a transposed one of XIO-like
@@ -201,7 +201,7 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
         bp, boff, npan = weight_panels(kb, geo, w, rounding, kd)
     cm = not bf16 and run is None and channel_major(geo, w, rounding)
     if not bf16:
-        wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding, either=run is None, cm=cm)
+        wbuf, woff, ldw, tw = weights_operand(kb, geo, w, False, rounding, either=run is None, cm=cm)
     tm = _tile_rows(geo, geo.n * G, kd)
     mt = -(-P // tm)
     items = geo.n * G * mt
@@ -316,7 +316,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
             return ir.call("gemm_bf16_packed", 0, m, ocg, width, rows_.buf, a_at, width, bp, boff(g, k), npan, 0,
                            beta, tile.buf, tile.at(0), ocg)
     else:
-        wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, False, rounding, either=True)
+        wbuf, woff, ldw, tw = weights_operand(kb, geo, w, False, rounding, either=True)
         wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
 
         def product(k, a_at, m, beta, tile):
@@ -463,7 +463,7 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
         # (f32 under fpmath bf16 too: its rounded values' products are exact in f32, summed in
         # f32 as on the tile; NCX's positions-major gather cost the tile road 2x on 50x64x56x56)
         cm = channel_major(geo, w, rounding)
-        emit_forward_cf(kb, geo, x, w, store, lambda: _weights_operand(kb, geo, w, True, rounding, True, cm),
+        emit_forward_cf(kb, geo, x, w, store, lambda: weights_operand(kb, geo, w, True, rounding, True, cm),
                         rounding, out, cm)
     else:
         kb.road("im2col")
@@ -514,7 +514,7 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
         def woff(g):
             return g * (kd * ocg)
     else:
-        wbuf, woff, ldw, tw = _weights_operand(kb, geo, w, True, rounding, either=run is None)
+        wbuf, woff, ldw, tw = weights_operand(kb, geo, w, True, rounding, either=run is None)
     # a channel's step and a tap's step in a row of columns
     c_step, t_step = (geo.taps, 1) if in_place is not None else (1, cb)
     tm = max(1, min(P, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))

@@ -100,7 +100,7 @@ def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_opera
     """dst = conv(x, w) with the channels first (see the module's text);
     ``store(n, o, spatial ivars, value)`` as in conv.emit_forward, ``out`` dst
     when the store only stores (the GEMM then writes it in place when it can);
-    ``weights_operand()``: conv._weights_operand's (buffer, group offset, ld,
+    ``weights_operand()``: conv.weights_operand's (buffer, group offset, ld,
     transpose flag) of the (OCg x T*Cg) weights, whose K runs channel after
     channel when ``channel_major`` (OIX weights read in place), else taps first."""
     kb.road("channels_first")

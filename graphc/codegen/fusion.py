@@ -25,7 +25,8 @@ substituted into their consumers as IR expressions.
 Which shape a partition has, and which tensors stay in registers, leave it or
 go through scratch, is decided in one place, the legality pass
 (passes/legality.py), whose plan the partition carries.  An ``attention`` plan
-goes to its own kernel (graphc/codegen/attention.py).  The expressions of fused
+goes to its own kernel (graphc/codegen/attention.py), a ``conv_depthwise`` plan
+to graphc/codegen/conv_depthwise.py.  The expressions of fused
 tensors (``Values``) and the Prologue/EpilogueRefs are
 graphc/codegen/fused_values.py, which that kernel builds on too.
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 from . import rules
 from .attention import lower_attention
 from .attention_rows import lower_attention_rows
+from .conv_depthwise import lower_conv_depthwise
 from .elementwise import emit_elementwise
 from .fused_values import EpilogueRef, NotFusable, PrologueRef, Values
 from .kernel import ArrayRef
@@ -56,6 +58,9 @@ def lower_fused(kb, ops, refs, plan, values_of: dict) -> None:
         return
     if plan.shape == "attention_rows":
         lower_attention_rows(kb, ops, refs, plan)
+        return
+    if plan.shape == "conv_depthwise":
+        lower_conv_depthwise(kb, ops, refs, plan)
         return
     values = Values(ops, refs, kb, plan.anchors)
     if plan.shape == "eltwise":

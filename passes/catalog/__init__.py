@@ -4,7 +4,7 @@ the one matching engine (passes/pattern.py).
 
 Each entry is a function building one :class:`Pattern`; :func:`catalog` lists
 them.  Each pattern declares the kernel shape its matches lower to (``kernel=``:
-eltwise, anchor, staged, attention or views) and labels the ops a kernel gives a
+eltwise, anchor, staged, attention, views or conv_depthwise) and labels the ops a kernel gives a
 part to (the attention roles: ``qk``, ``softmax``, ``pv``, ``reorder``, ...).
 Which matches become partitions, and what their kernels keep in registers, is
 decided by passes/legality.py from the match and its roles; how a fused

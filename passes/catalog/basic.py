@@ -176,6 +176,18 @@ def anchor_post_ops(name, kinds, doc, priority=8, dropout=False):
     return build
 
 
+def conv_depthwise():
+    """oneDNN's fp_conv_postops_depthwise_postops_cpu: the fused kernel keeps the 1x1
+    convolution's dst in a tile (legality: passes/conv_depthwise_plan.py)."""
+    p = Pattern("conv_depthwise", 10.3, "1x1 Convolution -> [BiasAdd] -> post-ops -> depthwise Convolution -> "
+                "[BiasAdd] -> post-ops", anchor="pw", kernel="conv_depthwise")
+    pw = p.op("Convolution", p.input(), label="pw")
+    x = post_ops(p, p.op("BiasAdd", pw, optional=True))
+    dw = p.op("Convolution", x, label="dw")
+    post_ops(p, p.op("BiasAdd", dw, optional=True))
+    return p
+
+
 def quantized_matmul():
     p = Pattern("quantized_matmul", 9, "Dequantize on src and weights -> MatMul -> post-ops -> [Quantize]",
                 anchor="mm", kernel=("anchor", "staged"))
@@ -198,5 +210,5 @@ BUILDERS = [
                     "Convolution/ConvTranspose -> [BiasAdd] -> post-ops, TypeCasts -> [Quantize]"),
     anchor_post_ops("pool_post_ops", ["AvgPool", "MaxPool"], "AvgPool/MaxPool -> post-ops", 7),
     anchor_post_ops("interpolate_post_ops", ["Interpolate"], "Interpolate -> post-ops", 7),
-    quantized_matmul,
+    quantized_matmul, conv_depthwise,
 ]
