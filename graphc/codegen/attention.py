@@ -86,12 +86,17 @@ BM_WIDE = 128
 #: a causal 2x16x512x64 ran 5.56 -> 6.36 ms with wide key blocks, 5.42 with BN)
 BN = 128
 BN_WIDE = 384
+#: f32 elements of a query block's score tile and output rows at most, when every key is
+#: in one block (few keys: Stable Diffusion's 77-token cross attention)
+FEW_KEYS_TILE = 1 << 17
 #: most query rows per block when K or V is computed (dequantized) while packed:
 #: every query block packs the K/V tiles again, so blocks grow while there are
 #: tasks for every thread
 BM_PACKED = 256
 
 NINF = ir.const(-math.inf, "f32")
+#: the score tile's rows start at multiples of this many f32 (a vector of AVX-512)
+ROW_ALIGN = 16
 #: most elements (uint16) of a head's K^T and V panels a thread's workspace holds (else the
 #: bf16 products pack their operands per call, gemm_bf16)
 PANELS_MAX = 1 << 23
@@ -190,6 +195,8 @@ class _Forward:
         self.store = (lambda iv, v: store(iv[:-2] + [iv[-1], iv[-2]], v)) if pin else store
         self._blocking()
         use_helper(kb, "attn_exp_row")   # (after exp_le0_f32, which it calls)
+        for h in ("key_max_f32", "f32_of_key"):   # (the score rows' maxima)
+            use_helper(kb, h)
         if self.keep:
             use_helper(kb, "attn_exp_sum")
         self.dparams = dropout_params(kb, *(local[t.id] for t in drop.inputs[1:])) if drop else None
@@ -219,8 +226,14 @@ class _Forward:
             while 2 * bm <= BM_PACKED and bm < sq and nbatch * -(-sq // (2 * bm)) >= plan_threads():
                 bm *= 2
             bm = min(bm, sq)
+        if skv <= self.bn:   # one key block: taller query blocks, larger products, fewer calls
+            while 2 * bm < sq and 2 * bm * (skv + self.dv) <= FEW_KEYS_TILE \
+                    and nbatch * -(-sq // (2 * bm)) >= 2 * plan_threads():
+                bm *= 2
         self.bm = bm
         self.mt, self.kt = -(-sq // bm), -(-skv // self.bn)
+        #: the score tile's row stride: whole vectors, so that a row's exps run without a tail
+        self.ld = -(-self.bn // ROW_ALIGN) * ROW_ALIGN
         self.keep = self.two_pass and bm * skv <= SCORES_MAX
         # the bf16 products on graphc's tile: each key block's K^T and V packed into
         # its panels once per head (per task: a head's run of query blocks)
@@ -310,12 +323,12 @@ class _Forward:
         m_ = kb.let(ir.call("min", bm, self.sq - i0), "m")
         q = gemm_block(kb, self.q, bivars, i0, m_, 0, self.d, bm * self.d, parallel, self.qk_bf16)
         blk = _QueryBlock(tb, i0, m_, bivars, q,
-                          stile=kb.scratch(bm * bn, "f32", parallel, prefix="stile"),
+                          stile=kb.scratch(bm * self.ld, "f32", parallel, prefix="stile"),
                           acc=kb.scratch(bm * dv, "f32", parallel, prefix="oacc"),
                           rmax=kb.scratch(bm, "f32", parallel, prefix="rmax"),
                           rsum=kb.scratch(bm, "f32", parallel, prefix="rsum"),
                           words=kb.scratch(4 * (bn // 4 + 2), "int", parallel, prefix="rw") if self.drop else None,
-                          ptile=kb.scratch(bm * bn, "u16", parallel, prefix="ptile") if self.pv_bf16 else None,
+                          ptile=kb.scratch(bm * self.ld, "u16", parallel, prefix="ptile") if self.pv_bf16 else None,
                           kpan=panels[0] if panels else None, vpan=panels[1] if panels else None,
                           scores=kb.scratch(bm * self.skv, "f32", parallel, prefix="scores") if self.keep else None)
         with kb.for_(m_, "r") as r:
@@ -347,21 +360,23 @@ class _Forward:
         with kb.for_(blk.m, "r") as r:
             row = kb.let(r * ld + c0, "sr")
             i = kb.let(blk.i0 + r, "i")
-            mx = kb.var(NINF, "mx") if per_row else None
+            # (the row's max on int32 keys (fastmath.key_f32): an integer maximum vectorizes,
+            # a float one with NaN semantics does not)
+            mk = kb.var(ir.call("key_f32", NINF, dt="int"), "mk") if per_row else None
             with kb.for_(n_, "jj") as jj:
                 with values.binding({score.id: stored(tile[row + jj], score.dtype)}):
                     s = kb.let(ir.f32(values.at(src.id, src, list(blk.bivars) + [i, j0 + jj], self.sshape)), "sv")
                 kb.emit(tile.store(row + jj, s))
                 if per_row:
-                    kb.assign(mx, ir.select(s > mx, s, mx))
+                    kb.assign(mk, ir.call("key_max_f32", mk, s, dt="int"))
             if per_row:
-                per_row(r, j0, n_, mx)
+                per_row(r, j0, n_, kb.let(ir.call("f32_of_key", mk, dt="f32"), "mx"))
         return j0, n_
 
     def _tile(self, blk, j0):
         """(scratch, leading dim, first element) of key block j0's scores: the tile,
         or the block's columns of the scores kept for the second sweep."""
-        return (blk.scores, self.skv, j0) if blk.scores is not None else (blk.stile, self.bn, 0)
+        return (blk.scores, self.skv, j0) if blk.scores is not None else (blk.stile, self.ld, 0)
 
     def _update_stats(self, blk, r, j0, n_, mx, rescale) -> None:
         """Row r's running max and sum from the tile's row of max ``mx`` (left
@@ -376,8 +391,13 @@ class _Forward:
         safe = kb.let(ir.select(new.eq(-math.inf), ZERO, new), "ms")
         alpha = kb.let(ir.call("exp_le0_f32", old - safe), "al")
         # (scores kept for the second sweep stay as they are)
-        part = kb.let(ir.call("attn_exp_sum" if blk.scores is not None else "attn_exp_row", tile.buf, tile.at(row),
-                              n_, safe, dt="f32"), "ps")
+        if blk.scores is not None:
+            part = kb.let(ir.call("attn_exp_sum", tile.buf, tile.at(row), n_, safe, dt="f32"), "ps")
+        else:   # the row out to whole vectors with -inf (exp 0): no scalar tail
+            whole = kb.let((n_ + (ROW_ALIGN - 1)) // ROW_ALIGN * ROW_ALIGN, "nv")
+            with kb.for_(whole, "jp", start=n_) as jp:
+                kb.emit(tile.store(row + jp, NINF))
+            part = kb.let(ir.call("attn_exp_row", tile.buf, tile.at(row), whole, safe, dt="f32"), "ps")
         kb.emit(blk.rmax.store(r, new))
         kb.emit(blk.rsum.store(r, blk.rsum[r] * alpha + part))
         if self.drop and rescale:   # the row's sum counts every key; @V sees the kept ones scaled
@@ -395,7 +415,7 @@ class _Forward:
         kb, stile, values, drop, mm2 = self.kb, blk.stile, self.values, self.drop, self.mm2
         tile, ld, c0 = self._tile(blk, j0)
         with kb.for_(blk.m, "r") as r:
-            row = kb.let(r * self.bn, "sr")
+            row = kb.let(r * self.ld, "sr")
             src = kb.let(r * ld + c0, "sc") if blk.scores is not None else row
             mr = kb.let(blk.rmax[r], "mr")
             safe = kb.let(ir.select(mr.eq(-math.inf), ZERO, mr), "ms")
@@ -420,12 +440,12 @@ class _Forward:
         """O_blk += P V_blk of the key block kv (keys j0.., n_ of them)."""
         bf16 = self.pv_bf16
         if blk.vpan is not None:   # V's panels of this key block
-            self.kb.let(ir.call("gemm_bf16_packed", 0, blk.m, self.dv, n_, blk.ptile.buf, blk.ptile.at(0), self.bn,
+            self.kb.let(ir.call("gemm_bf16_packed", 0, blk.m, self.dv, n_, blk.ptile.buf, blk.ptile.at(0), self.ld,
                                 blk.vpan.buf, blk.vpan.at(kv * self.perv), (self.dv + 31) // 32, 0, 1.0, blk.acc.buf,
                                 blk.acc.at(0), self.dv), "st")
             return
         v = gemm_block(self.kb, self.v, blk.bivars, j0, n_, 0, self.dv, self.bn * self.dv, self.parallel, bf16)
-        gemm(self.kb, tile_operand(blk.ptile if bf16 else blk.stile, self.bn), v, blk.m, self.dv, n_, 1.0, blk.acc,
+        gemm(self.kb, tile_operand(blk.ptile if bf16 else blk.stile, self.ld), v, blk.m, self.dv, n_, 1.0, blk.acc,
              self.dv, bf16)
 
     def _store_rows(self, blk) -> None:

@@ -39,6 +39,17 @@ def test_keys_past_one_wide_block(dt):
     check_sdpa(g, ids)
 
 
+@pytest.mark.parametrize("dt, mask", [("f32", "add"), ("f32", "causal_br"), ("bf16", None)])
+def test_few_keys_take_tall_query_blocks(dt, mask):
+    """Every key in one block (Stable Diffusion's 77-token cross attention): query
+    blocks grow past BM_WIDE while each thread keeps two tasks; a row of 37 keys
+    runs its exps over whole vectors (the tile's row out to 48 with -inf)."""
+    g, ids = sdpa_graph(dt, n=2, hq=2, sq=1000, skv=37, d=16, mask=mask)
+    check_sdpa(g, ids)
+    (part,) = g.get_partitions("fusion")
+    assert f"min({4 * BM_WIDE}, 1000 - " in part.compile().source
+
+
 def test_reshape_transpose_in_and_out():
     g, ids = sdpa_graph("f32", layout="bshd", hq=3, mask="add")
     kinds = sorted(o.kind for o in g.ops.values())

@@ -211,7 +211,7 @@ def sdpa_inputs(g, ids, seed=0, fill=float("-inf")):
 def check_sdpa(g, ids, seed=0, fill=float("-inf")):
     """One partition, planned as attention, whose kernel keeps no S x S buffer;
     its outputs against the reference (check_compiled)."""
-    from graphc.codegen.attention import BM_PACKED, BM_WIDE, BN_WIDE, SCORES_MAX
+    from graphc.codegen.attention import BM_PACKED, BM_WIDE, BN_WIDE, FEW_KEYS_TILE, SCORES_MAX
     from graphc.codegen.kernel import NUM_THREADS
     from support import check_compiled
     parts = g.get_partitions("fusion")
@@ -233,8 +233,10 @@ def check_sdpa(g, ids, seed=0, fill=float("-inf")):
     d = mm1.inputs[0].shape[-2 if mm1.attr("transpose_a") else -1]
     dv = max(e for e in mm2.outputs[0].shape[-2:] if e != sq) if set(mm2.outputs[0].shape[-2:]) != {sq} else sq
     panels = -(-skv // BN_WIDE) * BN_WIDE * 32 * (-(-max(d, dv) // 32) + 1)   # (a panel is 32 columns wide)
-    # (and a query block's scores over all keys, at most SCORES_MAX, kept between two sweeps)
-    assert max(ws) <= NUM_THREADS * max((BM_PACKED if packed else BM_WIDE) * BN_WIDE, panels, SCORES_MAX)
+    # (and a query block's scores over all keys, at most SCORES_MAX, kept between two sweeps; with
+    # every key in one block, tall query blocks of at most FEW_KEYS_TILE scores and output rows)
+    tiles = max((BM_PACKED if packed else BM_WIDE) * BN_WIDE, FEW_KEYS_TILE)
+    assert max(ws) <= NUM_THREADS * max(tiles, panels, SCORES_MAX)
     return check_compiled(g, sdpa_inputs(g, ids, seed, fill))
 
 
