@@ -31,7 +31,15 @@ def plain_bf16(ref) -> bool:
 
 
 def bits(value):
-    """A value known to be a bf16 number (loaded as f32) as its bf16 bits."""
+    """A value known to be a bf16 number (loaded as f32) as its bf16 bits: a bf16
+    load's own bits when it is one (a copy, not a conversion there and back; a
+    signalling NaN stays signalling, which the tile's products make NaN all the
+    same), else the value rounded (exact: it is a bf16 number)."""
+    v = value
+    while v.op == "cast" and v.args[0] == "f32":
+        v = v.args[1]
+    if v.op == "call" and v.args[0] == "bf16_to_f32":
+        return v.args[1][0]
     return ir.call("f32_to_bf16", ir.f32(value))
 
 
