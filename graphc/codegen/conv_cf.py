@@ -33,7 +33,7 @@ from . import ir
 from .conv_views import Data, Geometry, Weights
 from .conv_views import plain_f32, rounded, tap_loops
 from .kernel import plan_threads, worth_parallel
-from .loops import unravel
+from .loops import unravel, window_index
 
 #: f32 elements of one work item's columns and tile together: about L2's size
 ITEM_ELEMS = 1 << 18
@@ -256,18 +256,11 @@ def _clamped_load(kb, geo: Geometry, x: Data, n, g, opos, tap):
     padding: loaded at the index clamped into src (always a valid load) and
     selected, so that the row loop has no branch."""
     pos, inside = [], None
-    for o, t, s, d, b, size in zip(opos, tap, geo.strides, geo.dilations, geo.begin, geo.big):
-        p = o * s + (t * d - b)
-        lo_ok = t * d - b >= 0
-        hi_ok = (geo.small[len(pos)] - 1) * s + t * d - b < size
-        if lo_ok and hi_ok:
-            pos.append(p)
-            continue
-        ok = None if lo_ok else p >= 0
-        if not hi_ok:
-            ok = (p < size) if ok is None else ok & (p < size)
-        inside = ok if inside is None else inside & ok
-        pos.append(ir.call("min", ir.call("max", p, 0), size - 1))
+    for args in zip(opos, tap, geo.strides, geo.dilations, geo.begin, geo.big, geo.small):
+        p, ok = window_index(*args)
+        pos.append(p)
+        if ok is not None:
+            inside = ok if inside is None else inside & ok
     if inside is None:
         return x.load(n, g, pos)
     # (loaded first, then selected: a load inside the select's arm stays a branch)

@@ -110,3 +110,20 @@ def let_array(kb: KernelBuilder, target: ir.Expr, shape, fill=None) -> ir.Let:
     stmt = ir.Let(target, value)
     kb.emit(stmt)
     return stmt
+
+
+def window_index(o, k: int, s: int, d: int, b: int, size: int, osize: int, inside: bool = False):
+    """(index, condition) of tap ``k`` of the window at output ``o`` along one axis
+    (stride ``s``, dilation ``d``, pads_begin ``b``; ``size`` the big side's,
+    ``osize`` the outputs' count): the big-side index ``o * s + k * d - b``, clamped
+    into [0, size) where some output's tap leaves it (a load there is always
+    valid), and the condition that it lies inside (None: for every output, or
+    when the caller knows it, ``inside``)."""
+    p = o * s + (k * d - b)
+    lo_ok, hi_ok = k * d - b >= 0, (osize - 1) * s + k * d - b < size
+    if (lo_ok and hi_ok) or inside:
+        return p, None
+    ok = None if lo_ok else p >= 0
+    if not hi_ok:
+        ok = (p < size) if ok is None else ok & (p < size)
+    return ir.call("min", ir.call("max", p, 0), size - 1), ok

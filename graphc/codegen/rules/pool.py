@@ -40,12 +40,20 @@ class AvgPool(Rule):
         geo = geometry(op, src, dst, [src], dst)
         elem = _acc_type(math.prod(geo.win.kernel))
 
+        def divided(total, o):
+            div = geo.divisor(kb, o) if op.attr("exclude_pad") else math.prod(geo.win.kernel)
+            return total / ir.cast(div, elem)
+
+        if geo.direct_ok():
+            geo.direct(kb, elem, 0.0, lambda n, c, i: src.load_nd(geo.index(n, c, i)), lambda a, x: a + x,
+                       lambda total, n, c, o: kb.emit(dst.store_nd(geo.index(n, c, o), divided(total, o))))
+            return
+
         def update(rows, v, n, c, o, i, tap):
             kb.store(rows[0], v, rows[0][v] + src.load_nd(geo.index(n, c, i)))
 
         def finish(rows, v, n, c, o):
-            div = geo.divisor(kb, o) if op.attr("exclude_pad") else math.prod(geo.win.kernel)
-            kb.emit(dst.store_nd(geo.index(n, c, o), rows[0][v] / ir.cast(div, elem)))
+            kb.emit(dst.store_nd(geo.index(n, c, o), divided(rows[0][v], o)))
         geo.windows(kb, [(elem, 0.0)], update, finish)
 
 
@@ -94,9 +102,12 @@ class MaxPool(Rule):
         src, dst = ins[0], outs[0]
         geo = geometry(op, src, dst, [src], dst)
 
+        def larger(best, x):
+            return ir.select((x > best) | x.ne(x), x, best)
+
         def update(rows, v, n, c, o, i, tap):
-            x, best = kb.let(src.load_nd(geo.index(n, c, i)), "x"), rows[0][v]
-            kb.store(rows[0], v, ir.select((x > best) | x.ne(x), x, best))
+            x = kb.let(src.load_nd(geo.index(n, c, i)), "x")
+            kb.store(rows[0], v, larger(rows[0][v], x))
 
         def finish(rows, v, n, c, o):
             kb.emit(dst.store_nd(geo.index(n, c, o), rows[0][v]))

@@ -2,7 +2,8 @@
 against graphc's reference: NCX and NXC, 1 to 3 spatial dims, pads, auto_pad,
 ceil rounding, exclude_pad, dilations, bf16/f16, strided (acdb) layouts, ties
 in MaxPoolBackward, windows only in the padding, a src_shape input, and pool
-post-ops fused into one partition."""
+post-ops fused into one partition; NCX window sums in registers (clamped at the
+ends of a row, a row with no window inside it)."""
 import numpy as np
 import pytest
 
@@ -35,6 +36,12 @@ FORWARD = [
     ("AvgPool", "f32", [2, 5, 7, 6], attrs(2, exclude_pad=True, pads_end=[1, 1]), [0, 2, 3, 1]),
     # global pooling: 81 taps sum in float64
     ("AvgPool", "f32", [2, 3, 9, 9], attrs(2, kernel=[9, 9], strides=[1, 1], pads_begin=[0, 0], exclude_pad=False),
+     None),
+    # NCX window sums in registers (Geometry.direct): clamps at both ends of the last axis;
+    # a row too narrow for any window inside it
+    ("AvgPool", "f32", [2, 3, 9, 13], attrs(2, kernel=[3, 5], strides=[2, 3], pads_begin=[1, 4],
+                                            pads_end=[2, 4], exclude_pad=True), None),
+    ("AvgPool", "f32", [1, 4, 3, 2], attrs(2, strides=[1, 1], pads_begin=[2, 2], pads_end=[2, 2], exclude_pad=False),
      None),
     ("MaxPool", "f32", [2, 3, 11], attrs(1, dilations=[2], rounding_type="ceil"), None),
     ("MaxPool", "bf16", [2, 7, 8, 4], attrs(2, "NXC", dilations=[2, 1], pads_end=[1, 1]), None),
