@@ -68,6 +68,7 @@ def conv_depthwise_plan(graph, ops, roles, produced, leaving) -> FusionPlan:
         raise Illegal(f"op {dw.id} (Convolution) has a window of {kernel2[0] * kernel2[1]} taps, "
                       f"more than {MAX_TAPS}")
     # the values from the 1x1 convolution to the depthwise one's src live in the tile only
+    ids = {o.id for o in ops}
     between, frontier = set(), [pw.outputs[0].id]
     while frontier:
         tid = frontier.pop()
@@ -75,7 +76,7 @@ def conv_depthwise_plan(graph, ops, roles, produced, leaving) -> FusionPlan:
             continue
         between.add(tid)
         for c_, _ in graph.consumers.get(tid, []):
-            if c_ != dw.id and c_ in {o.id for o in ops}:
+            if c_ != dw.id and c_ in ids:
                 frontier.extend(t.id for t in graph.ops[c_].outputs)
     if dw.inputs[0].id not in between:
         raise Illegal(f"op {dw.id} (Convolution)'s src is not computed from op {pw.id}'s dst")

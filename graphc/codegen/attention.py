@@ -220,7 +220,9 @@ class _Forward:
         sq, skv = self.sq, self.skv
         self.nbatch = nbatch = math.prod(self.batch)
         wide = nbatch * -(-sq // BM_WIDE) >= 2 * plan_threads()
-        bn = BN if _causal_pattern(self.ops, self.sm) is not None else BN_WIDE
+        #: (the Select, the GreaterEqual) of an implicit causal mask, or None
+        self.causal = _causal_pattern(self.ops, self.sm)
+        bn = BN if self.causal is not None else BN_WIDE
         bm, self.bn = min(BM_WIDE if wide else BM, sq), min(bn, skv)
         if any(not isinstance(self.local[t.id], ArrayRef) for t in self.operands[1:]):
             while 2 * bm <= BM_PACKED and bm < sq and nbatch * -(-sq // (2 * bm)) >= plan_threads():
@@ -267,7 +269,7 @@ class _Forward:
             qb1 = kb.let(ir.call("min", self.mt, qb0 + self.per), "qb1")
             bivars = unravel(kb, tb, self.batch) if self.batch else []
             last = kb.let(ir.call("min", self.sq, qb1 * self.bm) - 1, "lr")
-            kt_pack = _causal_blocks(kb, self.ops, self.local, self.values, self.sm, bivars, last, self.bn, self.kt,
+            kt_pack = _causal_blocks(kb, self.causal, self.local, self.values, bivars, last, self.bn, self.kt,
                                      self.skv)
             panels = self._pack_head(bivars, kt_pack)
             with kb.for_(qb1, "qb", start=qb0) as qb:
@@ -278,7 +280,7 @@ class _Forward:
         """Query block ``qb`` of batch ``tb``: its key sweeps and its rows stored."""
         kb = self.kb
         blk = self._query_block(tb, qb, bivars, panels)
-        kt_run = _causal_blocks(kb, self.ops, self.local, self.values, self.sm, blk.bivars,
+        kt_run = _causal_blocks(kb, self.causal, self.local, self.values, blk.bivars,
                                 blk.i0 + blk.m - 1, self.bn, self.kt, self.skv)
         if not self.two_pass:
             with kb.for_(kt_run, "kv") as kv:
@@ -488,15 +490,14 @@ def _causal_pattern(ops, sm):
     return (sel, ge) if _gen_index(o, 0) else None
 
 
-def _causal_blocks(kb, ops, local, values, sm, bivars, last_row, bn, kt, skv):
+def _causal_blocks(kb, causal, local, values, bivars, last_row, bn, kt, skv):
     """The key blocks the query block must visit: all ``kt``, or, under an implicit
-    causal mask (the SoftMax's src a Select(GreaterEqual(row [+ a] [- b], col), x,
-    fill) with a per-tensor fill that is -inf at run time), those left of the
-    last row's diagonal (the keys past it have probability 0 in every row)."""
-    found = _causal_pattern(ops, sm)
-    if found is None:
+    causal mask (``causal``: _causal_pattern's match, a per-tensor fill that is
+    -inf at run time), those left of the last row's diagonal (the keys past it
+    have probability 0 in every row)."""
+    if causal is None:
         return kt
-    sel, ge = found
+    sel, ge = causal
     shape = tuple(ge.inputs[0].shape)
     diag = kb.let(values.at(ge.inputs[0].id, ge.inputs[0], list(bivars) + [last_row, ir.const(0)], shape), "dg")
     fill = local[sel.inputs[2].id].load_nd([None] * len(sel.inputs[2].shape))

@@ -2,22 +2,23 @@
 passes/conv_depthwise_plan.py): oneDNN's conv + depthwise post-op, the block of
 an inverted residual (MobileNet, EfficientNet) as one kernel.
 
-Per work item (an image, a block of the depthwise dst's rows, a block of its
-channels), in parallel:
+Per work item (an image, a block of the depthwise dst's rows, a run of blocks
+of its channels), in parallel:
 
 1. the 1x1 convolution's src rows the block's windows meet, all channels,
-   copied into a panel (C x rows*W);
-2. one GEMM: tile (channels of the block x rows*W) = W1 @ panel;
-3. its epilogue: the 1x1 convolution's bias and the pointwise ops up to the
-   depthwise convolution's src, computed from the tile's value
-   (graphc.codegen.fused_values.Values), stored into a second tile laid out
-   for the depthwise loop: each row padded with zeros as the window's pads
-   ask (zero rows above and below the image too), and its columns split by
-   phase modulo the stride (column P of a padded row at (P % s) * Wp + P // s),
-   so that every tap's loads along a dst row are contiguous and unconditional;
-4. the depthwise convolution over that tile (each dst row a loop over its last
-   index of the taps' products, summed in f32 in tap order), its bias and its
-   epilogue stored as any anchor's (EpilogueRef).
+   copied once into a panel laid out as the depthwise loop reads its src: each
+   row padded as the window's pads ask, its columns split by phase modulo the
+   stride (column P of a padded row at (P % s) * Wp + P // s);
+2. per block of channels, one GEMM: tile (channels x rows of that layout) =
+   W1 @ panel (a 1x1 convolution maps columns to columns, so the tile has the
+   panel's layout);
+3. its epilogue in place: the 1x1 convolution's bias and the pointwise ops up
+   to the depthwise convolution's src (graphc.codegen.fused_values.Values),
+   zeros in the pad columns and in rows above and below the image;
+4. the depthwise convolution over the tile (each dst row a loop over its last
+   index of the taps' products, every load contiguous and unconditional, summed
+   in f32 in tap order), its bias and its epilogue stored as any anchor's
+   (EpilogueRef).
 
 The 1x1 convolution's dst never leaves the cache: unfused it was written and
 read again whole (2x32x112x112 -> 64 channels: 6.4 MB each way), and the
@@ -65,7 +66,7 @@ class _Layout:
     def __init__(self, g: Geometry, rows: int):
         (_, W), (_, OW) = g.big, g.small
         s, d, k, pl = g.strides[1], g.dilations[1], g.kernel[1], g.begin[1]
-        self.s, self.pl, self.rows = s, pl, rows
+        self.s, self.pl = s, pl
         self.padded = max(W + pl, (OW - 1) * s + (k - 1) * d + 1)
         self.phase = -(-self.padded // s)
         self.width = s * self.phase

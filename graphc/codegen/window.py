@@ -259,8 +259,8 @@ class Geometry:
             for start, stop, inner in ((0, olo, False), (olo, ohi, True), (ohi, osize, False)):
                 if stop <= start:
                     continue
-                count = ir.call("hidden_int", stop - start, dt="int")
-                with kb.for_(count if not start else count + start, "o", start=start) as ol:
+                trip = ir.call("hidden_int", stop - start, dt="int")
+                with kb.for_(trip if not start else trip + start, "o", start=start) as ol:
                     o = lead + [ol]
                     acc = None
                     for ks in np.ndindex(*self.win.kernel):
