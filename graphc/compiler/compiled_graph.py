@@ -98,12 +98,14 @@ class CompiledGraph:
         self._view_sources = _view_sources(self.compiled, resolved, set(self._input_ports) | set(self._output_ports))
         #: ``run``'s road for calls without comm or outputs: the one partition's fast path when it is the whole
         #: graph (its inputs the graph's, its outputs the graph's in their order), else the steps in order
-        self._plain = None if self._steps is None else self._plain_run
+        #: (the class's function, not a method bound to self: a compiled graph in a reference cycle with
+        #: itself would keep its constant outputs until the garbage collector runs)
+        self._plain = None if self._steps is None else CompiledGraph._plain_run
         self._one = self._steps is not None and len(self._steps) == 1 and \
             set(self._steps[0][1]) == set(self._input_ports) and \
             [t.id for t in self.compiled[0].outputs] == list(self._output_ports)
         if self._one:
-            self._plain = self._one_run
+            self._plain = CompiledGraph._one_run
             self._gather = _gatherer(self._steps[0][1])
             self._fresh_run = self.compiled[0].executable.fresh_run
             self._gather_out = _gatherer(self._output_ports)
@@ -214,7 +216,7 @@ class CompiledGraph:
         GraphcError, and the exception itself otherwise.  A member that does not
         answer at all is caught by the collectives' timeout (graphc.comm)."""
         if comm is None and self._plain is not None and type(inputs) is dict and len(inputs) == len(self._input_ports):
-            plain = self._plain(inputs) if outputs is None else self._one_into(inputs, outputs)
+            plain = self._plain(self, inputs) if outputs is None else self._one_into(inputs, outputs)
             if plain is not None:
                 return plain
         if self._by_ranks is not None:

@@ -312,6 +312,26 @@ def test_forgotten_constants_are_computed_again(cache_state):
     assert cache_state.used_bytes == used
 
 
+def test_a_deleted_compiled_graph_gives_its_constants_back_at_once(cache_state):
+    """No reference cycle holds a compiled graph: its kept constant outputs go with
+    its last reference, not at the garbage collector's next run."""
+    graphc.set_constant_tensor_cache_capacity("cpu", 64)
+    gc.collect()
+    used = cache_state.used_bytes
+    for policy in ("debug", "fusion"):
+        cg = graphc.compile(_constant_graph(), policy=policy)
+        cg.run({0: np.ones(256, np.float32), 2: np.zeros(256, np.float32)})
+        assert cache_state.used_bytes == used + 256 * 4
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            del cg
+            assert cache_state.used_bytes == used
+        finally:
+            if was:
+                gc.enable()
+
+
 def test_constant_cache_capacity_limits(cache_state):
     graphc.set_constant_tensor_cache_capacity("cpu", 1)     # 1 MB: 1 MB + 4 bytes do not fit
     big = 262_145
