@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir as llir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import bf16_tile
 from .blas_abi import VOIDP, arrays, pointer
+from .helper_jit import helper_jit
 
 bf16_tile.bind()   # (the tile's symbol, before any of these functions is compiled or loaded)
 
@@ -101,7 +102,7 @@ def bf16_panels(n: int, k: int) -> int:
     return ((k + 1) // 2) * ((n + 31) // 32) * 64
 
 
-@njit(cache=True, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def pack_b_bf16(tb, n, k, b, b_off, ldb, bp, bp_off, jp_lo, jp_hi):
     """Pack panels [jp_lo, jp_hi) of B (k x n; ``tb``: stored transposed, element
     (kk, j) at ``b[b_off + j * ldb + kk]``) into ``bp`` from ``bp_off`` (the
@@ -132,7 +133,7 @@ def pack_b_bf16(tb, n, k, b, b_off, ldb, bp, bp_off, jp_lo, jp_hi):
     return 0
 
 
-@njit(cache=True, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def pack_panels_bf16(tb, n, k, b, b_off, ldb, bp, bp_off):
     """All panels of B (k x n) packed as ``pack_b_bf16`` packs them; B stored
     transposed (``tb``: column j of B is a row of k, as K is the B of an
@@ -171,7 +172,7 @@ def pack_panels_bf16(tb, n, k, b, b_off, ldb, bp, bp_off):
     return 0
 
 
-@njit(cache=True, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kp, ap):
     """Rows [i0, i0 + mb) of A, columns [k0, k0 + 2 kp), into ``ap`` row-major
     (rows 2 kp apart; zeros past k and in the rows up to a multiple of 8)."""
@@ -195,7 +196,7 @@ def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kp, ap):
             ap[r * lp + q] = 0
 
 
-@njit(cache=True, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, beta, c, c_off, ldc):
     """Row-major ``C[m, n] = op(A)[m, k] @ B[k, n] + beta * C`` (A bf16 as in
     blas.gemm_f32, C float32) with B packed by pack_b_bf16 into ``bp`` from
@@ -248,7 +249,7 @@ def gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, beta
     return 0
 
 
-@njit(cache=True, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """blas.gemm_bf16 on the tile: B packed (for this call), then gemm_bf16_packed."""
     npan = (n + 31) // 32

@@ -37,15 +37,17 @@ import functools
 
 from llvmlite import binding as llb
 from llvmlite import ir as llir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import bf16_tile, int8_tile
-from .bf16_gemm import gemm_bf16_packed, gemm_bf16_tiles, pack_b_bf16, pack_panels_bf16  # noqa: F401 (kernels import them from here)
-from .int8_gemm import gemm_u8s8_packed, gemm_u8s8_tiles, pack_b_u8s8, row_sums_u8  # noqa: F401 (the same)
+from . import bf16_gemm, bf16_tile, int8_gemm, int8_tile
+from .bf16_gemm import gemm_bf16_tiles
 from .blas_abi import VOIDP as _VOIDP, arrays as _arrays, pointer as _pointer
 from .blas_import import dnnl_path, mkl_path
+from .exported import F64, I64, array, export
+from .helper_jit import helper_jit
+from .int8_gemm import gemm_u8s8_tiles
 
 _CHAR = llir.IntType(8)
 _I32 = llir.IntType(32)
@@ -96,10 +98,10 @@ OWN_BF16 = bf16_tile.bind()
 #: u8 x s8 GEMMs on graphc's own AVX512-VNNI tile (graphc.codegen.int8_tile, driven by
 #: graphc.codegen.int8_gemm), where the CPU has it
 OWN_INT8 = int8_tile.bind()
-#: numba's on-disk cache keys functions by their source, not by the library
-#: they were built against: only the MKL build is cached (the kernels are, in
-#: graphc's cache, apart for each library)
-_CACHE = BACKEND == "mkl"
+#: numba's on-disk cache keys functions by their source, not by the library they were built
+#: against; graphc's helpers are cached in the kernel cache's version folder
+#: (graphc.codegen.helper_cache), which is apart for each library (cache_folder._runtime_digest)
+_CACHE = True
 
 
 def _sizes(context, builder, args, sig_args):
@@ -241,21 +243,21 @@ def _dnnl_sgemm(typingctx, ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, 
 
 
 if BACKEND == "dnnl":
-    @njit(nogil=True)
+    @helper_jit(nogil=True)
     def _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
         return _dnnl_sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 elif BACKEND == "mkl":
-    @njit(cache=_CACHE, nogil=True)
+    @helper_jit(cache=_CACHE, nogil=True)
     def _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
         return _cblas_sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 else:
-    @njit(cache=_CACHE, nogil=True)
+    @helper_jit(cache=_CACHE, nogil=True)
     def _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
         # row-major C = A B is column-major C^T = B^T A^T: swap the operands
         return _xxgemm(tb, ta, n, m, k, b, b_off, ldb, a, a_off, lda, beta, c, c_off, ldc)
 
 
-@njit(cache=_CACHE, nogil=True)
+@helper_jit(cache=_CACHE, nogil=True)
 def _empty_product(m, n, k, beta, c, c_off, ldc):
     """Handle a product with no dims to multiply (m, n or k zero): C = beta C;
     True when there was nothing else to do."""
@@ -269,8 +271,8 @@ def _empty_product(m, n, k, beta, c, c_off, ldc):
     return True
 
 
-@njit(cache=_CACHE, nogil=True)
-def gemm_f32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+@helper_jit(cache=_CACHE, nogil=True)
+def _gemm_f32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """Row-major ``C[m, n] = op(A)[m, k] @ op(B)[k, n] + beta * C`` on flat float32
     buffers: element (i, j) of A is ``a[a_off + i * lda + j]``, or with ``ta``
     ``a[a_off + j * lda + i]`` (A stored transposed); the same for B with
@@ -282,8 +284,8 @@ def gemm_f32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
     return _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 
 
-@njit(cache=_CACHE, nogil=True)
-def gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+@helper_jit(cache=_CACHE, nogil=True)
+def _gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """``gemm_f32`` with A and B bf16 (uint16 buffers of their bits) and C f32,
     f32 products summed in f32: graphc's AVX512-BF16 tile where the CPU has it
     (graphc.codegen.bf16_tile), else MKL's cblas_gemm_bf16bf16f32 (see
@@ -295,8 +297,8 @@ def gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc
     return _cblas_gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 
 
-@njit(cache=_CACHE, nogil=True)
-def gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+@helper_jit(cache=_CACHE, nogil=True)
+def _gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     """Row-major ``C[m, n] = op(A)[m, k] @ op(B)[k, n]`` with A u8, B s8 and C s32
     (flat buffers as in gemm_f32), the exact sums while they fit in s32:
     graphc's AVX512-VNNI tile where the CPU has it (graphc.codegen.int8_tile),
@@ -311,6 +313,24 @@ def gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     if OWN_INT8:
         return gemm_u8s8_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
     return _cblas_gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
+
+
+# -- the GEMM drivers kernels call by symbol (graphc.codegen.exported): compiled once, not linked
+#    into each kernel.  Arrays: bf16 as uint16 bits, u8/s8 operands, f32/s32 results.
+_U16A, _F32A = array(types.uint16), array(types.float32)
+_U8A, _S8A, _S32A, _F64A = array(types.uint8), array(types.int8), array(types.int32), array(types.float64)
+gemm_f32 = export("gemm_f32", _gemm_f32, (I64,) * 5 + (_F32A, I64, I64, _F32A, I64, I64, F64, _F32A, I64, I64))
+gemm_bf16 = export("gemm_bf16", _gemm_bf16, (I64,) * 5 + (_U16A, I64, I64, _U16A, I64, I64, F64, _F32A, I64, I64))
+gemm_bf16_packed = export("gemm_bf16_packed", bf16_gemm.gemm_bf16_packed,
+                          (I64,) * 4 + (_U16A, I64, I64, _U16A, I64, I64, I64, F64, _F32A, I64, I64))
+pack_b_bf16 = export("pack_b_bf16", bf16_gemm.pack_b_bf16, (I64,) * 3 + (_U16A, I64, I64, _U16A, I64, I64, I64))
+pack_panels_bf16 = export("pack_panels_bf16", bf16_gemm.pack_panels_bf16, (I64,) * 3 + (_U16A, I64, I64, _U16A, I64))
+gemm_u8s8 = export("gemm_u8s8", _gemm_u8s8, (I64,) * 5 + (_U8A, I64, I64, _S8A, I64, I64, _S32A, I64, I64))
+gemm_u8s8_packed = export("gemm_u8s8_packed", int8_gemm.gemm_u8s8_packed,
+                          (I64,) * 4 + (_U8A, I64, I64, _S8A, I64, I64, I64, _S32A, I64, I64))
+pack_b_u8s8 = export("pack_b_u8s8", int8_gemm.pack_b_u8s8,
+                     (I64,) * 3 + (_S8A, I64, I64, _S8A, I64, _S32A, I64, I64, I64))
+row_sums_u8 = export("row_sums_u8", int8_gemm.row_sums_u8, (I64, I64, _U8A, I64, I64, _F64A, I64))
 
 
 @functools.cache

@@ -47,6 +47,8 @@ from .. import verbose
 from . import cache_files as files
 from . import cache_folder as folder
 from . import cache_worker as worker
+from . import exported
+from .cached_overload import load_cached
 
 DEFAULT_KERNEL_CACHE_SIZE = 128
 
@@ -213,28 +215,6 @@ def clear_memory() -> None:
 
 # ------------------------------------------------------------ compiling
 
-def _load_cached(fn, sig: tuple) -> bool:
-    """Add ``fn``'s overload for ``sig`` from numba's on-disk cache, without the
-    target refresh numba does first; False on a miss.  (Holding numba's
-    compiler lock.)"""
-    from numba.core.runtime import rtsys
-    load = getattr(getattr(fn, "_cache", None), "_load_overload", None)
-    if load is None:
-        return False
-    try:
-        rtsys.initialize(fn.targetctx)
-        cres = load(sig, fn.targetctx)
-    except Exception:  # noqa: BLE001 - any surprise: numba's path
-        return False
-    if cres is None:
-        return False
-    # as numba's Dispatcher.compile does with a cache hit
-    fn._cache_hits[sig] += 1
-    fn.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
-    fn.add_overload(cres)
-    return True
-
-
 def compile_kernel(fn, sig: tuple) -> None:
     """``fn.compile(sig)`` for a dispatcher from :func:`load_kernel`, taking a kernel
     found in numba's on-disk cache without the target refresh numba does first
@@ -259,10 +239,19 @@ def _in_process(fn, sig: tuple, what: str, where: str) -> bool:
     with global_compiler_lock:
         if sig in fn.overloads:
             return True
-        if _load_cached(fn, sig):
+        _bind_exported(fn)
+        if load_cached(fn, sig):
             _tell(fn, what, where)
             return True
     return False
+
+
+def _bind_exported(fn) -> None:
+    """Bind the helpers ``fn``'s module calls by symbol (graphc.codegen.exported)
+    before its machine code is loaded or compiled."""
+    source = getattr(getattr(fn, "py_func", None), "__globals__", {}).get("__graphc_source__")
+    if source:
+        exported.bind_called(source)
 
 
 #: cold kernels in one batch from which they compile at once on worker processes

@@ -52,11 +52,13 @@ def _linked_files() -> list[Path]:
     helpers, fastmath's, which kernels inline, the small-float conversions, the
     BLAS binding of kernels that multiply, and its library, see _runtime_digest),
     then parallel kernels' thread launch and the trampolines' call and unboxing,
-    and graphc's own tiles with the GEMMs driving them (which blas.py imports)."""
+    and graphc's own tiles with the GEMMs driving them (which blas.py imports), the
+    calls of the helpers kernels call by symbol and the typing of helper calls."""
     here = Path(__file__).parent
     files = [Path(importlib.util.find_spec(m).origin) for m in helpers.linked_modules()]
     return files + [here / "launch.py", here / "entry.py", here / "bf16_tile.py", here / "bf16_gemm.py",
-                    here / "int8_tile.py", here / "int8_gemm.py", here / "llvm_tile.py", here / "blas_abi.py"]
+                    here / "int8_tile.py", here / "int8_gemm.py", here / "llvm_tile.py", here / "blas_abi.py",
+                    here / "exported.py", here / "helper_jit.py"]
 
 
 def _runtime_digest() -> str:

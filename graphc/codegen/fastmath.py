@@ -68,12 +68,12 @@ tails (tests/codegen/test_fastmath.py; float32 subnormal results flush to 0):
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from numba.core import types as nbtypes
 from numba.extending import intrinsic
 from llvmlite import ir as llvm_ir
 
 from . import ir
+from .helper_jit import helper_jit
 from .helpers import use_helpers_called
 from .printer import print_body
 from .runtime import bits_to_f32, f32_to_bits, llvm_inlined
@@ -85,7 +85,7 @@ _REASSOC = "@njit(cache=True, nogil=True, error_model='numpy', fastmath={'reasso
 def _inlined(fn):
     """A helper LLVM inlines into every caller (error_model 'numpy' drops the
     division-by-zero checks that would keep loops scalar too)."""
-    return llvm_inlined(njit(cache=True, nogil=True, error_model="numpy")(fn))
+    return llvm_inlined(helper_jit(cache=True, nogil=True, error_model="numpy")(fn))
 
 
 @intrinsic
@@ -377,7 +377,7 @@ def f32_of_key(k):
     return bits_to_f32(np.uint32(k ^ ((k >> np.int32(31)) & np.int32(0x7FFFFFFF))))
 
 
-@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+@helper_jit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
 def fsum(buf, n):
     s = 0.0
     for j in range(n):
@@ -389,7 +389,7 @@ def fsum(buf, n):
 FSUM32_RUN = 1024
 
 
-@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+@helper_jit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
 def fsum32(buf, n):
     # f32 terms summed in f32 runs of FSUM32_RUN (vectorised at full width: each
     # vector lane adds a few dozen terms), the runs added in f64; a run whose f32
@@ -408,7 +408,7 @@ def fsum32(buf, n):
     return s
 
 
-@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+@helper_jit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def attn_exp_sum(s, off, n, m):
     # the float32 sum of exp(s[off:off+n] - m) for s <= m, s left as it is
     # (graphc.codegen.attention: a row of scores kept for the second sweep)
@@ -418,7 +418,7 @@ def attn_exp_sum(s, off, n, m):
     return acc
 
 
-@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+@helper_jit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def attn_exp_row(s, off, n, m):
     # s[off:off+n] = exp(s - m) for s <= m (NaN stays NaN); returns their float32 sum
     # (graphc.codegen.attention: a row of a score tile)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir as llir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import int8_tile
 from .blas_abi import VOIDP, arrays, pointer
+from .helper_jit import helper_jit
 
 #: the tile's symbols are bound (before any of these functions is compiled or loaded);
 #: without AVX512-VNNI only row_sums_u8 runs here (for MKL's road), as a plain loop
@@ -103,7 +104,7 @@ def u8s8_panels(n: int, k: int) -> int:
     return ((k + 3) // 4) * ((n + 31) // 32) * 128
 
 
-@njit(cache=True, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def pack_b_u8s8(tb, n, k, b, b_off, ldb, bp, bp_off, sums, s_off, jp_lo, jp_hi):
     """Pack panels [jp_lo, jp_hi) of B (k x n, s8; ``tb``: stored transposed,
     element (kk, j) at ``b[b_off + j * ldb + kk]``) into ``bp`` from ``bp_off``
@@ -146,7 +147,7 @@ def pack_b_u8s8(tb, n, k, b, b_off, ldb, bp, bp_off, sums, s_off, jp_lo, jp_hi):
     return 0
 
 
-@njit(cache=True, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kq, ap):
     """Rows [i0, i0 + mb) of A, columns [k0, k0 + 4 kq), into ``ap`` row-major
     (rows 4 kq apart; zeros past k and in the rows up to a multiple of 8)."""
@@ -170,7 +171,7 @@ def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kq, ap):
             ap[r * lp + q] = 0
 
 
-@njit(cache=True, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, c, c_off, ldc):
     """Row-major ``C[m, n] = op(A)[m, k] @ B[k, n]`` with A u8 (as in
     blas.gemm_u8s8), C s32, and B packed by pack_b_u8s8 into ``bp`` from
@@ -223,7 +224,7 @@ def gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, c, c
     return 0
 
 
-@njit(cache=True, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def gemm_u8s8_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     """blas.gemm_u8s8 on the tile: B packed (for this call), then gemm_u8s8_packed."""
     npan = (n + 31) // 32
@@ -254,14 +255,14 @@ def _row_sums(typingctx, m, k, a, a_off, lda, out, o_off):
 
 
 if OWN:
-    @njit(cache=True, nogil=True)
+    @helper_jit(cache=True, nogil=True)
     def row_sums_u8(m, k, a, a_off, lda, out, o_off):
         """The sums of rows [0, m) of A (u8, k columns, rows ``lda`` apart from
         ``a_off``) into ``out[o_off + i]`` (f64): the zero-point compensation of B's."""
         _row_sums(m, k, a, a_off, lda, out, o_off)
         return 0
 else:
-    @njit(cache=True, nogil=True)
+    @helper_jit(cache=True, nogil=True)
     def row_sums_u8(m, k, a, a_off, lda, out, o_off):
         """row_sums_u8 without the tile module's vpsadbw: a loop."""
         for i in range(m):

@@ -3,7 +3,8 @@ saturation, a few activations and their derivatives, Dropout's Philox rounds.
 
 bf16, f16 and f8 tensors reach kernels as unsigned-integer views of their bits;
 these helpers widen them to f32 and narrow f32 back with round-to-nearest-even.
-All are ``njit(cache=True)``: compiled once, linked into each kernel and inlined by LLVM.
+All are ``njit(cache=True)``, called by value (graphc.codegen.helper_jit): compiled once,
+linked into each kernel and inlined by LLVM.
 """
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import math
 
 import numpy as np
 from llvmlite import ir as llvm_ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic, overload
 
 from .cpu import has_f16c
+from .helper_jit import helper_jit
 
 
 @intrinsic
@@ -57,18 +59,18 @@ _JIT = dict(cache=True, nogil=True)  # not IR-inlined: LLVM inlines the linked h
 # fraction of the compile time numba's IR-level inlining costs in every kernel
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def bits_to_f32(u):
     return _bitcast_u32_f32(np.uint32(u))
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f32_to_bits(f):
     return _bitcast_f32_u32(np.float32(f))
 
 
 # ------------------------------------------------------------ f64 -> f32
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def _f64_to_f32_odd(x):
     y = np.float32(x)                        # nearest even
     yd = np.float64(y)
@@ -96,12 +98,12 @@ def _ov_f64_to_f32_odd(x):
 
 
 # ---------------------------------------------------------------------- bf16
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def bf16_to_f32(h):
     return _bitcast_u32_f32(np.uint32(h) << np.uint32(16))
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f32_to_bf16(f):
     # Round to nearest even: add 0x7FFF plus the kept part's lowest bit, keep the top
     # 16 bits; a NaN keeps its top bits with the quiet bit set (ORed, so it never
@@ -137,7 +139,7 @@ def _f32_to_half_bits(typingctx, f):
     return sig, codegen
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def _f16_to_f32_int(h):
     h = np.uint32(h)
     sign = (h & np.uint32(0x8000)) << np.uint32(16)
@@ -154,7 +156,7 @@ def _f16_to_f32_int(h):
     return _bitcast_u32_f32(sign | ((exp + np.uint32(112)) << np.uint32(23)) | (man << np.uint32(13)))
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def _f32_to_f16_int(f):
     u = _bitcast_f32_u32(np.float32(f))
     sign = np.uint32((u >> np.uint32(16)) & np.uint32(0x8000))
@@ -177,11 +179,11 @@ def _f32_to_f16_int(f):
 
 
 if F16C:   # (the same values; a NaN keeps its payload, quieted, where the integer code makes it 0x7E00)
-    @njit(**_JIT)
+    @helper_jit(**_JIT)
     def f16_to_f32(h):
         return _half_bits_to_f32(np.uint16(h))
 
-    @njit(**_JIT)
+    @helper_jit(**_JIT)
     def f32_to_f16(f):
         return _f32_to_half_bits(np.float32(f))
 else:
@@ -189,7 +191,7 @@ else:
 
 
 # ---------------------------------------------------------------------- f8
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f8e4m3_to_f32(b):
     b = np.uint32(b)
     sign = np.float32(-1.0) if b & np.uint32(0x80) else np.float32(1.0)
@@ -202,7 +204,7 @@ def f8e4m3_to_f32(b):
     return sign * _bitcast_u32_f32(((exp + np.uint32(120)) << np.uint32(23)) | (man << np.uint32(20)))
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f32_to_f8e4m3(f):
     """RNE; beyond the largest finite value (448) -> NaN, as e4m3fn has no infinity (as ml_dtypes)."""
     u = _bitcast_f32_u32(np.float32(f))
@@ -221,12 +223,12 @@ def f32_to_f8e4m3(f):
     return np.uint8(sign | ((a - np.uint32(0x3C000000)) >> np.uint32(20)))
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f8e5m2_to_f32(b):
     return f16_to_f32(np.uint32(b) << np.uint32(8))
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f32_to_f8e5m2(f):
     h = np.uint32(f32_to_f16(f))
     if (h & np.uint32(0x7C00)) == np.uint32(0x7C00):  # inf / nan
@@ -249,7 +251,7 @@ def f32_to_f8e5m2(f):
 
 
 # -------------------------------------------------------------- integer stores
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def sat_round(x, lo, hi):
     """Round half to even, then saturate to [lo, hi]; NaN -> 0."""
     if x != x:
@@ -263,12 +265,12 @@ def sat_round(x, lo, hi):
 
 
 # ------------------------------------------------------------- math helpers
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def sigmoid(x):
     return 0.5 * (1.0 + math.tanh(0.5 * x))
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def softplus(x, beta):
     # x + log1p(exp(-bx)) / beta, not (bx + log1p(...)) / beta: beta * x may overflow
     # (f32 math), and its exp(-inf) = 0 then leaves x
@@ -278,14 +280,14 @@ def softplus(x, beta):
     return math.log1p(math.exp(bx)) / beta
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def round_half_away(x):
     # np.floor keeps the float type: numba's math.floor returns an int64, whose
     # conversion saturates NaN, +-inf and |x| >= 2^63 (and is poison when vectorized)
     return math.copysign(np.floor(abs(x) + 0.5), x)
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def gelu_tanh_grad(x):
     k = 0.7978845608028654
     u = k * (x + 0.044715 * x * x * x)
@@ -293,13 +295,13 @@ def gelu_tanh_grad(x):
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x)
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def mish_grad(x):
     t = math.tanh(softplus(x, 1.0))
     return t + x * (1.0 - t * t) * sigmoid(x)
 
 
-@njit(cache=True, inline="always", nogil=True)
+@helper_jit(cache=True, inline="always", nogil=True)
 def philox4x32_10(c0, c1, c2, c3, k0, k1):
     # Philox4x32-10 (graphc.ops.misc.philox4x32_10, the reference's) on uint64-held
     # 32-bit words: Dropout's random words.  Inlined in numba's IR (a tuple result)

@@ -20,12 +20,12 @@ tests/core/test_new_dtypes.py.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from .helper_jit import helper_jit
 from .runtime import _JIT, _bitcast_f32_u32, _bitcast_u32_f32
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def e8m0_to_f32(b):
     c = np.uint32(b) & np.uint32(0xFF)
     if c == np.uint32(0xFF):
@@ -35,7 +35,7 @@ def e8m0_to_f32(b):
     return _bitcast_u32_f32(c << np.uint32(23))
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f32_to_e8m0(f):
     u = _bitcast_f32_u32(np.float32(f))
     if u == np.uint32(0) or u >= np.uint32(0x7F800000):   # zero, negative, inf, NaN
@@ -49,7 +49,7 @@ def f32_to_e8m0(f):
     return np.uint8(0xFF) if e >= np.uint32(0xFF) else np.uint8(e)
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f4e2m1_to_f32(b):
     c = np.uint32(b) & np.uint32(15)
     e = (c >> np.uint32(1)) & np.uint32(3)
@@ -59,7 +59,7 @@ def f4e2m1_to_f32(b):
     return -mag if c & np.uint32(8) else mag
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f32_to_f4e2m1(f):
     x = np.float32(f)
     if np.isnan(x):
@@ -77,7 +77,7 @@ def f32_to_f4e2m1(f):
     return np.uint8(sign | c)
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f4e3m0_to_f32(b):
     c = np.uint32(b) & np.uint32(15)
     e = c & np.uint32(7)
@@ -85,7 +85,7 @@ def f4e3m0_to_f32(b):
     return -mag if c & np.uint32(8) else mag
 
 
-@njit(**_JIT)
+@helper_jit(**_JIT)
 def f32_to_f4e3m0(f):
     x = np.float32(f)
     if np.isnan(x):

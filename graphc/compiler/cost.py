@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..codegen.blas import gemm_f32, single_threaded_blas
+from ..codegen.exported import bind
 from ..codegen.kernel import NUM_THREADS
 from ..errors import InvalidArguments
 
@@ -149,6 +150,7 @@ def fma_peak(n: int = 2048, repeat: int = 3) -> float:
     (scipy's BLAS, single-threaded) run once per thread of numba's pool in parallel, as
     graphc's GEMM and convolution kernels call it.  Measured once per process."""
     single_threaded_blas()
+    bind("gemm_f32")   # (before numba's cache loads _gemms, which calls it by symbol)
     parts = NUM_THREADS
     a = np.random.default_rng(0).standard_normal(parts * n * n).astype(np.float32)
     b, c = a.copy(), np.empty_like(a)

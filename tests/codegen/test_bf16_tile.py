@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from graphc.codegen import bf16_gemm, blas
+from support import gemm_calls
+
 
 pytestmark = pytest.mark.skipif(not blas.OWN_BF16, reason="the CPU has no AVX512-BF16 (gemm_bf16 runs MKL's)")
 
@@ -28,7 +30,7 @@ def test_gemm_bf16_equals_the_products_summed(seed):
         c = old.copy()
         if beta == 0:
             c[7:] = np.nan                        # beta 0: C's old contents are never read
-        blas.gemm_bf16(ta, tb, m, n, k, abuf, 3, a.shape[1], bbuf, 5, b.shape[1], beta, c, 7, ldc)
+        gemm_calls.gemm_bf16(ta, tb, m, n, k, abuf, 3, a.shape[1], bbuf, 5, b.shape[1], beta, c, 7, ldc)
         af, bf = a.astype(np.float64), b.astype(np.float64)
         want = (af.T if ta else af) @ (bf.T if tb else bf)
         if beta:

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from graphc.codegen import blas
+from support import gemm_calls
+
 
 
 def _matrix(rng, rows, cols, ld, off, transposed):
@@ -34,7 +36,7 @@ def test_gemm_f32(ta, tb, beta):
     c = np.full(3 + m * (n + 4), np.nan, np.float32)
     for i in range(m):
         c[3 + i * (n + 4): 3 + i * (n + 4) + n] = c0[i] if beta else np.nan
-    blas.gemm_f32(ta, tb, m, n, k, a, 5, (m if ta else k) + 3, b, 7, (k if tb else n) + 2, beta, c, 3, n + 4)
+    gemm_calls.gemm_f32(ta, tb, m, n, k, a, 5, (m if ta else k) + 3, b, 7, (k if tb else n) + 2, beta, c, 3, n + 4)
     got = np.stack([c[3 + i * (n + 4): 3 + i * (n + 4) + n] for i in range(m)])
     want = am.astype(np.float64) @ bm + (c0 if beta else 0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
@@ -43,7 +45,7 @@ def test_gemm_f32(ta, tb, beta):
 
 def test_gemm_f32_empty_k():
     c = np.full(6, np.nan, np.float32)
-    blas.gemm_f32(0, 0, 2, 3, 0, np.zeros(1, np.float32), 0, 1, np.zeros(1, np.float32), 0, 3, 0.0, c, 0, 3)
+    gemm_calls.gemm_f32(0, 0, 2, 3, 0, np.zeros(1, np.float32), 0, 1, np.zeros(1, np.float32), 0, 3, 0.0, c, 0, 3)
     np.testing.assert_array_equal(c, np.zeros(6, np.float32))
 
 

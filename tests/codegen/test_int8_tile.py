@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from graphc.codegen import blas, int8_gemm, int8_tile
+from support import gemm_calls
+
 
 pytestmark = pytest.mark.skipif(not blas.OWN_INT8, reason="the CPU has no AVX512-VNNI (gemm_u8s8 runs MKL's)")
 
@@ -39,7 +41,7 @@ def test_gemm_u8s8_equals_the_products_summed(seed):
         bbuf = np.concatenate([np.zeros(5, np.int8), b.ravel()])
         ldc = n + 2
         c = np.full(7 + m * ldc, -7, np.int32)
-        blas.gemm_u8s8(ta, tb, m, n, k, abuf, 3, a.shape[1], bbuf, 5, b.shape[1], c, 7, ldc)
+        gemm_calls.gemm_u8s8(ta, tb, m, n, k, abuf, 3, a.shape[1], bbuf, 5, b.shape[1], c, 7, ldc)
         got = c[7:].reshape(m, ldc)
         assert np.array_equal(got[:, :n], _product(a, b, ta, tb)), (m, n, k, ta, tb)
         assert (got[:, n:] == -7).all() and (c[:7] == -7).all()
@@ -53,15 +55,15 @@ def test_the_extremes_sum_exactly():
         a = np.full(m * k, av, np.uint8)
         b = np.full(k * n, bv, np.int8)
         c = np.zeros(m * n, np.int32)
-        blas.gemm_u8s8(0, 0, m, n, k, a, 0, k, b, 0, n, c, 0, n)
+        gemm_calls.gemm_u8s8(0, 0, m, n, k, a, 0, k, b, 0, n, c, 0, n)
         assert (c == av * bv * k).all()
 
 
 def test_empty_and_k_zero():
     c = np.full(6, 5, np.int32)
-    blas.gemm_u8s8(0, 0, 2, 3, 0, np.zeros(1, np.uint8), 0, 1, np.zeros(1, np.int8), 0, 3, c, 0, 3)
+    gemm_calls.gemm_u8s8(0, 0, 2, 3, 0, np.zeros(1, np.uint8), 0, 1, np.zeros(1, np.int8), 0, 3, c, 0, 3)
     assert (c == 0).all()
-    blas.gemm_u8s8(0, 0, 0, 3, 4, np.zeros(1, np.uint8), 0, 4, np.zeros(12, np.int8), 0, 3, c, 0, 3)
+    gemm_calls.gemm_u8s8(0, 0, 0, 3, 4, np.zeros(1, np.uint8), 0, 4, np.zeros(12, np.int8), 0, 3, c, 0, 3)
 
 
 @pytest.mark.parametrize("m,n,k,ta", [(37, 100, 70, 0), (64, 96, 4 * int8_gemm.KC + 6, 0), (19, 45, 33, 1),

@@ -23,9 +23,7 @@ import graphc
 from graphc import LogicalTensor, Op
 from graphc.codegen import cache, cache_files, cache_folder, cache_worker
 from support.graphs import graph_of
-from support.kernel_cache import cache_warnings, check, kernel_of, posix_only, root, version_dir  # noqa: F401 - root: a fixture
-
-ROOT = Path(__file__).resolve().parents[2]
+from support.kernel_cache import cache_warnings, check, child_env, kernel_of, posix_only, root, version_dir  # noqa: F401 - root: a fixture
 
 
 # ------------------------------------------------------------ the folder
@@ -209,16 +207,8 @@ _RUN = textwrap.dedent("""
 """)
 
 
-def _child_env(root: Path) -> dict:
-    """A fresh process's environment with its kernel cache in ``root`` (numba's
-    files next to the kernels, where graphc checks them: no NUMBA_CACHE_DIR)."""
-    env = dict(os.environ, GRAPHC_CACHE_DIR=str(root), PYTHONPATH=str(ROOT))
-    env.pop("NUMBA_CACHE_DIR", None)
-    return env
-
-
 def _fresh_process(root: Path) -> dict:
-    env = _child_env(root)
+    env = child_env(root)
     r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", _RUN], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -395,7 +385,7 @@ _RSS = textwrap.dedent("""
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmRSS from /proc")
 def test_memory_stays_bounded_over_300_graphs(root):
-    env = _child_env(root)
+    env = child_env(root)
     env.pop("GRAPHC_KERNEL_CACHE_SIZE", None)
     r = subprocess.run([sys.executable, "-c", _RSS], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -18,6 +18,9 @@ from graphc.codegen import cache, cache_worker
 
 from .graphs import graph_of
 
+#: the repository (tests import graphc from it)
+ROOT = Path(__file__).resolve().parents[2]
+
 posix_only = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes")
 
 
@@ -35,6 +38,14 @@ def root(tmp_path, monkeypatch):
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)   # and in the compile worker
     cache.clear_memory()   # every kernel of the test comes from this folder
     return r
+
+
+def child_env(root: Path) -> dict:
+    """A fresh process's environment with its kernel cache in ``root`` (numba's
+    files next to the kernels, where graphc checks them: no NUMBA_CACHE_DIR)."""
+    env = dict(os.environ, GRAPHC_CACHE_DIR=str(root), PYTHONPATH=str(ROOT))
+    env.pop("NUMBA_CACHE_DIR", None)
+    return env
 
 
 def add_then(shape, op="ReLU"):
