@@ -1,7 +1,9 @@
 """graphc's own bf16 GEMM tile on AVX512-BF16 (``vdpbf16ps``), for CPUs whose
 BLAS does not multiply bf16 natively (MKL on AMD's Zen 4/5 widens bf16 to f32
 and runs its f32 code: 90 GFLOP/s a core here, the same as its sgemm; this
-tile runs at about 500, as oneDNN's bf16 kernels inside torch do).
+tile runs at about 500, as oneDNN's bf16 kernels inside torch do).  Where the
+CPU has AMX-BF16, MKL's bf16 GEMM runs on AMX, about 7x this tile's rate, and
+bf16 GEMMs take it (graphc.codegen.blas_import.bf16_tile_gemm).
 
 The tile is LLVM IR (vectors, the ``llvm.x86.avx512bf16.dpbf16ps.512``
 intrinsic) compiled once per process by llvmlite for the host CPU and bound to

@@ -44,7 +44,7 @@ from numba.extending import intrinsic
 from . import bf16_gemm, bf16_tile, int8_gemm, int8_tile
 from .bf16_gemm import gemm_bf16_tiles
 from .blas_abi import VOIDP as _VOIDP, arrays as _arrays, pointer as _pointer
-from .blas_import import dnnl_path, mkl_path
+from .blas_import import bf16_tile_gemm, dnnl_path, mkl_path
 from .exported import F64, I64, array, export
 from .helper_jit import helper_jit
 from .int8_gemm import gemm_u8s8_tiles
@@ -93,8 +93,8 @@ if not _MKL:
     from numba.np.linalg import ensure_blas
     ensure_blas()   # scipy's cython_blas must be importable before numba_xxgemm is first called
 #: bf16 GEMMs on graphc's own AVX512-BF16 tile (graphc.codegen.bf16_tile, driven by
-#: graphc.codegen.bf16_gemm), where the CPU has it
-OWN_BF16 = bf16_tile.bind()
+#: graphc.codegen.bf16_gemm), where the CPU has it and no AMX for MKL's (blas_import.bf16_tile_gemm)
+OWN_BF16 = bf16_tile.bind() and bf16_tile_gemm()
 #: u8 x s8 GEMMs on graphc's own AVX512-VNNI tile (graphc.codegen.int8_tile, driven by
 #: graphc.codegen.int8_gemm), where the CPU has it
 OWN_INT8 = int8_tile.bind()

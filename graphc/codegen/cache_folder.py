@@ -28,9 +28,8 @@ from pathlib import Path
 import numba
 
 from . import helpers
-from .bf16_tile import available as bf16_tile_available
 from .int8_tile import available as int8_tile_available
-from .blas_import import dnnl_path, mkl_path
+from .blas_import import bf16_tile_gemm, dnnl_path, mkl_path
 from .cpu import has_f16c
 
 #: bumped when the layout or format of the files in the cache folder changes
@@ -68,7 +67,7 @@ def _runtime_digest() -> str:
         for path in _linked_files():
             h.update(path.read_bytes())
         h.update(b"dnnl" if dnnl_path() else b"mkl" if mkl_path() else b"openblas")
-        h.update(b"+bf16tile" if bf16_tile_available() else b"")   # (gemm_bf16's road, fixed when compiled)
+        h.update(b"+bf16tile" if bf16_tile_gemm() else b"")   # (gemm_bf16's road, fixed when compiled)
         h.update(b"+int8tile" if int8_tile_available() else b"")   # (gemm_u8s8's road, the same)
         h.update(b"+f16c" if has_f16c() else b"")   # (the f16 conversions' road, fixed when compiled)
         _runtime_tag = h.hexdigest()[:12]

@@ -1,4 +1,4 @@
-"""gemm_bf16 (graphc.codegen.blas) on graphc's AVX512-BF16 tile: every shape,
+"""The bf16 GEMM on graphc's AVX512-BF16 tile (gemm_bf16_tiles): every shape,
 transpose, offset, leading dim and beta against float64 products of the same
 bf16 values; the columns of C past n are left alone.  gemm_bf16_packed with B
 packed once (pack_b_bf16) and used by column blocks, as kernels do."""
@@ -6,11 +6,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from graphc.codegen import bf16_gemm, blas
-from support import gemm_calls
+from graphc.codegen import bf16_gemm, bf16_tile, blas
 
-
-pytestmark = pytest.mark.skipif(not blas.OWN_BF16, reason="the CPU has no AVX512-BF16 (gemm_bf16 runs MKL's)")
+# the tile's tests run wherever the CPU has AVX512-BF16; those of kernels' roads where bf16 GEMMs take it
+pytestmark = pytest.mark.skipif(not bf16_tile.bind(), reason="the CPU has no AVX512-BF16")
+on_the_road = pytest.mark.skipif(not blas.OWN_BF16, reason="bf16 GEMMs run MKL's (AMX) here")
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -30,7 +30,7 @@ def test_gemm_bf16_equals_the_products_summed(seed):
         c = old.copy()
         if beta == 0:
             c[7:] = np.nan                        # beta 0: C's old contents are never read
-        gemm_calls.gemm_bf16(ta, tb, m, n, k, abuf, 3, a.shape[1], bbuf, 5, b.shape[1], beta, c, 7, ldc)
+        bf16_gemm.gemm_bf16_tiles(ta, tb, m, n, k, abuf, 3, a.shape[1], bbuf, 5, b.shape[1], beta, c, 7, ldc)
         af, bf = a.astype(np.float64), b.astype(np.float64)
         want = (af.T if ta else af) @ (bf.T if tb else bf)
         if beta:
@@ -42,6 +42,7 @@ def test_gemm_bf16_equals_the_products_summed(seed):
         assert np.array_equal(pad, old[7:].reshape(m, ldc)[:, n:]) if beta else np.isnan(pad).all()
 
 
+@on_the_road
 def test_the_tile_is_the_road_of_bf16_matmuls():
     """A bf16 MatMul's kernel runs on the tile (its impl info says so)."""
     import graphc
@@ -96,6 +97,7 @@ def test_panels_packed_whole_as_pack_b_bf16_packs_them(n, k, tb):
     assert np.array_equal(got, want)
 
 
+@on_the_road
 @pytest.mark.parametrize("transpose_a", [False, True])
 def test_a_column_block_in_tiles_of_l2_under_an_epilogue(transpose_a):
     """A thread's column block (one GEMM, a block of columns per thread) larger

@@ -56,3 +56,23 @@ def test_graphc_blas_picks_the_library(name):
     out = subprocess.run([sys.executable, "-c", "from graphc.codegen import blas; print(blas.BACKEND)"],
                          capture_output=True, text=True, env=env, check=True).stdout.split()[-1]
     assert out == name or (name == "mkl" and out == "openblas")
+
+
+def test_gemm_bf16_on_this_machines_road():
+    """gemm_bf16 as kernels call it, on the road this machine takes (MKL's bf16
+    GEMM where the CPU has AMX, else graphc's tile or MKL): bf16 products summed
+    in f32, beta 0 and 1, offsets and leading dims."""
+    import ml_dtypes
+    rng = np.random.default_rng(3)
+    m, n, k = 45, 70, 90
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    abuf = np.concatenate([np.zeros(2, np.uint16), a.view(np.uint16).ravel()])
+    bbuf = np.concatenate([np.zeros(3, np.uint16), b.view(np.uint16).ravel()])
+    for beta in (0.0, 1.0):
+        c = np.full(1 + m * (n + 1), 0.5 if beta else np.nan, np.float32)
+        gemm_calls.gemm_bf16(0, 0, m, n, k, abuf, 2, k, bbuf, 3, n, beta, c, 1, n + 1)
+        got = c[1:].reshape(m, n + 1)[:, :n]
+        assert np.abs(got - (want + 0.5 * beta)).max() <= k * 2.0 ** -22 * np.abs(want).max()
+        assert (c[0] == 0.5) if beta else np.isnan(c[0])     # nothing written before C
