@@ -86,6 +86,15 @@ def bf16_tile_gemm() -> bool:
     return not (host_has("amx-bf16", "GRAPHC_BF16_TILE") and mkl_path() is not None)
 
 
+@functools.cache
+def bf16_conv_gemm() -> bool:
+    """Do convolutions of bf16 values multiply them in bf16: on graphc's tile, or
+    on MKL's bf16 GEMM where the CPU has AMX-BF16?  (Elsewhere MKL widens bf16
+    to f32 inside its GEMM, and convolutions take their f32 roads.)"""
+    from .llvm_tile import host_has
+    return bf16_tile_gemm() or (mkl_path() is not None and host_has("amx-bf16", "GRAPHC_BF16_AMX"))
+
+
 def int8_gemm() -> bool:
     """Can kernels multiply u8 by s8 into s32 (``gemm_u8s8``: graphc's AVX512-VNNI
     tile, graphc.codegen.int8_tile, or MKL)?"""

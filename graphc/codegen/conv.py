@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from . import ir
-from .conv_bf16 import bf16_operands, bits, plain_bf16, weight_panels
+from .conv_bf16 import bf16_operands, bf16_weights, bits, plain_bf16
 from .conv_cf import channels_first, depthwise, emit_depthwise, emit_forward_cf
 from .conv_cols import im2col as _im2col, nothing as _nothing, window_taps as _window_taps
 from .conv_views import Data, Geometry, Weights, cropped, moved_store, store_zeros_outside, visible_box
@@ -198,7 +198,7 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
     bf16 = exact_k is None and bf16_operands(x, w, rounding)
     if bf16:
         kb.road("bf16_gemm")
-        bp, boff, npan = weight_panels(kb, geo, w, rounding, kd)
+        wb = bf16_weights(kb, geo, w, rounding, kd)
     cm = not bf16 and run is None and channel_major(geo, w, rounding)
     if not bf16:
         wbuf, woff, ldw, tw = weights_operand(kb, geo, w, False, rounding, either=run is None, cm=cm)
@@ -218,8 +218,7 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
         if bf16:
             tile = kb.scratch(tm * ocg, "f32", par, prefix="tile") if c is None else None
             cbuf, coff, ldc = c if c is not None else (tile.buf, tile.at(0), ocg)
-            kb.let(ir.call("gemm_bf16_packed", 0, m, ocg, kd, abuf, aoff, lda, bp, boff(g, 0), npan, 0, 0.0,
-                           cbuf, coff, ldc), "st")
+            kb.let(wb.product(m, ocg, kd, abuf, aoff, lda, g, 0, 0.0, cbuf, coff, ldc), "st")
             if c is None:
                 _store_tile(kb, geo, store, n, g, p0, m, tile)
         elif run is not None:
@@ -310,11 +309,10 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
             copy.emit(n, g, v0, ir.call("min", chunk, span - v0), xp, (n * G + g) * per + v0 * width)
     # 2. tiles of virtual rows: whole first-dim rows of dst, one accumulating GEMM per outer tap
     if bf16:
-        bp, boff, npan = weight_panels(kb, geo, w, rounding, width)
+        wb = bf16_weights(kb, geo, w, rounding, width)
 
         def product(k, a_at, m, beta, tile):
-            return ir.call("gemm_bf16_packed", 0, m, ocg, width, rows_.buf, a_at, width, bp, boff(g, k), npan, 0,
-                           beta, tile.buf, tile.at(0), ocg)
+            return wb.product(m, ocg, width, rows_.buf, a_at, width, g, k, beta, tile.buf, tile.at(0), ocg)
     else:
         wbuf, woff, ldw, tw = weights_operand(kb, geo, w, False, rounding, either=True)
         wrow = ldw if tw == 0 else 1                    # one weights row (an input channel) further
@@ -502,7 +500,7 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
         kb.road("channel_blocks")
     if bf16:
         kb.road("bf16_gemm")
-        bp, boff, npan = weight_panels(kb, geo, w, rounding, ocg, transposed=True)
+        wb = bf16_weights(kb, geo, w, rounding, ocg, transposed=True)
     elif in_place is not None:
         (ldw, gs), wbuf, tw = in_place, w.ref.buf, 0
 
@@ -533,8 +531,7 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
             m = kb.let(ir.call("min", tm, P - p0), "m")
             abuf, aoff, lda = _dy_operand(kb, geo, dy, n, g, p0, m, tm, rounding, par, bf16)
             if bf16:
-                kb.let(ir.call("gemm_bf16_packed", 0, m, kd, ocg, abuf, aoff, lda, bp, boff(g, 0), npan, 0, 0.0,
-                               cols.buf, cols.at(0), kd), "st")
+                kb.let(wb.product(m, kd, ocg, abuf, aoff, lda, g, 0, 0.0, cols.buf, cols.at(0), kd), "st")
             elif run is not None:
                 assert tw == 0 and ldw == kd, "integer weights are packed"
                 exact_runs(kb, lambda bv, r, c, value: cols.store(r * kd + c, value), None, ir.const(0),

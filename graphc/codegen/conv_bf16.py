@@ -8,7 +8,7 @@ are not bf16 values)."""
 from __future__ import annotations
 
 from . import ir
-from .blas_import import bf16_tile_gemm
+from .blas_import import bf16_conv_gemm, bf16_tile_gemm
 from .conv_views import Geometry, rounded, tap_loops
 from .kernel import ArrayRef
 from ..types import DataType
@@ -21,8 +21,9 @@ def _bf16_values(ref, rounding) -> bool:
 
 
 def bf16_operands(x, w, rounding) -> bool:
-    """Do src ``x`` and weights ``w`` (views) both hold bf16 values, on a CPU with the tile?"""
-    return bf16_tile_gemm() and _bf16_values(x.ref, rounding) and _bf16_values(w.ref, rounding)
+    """Do src ``x`` and weights ``w`` (views) both hold bf16 values, on a CPU whose
+    bf16 GEMM multiplies them as they are (graphc's tile, or MKL's on AMX)?"""
+    return bf16_conv_gemm() and _bf16_values(x.ref, rounding) and _bf16_values(w.ref, rounding)
 
 
 def plain_bf16(ref) -> bool:
@@ -43,16 +44,35 @@ def bits(value):
     return ir.call("f32_to_bf16", ir.f32(value))
 
 
-def weight_panels(kb, geo: Geometry, w, rounding, width: int, transposed: bool = False):
+class BF16Weights:
+    """The weights as the B operand of bf16 GEMMs, one per (group, run of
+    ``width`` rows): packed once into the tile's panels (graphc's tile), or read
+    as the bf16 matrix they are (MKL's GEMM, which packs B itself: AMX)."""
+
+    def __init__(self, packed: bool, buf, ld: int, tb: int, gs: int, width: int, per: int = 0, runs: int = 0,
+                 npan: int = 0):
+        self.packed, self.buf, self.ld, self.tb, self.gs = packed, buf, ld, tb, gs
+        self.width, self.per, self.runs, self.npan = width, per, runs, npan
+
+    def product(self, m, n, k, abuf, aoff, lda, g, run, beta, cbuf, coff, ldc) -> ir.Expr:
+        """C[m, n] (+)= A[m, k] @ B of (group ``g``, run ``run``): the GEMM call."""
+        if self.packed:
+            return ir.call("gemm_bf16_packed", 0, m, n, k, abuf, aoff, lda, self.buf, (g * self.runs + run) * self.per,
+                           self.npan, 0, beta, cbuf, coff, ldc)
+        first = run * (self.width * self.ld) if self.tb == 0 else run * self.width
+        return ir.call("gemm_bf16", 0, self.tb, m, n, k, abuf, aoff, lda, self.buf, g * self.gs + first, self.ld,
+                       beta, cbuf, coff, ldc)
+
+
+def bf16_weights(kb, geo: Geometry, w, rounding, width: int, transposed: bool = False) -> BF16Weights:
     """The weights of each group and each run of ``width`` rows of its (T*Cg x OCg)
-    matrix (rows: taps then input channels), as B matrices packed for the tile:
-    (workspace, offset of (group, run) function, panels of one B); with
-    ``transposed``, each group's whole (OCg x T*Cg) transpose (``width`` = OCg:
-    the data gradient's dY @ W^T).  The matrix is read in place when it is a plain
-    bf16 tensor with a unit stride along one of its dims, else first copied as
-    bf16 bits."""
+    matrix (rows: taps then input channels), as B matrices of bf16 GEMMs
+    (:class:`BF16Weights`); with ``transposed``, each group's whole (OCg x T*Cg)
+    transpose (``width`` = OCg: the data gradient's dY @ W^T).  The matrix is
+    read in place when it is a plain bf16 tensor with a unit stride along one
+    of its dims, else first copied as bf16 bits; on graphc's tile it is then
+    packed into the tile's panels."""
     kd, cg, ocg, G = geo.kd, geo.cg, geo.ocg, geo.groups
-    from .bf16_gemm import bf16_panels
     rows, cols = (ocg, kd) if transposed else (kd, ocg)      # of the matrix B
     ms = w.matrix_strides(geo) if plain_bf16(w.ref) and rounding is None else None
     if ms is not None:
@@ -69,6 +89,9 @@ def weight_panels(kb, geo: Geometry, w, rounding, width: int, transposed: bool =
                     r = flat * cg + ic
                     at = g * (kd * ocg) + (oc * kd + r if transposed else r * ocg + oc)
                     kb.store(wbuf, ir.u64(at), bits(rounded(w.load(g, oc, ic, taps), rounding)))
+    if not bf16_tile_gemm():
+        return BF16Weights(False, wbuf, ld, tb, gs, width)
+    from .bf16_gemm import bf16_panels
     runs = rows // width
     per = bf16_panels(cols, width)
     npan = -(-cols // 32)
@@ -78,10 +101,7 @@ def weight_panels(kb, geo: Geometry, w, rounding, width: int, transposed: bool =
         r = kb.let(gr % runs, "r")
         first = r * (width * ld) if tb == 0 else r * width
         kb.let(ir.call("pack_b_bf16", tb, cols, width, wbuf, g * gs + first, ld, bp, gr * per, 0, npan), "st")
-
-    def offset(g, run):
-        return (g * runs + run) * per
-    return bp, offset, npan
+    return BF16Weights(True, bp, ld, tb, gs, width, per, runs, npan)
 
 
-__all__ = ["bf16_operands", "bits", "plain_bf16", "weight_panels"]
+__all__ = ["BF16Weights", "bf16_operands", "bf16_weights", "bits", "plain_bf16"]

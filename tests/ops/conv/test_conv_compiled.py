@@ -1,15 +1,20 @@
 """Compiled convolutions (all six ops) against the reference: layouts (NCX/NXC,
 OIX/XIO/IOX/XOI, strided), groups, strides, dilations, pads, auto_pad,
 output_padding, 1-3 spatial dims, bias, dtypes; weights read in place or packed;
-bf16 operands on graphc's bf16 tile."""
+bf16 operands multiplied in bf16 (graphc's tile, or MKL's GEMM on AMX)."""
 import numpy as np
 import pytest
 
 from graphc.builder import GraphBuilder, single_op_graph
-from graphc.codegen.blas_import import bf16_tile_gemm
+from graphc.codegen.blas_import import bf16_conv_gemm, bf16_tile_gemm
 from graphc.fill import make_inputs
 from support.compiled import check_compiled, compiled_vs_reference, normal_inputs
 from support.graphs import one_op, strides
+
+
+def _bf16_gemm_call() -> str:
+    """The GEMM a bf16 convolution's kernel calls: the tile's on B packed once, else MKL's (AMX)."""
+    return "gemm_bf16_packed(" if bf16_tile_gemm() else "gemm_bf16("
 
 
 def win(nsp, **kw):
@@ -178,7 +183,7 @@ def test_conv_epilogue_is_one_partition(dtype, post):
     ms = match_all(g, list(catalog()))
     assert [o.kind for o in ms[0].ops] == ["Convolution"] + kinds
     cg, _ = compiled_vs_reference(g, what=post)
-    gemm = "gemm_bf16_packed(" if dtype == "bf16" and bf16_tile_gemm() else "gemm_f32("
+    gemm = _bf16_gemm_call() if dtype == "bf16" and bf16_conv_gemm() else "gemm_f32("
     assert len(cg.compiled) == 1 and gemm in cg.source
 
 
@@ -222,7 +227,7 @@ def test_winograd(geom, dtype, dfmt, wfmt):
     """(bf16 operands multiply on graphc's bf16 tile where the CPU has it, not in Winograd.)"""
     g = conv_graph("Convolution", dtype, geom, dfmt, wfmt, bias=True)
     cg, _ = compiled_vs_reference(g, what=f"{geom} {dtype} {dfmt}")
-    if dtype == "bf16" and dfmt == "NXC" and bf16_tile_gemm():
+    if dtype == "bf16" and dfmt == "NXC" and bf16_conv_gemm():
         assert "bf16_shifted_gemm" in cg.compiled[0].get_impl_info()
     else:
         assert "wu" in cg.source   # the transformed weights: the Winograd kernel ran
