@@ -223,8 +223,11 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
         else:
             bbuf, boff, ldb, tb_ = operand("b", b, db, 0, K, j0, n_, K * tn)
 
-            def product(cbuf, coff, ldc):
-                return ir.call(gemm, ta, tb_, m_, n_, K, abuf, aoff, lda, bbuf, boff, ldb, 0.0, cbuf, coff, ldc)
+            def product(cbuf, coff, ldc, rows=m_, r0=None, cols=n_, c0=None):
+                # (rows from r0 of A, columns from c0 of B's block)
+                a_at = aoff if r0 is None else aoff + (r0 if ta else r0 * lda)
+                b_at = boff if c0 is None else boff + (c0 * ldb if tb_ else c0)
+                return ir.call(gemm, ta, tb_, rows, cols, K, abuf, a_at, lda, bbuf, b_at, ldb, 0.0, cbuf, coff, ldc)
         if dc is not None:
             ldc = dc[1]
             coff = linear([i0, j0], out.strides, out.base(bivars))
@@ -232,11 +235,12 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
         elif chunks > 1:
             exact_runs(kb, store, bivars, i0, j0, m_, n_, K, -(-K // chunks), tm * tn, parallel,
                         (abuf, aoff, lda), (bbuf, boff, ldb))
-        elif own and tm * tn > OWN_TILE_ELEMS:
+        elif (own or (bf16 and not panels)) and tm * tn > OWN_TILE_ELEMS:
             # the thread's column block a block of columns, then of rows, at a time: its
             # epilogue runs while the block's tile is in L2, and the block's panels of B stay
             # there for its rows (the whole 512 x 2048 f32 tile, 4 MB, went to memory and
-            # back: MatMul+bias+GELU 512x1024x4096 bf16 5.35 -> 4.89-5.12 ms)
+            # back: MatMul+bias+GELU 512x1024x4096 bf16 5.35 -> 4.89-5.12 ms on graphc's tile;
+            # on MKL's bf16 GEMM (AMX) 3.82 -> see docs/performance.md)
             cb = min(tn, OWN_COLS)
             rb = max(8, OWN_TILE_ELEMS // cb // 8 * 8)
             tile = kb.scratch(rb * cb, "f32", parallel, prefix="tile")

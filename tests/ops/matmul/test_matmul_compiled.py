@@ -162,3 +162,24 @@ def test_f16_products_keep_f16_precision(m, k, n):
     exact = x.astype(np.float64) @ w.astype(np.float64)
     scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64))
     assert np.all(np.abs(got - exact) <= 2.0 ** -16 * scale + 1e-30)
+
+
+@pytest.mark.parametrize("transpose_a", [False, True])
+def test_bf16_gemm_tiles_of_l2_under_an_epilogue_on_mkls_road(transpose_a):
+    """On MKL's bf16 GEMM (the road where the CPU has AMX-BF16), a thread's block
+    of C larger than OWN_TILE_ELEMS is computed a block of columns, then of rows,
+    at a time, each stored through the epilogue (bias, GELU) while it is in L2:
+    uneven last blocks both ways, A read transposed too."""
+    from graphc.codegen import blas
+    from graphc.codegen.blas_import import bf16_gemm
+    if blas.OWN_BF16 or not bf16_gemm():
+        pytest.skip("bf16 GEMMs do not take MKL's road here")
+    m, k, n = 520, 136, 1100     # (K over SHORT_K: whole blocks of rows per thread)
+    b = GraphBuilder()
+    x = b.tensor("bf16", [k, m] if transpose_a else [m, k])
+    y = b.op("MatMul", [x, b.tensor("bf16", [k, n]), b.tensor("bf16", [n])], out=[("bf16", [m, n])],
+             attrs={"transpose_a": transpose_a})[0]
+    b.op("GELU", [y])
+    cg, _ = compiled_vs_reference(b.finalize())
+    src = cg.compiled[0].source
+    assert len(cg.compiled) == 1 and "for rbk" in src and "for cbk" in src and "gemm_bf16(" in src
