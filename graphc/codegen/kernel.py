@@ -449,7 +449,8 @@ def blas_road(helper: str) -> str:
         return "graphc_avx512bf16_tile"
     if helper in ("gemm_u8s8", "gemm_u8s8_packed") and OWN_INT8:
         return "graphc_avx512vnni_tile"
-    return f"{BACKEND}_{BLAS_ROADS[helper]}"
+    # (the f32 GEMM's library is the backend's; the bf16 and int8 ones off graphc's tiles are MKL's)
+    return f"{BACKEND if helper == 'gemm_f32' else 'mkl'}_{BLAS_ROADS[helper]}"
 
 
 def helper_source(text: str) -> str:

@@ -183,3 +183,4 @@ def test_bf16_gemm_tiles_of_l2_under_an_epilogue_on_mkls_road(transpose_a):
     cg, _ = compiled_vs_reference(b.finalize())
     src = cg.compiled[0].source
     assert len(cg.compiled) == 1 and "for rbk" in src and "for cbk" in src and "gemm_bf16(" in src
+    assert "/mkl_gemm_bf16bf16f32" in cg.compiled[0].get_impl_info()     # the library that runs it
