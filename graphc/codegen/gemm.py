@@ -236,26 +236,31 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
             exact_runs(kb, store, bivars, i0, j0, m_, n_, K, -(-K // chunks), tm * tn, parallel,
                         (abuf, aoff, lda), (bbuf, boff, ldb))
         elif (own or (bf16 and not panels)) and tm * tn > OWN_TILE_ELEMS:
-            # the thread's column block a block of columns, then of rows, at a time: its
-            # epilogue runs while the block's tile is in L2, and the block's panels of B stay
-            # there for its rows (the whole 512 x 2048 f32 tile, 4 MB, went to memory and
-            # back: MatMul+bias+GELU 512x1024x4096 bf16 5.35 -> 4.89-5.12 ms on graphc's tile;
-            # on MKL's bf16 GEMM (AMX) 3.82 -> see docs/performance.md)
-            cb = min(tn, OWN_COLS)
-            rb = max(8, OWN_TILE_ELEMS // cb // 8 * 8)
-            tile = kb.scratch(rb * cb, "f32", parallel, prefix="tile")
-            with kb.for_((n_ + (cb - 1)) // cb, "cbk") as cbk:
-                c0 = kb.let(cbk * cb, "c0")
-                nc = kb.let(ir.call("min", cb, n_ - c0), "nc")
-                with kb.for_((m_ + (rb - 1)) // rb, "rbk") as rbk:
-                    r0 = kb.let(rbk * rb, "r0")
-                    mr = kb.let(ir.call("min", rb, m_ - r0), "mr")
-                    kb.let(product(tile.buf, tile.at(0), nc, mr, r0, nc, c0), "st")
-                    _store_tile(kb, store, bivars, i0 + r0, j0 + c0, mr, nc, tile)
+            _tiles_of_l2(kb, store, bivars, i0, j0, m_, n_, tn, product, parallel)
         else:
             tile = kb.scratch(tm * tn, "f32", parallel, prefix="tile")
             kb.let(product(tile.buf, tile.at(0), n_), "st")
             _store_tile(kb, store, bivars, i0, j0, m_, n_, tile)
+
+
+def _tiles_of_l2(kb, store, bivars, i0, j0, m_, n_, tn, product, parallel) -> None:
+    """A thread's block of C (rows [i0, i0 + m_) x columns [j0, j0 + n_)) a block of
+    OWN_COLS columns, then of rows, at a time, ``product(cbuf, coff, ldc, rows, r0,
+    cols, c0)`` computing each into a tile its epilogue (``store``) then reads while
+    it is in L2, the block's part of B staying there for its rows (the whole 512 x
+    2048 f32 tile, 4 MB, went to memory and back: MatMul+bias+GELU 512x1024x4096
+    bf16 5.35 -> 4.89-5.12 ms on graphc's tile, 3.82 -> 3.38-3.46 on MKL's on AMX)."""
+    cb = min(tn, OWN_COLS)
+    rb = max(8, OWN_TILE_ELEMS // cb // 8 * 8)
+    tile = kb.scratch(rb * cb, "f32", parallel, prefix="tile")
+    with kb.for_((n_ + (cb - 1)) // cb, "cbk") as cbk:
+        c0 = kb.let(cbk * cb, "c0")
+        nc = kb.let(ir.call("min", cb, n_ - c0), "nc")
+        with kb.for_((m_ + (rb - 1)) // rb, "rbk") as rbk:
+            r0 = kb.let(rbk * rb, "r0")
+            mr = kb.let(ir.call("min", rb, m_ - r0), "mr")
+            kb.let(product(tile.buf, tile.at(0), nc, mr, r0, nc, c0), "st")
+            _store_tile(kb, store, bivars, i0 + r0, j0 + c0, mr, nc, tile)
 
 
 def _store_tile(kb, store, bivars, i0, j0, m_, n_, tile) -> None:
