@@ -23,14 +23,22 @@ def _inputs(m=256, k=256, n=256):
 
 
 def test_profile_rows_sum_to_the_run():
+    import numba
     cg = graphc.compile(_graph())
     best = None
-    for _ in range(3):   # the closest of a few profiles: the machine is shared
-        prof = cg.profile(_inputs(), repeat=15)
-        gap = abs(prof.total_ms - prof.run_ms) / prof.run_ms
-        best = gap if best is None else min(best, gap)
-        if best < 0.15:
-            break
+    # one thread of numba's pool: with the other core busy (a test worker compiling), a parallel
+    # kernel's second thread waits for a time slice, in the whole run and the rows alike, by chance
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        for _ in range(3):   # the closest of a few profiles: the machine is shared
+            prof = cg.profile(_inputs(), repeat=15)
+            gap = abs(prof.total_ms - prof.run_ms) / prof.run_ms
+            best = gap if best is None else min(best, gap)
+            if best < 0.15:
+                break
+    finally:
+        numba.set_num_threads(threads)
     assert len(prof.rows) == 3 and [r.partition for r in prof.rows] == [0, 1, 2]
     assert best < 0.15, prof.table()
     assert math.isclose(sum(r.share for r in prof.rows), 1.0)
