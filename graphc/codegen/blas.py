@@ -98,10 +98,9 @@ OWN_BF16 = bf16_tile.bind() and bf16_tile_gemm()
 #: u8 x s8 GEMMs on graphc's own AVX512-VNNI tile (graphc.codegen.int8_tile, driven by
 #: graphc.codegen.int8_gemm), where the CPU has it
 OWN_INT8 = int8_tile.bind()
-#: numba's on-disk cache keys functions by their source, not by the library they were built
-#: against; graphc's helpers are cached in the kernel cache's version folder
-#: (graphc.codegen.helper_cache), which is apart for each library (cache_folder._runtime_digest)
-_CACHE = True
+# (numba's on-disk cache keys functions by their source, not by the library they were built
+# against: these helpers are cached in the kernel cache's version folder, graphc.codegen.helper_cache,
+# which is apart for each library, cache_folder._runtime_digest)
 
 
 def _sizes(context, builder, args, sig_args):
@@ -243,21 +242,21 @@ def _dnnl_sgemm(typingctx, ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, 
 
 
 if BACKEND == "dnnl":
-    @helper_jit(nogil=True)
+    @helper_jit(cache=True, nogil=True)
     def _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
         return _dnnl_sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 elif BACKEND == "mkl":
-    @helper_jit(cache=_CACHE, nogil=True)
+    @helper_jit(cache=True, nogil=True)
     def _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
         return _cblas_sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 else:
-    @helper_jit(cache=_CACHE, nogil=True)
+    @helper_jit(cache=True, nogil=True)
     def _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
         # row-major C = A B is column-major C^T = B^T A^T: swap the operands
         return _xxgemm(tb, ta, n, m, k, b, b_off, ldb, a, a_off, lda, beta, c, c_off, ldc)
 
 
-@helper_jit(cache=_CACHE, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def _empty_product(m, n, k, beta, c, c_off, ldc):
     """Handle a product with no dims to multiply (m, n or k zero): C = beta C;
     True when there was nothing else to do."""
@@ -271,7 +270,7 @@ def _empty_product(m, n, k, beta, c, c_off, ldc):
     return True
 
 
-@helper_jit(cache=_CACHE, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def _gemm_f32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """Row-major ``C[m, n] = op(A)[m, k] @ op(B)[k, n] + beta * C`` on flat float32
     buffers: element (i, j) of A is ``a[a_off + i * lda + j]``, or with ``ta``
@@ -284,7 +283,7 @@ def _gemm_f32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc
     return _sgemm(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 
 
-@helper_jit(cache=_CACHE, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def _gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """``gemm_f32`` with A and B bf16 (uint16 buffers of their bits) and C f32,
     f32 products summed in f32: graphc's AVX512-BF16 tile where the CPU has it
@@ -297,7 +296,7 @@ def _gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ld
     return _cblas_gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
 
 
-@helper_jit(cache=_CACHE, nogil=True)
+@helper_jit(cache=True, nogil=True)
 def _gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     """Row-major ``C[m, n] = op(A)[m, k] @ op(B)[k, n]`` with A u8, B s8 and C s32
     (flat buffers as in gemm_f32), the exact sums while they fit in s32:

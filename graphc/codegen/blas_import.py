@@ -78,21 +78,25 @@ def bf16_tile_gemm() -> bool:
     is there, MKL's GEMM runs on its tiles: a 1024^3 bf16 MatMul in 1.33 ms against
     9.5 on graphc's tile, a gated MLP 3.1 against 22 (2 cores, a Xeon with AMX)."""
     from .bf16_tile import available
-    from .llvm_tile import host_has
     if not available():
         return False
-    if os.environ.get("GRAPHC_BF16_TILE") == "1":
-        return True
-    return not (host_has("amx-bf16", "GRAPHC_BF16_TILE") and mkl_path() is not None)
+    return os.environ.get("GRAPHC_BF16_TILE") == "1" or not mkl_bf16_on_amx()
+
+
+@functools.cache
+def mkl_bf16_on_amx() -> bool:
+    """Does MKL's bf16 GEMM run on AMX here (MKL installed, the CPU has AMX-BF16;
+    ``GRAPHC_BF16_AMX=0``: taken as no)?"""
+    from .llvm_tile import host_has
+    return mkl_path() is not None and host_has("amx-bf16", "GRAPHC_BF16_AMX")
 
 
 @functools.cache
 def bf16_conv_gemm() -> bool:
     """Do convolutions of bf16 values multiply them in bf16: on graphc's tile, or
-    on MKL's bf16 GEMM where the CPU has AMX-BF16?  (Elsewhere MKL widens bf16
-    to f32 inside its GEMM, and convolutions take their f32 roads.)"""
-    from .llvm_tile import host_has
-    return bf16_tile_gemm() or (mkl_path() is not None and host_has("amx-bf16", "GRAPHC_BF16_AMX"))
+    on MKL's bf16 GEMM where it runs on AMX?  (Elsewhere MKL widens bf16 to f32
+    inside its GEMM, and convolutions take their f32 roads.)"""
+    return bf16_tile_gemm() or mkl_bf16_on_amx()
 
 
 def int8_gemm() -> bool:

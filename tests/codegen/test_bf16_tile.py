@@ -104,16 +104,10 @@ def test_a_column_block_in_tiles_of_l2_under_an_epilogue(transpose_a):
     than OWN_TILE_ELEMS runs in tiles of OWN_COLS columns and of rows, its
     epilogue (bias, GELU) stored from each: uneven last blocks both ways, A
     read transposed too."""
-    from graphc.builder import GraphBuilder
     from graphc.codegen.gemm import OWN_COLS, OWN_TILE_ELEMS
-    from support.compiled import compiled_vs_reference
+    from support.compiled import bf16_matmul_bias_gelu
     m, k, n = 300, 96, 700
     assert m * 352 > OWN_TILE_ELEMS and n // 2 > OWN_COLS and m > OWN_TILE_ELEMS // OWN_COLS
-    b = GraphBuilder()
-    x = b.tensor("bf16", [k, m] if transpose_a else [m, k])
-    y = b.op("MatMul", [x, b.tensor("bf16", [k, n]), b.tensor("bf16", [n])], out=[("bf16", [m, n])],
-             attrs={"transpose_a": transpose_a})[0]
-    b.op("GELU", [y])
-    cg, _ = compiled_vs_reference(b.finalize())
+    cg = bf16_matmul_bias_gelu(m, k, n, transpose_a)
     src = cg.compiled[0].source
     assert len(cg.compiled) == 1 and "for rbk" in src and "for cbk" in src

@@ -71,3 +71,15 @@ def normal_inputs(g, seed=0):
         v = rng.standard_normal(np.shape(a))
         out[tid] = v.astype(ml_dtypes.bfloat16) if g.tensors[tid].dtype.name == "bf16" else v.astype(a.dtype)
     return out
+
+
+def bf16_matmul_bias_gelu(m: int, k: int, n: int, transpose_a: bool):
+    """bf16 MatMul (A ``m x k``, read transposed with ``transpose_a``) + bias ->
+    GELU, compiled and checked against the reference; its CompiledGraph."""
+    from graphc.builder import GraphBuilder
+    b = GraphBuilder()
+    x = b.tensor("bf16", [k, m] if transpose_a else [m, k])
+    y = b.op("MatMul", [x, b.tensor("bf16", [k, n]), b.tensor("bf16", [n])], out=[("bf16", [m, n])],
+             attrs={"transpose_a": transpose_a})[0]
+    b.op("GELU", [y])
+    return compiled_vs_reference(b.finalize())[0]

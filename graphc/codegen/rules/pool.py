@@ -102,12 +102,9 @@ class MaxPool(Rule):
         src, dst = ins[0], outs[0]
         geo = geometry(op, src, dst, [src], dst)
 
-        def larger(best, x):
-            return ir.select((x > best) | x.ne(x), x, best)
-
         def update(rows, v, n, c, o, i, tap):
-            x = kb.let(src.load_nd(geo.index(n, c, i)), "x")
-            kb.store(rows[0], v, larger(rows[0][v], x))
+            x, best = kb.let(src.load_nd(geo.index(n, c, i)), "x"), rows[0][v]
+            kb.store(rows[0], v, ir.select((x > best) | x.ne(x), x, best))
 
         def finish(rows, v, n, c, o):
             kb.emit(dst.store_nd(geo.index(n, c, o), rows[0][v]))

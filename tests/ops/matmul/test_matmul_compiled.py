@@ -7,7 +7,7 @@ import pytest
 import graphc
 from graphc.builder import GraphBuilder
 from graphc.fill import make_inputs
-from support.compiled import check_compiled, compiled_vs_reference
+from support.compiled import bf16_matmul_bias_gelu, check_compiled, compiled_vs_reference
 from support.fusion import dequantize
 from support.graphs import one_op, strides
 
@@ -174,13 +174,7 @@ def test_bf16_gemm_tiles_of_l2_under_an_epilogue_on_mkls_road(transpose_a):
     from graphc.codegen.blas_import import bf16_gemm
     if blas.OWN_BF16 or not bf16_gemm():
         pytest.skip("bf16 GEMMs do not take MKL's road here")
-    m, k, n = 520, 136, 1100     # (K over SHORT_K: whole blocks of rows per thread)
-    b = GraphBuilder()
-    x = b.tensor("bf16", [k, m] if transpose_a else [m, k])
-    y = b.op("MatMul", [x, b.tensor("bf16", [k, n]), b.tensor("bf16", [n])], out=[("bf16", [m, n])],
-             attrs={"transpose_a": transpose_a})[0]
-    b.op("GELU", [y])
-    cg, _ = compiled_vs_reference(b.finalize())
+    cg = bf16_matmul_bias_gelu(520, 136, 1100, transpose_a)     # (K over SHORT_K: whole row blocks per thread)
     src = cg.compiled[0].source
     assert len(cg.compiled) == 1 and "for rbk" in src and "for cbk" in src and "gemm_bf16(" in src
     assert "/mkl_gemm_bf16bf16f32" in cg.compiled[0].get_impl_info()     # the library that runs it
