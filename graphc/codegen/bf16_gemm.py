@@ -1,15 +1,18 @@
-"""bf16 GEMMs on graphc's AVX512-BF16 tile (graphc.codegen.bf16_tile), BLIS's
-loop order: B packed once into panels of 32 columns (``pack_b_bf16``: a
-kernel packs a GEMM's shared B once per call, before its parallel loop), A a
-block of MC rows at a time, and for each B panel (in L1) the tile runs down
-the block's 8-row slices (in L2), adding into C in place (a scratch tile only
-at the edges of m and n).
+"""bf16 GEMMs on graphc's own tile: AMX's (graphc.codegen.amx_tile, 32 rows a
+call) where the CPU has it, else AVX512-BF16's (graphc.codegen.bf16_tile, 8
+rows), in BLIS's loop order: B packed once into panels of 32 columns
+(``pack_b_bf16``: a kernel packs a GEMM's shared B once per call, before its
+parallel loop), A a block of MC rows at a time, and for each B panel (in L1)
+the tile runs down the block's MR-row slices (in L2), adding into C in place
+(a scratch tile only at the edges of m and n).
 
-Packed B (``bp``), for a K of kp_all pairs (k, k+1) cut in blocks of KC pairs
-and n cut in npan panels: block ``p0`` (its first pair) starts at
-``p0 * npan * 64``, panel ``jp`` of it ``jp * kp * 64`` further (kp: the
-block's pairs), and each pair of a panel is 32 (k, k+1) pairs of bf16, one per
-column; zeros past n and past an odd k.  ``bf16_panels(n, k)`` is its size.
+Packed B (``bp``), for a K of kp_all pairs (k, k+1) (ceil(k / 2) rounded up
+to a multiple of KP_ALIGN, the pairs an AMX tile consumes at a time) cut in
+blocks of KC pairs and n cut in npan panels: block ``p0`` (its first pair)
+starts at ``p0 * npan * 64``, panel ``jp`` of it ``jp * kp * 64`` further
+(kp: the block's pairs), and each pair of a panel is 32 (k, k+1) pairs of
+bf16, one per column; zeros past n and past k.  ``bf16_panels(n, k)`` is its
+size.
 """
 from __future__ import annotations
 
@@ -19,38 +22,27 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import bf16_tile
-from .blas_abi import VOIDP, arrays, pointer
+from . import amx_tile, bf16_tile
+from .blas_abi import VOIDP, arrays, amx_config, copy_elements, pointer, road_tiles
+from .blas_import import bf16_amx_gemm
 from .helper_jit import helper_jit
 
-bf16_tile.bind()   # (the tile's symbol, before any of these functions is compiled or loaded)
+# (the tiles' symbols, before any of these functions is compiled or loaded; the
+# packs are the AVX-512 module's on both roads)
+bf16_tile.bind()
+#: the tile these drivers call: AMX's where it is the road, else AVX512-BF16's
+AMX = bf16_amx_gemm() and amx_tile.bind()
+#: ``tile(a, a_off, b, b_off, c, c_off, k_steps, lda, ldc, acc)``: C[MR][32] (+)= A @ B, A packed
+#: (``_pack_a``) or in its own rows (``_rows``), B packed, from element offsets
+MR, _bf16_tile, _bf16_tile_rows = road_tiles(AMX, (amx_tile.BF16, amx_tile.BF16_ROWS), bf16_tile.SYMBOL, bf16_tile.MR,
+                                              types.uint16, types.uint16, types.float32)
+#: packed k is whole blocks of this many pairs (an AMX tile's step; the same on both roads)
+KP_ALIGN = amx_tile.K_STEP
 
 #: pairs of k per block of the packed operands (a B panel of KC pairs, 32 KB, stays in L1)
 KC = 256
 #: rows of A packed at a time (MC x 2 KC bf16: 128 KB, in L2)
 MC = 128
-
-
-@intrinsic
-def _bf16_tile(typingctx, a, a_off, b, b_off, c, c_off, kp, lda, ldc, acc):
-    """graphc.codegen.bf16_tile's C[8][32] (+)= A @ B: A from element ``a_off``
-    (rows ``lda`` apart), packed B from ``b_off``, C (float32) from ``c_off``
-    (rows ``ldc`` apart), kp pairs of k; ``acc`` nonzero adds into C."""
-    if not (arrays(types.uint16, a, b) and arrays(types.float32, c)):
-        return None
-    sig = types.void(a, a_off, b, b_off, c, c_off, kp, lda, ldc, acc)
-
-    def codegen(context, builder, signature, args):
-        sa = signature.args
-        i64 = llir.IntType(64)
-        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, VOIDP, i64, i64, i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, bf16_tile.SYMBOL)
-        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
-                          pointer(context, builder, sa[2], args[2], args[3], sa[3]),
-                          pointer(context, builder, sa[4], args[4], args[5], sa[5])]
-                     + [context.cast(builder, args[i], sa[i], types.int64) for i in range(6, 10)])
-        return context.get_dummy_value()
-    return sig, codegen
 
 
 @intrinsic
@@ -97,9 +89,15 @@ def _pack_cols(typingctx, b, b_off, bp, out_off, ldb, kp):
     return sig, codegen
 
 
+@helper_jit(cache=True, nogil=True)
+def packed_pairs(k):
+    """The pairs of k of a packed operand: ceil(k / 2) rounded up to KP_ALIGN."""
+    return -(-((k + 1) // 2) // KP_ALIGN) * KP_ALIGN
+
+
 def bf16_panels(n: int, k: int) -> int:
     """Elements (uint16) of B packed for the tile (``pack_b_bf16``)."""
-    return ((k + 1) // 2) * ((n + 31) // 32) * 64
+    return packed_pairs.py_func(k) * ((n + 31) // 32) * 64
 
 
 @helper_jit(cache=True, nogil=True)
@@ -108,7 +106,7 @@ def pack_b_bf16(tb, n, k, b, b_off, ldb, bp, bp_off, jp_lo, jp_hi):
     (kk, j) at ``b[b_off + j * ldb + kk]``) into ``bp`` from ``bp_off`` (the
     layout of the module's doc): a row pair at a time across the full panels
     (the tile module's vector pack), element by element at the edges."""
-    kp_all = (k + 1) // 2
+    kp_all = packed_pairs(k)
     npan = (n + 31) // 32
     fast_hi = min(jp_hi, n // 32) if tb == 0 else jp_lo
     for p0 in range(0, kp_all, KC):
@@ -144,7 +142,7 @@ def pack_panels_bf16(tb, n, k, b, b_off, ldb, bp, bp_off):
     npan = (n + 31) // 32
     if tb == 0:
         return pack_b_bf16(0, n, k, b, b_off, ldb, bp, bp_off, 0, npan)
-    kp_all = (k + 1) // 2
+    kp_all = packed_pairs(k)
     whole = k // 2   # pairs with both halves in B (an odd k ends on a half pair)
     for p0 in range(0, kp_all, KC):
         kp = min(KC, kp_all - p0)
@@ -166,34 +164,49 @@ def pack_panels_bf16(tb, n, k, b, b_off, ldb, bp, bp_off):
                 for p in range(nw):
                     bp[o + p * 64] = b[src + 2 * p]
                     bp[o + p * 64 + 1] = b[src + 2 * p + 1]
-                if nw < kp:
-                    bp[o + nw * 64] = b[src + 2 * nw]
-                    bp[o + nw * 64 + 1] = 0
+                for p in range(nw, kp):     # an odd k's last half pair, then zeros
+                    half = 2 * (p0 + p) < k
+                    bp[o + p * 64] = b[src + 2 * p] if half else 0
+                    bp[o + p * 64 + 1] = 0
     return 0
 
 
 @helper_jit(cache=True, nogil=True)
+def _a_at(r, q, lp):
+    """Where element (r, q) of a block of A packed with rows of lp bf16 lies: on
+    AMX's road in tiles of 16 rows x 32 k (1 KB, what one tile register holds;
+    a tile's rows 64 bytes apart, so a load touches no more than its lines), a
+    group of 16 rows' tiles in the order of k; else row-major."""
+    if AMX:
+        return (r >> 4) * 16 * lp + (q >> 5) * 512 + (r & 15) * 32 + (q & 31)
+    return r * lp + q
+
+
+@helper_jit(cache=True, nogil=True)
 def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kp, ap):
-    """Rows [i0, i0 + mb) of A, columns [k0, k0 + 2 kp), into ``ap`` row-major
-    (rows 2 kp apart; zeros past k and in the rows up to a multiple of 8)."""
+    """Rows [i0, i0 + mb) of A, columns [k0, k0 + 2 kp), into ``ap`` as ``_a_at``
+    places them (zeros past k and in the rows up to a multiple of MR)."""
     lp = 2 * kp
     qn = min(lp, k - k0)
     if ta == 0:
+        whole = qn // 32 * 32     # runs of 32 k, contiguous in both layouts
         for r in range(mb):
             src = a_off + (i0 + r) * lda + k0
-            for q in range(qn):
-                ap[r * lp + q] = a[src + q]
+            for q0 in range(0, whole, 32):
+                copy_elements(ap, _a_at(r, q0, lp), a, src + q0, 32)
+            for q in range(whole, qn):
+                ap[_a_at(r, q, lp)] = a[src + q]
     else:
         for q in range(qn):
             src = a_off + (k0 + q) * lda + i0
             for r in range(mb):
-                ap[r * lp + q] = a[src + r]
+                ap[_a_at(r, q, lp)] = a[src + r]
     for r in range(mb):
         for q in range(qn, lp):
-            ap[r * lp + q] = 0
-    for r in range(mb, -(-mb // 8) * 8):
+            ap[_a_at(r, q, lp)] = 0
+    for r in range(mb, -(-mb // MR) * MR):
         for q in range(lp):
-            ap[r * lp + q] = 0
+            ap[_a_at(r, q, lp)] = 0
 
 
 @helper_jit(cache=True, nogil=True)
@@ -209,14 +222,17 @@ def gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, beta
                 c[c_off + i * ldc + j] = c[c_off + i * ldc + j] * beta if beta != 0 else 0.0
         if k <= 0:
             return 0
-    kp_all = (k + 1) // 2
+    if AMX:
+        amx_config()   # (this thread's tiles, for the calls below)
+    kp_all = packed_pairs(k)
     npan = (n + 31) // 32
     kcp = min(kp_all, KC)
-    # A read in place (rows lda apart) when its pairs of k lie in its rows: only
-    # a last slice of fewer than 8 rows is packed (zero rows after it)
-    inplace = ta == 0 and k % 2 == 0
-    ap = np.empty((8 if inplace else min(MC, -(-m // 8) * 8)) * 2 * kcp, np.uint16)
-    tile = np.empty(256, np.float32)
+    # A read in place (rows lda apart) when its packed pairs of k lie in its
+    # rows: only a last slice of fewer than MR rows is packed (zero rows after
+    # it); on AMX's road, where the rows' stride lets L1 hold a tile's lines
+    inplace = ta == 0 and k % (2 * KP_ALIGN) == 0 and (not AMX or (lda * 2) % amx_tile.CONFLICT_STRIDE != 0)
+    ap = np.empty((MR if inplace else min(MC, -(-m // MR) * MR)) * 2 * kcp, np.uint16)
+    tile = np.empty(MR * 32, np.float32)
     for p0 in range(0, kp_all, KC):
         kp = min(KC, kp_all - p0)
         lp = 2 * kp
@@ -224,7 +240,7 @@ def gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, beta
         blk = bp_off + p0 * npan_all * 64
         for i0 in range(0, m, MC):
             mb = min(MC, m - i0)
-            full = mb // 8 * 8 if inplace else 0     # rows read in place
+            full = mb // MR * MR if inplace else 0     # rows read in place
             if not inplace:
                 _pack_a(ta, m, k, a, a_off, lda, i0, mb, 2 * p0, kp, ap)
             elif full < mb:
@@ -233,16 +249,17 @@ def gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, beta
                 bo = blk + (jp0 + jp) * kp * 64
                 j0 = jp * 32
                 nj = min(32, n - j0)
-                for ir in range(0, mb, 8):
-                    if inplace and ir < full:
-                        src, at, ld = a, a_off + (i0 + ir) * lda + 2 * p0, lda
+                for ir in range(0, mb, MR):
+                    rows = inplace and ir < full
+                    whole = nj == 32 and ir + MR <= mb
+                    cb, co, ld_c, ac = (c, c_off + (i0 + ir) * ldc + j0, ldc, acc) if whole else (tile, 0, 32, 0)
+                    if rows:
+                        _bf16_tile_rows(a, a_off + (i0 + ir) * lda + 2 * p0, bp, bo, cb, co, kp, lda, ld_c, ac)
                     else:
-                        src, at, ld = ap, (ir - full) * lp, lp
-                    if nj == 32 and ir + 8 <= mb:
-                        _bf16_tile(src, at, bp, bo, c, c_off + (i0 + ir) * ldc + j0, kp, ld, ldc, acc)
+                        _bf16_tile(ap, (ir - full) * lp, bp, bo, cb, co, kp, 16 * lp if AMX else lp, ld_c, ac)
+                    if whole:
                         continue
-                    _bf16_tile(src, at, bp, bo, tile, 0, kp, ld, 32, 0)
-                    for r in range(min(8, mb - ir)):
+                    for r in range(min(MR, mb - ir)):
                         row = c_off + (i0 + ir + r) * ldc + j0
                         for jj in range(nj):
                             c[row + jj] = c[row + jj] + tile[r * 32 + jj] if acc else tile[r * 32 + jj]
@@ -253,9 +270,10 @@ def gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, beta
 def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """blas.gemm_bf16 on the tile: B packed (for this call), then gemm_bf16_packed."""
     npan = (n + 31) // 32
-    bp = np.empty(((k + 1) // 2) * npan * 64, np.uint16)
+    bp = np.empty(packed_pairs(k) * npan * 64, np.uint16)
     pack_b_bf16(tb, n, k, b, b_off, ldb, bp, 0, 0, npan)
     return gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, 0, npan, 0, beta, c, c_off, ldc)
 
 
-__all__ = ["KC", "MC", "bf16_panels", "pack_b_bf16", "pack_panels_bf16", "gemm_bf16_packed", "gemm_bf16_tiles"]
+__all__ = ["AMX", "MR", "KP_ALIGN", "KC", "MC", "packed_pairs", "bf16_panels", "pack_b_bf16", "pack_panels_bf16",
+           "gemm_bf16_packed", "gemm_bf16_tiles"]

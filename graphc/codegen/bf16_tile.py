@@ -2,8 +2,9 @@
 BLAS does not multiply bf16 natively (MKL on AMD's Zen 4/5 widens bf16 to f32
 and runs its f32 code: 90 GFLOP/s a core here, the same as its sgemm; this
 tile runs at about 500, as oneDNN's bf16 kernels inside torch do).  Where the
-CPU has AMX-BF16, MKL's bf16 GEMM runs on AMX, about 7x this tile's rate, and
-bf16 GEMMs take it (graphc.codegen.blas_import.bf16_tile_gemm).
+CPU has AMX-BF16, graphc's AMX tile (graphc.codegen.amx_tile) takes its place
+in the same drivers, from the same packed B (graphc.codegen.blas_import.
+bf16_amx_gemm); this module's packs serve both.
 
 The tile is LLVM IR (vectors, the ``llvm.x86.avx512bf16.dpbf16ps.512``
 intrinsic) compiled once per process by llvmlite for the host CPU and bound to

@@ -8,9 +8,10 @@ entry point (``numba_xxgemm``, the one ``np.dot`` uses inside njit code);
 ``GRAPHC_BLAS=mkl`` or ``openblas`` picks one of the others, to compare.  On
 this machine (AMD EPYC, AVX-512), where MKL runs its generic code path,
 oneDNN's sgemm ran the convolutions' GEMM shapes (64x64x196, 196x64x64) 2.5-3x
-faster than MKL's on one core.  bf16 and int8 GEMMs run on graphc's own
-AVX512-BF16 and AVX512-VNNI tiles (graphc.codegen.bf16_tile, int8_tile) where
-the CPU has them, on MKL's elsewhere.  Unlike ``np.dot``, ``gemm_f32`` takes
+faster than MKL's on one core.  bf16 and int8 GEMMs run on graphc's own tiles:
+AMX's (graphc.codegen.amx_tile) where the CPU has AMX, else AVX512-BF16's and
+AVX512-VNNI's (graphc.codegen.bf16_tile, int8_tile) where it has them, else
+MKL's GEMMs.  Unlike ``np.dot``, ``gemm_f32`` takes
 leading dimensions, offsets into flat buffers, transposes and ``beta``: a
 kernel multiplies sub-matrices of its arguments in place, without copies, and
 accumulates into its output.

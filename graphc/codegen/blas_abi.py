@@ -1,10 +1,14 @@
 """What the BLAS intrinsics share (graphc.codegen.blas, graphc.codegen.bf16_gemm):
-a pointer into a flat array at an element offset, and the check that
-arguments are 1-D arrays of one dtype."""
+a pointer into a flat array at an element offset, the check that arguments
+are 1-D arrays of one dtype, and a copy of a run of elements."""
 from __future__ import annotations
 
 from llvmlite import ir as llir
 from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from . import amx_tile
 
 VOIDP = llir.IntType(8).as_pointer()
 
@@ -19,3 +23,73 @@ def pointer(context, builder, aty, val, off, offty):
 def arrays(dtype, *arrs) -> bool:
     """Are ``arrs`` all 1-D arrays of ``dtype``?"""
     return all(isinstance(a, types.Array) and a.dtype == dtype and a.ndim == 1 for a in arrs)
+
+
+@intrinsic
+def copy_elements(typingctx, dst, d_off, src, s_off, count):
+    """``dst[d_off:d_off + count] = src[s_off:s_off + count]`` (1-D arrays of one
+    dtype; the runs do not overlap) as one memcpy, without a slice's views: the
+    packs of A copy runs of 32 or 64 elements."""
+    if not (isinstance(dst, types.Array) and arrays(dst.dtype, dst, src)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        size = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(sa[0].dtype)))
+        n = builder.mul(context.cast(builder, args[4], sa[4], types.intp), size)
+        cgutils.raw_memcpy(builder, pointer(context, builder, sa[0], args[0], args[1], sa[1]),
+                           pointer(context, builder, sa[2], args[2], args[3], sa[3]), n, 1)
+        return context.get_dummy_value()
+    return types.void(dst, d_off, src, s_off, count), codegen
+
+
+def void_call(symbol: str):
+    """An intrinsic calling the C function ``symbol``, of no arguments and no
+    result (graphc.codegen.amx_tile's configuration)."""
+    @intrinsic
+    def call(typingctx):
+        def codegen(context, builder, signature, args):
+            fn = cgutils.get_or_insert_function(builder.module, llir.FunctionType(llir.VoidType(), []), symbol)
+            builder.call(fn, [])
+            return context.get_dummy_value()
+        return types.void(), codegen
+    return call
+
+
+def tile_call(symbol: str, a_dtype, b_dtype, c_dtype):
+    """An intrinsic calling the GEMM tile ``symbol`` (graphc.codegen.bf16_tile,
+    int8_tile, amx_tile: ``symbol(a, b, c, k_steps, lda, ldc, acc)``) as
+    ``tile(a, a_off, b, b_off, c, c_off, k_steps, lda, ldc, acc)``: A, packed B
+    and C 1-D arrays of the given numba dtypes, each from an element offset."""
+    @intrinsic
+    def call(typingctx, a, a_off, b, b_off, c, c_off, steps, lda, ldc, acc):
+        if not (arrays(a_dtype, a) and arrays(b_dtype, b) and arrays(c_dtype, c)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            sa = signature.args
+            i64 = llir.IntType(64)
+            fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, VOIDP, i64, i64, i64, i64])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
+            builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
+                              pointer(context, builder, sa[2], args[2], args[3], sa[3]),
+                              pointer(context, builder, sa[4], args[4], args[5], sa[5])]
+                         + [context.cast(builder, args[i], sa[i], types.int64) for i in range(6, 10)])
+            return context.get_dummy_value()
+        return types.void(a, a_off, b, b_off, c, c_off, steps, lda, ldc, acc), codegen
+    return call
+
+
+#: load graphc.codegen.amx_tile's configuration into the calling thread
+amx_config = void_call(amx_tile.CONFIG)
+
+
+def road_tiles(amx: bool, amx_symbols, avx512_symbol: str, avx512_rows: int, *dtypes):
+    """(MR, tile, rows_tile): the rows of C a tile call makes and the intrinsics
+    (:func:`tile_call`) calling the road's tile with A packed and with A in its
+    own rows: AMX's two (``amx_symbols``, 32 rows) where ``amx``, else the one
+    AVX-512 tile (``avx512_symbol``, ``avx512_rows`` rows) for both."""
+    if amx:
+        return amx_tile.MR, tile_call(amx_symbols[0], *dtypes), tile_call(amx_symbols[1], *dtypes)
+    call = tile_call(avx512_symbol, *dtypes)
+    return avx512_rows, call, call

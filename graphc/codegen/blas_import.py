@@ -73,14 +73,32 @@ def bf16_gemm() -> bool:
 def bf16_tile_gemm() -> bool:
     """Do bf16 GEMMs run on graphc's own tile (graphc.codegen.bf16_gemm: kernels
     then pack a shared B once, ``pack_b_bf16``, and call ``gemm_bf16_packed``)?
-    Where the CPU has AVX512-BF16 and no AMX-BF16 for MKL's bf16 GEMM
-    (``cblas_gemm_bf16bf16f32``) to use, or with ``GRAPHC_BF16_TILE=1``.  Where AMX
-    is there, MKL's GEMM runs on its tiles: a 1024^3 bf16 MatMul in 1.33 ms against
-    9.5 on graphc's tile, a gated MLP 3.1 against 22 (2 cores, a Xeon with AMX)."""
+    Where the CPU has AMX-BF16 (the tile is AMX's, :func:`bf16_amx_gemm`), or
+    AVX512-BF16 and no AMX for MKL's bf16 GEMM (``cblas_gemm_bf16bf16f32``) to
+    use, or with ``GRAPHC_BF16_TILE=1``.  ``GRAPHC_BF16_TILE=0`` switches graphc's
+    tiles off.  On a Xeon with AMX (2 cores), MKL's AMX GEMM ran a 1024^3 bf16
+    MatMul in 1.33 ms against 9.5 on the AVX512-BF16 tile."""
     from .bf16_tile import available
     if not available():
         return False
-    return os.environ.get("GRAPHC_BF16_TILE") == "1" or not mkl_bf16_on_amx()
+    return bf16_amx_gemm() or os.environ.get("GRAPHC_BF16_TILE") == "1" or not mkl_bf16_on_amx()
+
+
+@functools.cache
+def bf16_amx_gemm() -> bool:
+    """Is graphc's own bf16 tile AMX's (graphc.codegen.amx_tile: the CPU has
+    AMX-BF16 and the OS grants it; ``GRAPHC_AMX=0``: no)?"""
+    from .amx_tile import available
+    from .bf16_tile import available as avx512_bf16
+    return avx512_bf16() and available("bf16")
+
+
+@functools.cache
+def int8_amx_gemm() -> bool:
+    """Is graphc's own u8 x s8 tile AMX's (the CPU has AMX-INT8; ``GRAPHC_AMX=0``: no)?"""
+    from .amx_tile import available
+    from .int8_tile import available as vnni
+    return vnni() and available("int8")
 
 
 @functools.cache
@@ -107,6 +125,8 @@ def int8_gemm() -> bool:
 
 def int8_tile_gemm() -> bool:
     """Do u8 x s8 GEMMs run on graphc's own tile (graphc.codegen.int8_gemm: kernels
-    then pack a shared B once, ``pack_b_u8s8``, and call ``gemm_u8s8_packed``)?"""
+    then pack a shared B once, ``pack_b_u8s8``, and call ``gemm_u8s8_packed``)?
+    Wherever the CPU has AVX512-VNNI; the tile is AMX-INT8's where it has that
+    too (:func:`int8_amx_gemm`)."""
     from .int8_tile import available
     return available()

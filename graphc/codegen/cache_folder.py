@@ -29,7 +29,7 @@ import numba
 
 from . import helpers
 from .int8_tile import available as int8_tile_available
-from .blas_import import bf16_tile_gemm, dnnl_path, mkl_path
+from .blas_import import bf16_amx_gemm, bf16_tile_gemm, dnnl_path, int8_amx_gemm, mkl_path
 from .cpu import has_f16c
 
 #: bumped when the layout or format of the files in the cache folder changes
@@ -56,7 +56,8 @@ def _linked_files() -> list[Path]:
     here = Path(__file__).parent
     files = [Path(importlib.util.find_spec(m).origin) for m in helpers.linked_modules()]
     return files + [here / "launch.py", here / "entry.py", here / "bf16_tile.py", here / "bf16_gemm.py",
-                    here / "int8_tile.py", here / "int8_gemm.py", here / "llvm_tile.py", here / "blas_abi.py",
+                    here / "int8_tile.py", here / "int8_gemm.py", here / "llvm_tile.py", here / "amx_tile.py",
+                    here / "blas_abi.py",
                     here / "exported.py", here / "helper_jit.py"]
 
 
@@ -69,6 +70,8 @@ def _runtime_digest() -> str:
         h.update(b"dnnl" if dnnl_path() else b"mkl" if mkl_path() else b"openblas")
         h.update(b"+bf16tile" if bf16_tile_gemm() else b"")   # (gemm_bf16's road, fixed when compiled)
         h.update(b"+int8tile" if int8_tile_available() else b"")   # (gemm_u8s8's road, the same)
+        h.update(b"+amxbf16" if bf16_amx_gemm() else b"")     # (which tile those roads call)
+        h.update(b"+amxint8" if int8_amx_gemm() else b"")
         h.update(b"+f16c" if has_f16c() else b"")   # (the f16 conversions' road, fixed when compiled)
         _runtime_tag = h.hexdigest()[:12]
     return _runtime_tag

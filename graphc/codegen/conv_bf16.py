@@ -1,4 +1,5 @@
-"""bf16 convolutions on graphc's AVX512-BF16 tile (graphc.codegen.bf16_gemm):
+"""bf16 convolutions on graphc's bf16 tile (graphc.codegen.bf16_gemm: AMX's or AVX512-BF16's),
+or on MKL's bf16 GEMM where it runs on AMX and graphc's tile is switched off:
 when src and weights both hold bf16 values (bf16 tensors, or f32 ones rounded
 to bf16 by fpmath_mode), the GEMM roads of graphc.codegen.conv keep their
 operands as bf16 bits (copies of src as uint16, weights packed once per call

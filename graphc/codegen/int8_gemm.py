@@ -1,12 +1,14 @@
-"""u8 x s8 -> s32 GEMMs on graphc's AVX512-VNNI tile (graphc.codegen.int8_tile),
-in the loop order of graphc.codegen.bf16_gemm: B packed once into panels of 32
-columns (``pack_b_u8s8``, which also sums B's columns, the zero-point
-compensation's other operand), A a block of MC rows at a time, and for each B
-panel (in L1) the tile runs down the block's 8-row slices (in L2), adding into
-C in place (a scratch tile only at the edges of m and n).
+"""u8 x s8 -> s32 GEMMs on graphc's own tile: AMX-INT8's (graphc.codegen.amx_tile,
+32 rows a call) where the CPU has it, else AVX512-VNNI's (graphc.codegen.int8_tile,
+8 rows), in the loop order of graphc.codegen.bf16_gemm: B packed once into
+panels of 32 columns (``pack_b_u8s8``, which also sums B's columns, the
+zero-point compensation's other operand), A a block of MC rows at a time, and
+for each B panel (in L1) the tile runs down the block's MR-row slices (in L2),
+adding into C in place (a scratch tile only at the edges of m and n).
 
-Packed B (``bp``, s8), for a K of kq_all quads (k, .., k+3) cut in blocks of
-KC quads and n cut in npan panels: block ``p0`` (its first quad) starts at
+Packed B (``bp``, s8), for a K of kq_all quads (k, .., k+3) (ceil(k / 4)
+rounded up to a multiple of KQ_ALIGN, the quads an AMX tile consumes at a
+time) cut in blocks of KC quads and n cut in npan panels: block ``p0`` (its first quad) starts at
 ``p0 * npan * 128``, panel ``jp`` of it ``jp * kq * 128`` further (kq: the
 block's quads), and each quad of a panel is 32 columns' four bytes side by
 side; zeros past n and past k.  ``u8s8_panels(n, k)`` is its size.
@@ -19,40 +21,28 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import int8_tile
-from .blas_abi import VOIDP, arrays, pointer
+from . import amx_tile, int8_tile
+from .blas_abi import VOIDP, arrays, amx_config, copy_elements, pointer, road_tiles
+from .blas_import import int8_amx_gemm
 from .helper_jit import helper_jit
 
 #: the tile's symbols are bound (before any of these functions is compiled or loaded);
 #: without AVX512-VNNI only row_sums_u8 runs here (for MKL's road), as a plain loop
 OWN = int8_tile.bind()
+#: the tile these drivers call: AMX-INT8's where it is the road, else AVX512-VNNI's
+#: (the packs are the AVX-512 module's on both roads)
+AMX = OWN and int8_amx_gemm() and amx_tile.bind()
+#: ``tile(a, a_off, b, b_off, c, c_off, k_steps, lda, ldc, acc)``: C[MR][32] (+)= A @ B, A packed
+#: (``_pack_a``) or in its own rows (``_rows``), B packed, from element offsets
+MR, _int8_tile, _int8_tile_rows = road_tiles(AMX, (amx_tile.INT8, amx_tile.INT8_ROWS), int8_tile.SYMBOL, int8_tile.MR,
+                                              types.uint8, types.int8, types.int32)
+#: packed k is whole blocks of this many quads (an AMX tile's step; the same on both roads)
+KQ_ALIGN = amx_tile.K_STEP
 
 #: quads of k per block of the packed operands (a B panel of KC quads, 32 KB, stays in L1)
 KC = 256
 #: rows of A packed at a time (MC x 4 KC bytes: 128 KB, in L2)
 MC = 128
-
-
-@intrinsic
-def _int8_tile(typingctx, a, a_off, b, b_off, c, c_off, kq, lda, ldc, acc):
-    """graphc.codegen.int8_tile's C[8][32] (+)= A @ B: A (u8) from element ``a_off``
-    (rows ``lda`` apart), packed B (s8) from ``b_off``, C (s32) from ``c_off``
-    (rows ``ldc`` apart), kq quads of k; ``acc`` nonzero adds into C."""
-    if not (arrays(types.uint8, a) and arrays(types.int8, b) and arrays(types.int32, c)):
-        return None
-    sig = types.void(a, a_off, b, b_off, c, c_off, kq, lda, ldc, acc)
-
-    def codegen(context, builder, signature, args):
-        sa = signature.args
-        i64 = llir.IntType(64)
-        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, VOIDP, i64, i64, i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, int8_tile.SYMBOL)
-        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
-                          pointer(context, builder, sa[2], args[2], args[3], sa[3]),
-                          pointer(context, builder, sa[4], args[4], args[5], sa[5])]
-                     + [context.cast(builder, args[i], sa[i], types.int64) for i in range(6, 10)])
-        return context.get_dummy_value()
-    return sig, codegen
 
 
 @intrinsic
@@ -99,9 +89,15 @@ def _pack_panel_t(typingctx, b, b_off, ldb, bp, out_off, kq, sums, s_off):
     return sig, codegen
 
 
+@helper_jit(cache=True, nogil=True)
+def packed_quads(k):
+    """The quads of k of a packed operand: ceil(k / 4) rounded up to KQ_ALIGN."""
+    return -(-((k + 3) // 4) // KQ_ALIGN) * KQ_ALIGN
+
+
 def u8s8_panels(n: int, k: int) -> int:
     """Bytes of B packed for the tile (``pack_b_u8s8``)."""
-    return ((k + 3) // 4) * ((n + 31) // 32) * 128
+    return packed_quads.py_func(k) * ((n + 31) // 32) * 128
 
 
 @helper_jit(cache=True, nogil=True)
@@ -112,7 +108,7 @@ def pack_b_u8s8(tb, n, k, b, b_off, ldb, bp, bp_off, sums, s_off, jp_lo, jp_hi):
     (s32) into ``sums[s_off + j]``: the full panels' full quads by the tile
     module's vector packs (four rows of B at a time; stored transposed, a
     panel's quads gathered from its 32 rows), element by element at the edges."""
-    kq_all = (k + 3) // 4
+    kq_all = packed_quads(k)
     npan = (n + 31) // 32
     j_hi = min(n, 32 * jp_hi)
     for j in range(32 * jp_lo, j_hi):
@@ -148,27 +144,40 @@ def pack_b_u8s8(tb, n, k, b, b_off, ldb, bp, bp_off, sums, s_off, jp_lo, jp_hi):
 
 
 @helper_jit(cache=True, nogil=True)
+def _a_at(r, q, lp):
+    """Where element (r, q) of a block of A packed with rows of lp bytes lies: on
+    AMX's road in tiles of 16 rows x 64 k (graphc.codegen.bf16_gemm._a_at's
+    layout, in bytes), else row-major."""
+    if AMX:
+        return (r >> 4) * 16 * lp + (q >> 6) * 1024 + (r & 15) * 64 + (q & 63)
+    return r * lp + q
+
+
+@helper_jit(cache=True, nogil=True)
 def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kq, ap):
-    """Rows [i0, i0 + mb) of A, columns [k0, k0 + 4 kq), into ``ap`` row-major
-    (rows 4 kq apart; zeros past k and in the rows up to a multiple of 8)."""
+    """Rows [i0, i0 + mb) of A, columns [k0, k0 + 4 kq), into ``ap`` as ``_a_at``
+    places them (zeros past k and in the rows up to a multiple of MR)."""
     lp = 4 * kq
     qn = min(lp, k - k0)
     if ta == 0:
+        whole = qn // 64 * 64     # runs of 64 k, contiguous in both layouts
         for r in range(mb):
             src = a_off + (i0 + r) * lda + k0
-            for q in range(qn):
-                ap[r * lp + q] = a[src + q]
+            for q0 in range(0, whole, 64):
+                copy_elements(ap, _a_at(r, q0, lp), a, src + q0, 64)
+            for q in range(whole, qn):
+                ap[_a_at(r, q, lp)] = a[src + q]
     else:
         for q in range(qn):
             src = a_off + (k0 + q) * lda + i0
             for r in range(mb):
-                ap[r * lp + q] = a[src + r]
+                ap[_a_at(r, q, lp)] = a[src + r]
     for r in range(mb):
         for q in range(qn, lp):
-            ap[r * lp + q] = 0
-    for r in range(mb, -(-mb // 8) * 8):
+            ap[_a_at(r, q, lp)] = 0
+    for r in range(mb, -(-mb // MR) * MR):
         for q in range(lp):
-            ap[r * lp + q] = 0
+            ap[_a_at(r, q, lp)] = 0
 
 
 @helper_jit(cache=True, nogil=True)
@@ -184,14 +193,17 @@ def gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, c, c
             for j in range(n):
                 c[c_off + i * ldc + j] = 0
         return 0
-    kq_all = (k + 3) // 4
+    if AMX:
+        amx_config()   # (this thread's tiles, for the calls below)
+    kq_all = packed_quads(k)
     npan = (n + 31) // 32
     kcq = min(kq_all, KC)
-    # A read in place when its quads of k lie in its rows: only a last slice of
-    # fewer than 8 rows is packed (zero rows after it)
-    inplace = ta == 0 and k % 4 == 0
-    ap = np.empty((8 if inplace else min(MC, -(-m // 8) * 8)) * 4 * kcq, np.uint8)
-    tile = np.empty(256, np.int32)
+    # A read in place when its packed quads of k lie in its rows: only a last
+    # slice of fewer than MR rows is packed (zero rows after it); on AMX's road,
+    # where the rows' stride lets L1 hold a tile's lines
+    inplace = ta == 0 and k % (4 * KQ_ALIGN) == 0 and (not AMX or lda % amx_tile.CONFLICT_STRIDE != 0)
+    ap = np.empty((MR if inplace else min(MC, -(-m // MR) * MR)) * 4 * kcq, np.uint8)
+    tile = np.empty(MR * 32, np.int32)
     for p0 in range(0, kq_all, KC):
         kq = min(KC, kq_all - p0)
         lp = 4 * kq
@@ -199,7 +211,7 @@ def gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, c, c
         blk = bp_off + p0 * npan_all * 128
         for i0 in range(0, m, MC):
             mb = min(MC, m - i0)
-            full = mb // 8 * 8 if inplace else 0     # rows read in place
+            full = mb // MR * MR if inplace else 0     # rows read in place
             if not inplace:
                 _pack_a(ta, m, k, a, a_off, lda, i0, mb, 4 * p0, kq, ap)
             elif full < mb:
@@ -208,16 +220,17 @@ def gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, c, c
                 bo = blk + (jp0 + jp) * kq * 128
                 j0 = jp * 32
                 nj = min(32, n - j0)
-                for ir in range(0, mb, 8):
-                    if inplace and ir < full:
-                        src, at, ld = a, a_off + (i0 + ir) * lda + 4 * p0, lda
+                for ir in range(0, mb, MR):
+                    rows = inplace and ir < full
+                    whole = nj == 32 and ir + MR <= mb
+                    cb, co, ld_c, ac = (c, c_off + (i0 + ir) * ldc + j0, ldc, acc) if whole else (tile, 0, 32, 0)
+                    if rows:
+                        _int8_tile_rows(a, a_off + (i0 + ir) * lda + 4 * p0, bp, bo, cb, co, kq, lda, ld_c, ac)
                     else:
-                        src, at, ld = ap, (ir - full) * lp, lp
-                    if nj == 32 and ir + 8 <= mb:
-                        _int8_tile(src, at, bp, bo, c, c_off + (i0 + ir) * ldc + j0, kq, ld, ldc, acc)
+                        _int8_tile(ap, (ir - full) * lp, bp, bo, cb, co, kq, 16 * lp if AMX else lp, ld_c, ac)
+                    if whole:
                         continue
-                    _int8_tile(src, at, bp, bo, tile, 0, kq, ld, 32, 0)
-                    for r in range(min(8, mb - ir)):
+                    for r in range(min(MR, mb - ir)):
                         row = c_off + (i0 + ir + r) * ldc + j0
                         for jj in range(nj):
                             c[row + jj] = c[row + jj] + tile[r * 32 + jj] if acc else tile[r * 32 + jj]
@@ -228,7 +241,7 @@ def gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, c, c
 def gemm_u8s8_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     """blas.gemm_u8s8 on the tile: B packed (for this call), then gemm_u8s8_packed."""
     npan = (n + 31) // 32
-    bp = np.empty(((k + 3) // 4) * npan * 128, np.int8)
+    bp = np.empty(packed_quads(k) * npan * 128, np.int8)
     sums = np.empty(max(1, n), np.int32)
     pack_b_u8s8(tb, n, k, b, b_off, ldb, bp, 0, sums, 0, 0, npan)
     return gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, 0, npan, 0, c, c_off, ldc)
@@ -273,4 +286,5 @@ else:
         return 0
 
 
-__all__ = ["KC", "MC", "u8s8_panels", "pack_b_u8s8", "gemm_u8s8_packed", "gemm_u8s8_tiles", "row_sums_u8"]
+__all__ = ["AMX", "MR", "KQ_ALIGN", "KC", "MC", "packed_quads", "u8s8_panels", "pack_b_u8s8", "gemm_u8s8_packed",
+           "gemm_u8s8_tiles", "row_sums_u8"]

@@ -1,4 +1,4 @@
-"""The bf16 GEMM on graphc's AVX512-BF16 tile (gemm_bf16_tiles): every shape,
+"""The bf16 GEMM on graphc's tile (gemm_bf16_tiles: AMX's or AVX512-BF16's): every shape,
 transpose, offset, leading dim and beta against float64 products of the same
 bf16 values; the columns of C past n are left alone.  gemm_bf16_packed with B
 packed once (pack_b_bf16) and used by column blocks, as kernels do."""
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from graphc.codegen import bf16_gemm, bf16_tile, blas
+from support.gemm_calls import bf16_tile_name
 
 # the tile's tests run wherever the CPU has AVX512-BF16; those of kernels' roads where bf16 GEMMs take it
 pytestmark = pytest.mark.skipif(not bf16_tile.bind(), reason="the CPU has no AVX512-BF16")
@@ -51,7 +52,7 @@ def test_the_tile_is_the_road_of_bf16_matmuls():
     x, w = b.tensor("bf16", [40, 70]), b.tensor("bf16", [70, 50])
     y = b.op("MatMul", [x, w], out=[("f32", [40, 50])])[0]
     cg = graphc.compile(b.finalize())
-    assert "graphc_avx512bf16_tile" in cg.compiled[0].get_impl_info()
+    assert bf16_tile_name() in cg.compiled[0].get_impl_info()
     rng = np.random.default_rng(1)
     xv, wv = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((40, 70), (70, 50)))
     got = cg.run({x.id: xv, w.id: wv})[y.id]

@@ -9,6 +9,7 @@ from graphc.builder import GraphBuilder, single_op_graph
 from graphc.codegen.blas_import import bf16_conv_gemm, bf16_tile_gemm
 from graphc.fill import make_inputs
 from support.compiled import check_compiled, compiled_vs_reference, normal_inputs
+from support.gemm_calls import bf16_tile_name
 from support.graphs import one_op, strides
 
 
@@ -321,7 +322,7 @@ def test_forward_on_the_tile(geom, dfmt, wfmt):
         assert "winograd" in _road(cg), _road(cg)    # (faster than the tile channels first)
         return
     road = "bf16_shifted_gemm" if unit and np.prod(geom[4]) > 1 else "bf16_gemm"
-    assert road in _road(cg) and "graphc_avx512bf16_tile" in _road(cg), _road(cg)
+    assert road in _road(cg) and bf16_tile_name() in _road(cg), _road(cg)
 
 
 @on_the_tile

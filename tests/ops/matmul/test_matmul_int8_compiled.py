@@ -15,6 +15,7 @@ from graphc.codegen.blas_import import int8_gemm, int8_tile_gemm
 
 from support import check_compiled
 from support.fusion import dequantize
+from support.gemm_calls import int8_tile_name
 
 pytestmark = pytest.mark.skipif(not int8_gemm(), reason="no integer GEMM on this machine (f32 runs instead)")
 
@@ -55,7 +56,7 @@ def test_shapes_off_the_tile_exact(M, K, N, tb):
 def test_the_tile_is_the_road():
     cp = _road(_qmatmul(40, 64, 48))
     if int8_tile_gemm():
-        assert "graphc_avx512vnni_tile" in cp.get_impl_info() and "gemm_u8s8_packed(" in cp.source
+        assert int8_tile_name() in cp.get_impl_info() and "gemm_u8s8_packed(" in cp.source
         assert "pack_b_u8s8(" in cp.source and "row_sums_u8(" in cp.source
 
 
