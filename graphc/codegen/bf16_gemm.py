@@ -183,9 +183,10 @@ def _a_at(r, q, lp):
 
 
 @helper_jit(cache=True, nogil=True)
-def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kp, ap):
-    """Rows [i0, i0 + mb) of A, columns [k0, k0 + 2 kp), into ``ap`` as ``_a_at``
-    places them (zeros past k and in the rows up to a multiple of MR)."""
+def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kp, ap, ap_off):
+    """Rows [i0, i0 + mb) of A, columns [k0, k0 + 2 kp), into ``ap`` from
+    ``ap_off`` as ``_a_at`` places them (zeros past k and in the rows up to a
+    multiple of MR)."""
     lp = 2 * kp
     qn = min(lp, k - k0)
     if ta == 0:
@@ -193,20 +194,64 @@ def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kp, ap):
         for r in range(mb):
             src = a_off + (i0 + r) * lda + k0
             for q0 in range(0, whole, 32):
-                copy_elements(ap, _a_at(r, q0, lp), a, src + q0, 32)
+                copy_elements(ap, ap_off + _a_at(r, q0, lp), a, src + q0, 32)
             for q in range(whole, qn):
-                ap[_a_at(r, q, lp)] = a[src + q]
+                ap[ap_off + _a_at(r, q, lp)] = a[src + q]
     else:
         for q in range(qn):
             src = a_off + (k0 + q) * lda + i0
             for r in range(mb):
-                ap[_a_at(r, q, lp)] = a[src + r]
+                ap[ap_off + _a_at(r, q, lp)] = a[src + r]
     for r in range(mb):
         for q in range(qn, lp):
-            ap[_a_at(r, q, lp)] = 0
+            ap[ap_off + _a_at(r, q, lp)] = 0
     for r in range(mb, -(-mb // MR) * MR):
         for q in range(lp):
-            ap[_a_at(r, q, lp)] = 0
+            ap[ap_off + _a_at(r, q, lp)] = 0
+
+
+@helper_jit(cache=True, nogil=True)
+def _begin(m, n, k, beta, c, c_off, ldc):
+    """What both drivers do first: C = beta * C where beta is neither 0 nor 1
+    (the tiles then add into it), or zeros where k is 0 (0: zeros, never reading
+    C); then, on AMX's road, this thread's tile configuration.  False: nothing
+    more to do."""
+    if m <= 0 or n <= 0:
+        return False
+    if k <= 0 or (beta != 0 and beta != 1):
+        for i in range(m):
+            for j in range(n):
+                c[c_off + i * ldc + j] = c[c_off + i * ldc + j] * beta if beta != 0 else 0.0
+        if k <= 0:
+            return False
+    if AMX:
+        amx_config()   # (this thread's tiles, for the driver's calls)
+    return True
+
+
+@helper_jit(cache=True, nogil=True)
+def _sweep(a, a_at, lda, full, ap, ap_at, lp, mb, kp, bp, bo, npan, n, c, c_at, ldc, acc, tile):
+    """One block of k (kp pairs) of one block of mb rows of A into C: for each
+    panel of B (from element ``bo``, kp * 64 apart), the tile down the rows, the
+    first ``full`` read in A's own rows (from ``a_at``, ``lda`` apart), the rest
+    packed (``ap`` from ``ap_at``, rows of lp); C's rows from ``c_at``."""
+    for jp in range(npan):
+        j0 = jp * 32
+        nj = min(32, n - j0)
+        for ir in range(0, mb, MR):
+            whole = nj == 32 and ir + MR <= mb
+            cb, co, ld_c, ac = (c, c_at + ir * ldc + j0, ldc, acc) if whole else (tile, 0, 32, 0)
+            if ir < full:
+                _bf16_tile_rows(a, a_at + ir * lda, bp, bo + jp * kp * 64, cb, co, kp, lda, ld_c, ac)
+            else:
+                _bf16_tile(ap, ap_at + (ir - full) * lp, bp, bo + jp * kp * 64, cb, co, kp, 16 * lp if AMX else lp,
+                           ld_c, ac)
+            if whole:
+                continue
+            for r in range(min(MR, mb - ir)):
+                row = c_at + (ir + r) * ldc + j0
+                for jj in range(nj):
+                    c[row + jj] = c[row + jj] + tile[r * 32 + jj] if acc else tile[r * 32 + jj]
 
 
 @helper_jit(cache=True, nogil=True)
@@ -214,16 +259,8 @@ def gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, beta
     """Row-major ``C[m, n] = op(A)[m, k] @ B[k, n] + beta * C`` (A bf16 as in
     blas.gemm_f32, C float32) with B packed by pack_b_bf16 into ``bp`` from
     ``bp_off``, npan_all panels wide, this product's columns from panel ``jp0``."""
-    if m <= 0 or n <= 0:
+    if not _begin(m, n, k, beta, c, c_off, ldc):
         return 0
-    if k <= 0 or (beta != 0 and beta != 1):
-        for i in range(m):
-            for j in range(n):
-                c[c_off + i * ldc + j] = c[c_off + i * ldc + j] * beta if beta != 0 else 0.0
-        if k <= 0:
-            return 0
-    if AMX:
-        amx_config()   # (this thread's tiles, for the calls below)
     kp_all = packed_pairs(k)
     npan = (n + 31) // 32
     kcp = min(kp_all, KC)
@@ -235,34 +272,53 @@ def gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, beta
     tile = np.empty(MR * 32, np.float32)
     for p0 in range(0, kp_all, KC):
         kp = min(KC, kp_all - p0)
-        lp = 2 * kp
         acc = 1 if p0 > 0 or beta != 0 else 0
-        blk = bp_off + p0 * npan_all * 64
         for i0 in range(0, m, MC):
             mb = min(MC, m - i0)
             full = mb // MR * MR if inplace else 0     # rows read in place
-            if not inplace:
-                _pack_a(ta, m, k, a, a_off, lda, i0, mb, 2 * p0, kp, ap)
-            elif full < mb:
-                _pack_a(ta, m, k, a, a_off, lda, i0 + full, mb - full, 2 * p0, kp, ap)
-            for jp in range(npan):
-                bo = blk + (jp0 + jp) * kp * 64
-                j0 = jp * 32
-                nj = min(32, n - j0)
-                for ir in range(0, mb, MR):
-                    rows = inplace and ir < full
-                    whole = nj == 32 and ir + MR <= mb
-                    cb, co, ld_c, ac = (c, c_off + (i0 + ir) * ldc + j0, ldc, acc) if whole else (tile, 0, 32, 0)
-                    if rows:
-                        _bf16_tile_rows(a, a_off + (i0 + ir) * lda + 2 * p0, bp, bo, cb, co, kp, lda, ld_c, ac)
-                    else:
-                        _bf16_tile(ap, (ir - full) * lp, bp, bo, cb, co, kp, 16 * lp if AMX else lp, ld_c, ac)
-                    if whole:
-                        continue
-                    for r in range(min(MR, mb - ir)):
-                        row = c_off + (i0 + ir + r) * ldc + j0
-                        for jj in range(nj):
-                            c[row + jj] = c[row + jj] + tile[r * 32 + jj] if acc else tile[r * 32 + jj]
+            if full < mb:
+                _pack_a(ta, m, k, a, a_off, lda, i0 + full, mb - full, 2 * p0, kp, ap, 0)
+            _sweep(a, a_off + i0 * lda + 2 * p0, lda, full, ap, 0, 2 * kp, mb, kp, bp,
+                   bp_off + p0 * npan_all * 64 + jp0 * kp * 64, npan, n, c, c_off + i0 * ldc, ldc, acc, tile)
+    return 0
+
+
+def bf16_a_panels(m: int, k: int) -> int:
+    """Elements (uint16) of A packed whole (``pack_a_bf16``)."""
+    return -(-m // MR) * MR * 2 * packed_pairs.py_func(k)
+
+
+@helper_jit(cache=True, nogil=True)
+def pack_a_bf16(ta, m, k, a, a_off, lda, ap, ap_off):
+    """All of A (m x k, as in gemm_bf16_packed) packed for the tile into ``ap``
+    from ``ap_off``: for each block of KC pairs of k, its m rows (zeros up to a
+    multiple of MR) as the drivers pack a block (``_a_at``), block ``p0`` (its
+    first pair) from ``ap_off + mp * 2 * p0`` (mp: m rounded up to MR).  A
+    kernel packs a thread's A once when it multiplies it by several blocks of
+    B's columns (``gemm_bf16_prepacked``), rather than once per block."""
+    mp = -(-m // MR) * MR
+    kp_all = packed_pairs(k)
+    for p0 in range(0, kp_all, KC):
+        _pack_a(ta, m, k, a, a_off, lda, 0, m, 2 * p0, min(KC, kp_all - p0), ap, ap_off + mp * 2 * p0)
+    return 0
+
+
+@helper_jit(cache=True, nogil=True)
+def gemm_bf16_prepacked(m, n, k, ap, ap_off, m_all, r0, bp, bp_off, npan_all, jp0, beta, c, c_off, ldc):
+    """gemm_bf16_packed with A packed by pack_a_bf16 (``m_all`` rows, from
+    ``ap_off``): this product's m rows from its row ``r0`` (a multiple of MR)."""
+    mp = -(-m_all // MR) * MR
+    if not _begin(m, n, k, beta, c, c_off, ldc):
+        return 0
+    kp_all = packed_pairs(k)
+    npan = (n + 31) // 32
+    tile = np.empty(MR * 32, np.float32)
+    for p0 in range(0, kp_all, KC):
+        kp = min(KC, kp_all - p0)
+        acc = 1 if p0 > 0 or beta != 0 else 0
+        for i0 in range(0, m, MC):
+            _sweep(ap, 0, 0, 0, ap, ap_off + mp * 2 * p0 + (r0 + i0) * 2 * kp, 2 * kp, min(MC, m - i0), kp, bp,
+                   bp_off + p0 * npan_all * 64 + jp0 * kp * 64, npan, n, c, c_off + i0 * ldc, ldc, acc, tile)
     return 0
 
 
@@ -275,5 +331,5 @@ def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_of
     return gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, 0, npan, 0, beta, c, c_off, ldc)
 
 
-__all__ = ["AMX", "MR", "KP_ALIGN", "KC", "MC", "packed_pairs", "bf16_panels", "pack_b_bf16", "pack_panels_bf16",
-           "gemm_bf16_packed", "gemm_bf16_tiles"]
+__all__ = ["AMX", "MR", "KP_ALIGN", "KC", "MC", "packed_pairs", "bf16_panels", "bf16_a_panels", "pack_b_bf16",
+           "pack_panels_bf16", "pack_a_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "gemm_bf16_tiles"]

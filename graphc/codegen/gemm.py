@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import ir
-from .bf16_gemm import bf16_panels
+from .bf16_gemm import bf16_a_panels, bf16_panels
 from .blas_import import bf16_gemm, bf16_tile_gemm
 from .kernel import ArrayRef, as_stored, plan_threads, worth_parallel
 from ..numerics import fpmath_down
@@ -38,6 +38,9 @@ TILE_ELEMS = 1 << 20
 OWN_TILE_ELEMS = 1 << 16
 #: columns (a multiple of 32: whole panels) of such a tile at most
 OWN_COLS = 256
+#: the rows of a tile from L2 (_tiles_of_l2) are a multiple of this: whole calls of
+#: graphc's bf16 tiles (AMX's 32 rows, AVX512-BF16's 8), whose packed A they start in
+TILE_ROWS = 32
 #: fewest rows of a tile: BLAS packs B again for every call, so short tiles pay
 MIN_TILE_ROWS = 64
 #: fewest columns of a column-block tile
@@ -211,11 +214,21 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
             kb.let(ir.call("pack_b_bf16", stb, n_, K, sbuf, soff + (j0 * sld if stb else j0), sld, bpt.buf, bpt.at(0),
                            0, npt), "st")
 
+            # several blocks of columns from tiles of L2 (_tiles_of_l2): A packed for the tile once, not per block
+            prepacked = tm * tn > OWN_TILE_ELEMS and tn > OWN_COLS
+            if prepacked:
+                apk = kb.scratch(bf16_a_panels(tm, K), "u16", parallel, prefix="apanels")
+                kb.let(ir.call("pack_a_bf16", ta, m_, K, abuf, aoff, lda, apk.buf, apk.at(0)), "st")
+
             def product(cbuf, coff, ldc, rows=m_, r0=None, cols=n_, c0=None):
                 # (rows from r0 of A; columns from c0 of the block, a multiple of 32: from its panel)
+                jp = 0 if c0 is None else c0 // 32
+                if prepacked:
+                    return ir.call("gemm_bf16_prepacked", rows, cols, K, apk.buf, apk.at(0), m_,
+                                   0 if r0 is None else r0, bpt.buf, bpt.at(0), npt, jp, 0.0, cbuf, coff, ldc)
                 a_at = aoff if r0 is None else aoff + (r0 if ta else r0 * lda)
                 return ir.call("gemm_bf16_packed", ta, rows, cols, K, abuf, a_at, lda, bpt.buf, bpt.at(0), npt,
-                               0 if c0 is None else c0 // 32, 0.0, cbuf, coff, ldc)
+                               jp, 0.0, cbuf, coff, ldc)
         elif panels:
             def product(cbuf, coff, ldc):
                 return ir.call("gemm_bf16_packed", ta, m_, n_, K, abuf, aoff, lda, bp, 0, -(-N // 32), j0 // 32, 0.0,
@@ -251,7 +264,7 @@ def _tiles_of_l2(kb, store, bivars, i0, j0, m_, n_, tn, product, parallel) -> No
     2048 f32 tile, 4 MB, went to memory and back: MatMul+bias+GELU 512x1024x4096
     bf16 5.35 -> 4.89-5.12 ms on graphc's tile, 3.82 -> 3.38-3.46 on MKL's on AMX)."""
     cb = min(tn, OWN_COLS)
-    rb = max(8, OWN_TILE_ELEMS // cb // 8 * 8)
+    rb = max(TILE_ROWS, OWN_TILE_ELEMS // cb // TILE_ROWS * TILE_ROWS)     # (whole calls of the tile)
     tile = kb.scratch(rb * cb, "f32", parallel, prefix="tile")
     with kb.for_((n_ + (cb - 1)) // cb, "cbk") as cbk:
         c0 = kb.let(cbk * cb, "c0")

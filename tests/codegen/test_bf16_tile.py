@@ -82,6 +82,30 @@ def test_packed_b_by_column_blocks(m, n, k, ta):
     assert np.abs(c.reshape(m, n) - want).max() <= k * 2.0 ** -23 * max(1.0, np.abs(want).max()) + 1e-6
 
 
+@pytest.mark.parametrize("m,n,k,ta", [(100, 70, 77, 0), (256, 300, 2 * bf16_gemm.KC + 64, 0), (64, 64, 600, 1),
+                                      (33, 40, 32, 0)])
+def test_a_packed_once_for_blocks_of_rows_and_columns(m, n, k, ta):
+    """A packed whole (pack_a_bf16, from an offset) and multiplied by blocks: its
+    first 32 rows by all of B, the rest from row 32 by B's columns from panel 1,
+    each C block where it lies; C elsewhere left alone."""
+    rng = np.random.default_rng(m + k)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    npan = (n + 31) // 32
+    bp = np.empty(bf16_gemm.bf16_panels(n, k), np.uint16)
+    bf16_gemm.pack_b_bf16(0, n, k, b.view(np.uint16).ravel(), 0, n, bp, 0, 0, npan)
+    ap = np.full(bf16_gemm.bf16_a_panels(m, k) + 5, 7, np.uint16)
+    bf16_gemm.pack_a_bf16(ta, m, k, a.view(np.uint16).ravel(), 0, a.shape[1], ap, 5)
+    c = np.full((m, n), np.nan, np.float32)
+    bf16_gemm.gemm_bf16_prepacked(32, n, k, ap, 5, m, 0, bp, 0, npan, 0, 0.0, c.ravel(), 0, n)
+    bf16_gemm.gemm_bf16_prepacked(m - 32, n - 32, k, ap, 5, m, 32, bp, 0, npan, 1, 0.0, c.ravel(), 32 * n + 32, n)
+    af = a.astype(np.float64)
+    want = (af.T if ta else af) @ b.astype(np.float64)
+    bound = k * 2.0 ** -23 * np.abs(want).max()
+    assert np.abs(c[:32] - want[:32]).max() <= bound and np.abs(c[32:, 32:] - want[32:, 32:]).max() <= bound
+    assert np.isnan(c[32:, :32]).all()
+
+
 @pytest.mark.parametrize("n,k", [(45, 13), (128, 64), (32, 1), (7, 2 * bf16_gemm.KC + 3), (70, 2 * bf16_gemm.KC + 6)])
 @pytest.mark.parametrize("tb", [0, 1])
 def test_panels_packed_whole_as_pack_b_bf16_packs_them(n, k, tb):
@@ -112,3 +136,5 @@ def test_a_column_block_in_tiles_of_l2_under_an_epilogue(transpose_a):
     cg = bf16_matmul_bias_gelu(m, k, n, transpose_a)
     src = cg.compiled[0].source
     assert len(cg.compiled) == 1 and "for rbk" in src and "for cbk" in src
+    # (A packed once for the thread's blocks: pack_a_bf16 before the loops, the blocks' products from it)
+    assert src.index("pack_a_bf16(") < src.index("for cbk") < src.index("gemm_bf16_prepacked(")
