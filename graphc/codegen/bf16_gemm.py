@@ -185,8 +185,10 @@ def _a_at(r, q, lp):
 @helper_jit(cache=True, nogil=True)
 def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kp, ap, ap_off):
     """Rows [i0, i0 + mb) of A, columns [k0, k0 + 2 kp), into ``ap`` from
-    ``ap_off`` as ``_a_at`` places them (zeros past k and in the rows up to a
-    multiple of MR)."""
+    ``ap_off`` as ``_a_at`` places them (zeros past k: a NaN there would make
+    NaN of a zero of packed B; the rows after mb up to a multiple of MR are left
+    as they are: their products land in rows of the scratch tile never copied
+    out, and ``tdpbf16ps`` / ``vdpbf16ps`` raise no exceptions)."""
     lp = 2 * kp
     qn = min(lp, k - k0)
     if ta == 0:
@@ -204,9 +206,6 @@ def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kp, ap, ap_off):
                 ap[ap_off + _a_at(r, q, lp)] = a[src + r]
     for r in range(mb):
         for q in range(qn, lp):
-            ap[ap_off + _a_at(r, q, lp)] = 0
-    for r in range(mb, -(-mb // MR) * MR):
-        for q in range(lp):
             ap[ap_off + _a_at(r, q, lp)] = 0
 
 

@@ -156,7 +156,9 @@ def _a_at(r, q, lp):
 @helper_jit(cache=True, nogil=True)
 def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kq, ap):
     """Rows [i0, i0 + mb) of A, columns [k0, k0 + 4 kq), into ``ap`` as ``_a_at``
-    places them (zeros past k and in the rows up to a multiple of MR)."""
+    places them (zeros past k; the rows after mb up to a multiple of MR are left
+    as they are: their products land in rows of the scratch tile never copied
+    out, and the tiles' integer products raise nothing)."""
     lp = 4 * kq
     qn = min(lp, k - k0)
     if ta == 0:
@@ -174,9 +176,6 @@ def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kq, ap):
                 ap[_a_at(r, q, lp)] = a[src + r]
     for r in range(mb):
         for q in range(qn, lp):
-            ap[_a_at(r, q, lp)] = 0
-    for r in range(mb, -(-mb // MR) * MR):
-        for q in range(lp):
             ap[_a_at(r, q, lp)] = 0
 
 
