@@ -63,6 +63,8 @@ def collective_timeout() -> float:
 _local = threading.local()   # per member thread: status exchanges this member has sent
 _broken: set[int] = set()    # id() of communicators on which a member stopped answering
 _abort_registered = False
+#: seconds an aborting rank waits for the launcher to forward its last lines before MPI_Abort
+_ABORT_GRACE_S = 1.0
 
 
 def exchanges() -> int:
@@ -293,5 +295,10 @@ def _abort_at_exit(comm) -> None:
     def abort():
         from mpi4py import MPI
         if MPI.Is_initialized() and not MPI.Is_finalized():
+            # the error reported on the way out (graphc.distributed_demo writes it, flushed, just
+            # before exit) is still in the launcher's pipe: MPI_Abort at once lost it in a CI run
+            sys.stdout.flush()
+            sys.stderr.flush()
+            time.sleep(_ABORT_GRACE_S)
             comm.Abort(3)
     atexit.register(abort)
