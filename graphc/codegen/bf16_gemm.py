@@ -290,7 +290,7 @@ def bf16_a_panels(m: int, k: int) -> int:
 @helper_jit(cache=True, nogil=True)
 def pack_a_bf16(ta, m, k, a, a_off, lda, ap, ap_off):
     """All of A (m x k, as in gemm_bf16_packed) packed for the tile into ``ap``
-    from ``ap_off``: for each block of KC pairs of k, its m rows (zeros up to a
+    from ``ap_off``: for each block of KC pairs of k, its m rows (room for a
     multiple of MR) as the drivers pack a block (``_a_at``), block ``p0`` (its
     first pair) from ``ap_off + mp * 2 * p0`` (mp: m rounded up to MR).  A
     kernel packs a thread's A once when it multiplies it by several blocks of

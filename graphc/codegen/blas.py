@@ -93,11 +93,11 @@ BACKEND = "dnnl" if _load_dnnl() else "mkl" if _MKL else "openblas"
 if not _MKL:
     from numba.np.linalg import ensure_blas
     ensure_blas()   # scipy's cython_blas must be importable before numba_xxgemm is first called
-#: bf16 GEMMs on graphc's own AVX512-BF16 tile (graphc.codegen.bf16_tile, driven by
-#: graphc.codegen.bf16_gemm), where the CPU has it and no AMX for MKL's (blas_import.bf16_tile_gemm)
+#: bf16 GEMMs on graphc's own tile (AMX's or AVX512-BF16's, driven by graphc.codegen.bf16_gemm)
+#: where it is the road (blas_import.bf16_tile_gemm)
 OWN_BF16 = bf16_tile.bind() and bf16_tile_gemm()
-#: u8 x s8 GEMMs on graphc's own AVX512-VNNI tile (graphc.codegen.int8_tile, driven by
-#: graphc.codegen.int8_gemm), where the CPU has it
+#: u8 x s8 GEMMs on graphc's own tile (AMX-INT8's or AVX512-VNNI's, driven by
+#: graphc.codegen.int8_gemm), where the CPU has AVX512-VNNI
 OWN_INT8 = int8_tile.bind()
 # (numba's on-disk cache keys functions by their source, not by the library they were built
 # against: these helpers are cached in the kernel cache's version folder, graphc.codegen.helper_cache,
@@ -287,9 +287,9 @@ def _gemm_f32(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc
 @helper_jit(cache=True, nogil=True)
 def _gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """``gemm_f32`` with A and B bf16 (uint16 buffers of their bits) and C f32,
-    f32 products summed in f32: graphc's AVX512-BF16 tile where the CPU has it
-    (graphc.codegen.bf16_tile), else MKL's cblas_gemm_bf16bf16f32 (see
-    blas_import.bf16_gemm)."""
+    f32 products summed in f32: graphc's own tile where it is the road (AMX's or
+    AVX512-BF16's: graphc.codegen.bf16_gemm, blas_import.bf16_tile_gemm), else
+    MKL's cblas_gemm_bf16bf16f32 (see blas_import.bf16_gemm)."""
     if _empty_product(m, n, k, beta, c, c_off, ldc):
         return 0
     if OWN_BF16:
@@ -301,8 +301,8 @@ def _gemm_bf16(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ld
 def _gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     """Row-major ``C[m, n] = op(A)[m, k] @ op(B)[k, n]`` with A u8, B s8 and C s32
     (flat buffers as in gemm_f32), the exact sums while they fit in s32:
-    graphc's AVX512-VNNI tile where the CPU has it (graphc.codegen.int8_tile),
-    else MKL's int8 GEMM (see blas_import.int8_gemm)."""
+    graphc's own tile where the CPU has AVX512-VNNI (AMX-INT8's where it has that:
+    graphc.codegen.int8_gemm), else MKL's int8 GEMM (see blas_import.int8_gemm)."""
     if m <= 0 or n <= 0:
         return 0
     if k <= 0:

@@ -43,17 +43,15 @@ def copy_elements(typingctx, dst, d_off, src, s_off, count):
     return types.void(dst, d_off, src, s_off, count), codegen
 
 
-def void_call(symbol: str):
-    """An intrinsic calling the C function ``symbol``, of no arguments and no
-    result (graphc.codegen.amx_tile's configuration)."""
-    @intrinsic
-    def call(typingctx):
-        def codegen(context, builder, signature, args):
-            fn = cgutils.get_or_insert_function(builder.module, llir.FunctionType(llir.VoidType(), []), symbol)
-            builder.call(fn, [])
-            return context.get_dummy_value()
-        return types.void(), codegen
-    return call
+@intrinsic
+def amx_config(typingctx):
+    """Load graphc.codegen.amx_tile's configuration into the calling thread
+    (``graphc_amx_config()``)."""
+    def codegen(context, builder, signature, args):
+        fnty = llir.FunctionType(llir.VoidType(), [])
+        builder.call(cgutils.get_or_insert_function(builder.module, fnty, amx_tile.CONFIG), [])
+        return context.get_dummy_value()
+    return types.void(), codegen
 
 
 def tile_call(symbol: str, a_dtype, b_dtype, c_dtype):
@@ -78,10 +76,6 @@ def tile_call(symbol: str, a_dtype, b_dtype, c_dtype):
             return context.get_dummy_value()
         return types.void(a, a_off, b, b_off, c, c_off, steps, lda, ldc, acc), codegen
     return call
-
-
-#: load graphc.codegen.amx_tile's configuration into the calling thread
-amx_config = void_call(amx_tile.CONFIG)
 
 
 def road_tiles(amx: bool, amx_symbols, avx512_symbol: str, avx512_rows: int, *dtypes):

@@ -45,30 +45,40 @@ def bits(value):
     return ir.call("f32_to_bf16", ir.f32(value))
 
 
-class BF16Weights:
-    """The weights as the B operand of bf16 GEMMs, one per (group, run of
-    ``width`` rows): packed once into the tile's panels (graphc's tile), or read
-    as the bf16 matrix they are (MKL's GEMM, which packs B itself: AMX)."""
+class PackedWeights:
+    """The weights as the B operands of bf16 GEMMs on graphc's tile: each (group,
+    run of ``width`` rows) packed once into the tile's panels (``per`` elements
+    each, ``npan`` panels wide) in ``buf``."""
 
-    def __init__(self, packed: bool, buf, ld: int, tb: int, gs: int, width: int, per: int = 0, runs: int = 0,
-                 npan: int = 0):
-        self.packed, self.buf, self.ld, self.tb, self.gs = packed, buf, ld, tb, gs
-        self.width, self.per, self.runs, self.npan = width, per, runs, npan
+    def __init__(self, buf, runs: int, per: int, npan: int):
+        self.buf, self.runs, self.per, self.npan = buf, runs, per, npan
 
     def product(self, m, n, k, abuf, aoff, lda, g, run, beta, cbuf, coff, ldc) -> ir.Expr:
         """C[m, n] (+)= A[m, k] @ B of (group ``g``, run ``run``): the GEMM call."""
-        if self.packed:
-            return ir.call("gemm_bf16_packed", 0, m, n, k, abuf, aoff, lda, self.buf, (g * self.runs + run) * self.per,
-                           self.npan, 0, beta, cbuf, coff, ldc)
+        return ir.call("gemm_bf16_packed", 0, m, n, k, abuf, aoff, lda, self.buf, (g * self.runs + run) * self.per,
+                       self.npan, 0, beta, cbuf, coff, ldc)
+
+
+class MatrixWeights:
+    """The weights as the B operands of MKL's bf16 GEMM (which packs B itself,
+    on AMX): the bf16 matrix they are, ``buf`` with rows ``ld`` apart (``tb``:
+    stored transposed), groups ``gs`` apart, runs of ``width`` rows."""
+
+    def __init__(self, buf, ld: int, tb: int, gs: int, width: int):
+        self.buf, self.ld, self.tb, self.gs, self.width = buf, ld, tb, gs, width
+
+    def product(self, m, n, k, abuf, aoff, lda, g, run, beta, cbuf, coff, ldc) -> ir.Expr:
+        """C[m, n] (+)= A[m, k] @ B of (group ``g``, run ``run``): the GEMM call."""
         first = run * (self.width * self.ld) if self.tb == 0 else run * self.width
         return ir.call("gemm_bf16", 0, self.tb, m, n, k, abuf, aoff, lda, self.buf, g * self.gs + first, self.ld,
                        beta, cbuf, coff, ldc)
 
 
-def bf16_weights(kb, geo: Geometry, w, rounding, width: int, transposed: bool = False) -> BF16Weights:
+def bf16_weights(kb, geo: Geometry, w, rounding, width: int,
+                 transposed: bool = False) -> PackedWeights | MatrixWeights:
     """The weights of each group and each run of ``width`` rows of its (T*Cg x OCg)
     matrix (rows: taps then input channels), as B matrices of bf16 GEMMs
-    (:class:`BF16Weights`); with ``transposed``, each group's whole (OCg x T*Cg)
+    (:class:`PackedWeights` on graphc's tile, else :class:`MatrixWeights`); with ``transposed``, each group's whole (OCg x T*Cg)
     transpose (``width`` = OCg: the data gradient's dY @ W^T).  The matrix is
     read in place when it is a plain bf16 tensor with a unit stride along one
     of its dims, else first copied as bf16 bits; on graphc's tile it is then
@@ -91,7 +101,7 @@ def bf16_weights(kb, geo: Geometry, w, rounding, width: int, transposed: bool = 
                     at = g * (kd * ocg) + (oc * kd + r if transposed else r * ocg + oc)
                     kb.store(wbuf, ir.u64(at), bits(rounded(w.load(g, oc, ic, taps), rounding)))
     if not bf16_tile_gemm():
-        return BF16Weights(False, wbuf, ld, tb, gs, width)
+        return MatrixWeights(wbuf, ld, tb, gs, width)
     from .bf16_gemm import bf16_panels
     runs = rows // width
     per = bf16_panels(cols, width)
@@ -102,7 +112,7 @@ def bf16_weights(kb, geo: Geometry, w, rounding, width: int, transposed: bool = 
         r = kb.let(gr % runs, "r")
         first = r * (width * ld) if tb == 0 else r * width
         kb.let(ir.call("pack_b_bf16", tb, cols, width, wbuf, g * gs + first, ld, bp, gr * per, 0, npan), "st")
-    return BF16Weights(True, bp, ld, tb, gs, width, per, runs, npan)
+    return PackedWeights(bp, runs, per, npan)
 
 
-__all__ = ["BF16Weights", "bf16_operands", "bf16_weights", "bits", "plain_bf16"]
+__all__ = ["MatrixWeights", "PackedWeights", "bf16_operands", "bf16_weights", "bits", "plain_bf16"]

@@ -177,6 +177,8 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
             # wait ran 1024^3 in 24 ms against 8 with the packing serial)
             tm, tn, own = M, cols, True
     mt, nt = -(-M // tm), -(-N // tn)
+    # a thread's block of C computed from tiles of L2 under the epilogue (_tiles_of_l2)
+    l2_tiles = (own or (bf16 and not panels)) and dc is None and chunks == 1 and tm * tn > OWN_TILE_ELEMS
     parallel = nbatch * mt * nt > 1 and worth_parallel(M * N * K * nbatch // 8)
     shared = {}
     for name, m, d in (("a", a, da), ("b", b, db)):
@@ -214,8 +216,8 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
             kb.let(ir.call("pack_b_bf16", stb, n_, K, sbuf, soff + (j0 * sld if stb else j0), sld, bpt.buf, bpt.at(0),
                            0, npt), "st")
 
-            # several blocks of columns from tiles of L2 (_tiles_of_l2): A packed for the tile once, not per block
-            prepacked = tm * tn > OWN_TILE_ELEMS and tn > OWN_COLS
+            # several blocks of columns from tiles of L2: A packed for the tile once, not per block
+            prepacked = l2_tiles and tn > OWN_COLS
             if prepacked:
                 apk = kb.scratch(bf16_a_panels(tm, K), "u16", parallel, prefix="apanels")
                 kb.let(ir.call("pack_a_bf16", ta, m_, K, abuf, aoff, lda, apk.buf, apk.at(0)), "st")
@@ -248,7 +250,7 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
         elif chunks > 1:
             exact_runs(kb, store, bivars, i0, j0, m_, n_, K, -(-K // chunks), tm * tn, parallel,
                         (abuf, aoff, lda), (bbuf, boff, ldb))
-        elif (own or (bf16 and not panels)) and tm * tn > OWN_TILE_ELEMS:
+        elif l2_tiles:
             _tiles_of_l2(kb, store, bivars, i0, j0, m_, n_, tn, product, parallel)
         else:
             tile = kb.scratch(tm * tn, "f32", parallel, prefix="tile")
