@@ -1,6 +1,7 @@
 """CompiledGraph.profile: per-partition times that add up to the run's, with
 bytes and FLOPs worked out by hand from the shapes."""
 import math
+import time
 
 import numpy as np
 
@@ -31,7 +32,12 @@ def test_profile_rows_sum_to_the_run():
     threads = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
-        for _ in range(3):   # the closest of a few profiles: the machine is shared
+        for attempt in range(8):   # the closest of a few profiles: the machine is shared
+            if attempt:
+                # (a cold suite's other worker compiling took the other core through three
+                # back-to-back profiles once: the MatMul's sgemm waited on its OpenMP threads
+                # in every row, 7.3 ms against 0.44 in the run; a pause lets that pass)
+                time.sleep(0.25)
             prof = cg.profile(_inputs(), repeat=15)
             gap = abs(prof.total_ms - prof.run_ms) / prof.run_ms
             best = gap if best is None else min(best, gap)
