@@ -32,8 +32,9 @@ import numpy as np
 
 from . import ir
 from .conv_bf16 import bf16_operands, bf16_weights, bits, plain_bf16
+from .conv_int8 import Int8Operands, emit_forward_int8
 from .conv_cf import channels_first, depthwise, emit_depthwise, emit_forward_cf
-from .conv_cols import im2col as _im2col, nothing as _nothing, window_taps as _window_taps
+from .conv_cols import BF16 as _BF16, F32 as _F32, im2col as _im2col, nothing as _nothing, window_taps as _window_taps
 from .conv_views import Data, Geometry, Weights, cropped, moved_store, store_zeros_outside, visible_box
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
 from .gemm import Matrix, direct, exact_runs
@@ -210,7 +211,7 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
         n, g, p0, m = _item(kb, t, geo, mt, tm, P)
         a = _data_operand(geo, x, cg, geo.big, n, g, p0, bf16) if one_by_one and rounding is None else None
         if a is None:
-            cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, par, bf16, cm)
+            cols = _im2col(kb, geo, x, n, g, p0, m, rounding, tm, par, _BF16 if bf16 else _F32, cm)
             abuf, aoff, lda = cols.buf, cols.at(0), kd
         else:
             abuf, aoff, lda = a
@@ -419,13 +420,15 @@ class FlippedWeights:
 
 
 def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: Data | None = None,
-                     exact_k: int | None = None, dst: Data | None = None):
+                     exact_k: int | None = None, dst: Data | None = None, int8: Int8Operands | None = None):
     """dst = conv(x, w) by the fastest road for its geometry: Winograd, the
     shifted GEMMs (other unit-stride windows), channels first (graphc.codegen.conv_cf:
     NCX src or ``dst``, the dst view, given by the forward convolution's rule), or
     im2col (``out``: see emit_forward).
     Integer operands (``exact_k``, see emit_gemm) take no Winograd (its transforms
-    are fractions), and im2col when the sum must be split into exact runs.
+    are fractions), and im2col when the sum must be split into exact runs;
+    ``int8``: ``x`` and ``w`` are quantized values multiplied on the int8 tile
+    (graphc.codegen.conv_int8).
     Only the dst positions whose window meets src are computed (visible_box):
     the others are sums of no products, stored as 0 through ``store``."""
     box = visible_box(geo)
@@ -436,7 +439,10 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
             return
         lo = [a for a, _ in box]
         geo, store, out = cropped(geo, box), moved_store(store, lo), out.moved(lo) if out is not None else None
-    if exact_k is not None:
+    if int8 is not None:
+        kb.road("int8_gemm")
+        emit_forward_int8(kb, geo, x, w, store, int8)
+    elif exact_k is not None:
         if shifted(geo) and geo.kd <= exact_k:
             kb.road("shifted_gemm")
             emit_forward_shifted(kb, geo, x, w, store, rounding)

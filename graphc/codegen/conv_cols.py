@@ -18,6 +18,21 @@ from .loops import unravel
 IM2COL_CHANNELS = 16
 
 
+class Cells:
+    """What an im2col panel holds: elements of type ``elem``, a src value (as loaded,
+    after fpmath rounding) written as ``convert(value)``, and ``pad`` in the
+    padding."""
+
+    def __init__(self, elem: str, convert, pad: ir.Expr):
+        self.elem, self.convert, self.pad = elem, convert, pad
+
+
+#: f32 values (the f32 GEMMs' operand)
+F32 = Cells("f32", ir.f32, ir.const(0.0, "f32"))
+#: bf16 values as their bits (the bf16 tile's operand)
+BF16 = Cells("u16", bits, ir.const(0, "int"))
+
+
 def in_positions(kb, geo: Geometry, out_pos, taps):
     """Src spatial indices a tap meets from dst position ``out_pos``, and the
     condition that all are inside (None when no padding can be met)."""
@@ -30,15 +45,17 @@ def in_positions(kb, geo: Geometry, out_pos, taps):
     return pos, inside
 
 
-def im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel, bf16=False,
-            channel_major=False):
-    """A (nrows x T*Cg) f32 panel (``bf16``: of bf16 bits) (a Scratch of tm rows):
-    row r holds, tap after tap, the Cg src channels of group g that the taps of
-    dst position p0 + r meet (0 in the padding); ``channel_major``: channel
-    after channel, each channel's taps (the order of OIX weights' rows)."""
+def im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel, cells: Cells = F32,
+           channel_major=False, ld: int | None = None):
+    """A (nrows x T*Cg) panel of ``cells`` (a Scratch of tm rows, ``ld`` elements
+    apart, T*Cg unless given): row r holds, tap after tap, the Cg src channels of
+    group g that the taps of dst position p0 + r meet (``cells.pad`` in the
+    padding); ``channel_major``: channel after channel, each channel's taps (the
+    order of OIX weights' rows).  Columns past T*Cg are left as they are."""
     kd, cg = geo.kd, geo.cg
+    ld = kd if ld is None else ld
     step = geo.taps if channel_major else 1
-    panel = kb.scratch(tm * kd, "u16" if bf16 else "f32", parallel, prefix="cols")
+    panel = kb.scratch(tm * ld, cells.elem, parallel, prefix="cols")
     # channels-first src whose channels alias in L1: the taps of IM2COL_CHANNELS channels at
     # a time (their rows stay in L1 across the taps; 128 channels 1 KB apart thrash its sets:
     # 20 against 6.5 us for 32 rows of 128 channels x 3x3 taps; 56x56 f16 channels, 6272 bytes
@@ -46,7 +63,7 @@ def im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel, 
     cb = IM2COL_CHANNELS if aliased_channels(x, cg) else cg
     with kb.for_(nrows, "r") as r:
         out_pos = [v if v is not None else ir.const(0) for v in unravel(kb, p0 + r, geo.small)]
-        row = kb.let(r * kd, "cr")
+        row = kb.let(r * ld, "cr")
         with (kb.for_(-(-cg // cb), "cb") if cb < cg else nothing()) as blk:
             c0 = None if blk is None else kb.let(blk * cb, "c0")
             count = cg if blk is None else ir.call("min", cb, cg - c0)
@@ -58,10 +75,10 @@ def im2col(kb, geo: Geometry, x: Data, n, g, p0, nrows, rounding, tm, parallel, 
                 with kb.if_(inside) as st:
                     with kb.for_(count, "ci") as ci:
                         v = _rounded(x.load(n, c1 + ci, pos), rounding)
-                        kb.emit(panel.store(at + ci * step, bits(v) if bf16 else ir.f32(v)))
+                        kb.emit(panel.store(at + ci * step, cells.convert(v)))
                     with kb.else_(st):
                         with kb.for_(count, "ci") as ci:
-                            kb.emit(panel.store(at + ci * step, ir.const(0, "int") if bf16 else ir.const(0.0, "f32")))
+                            kb.emit(panel.store(at + ci * step, cells.pad))
     return panel
 
 

@@ -13,8 +13,8 @@ Two roads, the same sums:
 * MKL's cblas_gemm_s8u8s32 (graphc.codegen.blas.gemm_u8s8) elsewhere, on
   packed panels of A and B.
 
-Either way the s32 sums are exact while |A'| |B'| K < S32_LIMIT (the caller
-checks), and ``store`` gets the f64 value
+Either way the s32 sums are exact while 255 * 128 * K < S32_LIMIT (``fits_s32``:
+A' is u8 and B' s8 whatever the zero points; the caller checks), and ``store`` gets the f64 value
 sum (A' - za')(B' - zb') = P - zb' RA - za' CB + K za' zb', where A' = A +
 shifts[0] (u8) and B' = B + shifts[1] (s8), P = A' @ B', RA the row sums of
 A' and CB the column sums of B'.
@@ -33,6 +33,24 @@ from ..types import DataType
 
 #: an int8 GEMM's sums are s32: |sums| below this
 S32_LIMIT = 1 << 31
+
+
+def fits_s32(k: int) -> bool:
+    """Are the s32 sums of ``k`` products of a u8 (0..255) and an s8 (-128..127)
+    exact, whatever the values?"""
+    return 255 * 128 * k < S32_LIMIT
+
+
+def compensated(product, ra, cb, zb, k: int, za2: float, no_zb: bool) -> ir.Expr:
+    """sum (A' - za')(B' - zb') over a row of A' and a column of B' (f64), from
+    their s32 ``product``, A's row sum ``ra`` and B's column sum ``cb``
+    (``zb``: the column's zero point zb'; ``no_zb``: zb' is 0)."""
+    acc = ir.f64(product)
+    if za2 != 0:
+        acc = acc - za2 * cb
+    if not no_zb:
+        acc = acc - zb * ra + float(k) * za2 * zb
+    return acc
 
 
 def emit_int8_gemm(kb, batch_shape, a: Matrix, b: Matrix, za: float, zb, shifts, store) -> None:
@@ -85,13 +103,8 @@ def _epilogue(kb, store, bivars, i0, j0, m_, n_, ct, ra, cb, cj, K, za2, zb2, no
         rai = None if no_zb else kb.let(ra[ii], "ra")
         with kb.for_(n_, "jj") as jj:
             j = kb.let(j0 + jj, "j")
-            acc = ir.f64(ct[row + jj])
-            if za2 != 0:
-                acc = acc - za2 * cb[cj + jj]
-            if not no_zb:
-                z = kb.let(zb2(j), "zb")
-                acc = acc - z * rai + float(K) * za2 * z
-            kb.emit(store(bivars, i0 + ii, j, acc))
+            z = None if no_zb else kb.let(zb2(j), "zb")
+            kb.emit(store(bivars, i0 + ii, j, compensated(ct[row + jj], rai, cb[cj + jj], z, K, za2, no_zb)))
 
 
 def _on_tile(kb, batch_shape, a, b, za, zb, shifts, store):
@@ -194,4 +207,4 @@ def _on_mkl(kb, batch_shape, a, b, za, zb, shifts, store):
         _epilogue(kb, store, bivars, i0, j0, m_, n_, ct, ra, cb, cj, K, za2, zb2, no_zb)
 
 
-__all__ = ["S32_LIMIT", "emit_int8_gemm"]
+__all__ = ["S32_LIMIT", "compensated", "emit_int8_gemm", "fits_s32"]

@@ -9,6 +9,7 @@ import pytest
 
 import graphc
 from graphc.builder import GraphBuilder
+from graphc.codegen.conv_int8 import MIN_OCG
 from graphc.codegen.quant import F32_EXACT
 
 from support.fusion import dequantize
@@ -95,9 +96,12 @@ def _conv_int64(xi, wi):
 
 @pytest.mark.parametrize("fmt,C", [("NCX", 96), ("NXC", 96), ("NXC", 24)], ids=["NCX-runs", "NXC-runs", "NXC-one-run"])
 def test_int8_convolution_sums_exactly(fmt, C):
-    """C = 96: K = 864 integers per sum, past one exact run (im2col in runs); C = 24:
-    one run (the shifted GEMMs, no Winograd for integers)."""
-    N, H, W, O = 2, 5, 6, 8
+    """The exact f32 roads (the int8 tile's convolutions: tests/ops/conv/test_conv_int8_compiled.py;
+    6 output channels are too few for it): C = 96: K = 864 integers per sum, past one
+    exact run (im2col in runs); C = 24: one run (the shifted GEMMs, no Winograd for
+    integers)."""
+    N, H, W, O = 2, 5, 6, 6
+    assert O < MIN_OCG
     rng = np.random.default_rng(2)
     x = _big_ints(rng, (N, C, H, W), 230, 255, np.uint8)
     wt = _big_ints(rng, (O, C, 3, 3), 100, 127, np.int8)
@@ -185,3 +189,19 @@ def test_int8_matmul_every_signedness(src_dt, w_dt):
     g = b.finalize()
     (y,) = graphc.compile(g).run({tx.id: x, tw.id: w}).values()
     np.testing.assert_array_equal(y, (exact * SX * np.array(_scales(N))).astype(np.float32))
+
+
+def test_int8_matmul_sums_past_s32_whatever_the_zero_points():
+    """The tile sums u8 x s8 products of the quantized values themselves (the zero
+    points compensated after): with src's zero point 128 the centred values are
+    small, yet 255 x -128 summed 70,000 times passes s32. The sum stays exact."""
+    M, K, N = 2, 70000, 8
+    b = GraphBuilder()
+    tx, tw = b.tensor("u8", [M, K]), b.tensor("s8", [K, N])
+    dx = dequantize(b, tx, {"qtype": "per_tensor", "scales": [2.0 ** -4], "zps": [128]})
+    dw = dequantize(b, tw, {"qtype": "per_tensor", "scales": [2.0 ** -4], "zps": [0]})
+    b.op("MatMul", [dx, dw], out=[("f32", [M, N])])
+    g = b.finalize()
+    x, w = np.full((M, K), 255, np.uint8), np.full((K, N), -128, np.int8)
+    (y,) = graphc.compile(g).run({tx.id: x, tw.id: w}).values()
+    np.testing.assert_array_equal(y, np.full((M, N), 127.0 * -128 * K * 2.0 ** -8, np.float32))

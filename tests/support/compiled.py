@@ -57,6 +57,14 @@ def check_compiled(g, inputs=None, exact=False, what="", seed=0, parallel=False,
     return compiled_vs_reference(g, inputs, exact, what, seed, parallel, policy)[1]
 
 
+def only_compiled(g):
+    """The CompiledPartition of a graph that compiles to one partition."""
+    import graphc
+    cg = graphc.compile(g)
+    assert len(cg.compiled) == 1
+    return cg.compiled[0]
+
+
 def kernel_params(cg) -> list[list[str]]:
     """Parameter names of each compiled partition's kernel (scratch buffers: t<n>)."""
     return [cp.source.split("def kernel(")[1].split(")")[0].split(", ") for cp in cg.compiled]

@@ -10,6 +10,7 @@ from contextlib import ExitStack
 
 from .. import conv as cg, ir
 from ..conv import Data, Geometry, Weights
+from ..conv_int8 import Int8Operands, int8_conv_applies, shifts_of
 from ..gemm import fpmath_rounding
 from ..loops import unravel
 from ..quant import exact_chunk, integer_operands
@@ -56,21 +57,31 @@ def _data_store(view, bias, scale=None):
     return store
 
 
-def _integer_operands(op, kb, v, x):
+def _integer_operands(op, kb, v, x, geo: Geometry | None = None):
     """A Convolution's (ConvTranspose's) src and weights as
     graphc.codegen.quant.Factored operands (static s8/u8 Dequantizes computed
-    in the kernel, src per tensor, weights per tensor or per output channel):
-    its views then read the integers, summed exactly as oneDNN's s32
-    accumulator sums them; returns (the K run that stays exact, the scale of
-    dst channel c), or None."""
+    in the kernel, src per tensor, weights per tensor or per output channel),
+    summed exactly as oneDNN's s32 accumulator sums them: returns (the keyword
+    of graphc.codegen.conv's road, the scale of dst channel c), or None.  The
+    road is the int8 tile's (``int8``: the views read the quantized values)
+    where a forward convolution of ``geo`` takes it, else exact runs of f32
+    GEMMs (``exact_k``: the views read the integers q - z)."""
     w = v["weights"]
     pair = None if w.io_grouped else integer_operands(kb, v[x].ref, w.ref, w.axes[0])
     if pair is None:
         return None
     fx, fw = pair
+
+    def scale(c):
+        return fx.scale(None) * fw.scale(c)
+    if geo is not None and int8_conv_applies(geo):
+        v[x] = Data(fx.argument() or fx.raw, v[x].nxc)
+        v["weights"] = Weights(fw.argument() or fw.raw, w.axes, w.groups, w.swapped, w.io_grouped)
+        za = float(fx.zps[0]) if fx.zps is not None else 0.0
+        return {"int8": Int8Operands(za, fw.zero, shifts_of(fx.q.dtype, fw.q.dtype), fw.zps is None)}, scale
     v[x] = Data(fx.ints, v[x].nxc)
     v["weights"] = Weights(fw.ints, w.axes, w.groups, w.swapped, w.io_grouped)
-    return exact_chunk(fx, fw), lambda c: fx.scale(None) * fw.scale(c)
+    return {"exact_k": exact_chunk(fx, fw)}, scale
 
 
 def _sizes(op, ref):
@@ -109,15 +120,14 @@ def lower_conv(op, kb, ins, outs):
         if _no_products(kb, (n, oc, tuple(small)), c // op.attr("groups") * math.prod(kernel) * math.prod(big),
                         _data_store(v[y], bias)):
             return
-        ints = _integer_operands(op, kb, v, x) if kind == "Convolution" else None
+        geo = _geometry(op, n, c, oc, big, small, win)
+        ints = _integer_operands(op, kb, v, x, geo) if kind == "Convolution" else None
         if ints is None:
             # (dst's view: the forward convolution's road depends on its layout too)
-            cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
-                                _data_store(v[y], bias), rounding, v[y] if bias is None else None,
-                                dst=v[y] if kind == "Convolution" else None)
+            cg.emit_convolution(kb, geo, v[x], v["weights"], _data_store(v[y], bias), rounding,
+                                v[y] if bias is None else None, dst=v[y] if kind == "Convolution" else None)
         else:
-            cg.emit_convolution(kb, _geometry(op, n, c, oc, big, small, win), v[x], v["weights"],
-                                _data_store(v[y], bias, ints[1]), None, None, ints[0])
+            cg.emit_convolution(kb, geo, v[x], v["weights"], _data_store(v[y], bias, ints[1]), **ints[0])
     elif kind in ("ConvolutionBackwardData", "ConvTranspose"):
         dy, dx = ("diff_dst", "diff_src") if kind == "ConvolutionBackwardData" else ("src", "dst")
         n, oc, small = _sizes(op, v[dy].ref)
@@ -136,7 +146,7 @@ def lower_conv(op, kb, ins, outs):
                                   _data_store(v[dx], bias), rounding)
         else:
             cg.emit_backward_data(kb, _geometry(op, n, c, oc, big, small, win), v[dy], v["weights"],
-                                  _data_store(v[dx], bias, ints[1]), None, ints[0])
+                                  _data_store(v[dx], bias, ints[1]), **ints[0])
     else:
         x, dy = ("src", "diff_dst") if kind == "ConvolutionBackwardWeights" else ("diff_dst", "src")
         n, c, big = _sizes(op, v[x].ref)

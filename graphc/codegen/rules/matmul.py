@@ -11,7 +11,7 @@ import math
 from .. import ir
 from ..blas_import import int8_gemm
 from ..gemm import Matrix, emit_gemm, fpmath_rounding
-from ..gemm_int8 import S32_LIMIT, emit_int8_gemm
+from ..gemm_int8 import emit_int8_gemm, fits_s32
 from ..gemv import emit_gemv, gemv_applies
 from ..loops import aligned, linear
 from ..quant import exact_chunk, integer_operands
@@ -35,7 +35,7 @@ def lower_matmul(op, kb, ins, dst):
     rounding = fpmath_rounding(op)
     ints = integer_operands(kb, src, w, w.lt.ndim - (2 if tb else 1)) if w.lt.ndim > 1 else None
     exact_k = None
-    u8s8 = ints is not None and int8_gemm() and S32_LIMIT > ints[0].bound * ints[1].bound * w.lt.shape[-1 if tb else -2]
+    u8s8 = ints is not None and int8_gemm() and fits_s32(w.lt.shape[-1 if tb else -2])
     if u8s8:
         # the int8 GEMM on the quantized values (read in place where they are
         # kernel arguments), the zero points compensated

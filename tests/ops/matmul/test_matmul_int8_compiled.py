@@ -9,11 +9,11 @@ per-channel weight scales and zero points with ReLU and a Quantize."""
 import numpy as np
 import pytest
 
-import graphc
 from graphc.builder import GraphBuilder
 from graphc.codegen.blas_import import int8_gemm, int8_tile_gemm
 
 from support import check_compiled
+from support.compiled import only_compiled
 from support.fusion import dequantize
 from support.gemm_calls import int8_tile_name
 
@@ -38,12 +38,6 @@ def _qmatmul(M, K, N, src="u8", wei="s8", tb=False, batch=(), wbatch=(), quantiz
     return b.finalize()
 
 
-def _road(g):
-    cg = graphc.compile(g)
-    assert len(cg.compiled) == 1
-    return cg.compiled[0]
-
-
 @pytest.mark.parametrize("M,K,N", [(1, 1, 1), (7, 1, 33), (9, 3, 31), (8, 4, 32), (37, 70, 100), (70, 1030, 45),
                                    (130, 261, 290), (16, 300, 600)])   # (the last: C cut in column blocks)
 @pytest.mark.parametrize("tb", [False, True])
@@ -54,7 +48,7 @@ def test_shapes_off_the_tile_exact(M, K, N, tb):
 
 
 def test_the_tile_is_the_road():
-    cp = _road(_qmatmul(40, 64, 48))
+    cp = only_compiled(_qmatmul(40, 64, 48))
     if int8_tile_gemm():
         assert int8_tile_name() in cp.get_impl_info() and "gemm_u8s8_packed(" in cp.source
         assert "pack_b_u8s8(" in cp.source and "row_sums_u8(" in cp.source
@@ -96,7 +90,7 @@ def test_without_zero_points_no_compensation():
     b.op("MatMul", [dx, dw], out=[("f32", [24, 36])])
     g = b.finalize()
     if int8_tile_gemm():
-        assert "row_sums_u8(" not in _road(g).source
+        assert "row_sums_u8(" not in only_compiled(g).source
     check_compiled(g, exact=True, seed=6)
 
 

@@ -1,0 +1,155 @@
+"""int8 forward convolutions on graphc's u8 x s8 tile (graphc.codegen.int8_gemm:
+AMX-INT8's or AVX512-VNNI's), for a Convolution whose src and weights are static
+s8/u8 Dequantizes computed in the kernel (graphc/codegen/rules/conv.py).
+
+Per image and group, ``Y[P, OCg] = Cols[P, T*Cg] @ W[T*Cg, OCg]`` as in
+graphc.codegen.conv's im2col road, on the quantized values themselves, shifted
+to the tile's types (src + shifts[0] as u8, weights + shifts[1] as s8): the
+weights are copied once per call as a (T*Cg x OCg) s8 matrix per group and
+packed into the tile's panels (their column sums on the way); each work item
+of dst positions fills a u8 panel of its columns (rows of whole steps of the
+tile, zeros past T*Cg: the tile reads it in place) or reads src in place (1x1
+windows over NXC u8 src), multiplies it into an s32 tile, and stores the
+tile's sums with the zero points compensated (graphc.codegen.gemm_int8.compensated)
+and the scales applied by ``store``.  The padding holds src's zero point
+(shifted), so that its terms (q - z) are 0 as the reference's zeros are.
+"""
+from __future__ import annotations
+
+from . import ir
+from .blas_import import int8_tile_gemm
+from .conv_cols import Cells, im2col
+from .conv_views import Data, Geometry, Weights, tap_loops, work_item
+from .gemm_int8 import compensated, fits_s32
+from .int8_gemm import KQ_ALIGN, u8s8_panels
+from .kernel import ArrayRef, plan_threads, worth_parallel
+from .loops import linear, unravel
+from ..types import DataType
+
+#: a row of a panel of columns: whole steps of the tile's k (bytes)
+STEP = 4 * KQ_ALIGN
+#: bytes of one work item's panel of columns and s32 tile at most (in L2)
+ITEM_BYTES = 1 << 17
+#: dst positions per work item at least
+MIN_ROWS = 32
+#: output channels per group below which the tile's 32-column panels waste most of
+#: their work: the exact f32 roads keep those convolutions
+MIN_OCG = 8
+
+
+class Int8Operands:
+    """The quantized operands of an integer convolution: src's zero point ``za``
+    (per tensor), the weights' zero point ``zb(channel)`` of a dst channel (an
+    f64 expression), and the ``shifts`` (src, weights) that bring them to u8 and
+    s8 (128 for s8 src, -128 for u8 weights, else 0)."""
+
+    def __init__(self, za: float, zb, shifts: tuple[int, int], zb_zero: bool):
+        self.za, self.zb, self.shifts, self.zb_zero = za, zb, shifts, zb_zero
+
+    @property
+    def za2(self) -> float:
+        """src's zero point as the tile sees it (u8)."""
+        return float(self.za + self.shifts[0])
+
+
+def int8_conv_applies(geo: Geometry) -> bool:
+    """Does an integer forward convolution of ``geo`` take the int8 tile: the CPU
+    has it, its s32 sums of T*Cg products stay exact, and the groups have the
+    output channels to fill the tile's panels?"""
+    return int8_tile_gemm() and fits_s32(geo.kd) and geo.ocg >= MIN_OCG
+
+
+def _packed_weights(kb, geo: Geometry, w: Weights, shift: int):
+    """The weights of each group, (T*Cg x OCg) s8 (+ ``shift``), packed for the
+    tile: (panels, bytes per group, panels per group, column sums (s32, OCg
+    per group))."""
+    G, kd, ocg, cg = geo.groups, geo.kd, geo.ocg, geo.cg
+    wm = kb.workspace(G * kd * ocg, "i8", prefix="wints")
+    with kb.for_(G, "g") as g, kb.for_(ocg, "oc") as oc:
+        with tap_loops(kb, geo.kernel) as (taps, flat):
+            with kb.for_(cg, "ic") as ic:
+                v = ir.i64(w.load(g, oc, ic, taps)) + shift
+                kb.store(wm, ir.u64(g * (kd * ocg) + (flat * cg + ic) * ocg + oc), ir.cast(v, "i8"))
+    per, npan = u8s8_panels(ocg, kd), -(-ocg // 32)
+    bp = kb.workspace(G * per, "i8", prefix="wpanels")
+    sums = kb.workspace(G * ocg, "i32", prefix="wsums")
+    with kb.for_(G, "g", G > 1 and worth_parallel(G * kd * ocg)) as g:
+        kb.let(ir.call("pack_b_u8s8", 0, ocg, kd, wm, g * (kd * ocg), ocg, bp, g * per, sums, g * ocg, 0, npan),
+               "st")
+    return bp, per, npan, sums
+
+
+def _in_place(geo: Geometry, x: Data, shift: int, n, g, p0):
+    """(buffer, offset, ld) of the (positions x Cg) u8 matrix of src for image n,
+    group g from position p0 when the tile reads it in place (a 1x1 window at
+    unit strides, no padding, NXC u8 src as a kernel argument), else None."""
+    ref = x.ref
+    if shift or type(ref) is not ArrayRef or ref.dtype is not DataType.u8 or not x.nxc or ref.strides is None:
+        return None
+    if geo.taps != 1 or geo.big != geo.small or any(s != 1 for s in geo.strides) or any(geo.begin):
+        return None
+    ns, cs, _ = x.strides()
+    ps = x.rows(geo.big)
+    if cs != 1 or ps is None or (ps < geo.cg and geo.positions > 1):
+        return None
+    return ref.buf, linear([n, g * geo.cg, p0], [ns, cs, ps], x.base() or None), max(ps, geo.cg)
+
+
+def emit_forward_int8(kb, geo: Geometry, x: Data, w: Weights, store, ops: Int8Operands):
+    """dst = conv(x, w) on the int8 tile (see the module's doc): ``x`` and ``w``
+    view the quantized values q (as f64), ``store(n, c, spatial ivars, value)``
+    takes the f64 sum of (q - z) products of dst channel c."""
+    G, P, kd, ocg = geo.groups, geo.positions, geo.kd, geo.ocg
+    shift_x, shift_w = ops.shifts
+    za2, no_zb = ops.za2, ops.zb_zero and shift_w == 0
+    bp, per, npan, cb = _packed_weights(kb, geo, w, shift_w)
+    ld = -(-kd // STEP) * STEP
+    tm = max(1, min(P, max(MIN_ROWS, ITEM_BYTES // (ld + 4 * ocg))))
+    if geo.n * G < plan_threads():
+        tm = max(1, min(tm, -(-P // -(-plan_threads() // (geo.n * G)))))
+    mt = -(-P // tm)
+    items = geo.n * G * mt
+    par = items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 32)
+    cells = Cells("u8", lambda v: ir.cast(ir.i64(v) + shift_x, "u8"), ir.cast(ir.const(int(za2)), "u8"))
+    with kb.for_(items, "t", par) as t:
+        n, g, p0, m = work_item(kb, t, geo, mt, tm, P)
+        a = _in_place(geo, x, shift_x, n, g, p0)
+        if a is None:
+            cols = im2col(kb, geo, x, n, g, p0, m, None, tm, par, cells, ld=ld)
+            if ld > kd:   # (the tile's whole steps: zeros past T*Cg, which the packed weights have too)
+                with kb.for_(m, "r") as r, kb.for_(ld - kd, "z") as z:
+                    kb.emit(cols.store(r * ld + kd + z, ir.cast(ir.const(0), "u8")))
+            abuf, aoff, lda, k = cols.buf, cols.at(0), ld, ld
+        else:
+            (abuf, aoff, lda), k = a, kd
+        ra = None
+        if not no_zb:
+            ra = kb.scratch(tm, "f64", par, prefix="rsum")
+            kb.let(ir.call("row_sums_u8", m, kd, abuf, aoff, lda, ra.buf, ra.at(0)), "st")
+        ct = kb.scratch(tm * ocg, "i32", par, prefix="itile")
+        kb.let(ir.call("gemm_u8s8_packed", 0, m, ocg, k, abuf, aoff, lda, bp, g * per, npan, 0, ct.buf, ct.at(0),
+                       ocg), "st")
+        _store(kb, geo, store, n, g, p0, m, ct, ra, cb, ops, no_zb)
+
+
+def _store(kb, geo: Geometry, store, n, g, p0, m, ct, ra, cb, ops: Int8Operands, no_zb: bool):
+    """Store the (m x OCg) s32 tile of dst positions p0.. of image n, group g,
+    compensated, position after position (NCX dst too: a position's OCg channel
+    lines stay in L1 for the next positions; storing along each channel's positions
+    read the tile a line per element, 3.2 against 1.1 ms for 2x32x112x112)."""
+    ocg = geo.ocg
+    with kb.for_(m, "r") as r:
+        pos = unravel(kb, p0 + r, geo.small)
+        rai = None if ra is None else kb.let(ra[r], "ra")
+        with kb.for_(ocg, "oc") as oc:
+            c = kb.let(g * ocg + oc, "c")
+            z = None if no_zb else kb.let(ops.zb(c) + float(ops.shifts[1]), "zb")
+            kb.emit(store(n, c, pos, compensated(ct[r * ocg + oc], rai, cb[c], z, geo.kd, ops.za2, no_zb)))
+
+
+def shifts_of(src_dtype: DataType, weights_dtype: DataType) -> tuple[int, int]:
+    """The shifts bringing src to u8 and the weights to s8 (see Int8Operands)."""
+    return (0 if src_dtype is DataType.u8 else 128, 0 if weights_dtype is DataType.s8 else -128)
+
+
+__all__ = ["Int8Operands", "emit_forward_int8", "int8_conv_applies", "shifts_of"]
