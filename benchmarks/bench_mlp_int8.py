@@ -1,7 +1,12 @@
-"""Gated MLP and int8 MatMul: graphc's one-partition kernels against torch.
+"""Gated MLP, int8 MatMul and int8 Convolution: graphc's one-partition kernels against torch.
 
 * Gated MLP (gated_mlp.md: (x @ W_up) * swish(x @ W_gate) @ W_down), one graphc
   partition (a staged kernel), against torch eager and torch.compile.
+* int8 Convolution (u8 NXC src with a zero point, s8 weights with
+  per-channel scales, Quantize to u8: one graphc partition on the same u8 x s8
+  tile, graphc.codegen.conv_int8) against torch's quantized Conv2d (its
+  default engine, ``x86``: oneDNN's or FBGEMM's int8 convolution; channels-last
+  quint8 in and out, the requantization inside).
 * int8 MatMul (u8 src with a zero point, s8 weights with per-channel scales
   and zero points, ReLU, Quantize to u8: one graphc partition, the u8 x s8
   products summed exactly in s32 on graphc's AVX512-VNNI tile, or MKL's int8
@@ -68,6 +73,36 @@ def int8_matmul(m, k, n):
     return build, torch_fn, 2 * m * k * n
 
 
+def int8_conv(n, c, k, hw, win, pad):
+    """u8 NXC src (zero point 128) x s8 weights (per output channel) -> Convolution
+    -> Quantize u8; torch: its quantized Conv2d on the same integers and scales."""
+    xs, scale_x, scale_w, scale_y = [n, hw, hw, c], 0.02, [0.01 + 1e-5 * j for j in range(k)], 0.5
+    out = hw + 2 * pad - win + 1
+
+    def build(b):
+        x, w = b.tensor("u8", xs), b.tensor("s8", [k, c, win, win])
+        dx = b.op("Dequantize", [x], out=[("f32", xs)],
+                  attrs={"qtype": "per_tensor", "scales": [scale_x], "zps": [128]})[0]
+        dw = b.op("Dequantize", [w], out=[("f32", [k, c, win, win])],
+                  attrs={"qtype": "per_channel", "axis": 0, "scales": scale_w, "zps": [0] * k})[0]
+        y = b.op("Convolution", [dx, dw], out=[("f32", [n, out, out, k])],
+                 attrs={"strides": [1, 1], "pads_begin": [pad] * 2, "pads_end": [pad] * 2, "dilations": [1, 1],
+                        "groups": 1, "data_format": "NXC", "weights_format": "OIX"})[0]
+        b.op("Quantize", [y], out=[("u8", [n, out, out, k])],
+             attrs={"qtype": "per_tensor", "scales": [scale_y], "zps": [0]})
+
+    def torch_fn(torch, arrays):
+        x8, w8 = (a.to(torch.int32) for a in arrays)
+        qx = torch._make_per_tensor_quantized_tensor(x8.to(torch.uint8).permute(0, 3, 1, 2), scale_x, 128)
+        qw = torch._make_per_channel_quantized_tensor(w8.to(torch.int8), torch.tensor(scale_w, dtype=torch.double),
+                                                      torch.zeros(k, dtype=torch.long), 0)
+        conv = torch.ao.nn.quantized.Conv2d(c, k, win, padding=pad)
+        conv.set_weight_bias(qw, None)
+        conv.scale, conv.zero_point = scale_y, 0
+        return lambda x_, w_: conv(qx)
+    return build, torch_fn, 2 * n * out * out * k * c * win * win
+
+
 def f32_matmul(m, k, n):
     def build(b):
         b.op("MatMul", [b.tensor("f32", [m, k]), b.tensor("f32", [k, n])], out=[("f32", [m, n])])
@@ -83,6 +118,8 @@ CASES = {
     f"gated MLP {'x'.join(map(str, MLP))} f32": gated_mlp(*MLP, "f32"),
     f"gated MLP {'x'.join(map(str, MLP))} bf16": gated_mlp(*MLP, "bf16"),
     f"int8 MatMul {'x'.join(map(str, MM))} +ReLU+Quantize": int8_matmul(*MM),
+    "int8 Conv 3x3 N2 C64 K64 56x56 NXC +Quantize": int8_conv(2, 64, 64, 56, 3, 1),
+    "int8 Conv 1x1 N50 C64 K64 56x56 NXC +Quantize": int8_conv(50, 64, 64, 56, 1, 0),
     f"f32 MatMul {'x'.join(map(str, MM))}": f32_matmul(*MM),
 }
 
@@ -147,7 +184,7 @@ def main():
         t_gc, t_torch = run(case, "graphc"), run(case, "torch")
         t_comp = run(case, "torch.compile") if case.startswith("gated") else None
         times[case] = t_gc
-        if case.startswith("int8"):
+        if case.startswith("int8 MatMul"):
             int_mm["t"] = t_torch
         gf = f"{flops / t_gc / 1e9:8.0f}" if isinstance(t_gc, float) else f"{'n/a':>8}"
         print(f"{case:<42} {ms(t_gc)} {ms(t_torch)} {ms(t_comp)} {ratio(t_torch, t_gc)} {ratio(t_comp, t_gc)} {gf}",
@@ -155,7 +192,7 @@ def main():
         for t in (t_gc, t_torch, t_comp):
             if isinstance(t, str):
                 print(f"    {t}")
-    i8 = [t for c, t in times.items() if c.startswith("int8")]
+    i8 = [t for c, t in times.items() if c.startswith("int8 MatMul")]
     f32 = [t for c, t in times.items() if c.startswith("f32")]
     if i8 and f32:
         print(f"graphc int8 MatMul (+ReLU+Quantize) vs graphc f32 MatMul: f32/int8 = {ratio(f32[0], i8[0]).strip()}")

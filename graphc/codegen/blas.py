@@ -334,6 +334,9 @@ gemm_u8s8_packed = export("gemm_u8s8_packed", int8_gemm.gemm_u8s8_packed,
 pack_b_u8s8 = export("pack_b_u8s8", int8_gemm.pack_b_u8s8,
                      (I64,) * 3 + (_S8A, I64, I64, _S8A, I64, _S32A, I64, I64, I64))
 row_sums_u8 = export("row_sums_u8", int8_gemm.row_sums_u8, (I64, I64, _U8A, I64, I64, _F64A, I64))
+u8s8_begin = export("u8s8_begin", int8_gemm.u8s8_begin, ())
+u8s8_block = export("u8s8_block", int8_gemm.u8s8_block,
+                    (I64,) * 2 + (_U8A, I64, I64, _U8A, I64, _S8A, I64, I64, I64, _S32A, I64))
 
 
 @functools.cache

@@ -9,9 +9,10 @@ weights are copied once per call as a (T*Cg x OCg) s8 matrix per group and
 packed into the tile's panels (their column sums on the way); each work item
 of dst positions fills a u8 panel of its columns (rows of whole steps of the
 tile, zeros past T*Cg: the tile reads it in place) or reads src in place (1x1
-windows over NXC u8 src), multiplies it into an s32 tile, and stores the
-tile's sums with the zero points compensated (graphc.codegen.gemm_int8.compensated)
-and the scales applied by ``store``.  The padding holds src's zero point
+windows over NXC u8 src), and multiplies it a tile of C at a time
+(``u8s8_block``: MR positions x 32 channels into an s32 block in L1), each
+tile stored right away with the zero points compensated
+(graphc.codegen.gemm_int8.compensated) and the scales applied by ``store``.  The padding holds src's zero point
 (shifted), so that its terms (q - z) are 0 as the reference's zeros are.
 """
 from __future__ import annotations
@@ -21,14 +22,14 @@ from .blas_import import int8_tile_gemm
 from .conv_cols import Cells, im2col
 from .conv_views import Data, Geometry, Weights, tap_loops, work_item
 from .gemm_int8 import compensated, fits_s32
-from .int8_gemm import KQ_ALIGN, u8s8_panels
+from .int8_gemm import KQ_ALIGN, MR, block_pack_bytes, u8s8_panels
 from .kernel import ArrayRef, plan_threads, worth_parallel
 from .loops import linear, unravel
 from ..types import DataType
 
 #: a row of a panel of columns: whole steps of the tile's k (bytes)
 STEP = 4 * KQ_ALIGN
-#: bytes of one work item's panel of columns and s32 tile at most (in L2)
+#: bytes of one work item's panel of columns at most (in L2)
 ITEM_BYTES = 1 << 17
 #: dst positions per work item at least
 MIN_ROWS = 32
@@ -101,16 +102,16 @@ def emit_forward_int8(kb, geo: Geometry, x: Data, w: Weights, store, ops: Int8Op
     takes the f64 sum of (q - z) products of dst channel c."""
     G, P, kd, ocg = geo.groups, geo.positions, geo.kd, geo.ocg
     shift_x, shift_w = ops.shifts
-    za2, no_zb = ops.za2, ops.zb_zero and shift_w == 0
+    no_zb = ops.zb_zero and shift_w == 0
     bp, per, npan, cb = _packed_weights(kb, geo, w, shift_w)
     ld = -(-kd // STEP) * STEP
-    tm = max(1, min(P, max(MIN_ROWS, ITEM_BYTES // (ld + 4 * ocg))))
+    tm = max(1, min(P, max(MIN_ROWS, ITEM_BYTES // ld)))
     if geo.n * G < plan_threads():
         tm = max(1, min(tm, -(-P // -(-plan_threads() // (geo.n * G)))))
     mt = -(-P // tm)
     items = geo.n * G * mt
     par = items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 32)
-    cells = Cells("u8", lambda v: ir.cast(ir.i64(v) + shift_x, "u8"), ir.cast(ir.const(int(za2)), "u8"))
+    cells = Cells("u8", lambda v: ir.cast(ir.i64(v) + shift_x, "u8"), ir.cast(ir.const(int(ops.za2)), "u8"))
     with kb.for_(items, "t", par) as t:
         n, g, p0, m = work_item(kb, t, geo, mt, tm, P)
         a = _in_place(geo, x, shift_x, n, g, p0)
@@ -126,25 +127,36 @@ def emit_forward_int8(kb, geo: Geometry, x: Data, w: Weights, store, ops: Int8Op
         if not no_zb:
             ra = kb.scratch(tm, "f64", par, prefix="rsum")
             kb.let(ir.call("row_sums_u8", m, kd, abuf, aoff, lda, ra.buf, ra.at(0)), "st")
-        ct = kb.scratch(tm * ocg, "i32", par, prefix="itile")
-        kb.let(ir.call("gemm_u8s8_packed", 0, m, ocg, k, abuf, aoff, lda, bp, g * per, npan, 0, ct.buf, ct.at(0),
-                       ocg), "st")
-        _store(kb, geo, store, n, g, p0, m, ct, ra, cb, ops, no_zb)
+        # each tile of C (MR positions x 32 channels) stored by the epilogue right after the
+        # tile writes it, in L1 (a whole work item's s32 sums went through L2: the tile's
+        # stores and the epilogue's loads of 409x64 sums per 1x1 item cost 2.4 against 1.x ms)
+        block = kb.scratch(MR * 32, "i32", par, prefix="iblock")
+        ap = kb.scratch(block_pack_bytes(k), "u8", par, prefix="apack")
+        kb.let(ir.call("u8s8_begin"), "st")
+        with kb.for_(-(-m // MR) if isinstance(m, int) else (m + (MR - 1)) // MR, "s") as s:
+            i0 = kb.let(s * MR, "i0")
+            mi = kb.let(ir.call("min", MR, m - i0), "mi")
+            with kb.for_(npan, "jp") as jp:
+                kb.let(ir.call("u8s8_block", mi, k, abuf, aoff + i0 * lda, lda, ap.buf, ap.at(0), bp, g * per, npan,
+                               jp, block.buf, block.at(0)), "st")
+                _store(kb, geo, store, n, g, p0 + i0, mi, jp * 32, block, None if ra is None else (ra, i0), cb, ops,
+                       no_zb)
 
 
-def _store(kb, geo: Geometry, store, n, g, p0, m, ct, ra, cb, ops: Int8Operands, no_zb: bool):
-    """Store the (m x OCg) s32 tile of dst positions p0.. of image n, group g,
-    compensated, position after position (NCX dst too: a position's OCg channel
-    lines stay in L1 for the next positions; storing along each channel's positions
-    read the tile a line per element, 3.2 against 1.1 ms for 2x32x112x112)."""
+def _store(kb, geo: Geometry, store, n, g, p0, m, j0, block, ra, cb, ops: Int8Operands, no_zb: bool):
+    """Store the tile of C (``m`` dst positions from p0 x the 32 channels of group g
+    from j0, s32, rows 32 apart in ``block``) compensated (``ra``: the row sums and
+    the tile's first row in them), position after position (NCX dst too: a
+    position's channel lines stay in L1 for the next positions)."""
     ocg = geo.ocg
+    nj = min(32, ocg) if ocg <= 32 or ocg % 32 == 0 else ir.call("min", 32, ocg - j0)   # (a constant where it can be)
     with kb.for_(m, "r") as r:
         pos = unravel(kb, p0 + r, geo.small)
-        rai = None if ra is None else kb.let(ra[r], "ra")
-        with kb.for_(ocg, "oc") as oc:
-            c = kb.let(g * ocg + oc, "c")
+        rai = None if ra is None else kb.let(ra[0][ra[1] + r], "ra")
+        with kb.for_(nj, "jj") as jj:
+            c = kb.let(g * ocg + j0 + jj, "c")
             z = None if no_zb else kb.let(ops.zb(c) + float(ops.shifts[1]), "zb")
-            kb.emit(store(n, c, pos, compensated(ct[r * ocg + oc], rai, cb[c], z, geo.kd, ops.za2, no_zb)))
+            kb.emit(store(n, c, pos, compensated(block[r * 32 + jj], rai, cb[c], z, geo.kd, ops.za2, no_zb)))
 
 
 def shifts_of(src_dtype: DataType, weights_dtype: DataType) -> tuple[int, int]:

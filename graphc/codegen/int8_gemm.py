@@ -154,11 +154,11 @@ def _a_at(r, q, lp):
 
 
 @helper_jit(cache=True, nogil=True)
-def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kq, ap):
-    """Rows [i0, i0 + mb) of A, columns [k0, k0 + 4 kq), into ``ap`` as ``_a_at``
-    places them (zeros past k; the rows after mb up to a multiple of MR are left
-    as they are: their products land in rows of the scratch tile never copied
-    out, and the tiles' integer products raise nothing)."""
+def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kq, ap, ap_off):
+    """Rows [i0, i0 + mb) of A, columns [k0, k0 + 4 kq), into ``ap`` from ``ap_off``
+    as ``_a_at`` places them (zeros past k; the rows after mb up to a multiple of
+    MR are left as they are: their products land in rows of the scratch tile
+    never copied out, and the tiles' integer products raise nothing)."""
     lp = 4 * kq
     qn = min(lp, k - k0)
     if ta == 0:
@@ -166,17 +166,25 @@ def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kq, ap):
         for r in range(mb):
             src = a_off + (i0 + r) * lda + k0
             for q0 in range(0, whole, 64):
-                copy_elements(ap, _a_at(r, q0, lp), a, src + q0, 64)
+                copy_elements(ap, ap_off + _a_at(r, q0, lp), a, src + q0, 64)
             for q in range(whole, qn):
-                ap[_a_at(r, q, lp)] = a[src + q]
+                ap[ap_off + _a_at(r, q, lp)] = a[src + q]
     else:
         for q in range(qn):
             src = a_off + (k0 + q) * lda + i0
             for r in range(mb):
-                ap[_a_at(r, q, lp)] = a[src + r]
+                ap[ap_off + _a_at(r, q, lp)] = a[src + r]
     for r in range(mb):
         for q in range(qn, lp):
-            ap[_a_at(r, q, lp)] = 0
+            ap[ap_off + _a_at(r, q, lp)] = 0
+
+
+@helper_jit(cache=True, nogil=True)
+def _in_place(ta, m, k, lda):
+    """Does the tile read A's rows where they lie: not transposed, its packed quads
+    of k in its rows (m rows: MR), and on AMX's road rows whose stride lets L1 hold
+    a tile's lines?"""
+    return ta == 0 and m == MR and k % (4 * KQ_ALIGN) == 0 and (not AMX or lda % amx_tile.CONFLICT_STRIDE != 0)
 
 
 @helper_jit(cache=True, nogil=True)
@@ -200,7 +208,7 @@ def gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, c, c
     # A read in place when its packed quads of k lie in its rows: only a last
     # slice of fewer than MR rows is packed (zero rows after it); on AMX's road,
     # where the rows' stride lets L1 hold a tile's lines
-    inplace = ta == 0 and k % (4 * KQ_ALIGN) == 0 and (not AMX or lda % amx_tile.CONFLICT_STRIDE != 0)
+    inplace = _in_place(ta, MR, k, lda)
     ap = np.empty((MR if inplace else min(MC, -(-m // MR) * MR)) * 4 * kcq, np.uint8)
     tile = np.empty(MR * 32, np.int32)
     for p0 in range(0, kq_all, KC):
@@ -212,9 +220,9 @@ def gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, c, c
             mb = min(MC, m - i0)
             full = mb // MR * MR if inplace else 0     # rows read in place
             if not inplace:
-                _pack_a(ta, m, k, a, a_off, lda, i0, mb, 4 * p0, kq, ap)
+                _pack_a(ta, m, k, a, a_off, lda, i0, mb, 4 * p0, kq, ap, 0)
             elif full < mb:
-                _pack_a(ta, m, k, a, a_off, lda, i0 + full, mb - full, 4 * p0, kq, ap)
+                _pack_a(ta, m, k, a, a_off, lda, i0 + full, mb - full, 4 * p0, kq, ap, 0)
             for jp in range(npan):
                 bo = blk + (jp0 + jp) * kq * 128
                 j0 = jp * 32
@@ -233,6 +241,43 @@ def gemm_u8s8_packed(ta, m, n, k, a, a_off, lda, bp, bp_off, npan_all, jp0, c, c
                         row = c_off + (i0 + ir + r) * ldc + j0
                         for jj in range(nj):
                             c[row + jj] = c[row + jj] + tile[r * 32 + jj] if acc else tile[r * 32 + jj]
+    return 0
+
+
+def block_pack_bytes(k: int) -> int:
+    """Bytes of the scratch ``u8s8_block`` packs A's rows into (one block of k)."""
+    return MR * 4 * min(packed_quads.py_func(k), KC)
+
+
+@helper_jit(cache=True, nogil=True)
+def u8s8_begin():
+    """Load the calling thread's tile configuration for the ``u8s8_block`` calls
+    after it (AMX's road; nothing to do on AVX512-VNNI's)."""
+    if AMX:
+        amx_config()
+    return 0
+
+
+@helper_jit(cache=True, nogil=True)
+def u8s8_block(m, k, a, a_off, lda, ap, ap_off, bp, bp_off, npan_all, jp, c, c_off):
+    """One tile of C, for an epilogue to store while it is in L1: ``C[MR x 32]`` at
+    ``c[c_off:]`` (rows 32 apart; its rows past m undefined) = ``A[m, k] @`` the 32
+    columns of panel ``jp`` of B packed by pack_b_u8s8 (``npan_all`` panels from
+    ``bp_off``), m <= MR.  A (u8, rows ``lda`` apart from ``a_off``) is read in
+    place where gemm_u8s8_packed reads it so, else packed into ``ap`` from
+    ``ap_off`` (``block_pack_bytes(k)``).  ``u8s8_begin`` first, on this thread."""
+    kq_all = packed_quads(k)
+    inplace = _in_place(0, m, k, lda)
+    for p0 in range(0, kq_all, KC):
+        kq = min(KC, kq_all - p0)
+        lp = 4 * kq
+        bo = bp_off + p0 * npan_all * 128 + jp * kq * 128
+        acc = 1 if p0 > 0 else 0
+        if inplace:
+            _int8_tile_rows(a, a_off + 4 * p0, bp, bo, c, c_off, kq, lda, 32, acc)
+        else:
+            _pack_a(0, m, k, a, a_off, lda, 0, m, 4 * p0, kq, ap, ap_off)
+            _int8_tile(ap, ap_off, bp, bo, c, c_off, kq, 16 * lp if AMX else lp, 32, acc)
     return 0
 
 
@@ -285,5 +330,5 @@ else:
         return 0
 
 
-__all__ = ["AMX", "MR", "KQ_ALIGN", "KC", "MC", "packed_quads", "u8s8_panels", "pack_b_u8s8", "gemm_u8s8_packed",
-           "gemm_u8s8_tiles", "row_sums_u8"]
+__all__ = ["AMX", "MR", "KQ_ALIGN", "KC", "MC", "block_pack_bytes", "packed_quads", "u8s8_panels", "pack_b_u8s8",
+           "gemm_u8s8_packed", "gemm_u8s8_tiles", "row_sums_u8", "u8s8_begin", "u8s8_block"]

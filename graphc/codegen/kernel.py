@@ -440,7 +440,7 @@ class KernelBuilder:
 #: the BLAS helpers a kernel may call, and the library function each runs (graphc.codegen.blas)
 BLAS_ROADS = {"gemm_f32": "sgemm", "gemm_bf16": "gemm_bf16bf16f32", "gemm_bf16_packed": "gemm_bf16bf16f32",
               "gemm_bf16_prepacked": "gemm_bf16bf16f32",
-              "gemm_u8s8": "gemm_s8u8s32", "gemm_u8s8_packed": "gemm_s8u8s32"}
+              "gemm_u8s8": "gemm_s8u8s32", "gemm_u8s8_packed": "gemm_s8u8s32", "u8s8_block": "gemm_s8u8s32"}
 
 
 def blas_road(helper: str) -> str:
@@ -448,7 +448,7 @@ def blas_road(helper: str) -> str:
     from .blas import BACKEND, OWN_BF16, OWN_INT8, bf16_gemm, int8_gemm
     if helper in ("gemm_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked") and OWN_BF16:
         return "graphc_amx_bf16_tile" if bf16_gemm.AMX else "graphc_avx512bf16_tile"
-    if helper in ("gemm_u8s8", "gemm_u8s8_packed") and OWN_INT8:
+    if helper in ("gemm_u8s8", "gemm_u8s8_packed", "u8s8_block") and OWN_INT8:
         return "graphc_amx_int8_tile" if int8_gemm.AMX else "graphc_avx512vnni_tile"
     # (the f32 GEMM's library is the backend's; the bf16 and int8 ones off graphc's tiles are MKL's)
     return f"{BACKEND if helper == 'gemm_f32' else 'mkl'}_{BLAS_ROADS[helper]}"

@@ -85,7 +85,7 @@ def test_nxc_1x1_src_read_in_place():
     check_compiled(g, exact=True, seed=5)
     if ON_TILE:
         cp = only_compiled(g)
-        assert "int8_gemm" in cp.get_impl_info() and "gemm_u8s8_packed(" in cp.source
+        assert "int8_gemm" in cp.get_impl_info() and "u8s8_block(" in cp.source
         assert "cols" not in cp.source
 
 
