@@ -17,17 +17,19 @@ from graphc.codegen.gemm_int8 import fits_s32
 from support import check_compiled
 from support.compiled import only_compiled
 from support.fusion import dequantize
+from support.graphs import strides
 
 ON_TILE = int8_tile_gemm()
 
 
 def _qconv(n, c, oc, hw, k, *, src="u8", wei="s8", fmt="NCX", stride=1, pad=0, dil=1, groups=1, zx=3,
-           wzps=True, post=False, bias=False):
+           wzps=True, post=False, bias=False, gaps=False):
     """Dequantize(src, per tensor) x Dequantize(weights, per output channel) ->
-    Convolution [-> BiasAdd -> ReLU -> Quantize u8]."""
+    Convolution [-> BiasAdd -> ReLU -> Quantize u8]; ``gaps``: src laid out with
+    every dim twice as far apart as a dense layout puts it (junk between)."""
     b = GraphBuilder()
     xs = [n, c, *hw] if fmt == "NCX" else [n, *hw, c]
-    x = b.tensor(src, xs)
+    x = b.tensor(src, xs, strides(xs, range(len(xs)), pad=2) if gaps else None)
     w = b.tensor(wei, [oc, c // groups, *k])
     dx = dequantize(b, x, {"qtype": "per_tensor", "scales": [2.0 ** -5], "zps": [zx]})
     shift = 128 if wei == "u8" else 0
@@ -87,6 +89,17 @@ def test_nxc_1x1_src_read_in_place():
         cp = only_compiled(g)
         assert "int8_gemm" in cp.get_impl_info() and "u8s8_block(" in cp.source
         assert "cols" not in cp.source
+
+
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+@pytest.mark.parametrize("k,pad", [(1, 0), (3, 1)])
+def test_src_with_gaps(fmt, k, pad):
+    """src whose dims lie apart (junk between): read through its strides, in place
+    where the tile can (1x1 NXC: rows twice a row's channels apart)."""
+    g = _qconv(2, 32, 32, (6, 5), (k, k), pad=pad, fmt=fmt, gaps=True, post=True)
+    check_compiled(g, exact=True, seed=k)
+    if ON_TILE:
+        assert "int8_gemm" in only_compiled(g).get_impl_info()
 
 
 def test_few_output_channels_per_group_stay_on_the_exact_roads():
