@@ -57,6 +57,7 @@ CASES = {
     "1d": dict(n=2, c=20, oc=9, hw=(30,), k=(5,), pad=2),
     "3d": dict(n=1, c=8, oc=16, hw=(4, 5, 6), k=(2, 3, 3), pad=1),
     "k-past-a-step": dict(n=1, c=70, oc=33, hw=(5, 5), k=(1, 1)),
+    "windows-in-padding-alone": dict(n=1, c=16, oc=16, hw=(4, 5), k=(3, 3), pad=4),
 }
 
 
