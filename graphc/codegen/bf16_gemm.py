@@ -321,6 +321,45 @@ def gemm_bf16_prepacked(m, n, k, ap, ap_off, m_all, r0, bp, bp_off, npan_all, jp
     return 0
 
 
+def block_pack_elems(k: int) -> int:
+    """Elements (uint16) of the scratch ``bf16_block`` packs A's rows into (one block of k)."""
+    return MR * 2 * min(packed_pairs.py_func(k), KC)
+
+
+@helper_jit(cache=True, nogil=True)
+def bf16_begin():
+    """Load the calling thread's tile configuration for the ``bf16_block`` calls
+    after it (AMX's road; nothing to do on AVX512-BF16's)."""
+    if AMX:
+        amx_config()
+    return 0
+
+
+@helper_jit(cache=True, nogil=True)
+def bf16_block(m, k, a, a_off, lda, ap, ap_off, bp, bp_off, npan_all, jp, acc, c, c_off):
+    """One tile of C, for a kernel to sum several products into (``acc``: add to
+    it, else overwrite it) and store while it is in L1: ``C[MR x 32]`` at
+    ``c[c_off:]`` (float32, rows 32 apart; its rows past m undefined) (+)=
+    ``A[m, k] @`` the 32 columns of panel ``jp`` of B packed by pack_b_bf16
+    (``npan_all`` panels from ``bp_off``), m <= MR.  A (bf16 bits, rows ``lda``
+    apart from ``a_off``) is read in place where gemm_bf16_packed reads it so,
+    else packed into ``ap`` from ``ap_off`` (``block_pack_elems(k)``).
+    ``bf16_begin`` first, on this thread."""
+    kp_all = packed_pairs(k)
+    inplace = m == MR and k % (2 * KP_ALIGN) == 0 and (not AMX or (lda * 2) % amx_tile.CONFLICT_STRIDE != 0)
+    for p0 in range(0, kp_all, KC):
+        kp = min(KC, kp_all - p0)
+        lp = 2 * kp
+        bo = bp_off + p0 * npan_all * 64 + jp * kp * 64
+        ac = 1 if p0 > 0 or acc != 0 else 0
+        if inplace:
+            _bf16_tile_rows(a, a_off + 2 * p0, bp, bo, c, c_off, kp, lda, 32, ac)
+        else:
+            _pack_a(0, m, k, a, a_off, lda, 0, m, 2 * p0, kp, ap, ap_off)
+            _bf16_tile(ap, ap_off, bp, bo, c, c_off, kp, 16 * lp if AMX else lp, 32, ac)
+    return 0
+
+
 @helper_jit(cache=True, nogil=True)
 def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """blas.gemm_bf16 on the tile: B packed (for this call), then gemm_bf16_packed."""
@@ -331,4 +370,5 @@ def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_of
 
 
 __all__ = ["AMX", "MR", "KP_ALIGN", "KC", "MC", "packed_pairs", "bf16_panels", "bf16_a_panels", "pack_b_bf16",
-           "pack_panels_bf16", "pack_a_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "gemm_bf16_tiles"]
+           "pack_panels_bf16", "pack_a_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "gemm_bf16_tiles",
+           "block_pack_elems", "bf16_begin", "bf16_block"]

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from . import ir
-from .conv_bf16 import bf16_operands, bf16_weights, bits, plain_bf16
+from .conv_bf16 import PackedWeights, bf16_operands, bf16_weights, bits, plain_bf16
 from .conv_int8 import Int8Operands, emit_forward_int8
 from .conv_cf import channels_first, depthwise, emit_depthwise, emit_forward_cf
 from .conv_cols import BF16 as _BF16, F32 as _F32, im2col as _im2col, nothing as _nothing, window_taps as _window_taps
@@ -330,7 +330,6 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * geo.kd // 8)
     with kb.for_(items, "t", par) as t:
         n, g, q0, m = _item(kb, t, geo, mt, tm, rows)
-        tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
         if bf16:
             # 1'. bf16: the work item's own virtual rows (and the outer taps' halo), copied
             # into the thread's scratch just before its GEMMs read them (in L2; no pass
@@ -340,19 +339,50 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
             base = rows_.at(0)
         else:
             base = kb.let((n * G + g) * per + q0 * width, "xa")
-        for k, off in enumerate(offs):
-            kb.let(product(k, base + off * width, m, 0.0 if k == 0 else 1.0, tile), "st")
-        with kb.for_(m, "r") as r:
+
+        def virtual_row(r, c0, nc, read):
+            """Store row r of the products (virtual row q0 + r; channels c0.., nc of them,
+            each ``read(oc)``) where it is a dst position."""
             q = kb.let(q0 + r, "q")
             opos = [kb.let(q // inner, "o")] + [kb.let((q // v) % d, "o") for v, d in zip(vs[1:], pd[1:])]
             valid = None
             for o, size in zip(opos[1:], geo.small[1:]):
                 c = o < size
                 valid = c if valid is None else valid & c
-            row = kb.let(r * ocg, "tr")
             with (kb.if_(valid) if valid is not None else _nothing()):
-                with kb.for_(ocg, "oc") as oc:
-                    kb.emit(store(n, g * ocg + oc, opos, tile[row + oc]))
+                with kb.for_(nc, "oc") as oc:
+                    kb.emit(store(n, g * ocg + c0 + oc, opos, read(oc)))
+        if bf16 and isinstance(wb, PackedWeights):
+            _tap_blocks(kb, wb, g, m, offs, width, ocg, rows_.buf, base, par, virtual_row)
+        else:
+            tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
+            for k, off in enumerate(offs):
+                kb.let(product(k, base + off * width, m, 0.0 if k == 0 else 1.0, tile), "st")
+            with kb.for_(m, "r") as r:
+                row = kb.let(r * ocg, "tr")
+                virtual_row(r, 0, ocg, lambda oc: tile[row + oc])
+
+
+def _tap_blocks(kb, wb: PackedWeights, g, m, offs, width, ocg, abuf, base, par, virtual_row):
+    """The shifted GEMMs on graphc's bf16 tile a tile of C at a time: for each MR
+    virtual rows x 32 channels, the outer taps' products summed into a float32
+    block in L1 (``bf16_block``), and its rows stored right away (``virtual_row``)
+    rather than each tap's GEMM adding into a work item's tile of C in L2 and
+    the store reading it after the last."""
+    from .bf16_gemm import MR, block_pack_elems
+    block = kb.scratch(MR * 32, "f32", par, prefix="cblock")
+    ap = kb.scratch(block_pack_elems(width), "u16", par, prefix="apack")
+    kb.let(ir.call("bf16_begin"), "st")
+    with kb.for_((m + (MR - 1)) // MR, "s") as s:
+        i0 = kb.let(s * MR, "i0")
+        mi = kb.let(ir.call("min", MR, m - i0), "mi")
+        with kb.for_(wb.npan, "jp") as jp:
+            for k, off in enumerate(offs):
+                kb.let(wb.block(mi, width, abuf, base + (i0 + off) * width, width, ap, g, k, jp, k > 0, block), "st")
+            nc = min(32, ocg) if ocg <= 32 or ocg % 32 == 0 else ir.call("min", 32, ocg - jp * 32)
+            with kb.for_(mi, "r") as r:
+                row = kb.let(r * 32, "br")
+                virtual_row(i0 + r, jp * 32, nc, lambda oc: block[row + oc])
 
 
 class _VirtualRows:

@@ -58,6 +58,13 @@ class PackedWeights:
         return ir.call("gemm_bf16_packed", 0, m, n, k, abuf, aoff, lda, self.buf, (g * self.runs + run) * self.per,
                        self.npan, 0, beta, cbuf, coff, ldc)
 
+    def block(self, m, k, abuf, aoff, lda, ap, g, run, jp, acc: bool, block) -> ir.Expr:
+        """A tile of C (``m`` <= MR rows x panel ``jp``'s 32 columns, float32, rows 32
+        apart in the Scratch ``block``) (+)= A[m, k] @ B of (group ``g``, run
+        ``run``), A packed into the Scratch ``ap`` where it must be: the call."""
+        return ir.call("bf16_block", m, k, abuf, aoff, lda, ap.buf, ap.at(0), self.buf, (g * self.runs + run) * self.per,
+                       self.npan, jp, int(acc), block.buf, block.at(0))
+
 
 class MatrixWeights:
     """The weights as the B operands of MKL's bf16 GEMM (which packs B itself,

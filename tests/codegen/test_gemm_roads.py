@@ -29,7 +29,7 @@ MKL_TESTS = ["tests/ops/matmul/test_matmul_compiled.py::test_bf16_gemm_tiles_of_
 ROADS = {
     "AVX-512 tiles where AMX's are the road": (
         {"GRAPHC_AMX": "0", "GRAPHC_BF16_TILE": "1"}, lambda: bf16_amx_gemm(),
-        BF16_TILE_TESTS + ["tests/codegen/test_int8_tile.py"]),
+        BF16_TILE_TESTS + ["tests/codegen/test_int8_tile.py", "tests/ops/conv/test_conv_int8_compiled.py"]),
     "the AVX512-BF16 tile where MKL's GEMM is the road": (
         {"GRAPHC_BF16_TILE": "1"}, lambda: not blas.OWN_BF16 and bf16_tile.bind(), BF16_TILE_TESTS),
     "MKL's GEMM where AMX's tiles are the road": (

@@ -13,9 +13,12 @@ from support.gemm_calls import bf16_tile_name
 from support.graphs import one_op, strides
 
 
-def _bf16_gemm_call() -> str:
-    """The GEMM a bf16 convolution's kernel calls: the tile's on B packed once, else MKL's (AMX)."""
-    return "gemm_bf16_packed(" if bf16_tile_gemm() else "gemm_bf16("
+def _bf16_gemm_call(shifted: bool = False) -> str:
+    """The GEMM a bf16 convolution's kernel calls: the tile's on B packed once (a tile of C
+    at a time, its outer taps summed, where the window runs as shifted GEMMs), else MKL's (AMX)."""
+    if not bf16_tile_gemm():
+        return "gemm_bf16("
+    return "bf16_block(" if shifted else "gemm_bf16_packed("
 
 
 def win(nsp, **kw):
@@ -184,7 +187,7 @@ def test_conv_epilogue_is_one_partition(dtype, post):
     ms = match_all(g, list(catalog()))
     assert [o.kind for o in ms[0].ops] == ["Convolution"] + kinds
     cg, _ = compiled_vs_reference(g, what=post)
-    gemm = _bf16_gemm_call() if dtype == "bf16" and bf16_conv_gemm() else "gemm_f32("
+    gemm = _bf16_gemm_call(shifted=True) if dtype == "bf16" and bf16_conv_gemm() else "gemm_f32("
     assert len(cg.compiled) == 1 and gemm in cg.source
 
 
