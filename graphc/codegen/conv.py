@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from . import ir
 from .conv_bf16 import PackedWeights, bf16_operands, bf16_weights, bits, plain_bf16
 from .conv_int8 import Int8Operands, emit_forward_int8
 from .conv_cf import channels_first, depthwise, emit_depthwise, emit_forward_cf
-from .conv_cols import BF16 as _BF16, F32 as _F32, im2col as _im2col, nothing as _nothing, window_taps as _window_taps
+from .conv_cols import BF16 as _BF16, F32 as _F32, VirtualLayout, VirtualRows, im2col as _im2col
+from .conv_cols import nothing as _nothing, window_taps as _window_taps
 from .conv_views import Data, Geometry, Weights, cropped, moved_store, store_zeros_outside, visible_box
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
 from .gemm import Matrix, direct, exact_runs
@@ -283,20 +282,12 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     rows it reads (its own and the outer taps' halo) as bf16 bits into its
     thread's scratch right before its GEMMs (rather than a whole copy first:
     the rows are in L2 when read, and the kernel has one parallel loop)."""
-    G, ocg, cg = geo.groups, geo.ocg, geo.cg
+    G, ocg = geo.groups, geo.ocg
+    lay = VirtualLayout(geo)
+    width, inner, rows, offs, span = lay.width, lay.inner, lay.rows, lay.offs, lay.span
     kw = geo.kernel[-1]
-    width = kw * cg                                  # one virtual row
-    # padded extents over the outer window dims; the last dim's taps are in the row,
-    # so its extent is dst's own (no virtual rows of padding to compute and skip:
-    # 56x56 computed 58 columns for 56)
-    pd = [o + (k - 1) * d for o, k, d in zip(geo.small[:-1], geo.kernel[:-1], geo.dilations[:-1])] + [geo.small[-1]]
-    vs = dense_strides(pd)
-    inner = math.prod(pd[1:])
-    rows = geo.small[0] * inner                     # virtual rows holding every dst position
-    offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, vs)) for tap in np.ndindex(*geo.kernel[:-1])]
-    span = rows + max(offs)                          # rows a tap may read
     per = span * width
-    copy = _VirtualRows(kb, geo, x, rounding, vs, pd, width, bf16)
+    copy = VirtualRows(kb, geo, x, rounding, lay, _BF16 if bf16 else _F32)
     if not bf16:
         # 1. the expanded copies: (image, group, block of virtual rows) in parallel; every value written
         xp = kb.workspace(geo.n * G * per, "f32", prefix="xp")
@@ -343,12 +334,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
         def virtual_row(r, c0, nc, read):
             """Store row r of the products (virtual row q0 + r; channels c0.., nc of them,
             each ``read(oc)``) where it is a dst position."""
-            q = kb.let(q0 + r, "q")
-            opos = [kb.let(q // inner, "o")] + [kb.let((q // v) % d, "o") for v, d in zip(vs[1:], pd[1:])]
-            valid = None
-            for o, size in zip(opos[1:], geo.small[1:]):
-                c = o < size
-                valid = c if valid is None else valid & c
+            opos, valid = lay.position(kb, q0 + r)
             with (kb.if_(valid) if valid is not None else _nothing()):
                 with kb.for_(nc, "oc") as oc:
                     kb.emit(store(n, g * ocg + c0 + oc, opos, read(oc)))
@@ -383,44 +369,6 @@ def _tap_blocks(kb, wb: PackedWeights, g, m, offs, width, ocg, abuf, base, par, 
             with kb.for_(mi, "r") as r:
                 row = kb.let(r * 32, "br")
                 virtual_row(i0 + r, jp * 32, nc, lambda oc: block[row + oc])
-
-
-class _VirtualRows:
-    """The shifted GEMMs' copy of src (emit_forward_shifted): ``emit(n, g, v0,
-    count, dest, at)`` writes virtual rows [v0, v0 + count) of image n, group g
-    (each the KW taps' Cg channels of a padded position, zeros in the padding)
-    into ``dest`` from ``at``, f32 or (``bf16``) bf16 bits; every value written."""
-
-    def __init__(self, kb, geo, x, rounding, vs, pd, width, bf16):
-        self.kb, self.geo, self.x, self.rounding, self.vs, self.pd = kb, geo, x, rounding, vs, pd
-        self.width, self.bf16 = width, bf16
-
-    def emit(self, n, g, v0, count, dest, at0):
-        kb, geo, vs, pd = self.kb, self.geo, self.vs, self.pd
-        cg = geo.cg
-        kw, dw = geo.kernel[-1], geo.dilations[-1]
-        zero = ir.const(0, "int") if self.bf16 else ir.const(0.0, "f32")
-        with kb.for_(count, "v") as v:
-            vv = kb.let(v0 + v, "vv")
-            vpos = [kb.let(vv // vs[0], "p")] + [kb.let((vv // st) % d, "p") for st, d in zip(vs[1:], pd[1:])]
-            pos = [kb.let(p - b, "ip") for p, b in zip(vpos[:-1], geo.begin[:-1])]
-            inside = None
-            for p, size in zip(pos, geo.big[:-1]):
-                c = (p >= 0) & (p < size)
-                inside = c if inside is None else inside & c
-            row = kb.let(at0 + v * self.width, "xr")
-            with kb.for_(kw, "k") as k:
-                last = kb.let(vpos[-1] + k * dw - geo.begin[-1], "ip")
-                ok = (last >= 0) & (last < geo.big[-1])
-                ok = ok if inside is None else inside & ok
-                at = kb.let(row + k * cg, "xa")
-                with kb.if_(ok) as st:
-                    with kb.for_(cg, "ci") as ci:
-                        val = _rounded(self.x.load(n, g * cg + ci, pos + [last]), self.rounding)
-                        kb.store(dest, ir.u64(at + ci), bits(val) if self.bf16 else ir.f32(val))
-                    with kb.else_(st):
-                        with kb.for_(cg, "ci") as ci:
-                            kb.store(dest, ir.u64(at + ci), zero)
 
 
 def as_forward(geo: Geometry) -> Geometry | None:

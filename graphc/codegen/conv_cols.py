@@ -1,6 +1,7 @@
 """im2col for the convolutions (graphc.codegen.conv): the (positions x taps x
-channels) panels of src values a window meets, and the loops over dst positions
-and their window taps."""
+channels) panels of src values a window meets, the shifted GEMMs' virtual rows
+(a window's last dim's taps side by side, the other taps rows apart), and the
+loops over dst positions and their window taps."""
 from __future__ import annotations
 
 import math
@@ -13,6 +14,7 @@ from .conv_bf16 import bits
 from .conv_views import Data, Geometry
 from .conv_views import rounded as _rounded, tap_loops as _tap_loops
 from .loops import unravel
+from ..types import dense_strides
 
 #: src channels per pass over the window taps of an im2col row (channels-first src)
 IM2COL_CHANNELS = 16
@@ -92,6 +94,77 @@ def aliased_channels(x: Data, cg: int) -> bool:
     if step % 64:
         return False
     return 12 * (64 // math.gcd(step // 64, 64)) < cg
+
+
+class VirtualLayout:
+    """The shifted GEMMs' virtual rows of a unit-stride convolution (see
+    graphc.codegen.conv.emit_forward_shifted): over the padded extents ``pd``
+    (dst size + dilated window - 1 over the outer window dims, dst's size over
+    the last, whose taps lie in the row), virtual row v holds the Cg channels of
+    each of the last dim's KW taps (``width`` values).  A dst position has the
+    virtual row ``sum(o[t] * vs[t])``; an outer tap k reads the row ``offs[k]``
+    further; ``rows`` virtual rows hold every dst position, ``span`` those a tap
+    may read; ``inner``: the rows of one step of the first dim."""
+
+    def __init__(self, geo: Geometry):
+        self.geo = geo
+        self.width = geo.kernel[-1] * geo.cg
+        # (the last dim's extent is dst's own: no virtual rows of padding to compute and
+        # skip; 56x56 computed 58 columns for 56)
+        self.pd = [o + (k - 1) * d for o, k, d in zip(geo.small[:-1], geo.kernel[:-1], geo.dilations[:-1])] \
+            + [geo.small[-1]]
+        self.vs = dense_strides(self.pd)
+        self.inner = math.prod(self.pd[1:])
+        self.rows = geo.small[0] * self.inner
+        self.offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, self.vs))
+                     for tap in np.ndindex(*geo.kernel[:-1])]
+        self.span = self.rows + max(self.offs)
+
+    def position(self, kb, q):
+        """(dst's spatial indices of virtual row ``q``, the condition that it is a dst
+        position, None when every row is)."""
+        opos = [kb.let(q // self.inner, "o")] + [kb.let((q // v) % d, "o") for v, d in zip(self.vs[1:], self.pd[1:])]
+        valid = None
+        for o, size in zip(opos[1:], self.geo.small[1:]):
+            c = o < size
+            valid = c if valid is None else valid & c
+        return opos, valid
+
+
+class VirtualRows:
+    """The copy of src into virtual rows (:class:`VirtualLayout`): ``emit(n, g, v0,
+    count, dest, at)`` writes virtual rows [v0, v0 + count) of image n, group g
+    into ``dest`` from ``at`` as ``cells`` (``cells.pad`` in the padding); every
+    value written."""
+
+    def __init__(self, kb, geo: Geometry, x: Data, rounding, layout: VirtualLayout, cells: Cells):
+        self.kb, self.geo, self.x, self.rounding, self.layout, self.cells = kb, geo, x, rounding, layout, cells
+
+    def emit(self, n, g, v0, count, dest, at0):
+        kb, geo, vs, pd = self.kb, self.geo, self.layout.vs, self.layout.pd
+        cg = geo.cg
+        kw, dw = geo.kernel[-1], geo.dilations[-1]
+        with kb.for_(count, "v") as v:
+            vv = kb.let(v0 + v, "vv")
+            vpos = [kb.let(vv // vs[0], "p")] + [kb.let((vv // st) % d, "p") for st, d in zip(vs[1:], pd[1:])]
+            pos = [kb.let(p - b, "ip") for p, b in zip(vpos[:-1], geo.begin[:-1])]
+            inside = None
+            for p, size in zip(pos, geo.big[:-1]):
+                c = (p >= 0) & (p < size)
+                inside = c if inside is None else inside & c
+            row = kb.let(at0 + v * self.layout.width, "xr")
+            with kb.for_(kw, "k") as k:
+                last = kb.let(vpos[-1] + k * dw - geo.begin[-1], "ip")
+                ok = (last >= 0) & (last < geo.big[-1])
+                ok = ok if inside is None else inside & ok
+                at = kb.let(row + k * cg, "xa")
+                with kb.if_(ok) as st:
+                    with kb.for_(cg, "ci") as ci:
+                        val = _rounded(self.x.load(n, g * cg + ci, pos + [last]), self.rounding)
+                        kb.store(dest, ir.u64(at + ci), self.cells.convert(val))
+                    with kb.else_(st):
+                        with kb.for_(cg, "ci") as ci:
+                            kb.store(dest, ir.u64(at + ci), self.cells.pad)
 
 
 @contextmanager
