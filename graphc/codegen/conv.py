@@ -247,10 +247,6 @@ def _store_tile(kb, geo: Geometry, store, n, g, p0, m, tile):
             kb.emit(store(n, g * ocg + oc, pos, tile[row + oc]))
 
 
-#: rows of virtual positions one tile of the shifted-GEMM forward holds at least
-SHIFTED_TILE_ROWS = 384
-
-
 #: a window of fewer taps takes the channels-first road where that applies (NCX f32): its
 #: product per position is short beside the shifted road's copy of src into virtual rows
 #: (2x2 over 2x64x112x112, 32 outputs: 1.49 -> 1.15 ms); 3x3 windows ran 0.82-0.94x as fast
@@ -284,7 +280,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     the rows are in L2 when read, and the kernel has one parallel loop)."""
     G, ocg = geo.groups, geo.ocg
     lay = VirtualLayout(geo)
-    width, inner, rows, offs, span = lay.width, lay.inner, lay.rows, lay.offs, lay.span
+    width, rows, offs, span = lay.width, lay.rows, lay.offs, lay.span
     kw = geo.kernel[-1]
     per = span * width
     copy = VirtualRows(kb, geo, x, rounding, lay, _BF16 if bf16 else _F32)
@@ -312,11 +308,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
         def product(k, a_at, m, beta, tile):
             return ir.call("gemm_f32", 0, tw, m, ocg, width, xp, a_at, width, wbuf, woff(g) + k * width * wrow, ldw,
                            beta, tile.buf, tile.at(0), ocg)
-    rt = max(1, min(geo.small[0], -(-SHIFTED_TILE_ROWS // inner)))
-    while rt > 1 and geo.n * G * -(-geo.small[0] // rt) < 2 * plan_threads():
-        rt = -(-rt // 2)
-    mt = -(-geo.small[0] // rt)
-    tm = rt * inner
+    mt, tm = lay.tiles(geo.n * G, plan_threads())
     items = geo.n * G * mt
     par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * geo.kd // 8)
     with kb.for_(items, "t", par) as t:

@@ -96,6 +96,10 @@ def aliased_channels(x: Data, cg: int) -> bool:
     return 12 * (64 // math.gcd(step // 64, 64)) < cg
 
 
+#: rows of virtual positions one work item of the shifted GEMMs holds at least
+SHIFTED_TILE_ROWS = 384
+
+
 class VirtualLayout:
     """The shifted GEMMs' virtual rows of a unit-stride convolution (see
     graphc.codegen.conv.emit_forward_shifted): over the padded extents ``pd``
@@ -119,6 +123,16 @@ class VirtualLayout:
         self.offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, self.vs))
                      for tap in np.ndindex(*geo.kernel[:-1])]
         self.span = self.rows + max(self.offs)
+
+    def tiles(self, items: int, threads: int) -> tuple[int, int]:
+        """(blocks, rows per block) of the virtual rows for work items of whole
+        first-dim rows of dst: SHIFTED_TILE_ROWS rows at least, fewer while
+        ``items`` x blocks gives fewer than two per thread."""
+        geo = self.geo
+        rt = max(1, min(geo.small[0], -(-SHIFTED_TILE_ROWS // self.inner)))
+        while rt > 1 and items * -(-geo.small[0] // rt) < 2 * threads:
+            rt = -(-rt // 2)
+        return -(-geo.small[0] // rt), rt * self.inner
 
     def position(self, kb, q):
         """(dst's spatial indices of virtual row ``q``, the condition that it is a dst
