@@ -100,7 +100,7 @@ def emit_forward_int8(kb, geo: Geometry, x: Data, w: Weights, store, ops: Int8Op
     """dst = conv(x, w) on the int8 tile (see the module's doc): ``x`` and ``w``
     view the quantized values q (as f64), ``store(n, c, spatial ivars, value)``
     takes the f64 sum of (q - z) products of dst channel c."""
-    G, P, kd, ocg = geo.groups, geo.positions, geo.kd, geo.ocg
+    G, P, kd = geo.groups, geo.positions, geo.kd
     shift_x, shift_w = ops.shifts
     no_zb = ops.zb_zero and shift_w == 0
     bp, per, npan, cb = _packed_weights(kb, geo, w, shift_w)
