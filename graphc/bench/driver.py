@@ -11,7 +11,8 @@ Performance mode (P) prints ``perf,cpu,<knobs>,<min ms>,<avg ms>`` and
 ``cost,cpu,<knobs>,<bytes>,<GFLOP>,<GB/s>,<%triad>,<%peak>`` per timed case
 (graphc.bench.cost: the bytes one run moves and the FLOPs it computes; GB/s
 over the fastest run; its share of a numba triad moving the same bytes, timed
-in the same process before and after the case; its share of the FMA peak) and
+in the same process before and after the case; its share of the peak of its GEMM
+road: cost.graph_peak) and
 ``total perf: ...`` at the end;
 listing mode (L) only lists the cases.  The exit status is 1 when a case
 failed, was unimplemented or had invalid arguments (benchdnn treats all three
@@ -187,8 +188,9 @@ def measure(graph, expected_partitions: int, fix_times: int, max_ms: float, seed
     """(Outcome, Timing or None): executions repeated ``fix_times`` times, or
     until ``max_ms`` have passed when fix_times is 0, after one warm-up run.
     Timing.cost holds the bytes and FLOPs of a run against a triad moving the
-    same bytes, timed before and after the case, and the FMA peak (measured at
-    the first case with FLOPs); with ``profile``, Timing.profile holds
+    same bytes, timed before and after the case, and the peak of the fastest GEMM
+    road its partitions take (cost.graph_peak: the f32 FMA peak, or graphc's bf16
+    or int8 GEMM's rate, each measured once); with ``profile``, Timing.profile holds
     CompiledGraph.profile's table of the partitions."""
     out = Outcome()
     try:
@@ -217,7 +219,7 @@ def measure(graph, expected_partitions: int, fix_times: int, max_ms: float, seed
         out.status, out.reason = FAILED, _why(e)
         return out, None
     best = min(times)
-    work = cost.Cost(nbytes, nflops, best / 1e3, bandwidth, cost.fma_peak() if nflops else NAN)
+    work = cost.Cost(nbytes, nflops, best / 1e3, bandwidth, cost.graph_peak(cg) if nflops else NAN)
     return out, Timing(best, sum(times) / len(times), out.compile_ms, cached, work, table)
 
 
@@ -344,7 +346,8 @@ global options:
   --mode=C|P|L                 correctness (default), performance, listing; performance
                                ends with a line per case: cost,cpu,<knobs>,<bytes>,<GFLOP>,
                                <GB/s>,<%triad>,<%peak> (% of a numba triad moving the same
-                               bytes, % of the sgemm FMA peak)
+                               bytes, % of the peak of its GEMM road: sgemm's, or graphc's bf16
+                               or int8 GEMM's)
   --fix-times-per-prb=N        performance: run each case N times
   --max-ms-per-prb=MS          performance: time budget per case (10..60000, default 3000)
   --inputs-dir=DIR             where --case and --batch files are looked for too

@@ -18,7 +18,11 @@ multiply-add; 0 for the memory-bound ops).
 Limits: ``Triad`` is a numba parallel ``a = b + s * c`` over three float32 arrays
 moving a given number of bytes: the bandwidth this machine streams those bytes
 at.  ``fma_peak()`` is the fastest f32 GEMM rate (one single-threaded sgemm
-per thread of numba's pool, in parallel), measured once per process.
+per thread of numba's pool, in parallel), measured once per process; a
+partition whose GEMMs run in bf16 or int8 (its impl info names the road,
+``road_of``) is held against that road's rate instead (``gemm_peak``: graphc's
+bf16 or u8 x s8 GEMM timed the same way; an AMX tile's is 10-20 times the f32
+rate, so a bf16 kernel against the f32 peak read 400-600%).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from ..codegen.blas import gemm_f32, single_threaded_blas
+from ..codegen.blas import gemm_bf16, gemm_f32, gemm_u8s8, single_threaded_blas
 from ..codegen.exported import bind
 from ..codegen.kernel import NUM_THREADS
 from ..errors import InvalidArguments
@@ -164,6 +168,66 @@ def _gemms(a, b, c, parts, n):
         gemm_f32(0, 0, n, n, n, a, p * n * n, n, b, p * n * n, n, 0.0, c, p * n * n, n)
 
 
+#: the GEMM roads a partition's impl info can name, by the names of their functions
+_ROADS = (("int8", ("int8_tile", "vnni_tile", "s8u8s32")), ("bf16", ("bf16_tile", "gemm_bf16")))
+
+
+def road_of(impl: str) -> str:
+    """"bf16", "int8" or "f32": the GEMM road an impl info string
+    (CompiledPartition.get_impl_info) names, f32 when it names none."""
+    for road, names in _ROADS:
+        if any(name in impl for name in names):
+            return road
+    return "f32"
+
+
+def graph_peak(cg) -> float:
+    """The compute limit of a run of CompiledGraph ``cg`` (after one run, as
+    partitions_run): the fastest GEMM road any of its partitions takes."""
+    roads = {road_of(cp.get_impl_info()) for cp in partitions_run(cg)}
+    return max(gemm_peak(road) for road in roads or {"f32"})
+
+
+def gemm_peak(road: str) -> float:
+    """The rate (FLOP/s, 2 per multiply-add) of graphc's GEMM on ``road``: the f32
+    FMA peak (fma_peak), or the bf16 or u8 x s8 GEMM's (``_road_peak``)."""
+    return fma_peak() if road == "f32" else _road_peak(road)
+
+
+@functools.cache
+def _road_peak(road: str, n: int = 1024, repeat: int = 3) -> float:
+    """The fastest rate of graphc's bf16 (``gemm_bf16``) or u8 x s8 (``gemm_u8s8``)
+    GEMM of n^3, one per thread of numba's pool in parallel, as kernels call them
+    (graphc's tiles where the CPU has them).  Measured once per process."""
+    if road not in ("bf16", "int8"):
+        raise InvalidArguments(f"gemm_peak: no GEMM road {road!r}; expected 'f32', 'bf16' or 'int8'")
+    parts = NUM_THREADS
+    rng = np.random.default_rng(0)
+    c = np.empty(parts * n * n, np.float32 if road == "bf16" else np.int32)
+    if road == "bf16":
+        bind("gemm_bf16")
+        a = rng.integers(0x3F00, 0x3F80, parts * n * n).astype(np.uint16)     # bf16 bits of [0.5, 1)
+        t = best_time(lambda: _bf16_gemms(a, a.copy(), c, parts, n), repeat)
+    else:
+        bind("gemm_u8s8")
+        a = rng.integers(0, 256, parts * n * n).astype(np.uint8)
+        b = rng.integers(-128, 128, parts * n * n).astype(np.int8)
+        t = best_time(lambda: _int8_gemms(a, b, c, parts, n), repeat)
+    return parts * 2 * n ** 3 / t
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _bf16_gemms(a, b, c, parts, n):
+    for p in prange(parts):
+        gemm_bf16(0, 0, n, n, n, a, p * n * n, n, b, p * n * n, n, 0.0, c, p * n * n, n)
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _int8_gemms(a, b, c, parts, n):
+    for p in prange(parts):
+        gemm_u8s8(0, 0, n, n, n, a, p * n * n, n, b, p * n * n, n, c, p * n * n, n)
+
+
 @dataclass
 class Cost:
     """One case's traffic and work against the machine's limits."""
@@ -172,7 +236,7 @@ class Cost:
     flops: int
     seconds: float             # the case's fastest run
     triad: float               # bytes/s of the fastest triad moving ``nbytes``
-    peak: float = NAN          # FLOP/s (fma_peak), NaN when not measured (no FLOPs)
+    peak: float = NAN          # FLOP/s (gemm_peak of its road), NaN when not measured (no FLOPs)
 
     @property
     def gbs(self) -> float:
@@ -191,4 +255,4 @@ class Cost:
 
 
 __all__ = ["tensor_bytes", "partitions_run", "partition_bytes", "bytes_moved", "flops", "best_time", "Triad",
-           "fma_peak", "Cost"]
+           "fma_peak", "gemm_peak", "graph_peak", "road_of", "Cost"]

@@ -4,8 +4,9 @@ Each partition is timed alone within the run (its ``execute`` between two
 clock reads, over ``repeat`` runs: the fastest counts), next to the bytes it
 moves and the FLOPs it computes (graphc.compiler.cost), and held against the
 machine limit that binds it: the bandwidth of a triad moving the same bytes,
-or the FMA peak when its FLOPs at that peak take longer than its bytes at that
-bandwidth."""
+or the peak of its GEMM road (the f32 FMA peak, or graphc's bf16 or int8
+GEMM's rate where the partition's impl info names that road: cost.gemm_peak)
+when its FLOPs at that peak take longer than its bytes at that bandwidth."""
 from __future__ import annotations
 
 import math
@@ -22,8 +23,8 @@ TRIAD_RUNS = 5
 class PartitionProfile:
     """One partition's row: its fastest time (ms) and mean, its share of the sum
     of fastest times, bytes and FLOPs of a run, and the fraction of its binding
-    limit (``bound``: "memory" against the triad, "compute" against the FMA
-    peak, "none" for a view) achieved."""
+    limit (``bound``: "memory" against the triad, "compute" against the peak
+    of its GEMM road, "none" for a view) achieved."""
 
     partition: int
     kernel: str
@@ -92,17 +93,18 @@ def profile(cg, inputs: dict, repeat: int = 10, comm=None) -> Profile:
 def _row(pid, cp, seconds, mean, share, nbytes, nflops) -> PartitionProfile:
     gbs = nbytes / seconds / 1e9 if seconds > 0 else math.nan
     bound, fraction = "none", math.nan
+    impl = cp.get_impl_info()
     if nbytes and seconds > 0:
         bandwidth = cost.Triad(nbytes).bandwidth(TRIAD_RUNS)
         bound, fraction = "memory", nbytes / seconds / bandwidth
         if nflops:
-            peak = cost.fma_peak()
+            peak = cost.gemm_peak(cost.road_of(impl))
             if nflops / peak > nbytes / bandwidth:
                 bound, fraction = "compute", nflops / seconds / peak
     elif nflops and seconds > 0:
-        bound, fraction = "compute", nflops / seconds / cost.fma_peak()
-    return PartitionProfile(pid, cp.partition.kind, cp.get_impl_info(), seconds * 1e3, mean * 1e3, share, nbytes,
-                            nflops, gbs, bound, fraction)
+        bound, fraction = "compute", nflops / seconds / cost.gemm_peak(cost.road_of(impl))
+    return PartitionProfile(pid, cp.partition.kind, impl, seconds * 1e3, mean * 1e3, share, nbytes, nflops, gbs,
+                            bound, fraction)
 
 
 def _timed_run(cg, inputs: dict, comm) -> list[float]:

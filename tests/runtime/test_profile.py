@@ -3,6 +3,7 @@ bytes and FLOPs worked out by hand from the shapes."""
 import math
 import time
 
+import ml_dtypes
 import numpy as np
 
 import graphc
@@ -71,3 +72,38 @@ def test_profile_of_a_view_moves_nothing():
                 attrs={"shape": [6, 4], "special_zero": False}))
     (row,) = graphc.compile(g.finalize()).profile({0: np.ones((4, 6), np.float32)}, repeat=2).rows
     assert row.nbytes == 0 and row.bound == "none" and math.isnan(row.fraction)
+
+
+def test_gemm_roads_named_by_the_impl_info():
+    from graphc.compiler.cost import road_of
+    assert road_of("anchor:MatMul+GELU/graphc_amx_bf16_tile/threads") == "bf16"
+    assert road_of("op:MatMul/mkl_gemm_bf16bf16f32") == "bf16"
+    assert road_of("anchor:Dequantize+Dequantize+Convolution/int8_gemm/graphc_amx_int8_tile") == "int8"
+    assert road_of("anchor:Dequantize+Dequantize+MatMul/graphc_avx512vnni_tile") == "int8"
+    assert road_of("op:MatMul/mkl_gemm_s8u8s32") == "int8"
+    assert road_of("op:MatMul/dnnl_sgemm") == road_of("op:SoftMax") == "f32"
+
+
+def test_a_bf16_matmul_is_held_against_the_bf16_road(monkeypatch):
+    """A partition whose GEMMs run in bf16 is held against the bf16 GEMM's rate, not
+    the f32 FMA peak (an AMX tile's rate is 10-20 times the f32 one); the bench's
+    per-case peak is the fastest road the graph's partitions take."""
+    from graphc.codegen.blas_import import bf16_gemm
+    from graphc.compiler import cost
+    if not bf16_gemm():
+        import pytest
+        pytest.skip("no bf16 GEMM on this machine (bf16 MatMuls run in f32)")
+    peaks = {"bf16": 3e9, "int8": 5e9}
+    monkeypatch.setattr(cost, "fma_peak", lambda: 2e9)
+    monkeypatch.setattr(cost, "_road_peak", lambda road: peaks[road])
+    m = k = n = 256
+    g = Graph()
+    g.add_op(Op(0, "MatMul", [L(0, "bf16", [m, k]), L(1, "bf16", [k, n])], [L(2, "bf16", [m, n])]))
+    cg = graphc.compile(g.finalize())
+    rng = np.random.default_rng(1)
+    inputs = {t: rng.standard_normal(s).astype(ml_dtypes.bfloat16) for t, s in ((0, (m, k)), (1, (k, n)))}
+    (row,) = cg.profile(inputs, repeat=2).rows
+    assert cost.road_of(row.impl) == "bf16", row.impl
+    assert row.bound == "compute"
+    assert math.isclose(row.fraction, row.flops / (row.ms / 1e3) / peaks["bf16"], rel_tol=1e-9)
+    assert cost.graph_peak(cg) == peaks["bf16"]
