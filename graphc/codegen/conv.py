@@ -35,6 +35,7 @@ from .conv_cf import channels_first, depthwise, emit_depthwise, emit_forward_cf
 from .conv_cols import BF16 as _BF16, F32 as _F32, VirtualLayout, VirtualRows, im2col as _im2col
 from .conv_cols import nothing as _nothing, window_taps as _window_taps
 from .conv_views import Data, Geometry, Weights, cropped, moved_store, store_zeros_outside, visible_box
+from .conv_views import MIN_ROWS, PANEL_ELEMS, panel_width, tile_rows
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
 from .gemm import Matrix, direct, exact_runs
 from .kernel import plan_threads, worth_parallel
@@ -44,9 +45,6 @@ from ..types import DataType, dense_strides
 
 #: output channels per pass of the forward roads' packing of OIX-like weights
 PACK_OC = 16
-#: rows of one im2col panel at most: a panel of (rows x T*Cg) f32 stays near L2's size
-PANEL_ELEMS = 1 << 17
-MIN_ROWS = 32
 
 
 def _pack_weights(kb, geo: Geometry, w: Weights, transposed: bool, rounding, cb=None):
@@ -178,14 +176,6 @@ def _dy_operand(kb, geo: Geometry, dy: Data, n, g, p0, m, tm, rounding, parallel
     return buf.buf, buf.at(0), ocg
 
 
-def _tile_rows(geo: Geometry, items: int, width: int) -> int:
-    rows = geo.positions
-    threads = plan_threads()
-    if items < threads:
-        rows = -(-rows // -(-threads // items))
-    return max(1, min(rows, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))
-
-
 def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, out: Data | None = None,
                  exact_k: int | None = None):
     """dst = conv(x, w): ``store(n, o, spatial ivars, value)`` returns the statements
@@ -202,7 +192,7 @@ def emit_forward(kb, geo: Geometry, x: Data, w: Weights, store, rounding=None, o
     cm = not bf16 and run is None and channel_major(geo, w, rounding)
     if not bf16:
         wbuf, woff, ldw, tw = weights_operand(kb, geo, w, False, rounding, either=run is None, cm=cm)
-    tm = _tile_rows(geo, geo.n * G, kd)
+    tm = tile_rows(geo, geo.n * G, kd)
     mt = -(-P // tm)
     items = geo.n * G * mt
     par = items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 8)
@@ -357,7 +347,7 @@ def _tap_blocks(kb, wb: PackedWeights, g, m, offs, width, ocg, abuf, base, par, 
         with kb.for_(wb.npan, "jp") as jp:
             for k, off in enumerate(offs):
                 kb.let(wb.block(mi, width, abuf, base + (i0 + off) * width, width, ap, g, k, jp, k > 0, block), "st")
-            nc = min(32, ocg) if ocg <= 32 or ocg % 32 == 0 else ir.call("min", 32, ocg - jp * 32)
+            nc = panel_width(ocg, jp * 32)
             with kb.for_(mi, "r") as r:
                 row = kb.let(r * 32, "br")
                 virtual_row(i0 + r, jp * 32, nc, lambda oc: block[row + oc])

@@ -20,19 +20,15 @@ from __future__ import annotations
 from . import ir
 from .blas_import import int8_tile_gemm
 from .conv_cols import Cells, im2col
-from .conv_views import Data, Geometry, Weights, tap_loops, work_item
+from .conv_views import Data, Geometry, Weights, panel_width, tap_loops, tile_rows, work_item
 from .gemm_int8 import compensated, fits_s32
 from .int8_gemm import KQ_ALIGN, MR, block_pack_bytes, u8s8_panels
-from .kernel import ArrayRef, plan_threads, worth_parallel
+from .kernel import ArrayRef, worth_parallel
 from .loops import linear, unravel
 from ..types import DataType
 
 #: a row of a panel of columns: whole steps of the tile's k (bytes)
 STEP = 4 * KQ_ALIGN
-#: bytes of one work item's panel of columns at most (in L2)
-ITEM_BYTES = 1 << 17
-#: dst positions per work item at least
-MIN_ROWS = 32
 #: output channels per group below which the tile's 32-column panels waste most of
 #: their work: the exact f32 roads keep those convolutions
 MIN_OCG = 8
@@ -105,9 +101,7 @@ def emit_forward_int8(kb, geo: Geometry, x: Data, w: Weights, store, ops: Int8Op
     no_zb = ops.zb_zero and shift_w == 0
     bp, per, npan, cb = _packed_weights(kb, geo, w, shift_w)
     ld = -(-kd // STEP) * STEP
-    tm = max(1, min(P, max(MIN_ROWS, ITEM_BYTES // ld)))
-    if geo.n * G < plan_threads():
-        tm = max(1, min(tm, -(-P // -(-plan_threads() // (geo.n * G)))))
+    tm = tile_rows(geo, geo.n * G, ld)
     mt = -(-P // tm)
     items = geo.n * G * mt
     par = items > 1 and worth_parallel(geo.n * P * geo.oc * kd // 32)
@@ -133,7 +127,7 @@ def emit_forward_int8(kb, geo: Geometry, x: Data, w: Weights, store, ops: Int8Op
         block = kb.scratch(MR * 32, "i32", par, prefix="iblock")
         ap = kb.scratch(block_pack_bytes(k), "u8", par, prefix="apack")
         kb.let(ir.call("u8s8_begin"), "st")
-        with kb.for_(-(-m // MR) if isinstance(m, int) else (m + (MR - 1)) // MR, "s") as s:
+        with kb.for_((m + (MR - 1)) // MR, "s") as s:
             i0 = kb.let(s * MR, "i0")
             mi = kb.let(ir.call("min", MR, m - i0), "mi")
             with kb.for_(npan, "jp") as jp:
@@ -149,7 +143,7 @@ def _store(kb, geo: Geometry, store, n, g, p0, m, j0, block, ra, cb, ops: Int8Op
     the tile's first row in them), position after position (NCX dst too: a
     position's channel lines stay in L1 for the next positions)."""
     ocg = geo.ocg
-    nj = min(32, ocg) if ocg <= 32 or ocg % 32 == 0 else ir.call("min", 32, ocg - j0)   # (a constant where it can be)
+    nj = panel_width(ocg, j0)
     with kb.for_(m, "r") as r:
         pos = unravel(kb, p0 + r, geo.small)
         rai = None if ra is None else kb.let(ra[0][ra[1] + r], "ra")
@@ -159,9 +153,4 @@ def _store(kb, geo: Geometry, store, n, g, p0, m, j0, block, ra, cb, ops: Int8Op
             kb.emit(store(n, c, pos, compensated(block[r * 32 + jj], rai, cb[c], z, geo.kd, ops.za2, no_zb)))
 
 
-def shifts_of(src_dtype: DataType, weights_dtype: DataType) -> tuple[int, int]:
-    """The shifts bringing src to u8 and the weights to s8 (see Int8Operands)."""
-    return (0 if src_dtype is DataType.u8 else 128, 0 if weights_dtype is DataType.s8 else -128)
-
-
-__all__ = ["Int8Operands", "emit_forward_int8", "int8_conv_applies", "shifts_of"]
+__all__ = ["Int8Operands", "emit_forward_int8", "int8_conv_applies"]

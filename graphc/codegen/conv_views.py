@@ -9,7 +9,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from . import ir
-from .kernel import ArrayRef, worth_parallel
+from .kernel import ArrayRef, plan_threads, worth_parallel
 from ..types import DataType
 
 
@@ -261,6 +261,31 @@ def tap_loops(kb, kernel):
             taps.append(v)
             flat = v if flat is None else flat * k + v
         yield taps, (flat if flat is not None else ir.const(0))
+
+
+#: elements of one work item's panel of columns at most (im2col's: f32, bf16 bits or u8),
+#: a panel near L2's size
+PANEL_ELEMS = 1 << 17
+#: dst positions of a work item at least
+MIN_ROWS = 32
+
+
+def tile_rows(geo: Geometry, items: int, width: int) -> int:
+    """The dst positions of a work item whose panel rows are ``width`` elements,
+    ``items`` (images x groups) sharing the threads: at most a panel of
+    PANEL_ELEMS, fewer where the items are fewer than the threads."""
+    rows = geo.positions
+    threads = plan_threads()
+    if items < threads:
+        rows = -(-rows // -(-threads // items))
+    return max(1, min(rows, max(MIN_ROWS, PANEL_ELEMS // max(1, width))))
+
+
+def panel_width(total: int, j0):
+    """The columns of the 32-column panel from ``j0`` of ``total`` columns: a
+    number where every panel has the same (all 32, or one panel of fewer), else
+    an expression."""
+    return min(32, total) if total <= 32 or total % 32 == 0 else ir.call("min", 32, total - j0)
 
 
 def work_item(kb, t, geo: Geometry, blocks: int, size: int, total: int):

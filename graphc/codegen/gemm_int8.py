@@ -41,6 +41,12 @@ def fits_s32(k: int) -> bool:
     return 255 * 128 * k < S32_LIMIT
 
 
+def shifts_of(src_dtype: DataType, weights_dtype: DataType) -> tuple[int, int]:
+    """The shifts bringing A (src) to u8 and B (weights) to s8: 128 for s8 src,
+    -128 for u8 weights, else 0 (the module doc's shifts)."""
+    return (0 if src_dtype is DataType.u8 else 128, 0 if weights_dtype is DataType.s8 else -128)
+
+
 def compensated(product, ra, cb, zb, k: int, za2: float, no_zb: bool) -> ir.Expr:
     """sum (A' - za')(B' - zb') over a row of A' and a column of B' (f64), from
     their s32 ``product``, A's row sum ``ra`` and B's column sum ``cb``
@@ -207,4 +213,4 @@ def _on_mkl(kb, batch_shape, a, b, za, zb, shifts, store):
         _epilogue(kb, store, bivars, i0, j0, m_, n_, ct, ra, cb, cj, K, za2, zb2, no_zb)
 
 
-__all__ = ["S32_LIMIT", "compensated", "emit_int8_gemm", "fits_s32"]
+__all__ = ["S32_LIMIT", "compensated", "emit_int8_gemm", "fits_s32", "shifts_of"]

@@ -10,7 +10,8 @@ from contextlib import ExitStack
 
 from .. import conv as cg, ir
 from ..conv import Data, Geometry, Weights
-from ..conv_int8 import Int8Operands, int8_conv_applies, shifts_of
+from ..conv_int8 import Int8Operands, int8_conv_applies
+from ..gemm_int8 import shifts_of
 from ..gemm import fpmath_rounding
 from ..loops import unravel
 from ..quant import exact_chunk, integer_operands

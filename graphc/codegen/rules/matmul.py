@@ -11,11 +11,10 @@ import math
 from .. import ir
 from ..blas_import import int8_gemm
 from ..gemm import Matrix, emit_gemm, fpmath_rounding
-from ..gemm_int8 import emit_int8_gemm, fits_s32
+from ..gemm_int8 import emit_int8_gemm, fits_s32, shifts_of
 from ..gemv import emit_gemv, gemv_applies
 from ..loops import aligned, linear
 from ..quant import exact_chunk, integer_operands
-from ...types import DataType
 from . import Rule
 
 
@@ -109,7 +108,7 @@ def lower_matmul(op, kb, ins, dst):
         cs = dst.strides[-1] if has_j else 0
         out = Matrix(dst, a.rows, b.cols, None, True, (rs, cs), lambda bv: linear(bv, dst.strides[:nb - fold]))
     if u8s8:
-        shifts = (0 if fa.q.dtype is DataType.u8 else 128, 0 if fb.q.dtype is DataType.s8 else -128)
+        shifts = shifts_of(fa.q.dtype, fb.q.dtype)
         za = float(fa.op.attr("zps")[0]) if fa.zps is not None else 0.0
         emit_int8_gemm(kb, batch, a, b, za, fb.zero, shifts, store)
         return
