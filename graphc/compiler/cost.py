@@ -154,18 +154,50 @@ def fma_peak(n: int = 2048, repeat: int = 3) -> float:
     (scipy's BLAS, single-threaded) run once per thread of numba's pool in parallel, as
     graphc's GEMM and convolution kernels call it.  Measured once per process."""
     single_threaded_blas()
-    bind("gemm_f32")   # (before numba's cache loads _gemms, which calls it by symbol)
-    parts = NUM_THREADS
-    a = np.random.default_rng(0).standard_normal(parts * n * n).astype(np.float32)
-    b, c = a.copy(), np.empty_like(a)
-    t = best_time(lambda: _gemms(a, b, c, parts, n), repeat)
-    return parts * 2 * n ** 3 / t
+    return _measured_peak("f32", n, repeat)
 
 
 @njit(parallel=True, nogil=True, cache=True)
 def _gemms(a, b, c, parts, n):
     for p in prange(parts):
         gemm_f32(0, 0, n, n, n, a, p * n * n, n, b, p * n * n, n, 0.0, c, p * n * n, n)
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _bf16_gemms(a, b, c, parts, n):
+    for p in prange(parts):
+        gemm_bf16(0, 0, n, n, n, a, p * n * n, n, b, p * n * n, n, 0.0, c, p * n * n, n)
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _int8_gemms(a, b, c, parts, n):
+    for p in prange(parts):
+        gemm_u8s8(0, 0, n, n, n, a, p * n * n, n, b, p * n * n, n, c, p * n * n, n)
+
+
+#: road -> (the parallel GEMMs timed, the helper they call by symbol)
+_GEMMS = {"f32": (_gemms, "gemm_f32"), "bf16": (_bf16_gemms, "gemm_bf16"), "int8": (_int8_gemms, "gemm_u8s8")}
+
+
+def _measured_peak(road: str, n: int, repeat: int) -> float:
+    """The fastest rate (FLOP/s) of one n^3 GEMM of ``road`` per thread of numba's
+    pool, in parallel, as kernels call them."""
+    gemms, helper = _GEMMS[road]
+    bind(helper)   # (before numba's cache loads the GEMMs, which call it by symbol)
+    parts = NUM_THREADS
+    size = parts * n * n
+    rng = np.random.default_rng(0)
+    if road == "f32":
+        a = rng.standard_normal(size).astype(np.float32)
+        b, c = a.copy(), np.empty_like(a)
+    elif road == "bf16":
+        a = rng.integers(0x3F00, 0x3F80, size).astype(np.uint16)     # bf16 bits of [0.5, 1)
+        b, c = a.copy(), np.empty(size, np.float32)
+    else:
+        a, b = rng.integers(0, 256, size).astype(np.uint8), rng.integers(-128, 128, size).astype(np.int8)
+        c = np.empty(size, np.int32)
+    t = best_time(lambda: gemms(a, b, c, parts, n), repeat)
+    return parts * 2 * n ** 3 / t
 
 
 #: the GEMM roads a partition's impl info can name, by the names of their functions
@@ -197,35 +229,11 @@ def gemm_peak(road: str) -> float:
 @functools.cache
 def _road_peak(road: str, n: int = 1024, repeat: int = 3) -> float:
     """The fastest rate of graphc's bf16 (``gemm_bf16``) or u8 x s8 (``gemm_u8s8``)
-    GEMM of n^3, one per thread of numba's pool in parallel, as kernels call them
-    (graphc's tiles where the CPU has them).  Measured once per process."""
+    GEMM of n^3 (graphc's tiles where the CPU has them), timed as fma_peak times
+    sgemm.  Measured once per process."""
     if road not in ("bf16", "int8"):
         raise InvalidArguments(f"gemm_peak: no GEMM road {road!r}; expected 'f32', 'bf16' or 'int8'")
-    parts = NUM_THREADS
-    rng = np.random.default_rng(0)
-    c = np.empty(parts * n * n, np.float32 if road == "bf16" else np.int32)
-    if road == "bf16":
-        bind("gemm_bf16")
-        a = rng.integers(0x3F00, 0x3F80, parts * n * n).astype(np.uint16)     # bf16 bits of [0.5, 1)
-        t = best_time(lambda: _bf16_gemms(a, a.copy(), c, parts, n), repeat)
-    else:
-        bind("gemm_u8s8")
-        a = rng.integers(0, 256, parts * n * n).astype(np.uint8)
-        b = rng.integers(-128, 128, parts * n * n).astype(np.int8)
-        t = best_time(lambda: _int8_gemms(a, b, c, parts, n), repeat)
-    return parts * 2 * n ** 3 / t
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _bf16_gemms(a, b, c, parts, n):
-    for p in prange(parts):
-        gemm_bf16(0, 0, n, n, n, a, p * n * n, n, b, p * n * n, n, 0.0, c, p * n * n, n)
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _int8_gemms(a, b, c, parts, n):
-    for p in prange(parts):
-        gemm_u8s8(0, 0, n, n, n, a, p * n * n, n, b, p * n * n, n, c, p * n * n, n)
+    return _measured_peak(road, n, repeat)
 
 
 @dataclass
