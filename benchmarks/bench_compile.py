@@ -280,11 +280,11 @@ def _make_trampolines() -> None:
         return
     try:
         from numba import types
-        from graphc.codegen.entry import AnyArray, _trampoline
+        from graphc.codegen.entry import Span, _trampoline
     except ImportError:
         return
     for n in range(1, 17):
-        _trampoline((types.int64, types.Tuple((AnyArray(1),) * n)))
+        _trampoline((types.int64, types.Tuple((Span(),) * n)))
 
 
 def child(profile: int) -> None:

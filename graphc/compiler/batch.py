@@ -21,15 +21,15 @@ class KernelBatch:
     def __init__(self):
         self.pending: list = []
 
-    def add(self, executable, dispatcher, sig, ndims=None) -> None:
-        self.pending.append((executable, dispatcher, sig, ndims))
+    def add(self, executable, dispatcher, sig) -> None:
+        self.pending.append((executable, dispatcher, sig))
 
     def finish(self) -> None:
         """Compile every pending kernel and hand it to its executable."""
         pending, self.pending = self.pending, []
-        compile_kernels([(d, sig) for _, d, sig, _ in pending])
-        for executable, d, sig, ndims in pending:
-            executable.set_kernel(*entry_of(d, sig, ndims))
+        compile_kernels([(d, sig) for _, d, sig in pending])
+        for executable, d, sig in pending:
+            executable.set_kernel(*entry_of(d, sig))
 
 
 @contextmanager

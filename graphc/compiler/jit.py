@@ -34,34 +34,26 @@ def signature(arg_plan, in_lts, out_lts) -> tuple:
     return tuple(sig)
 
 
-def arg_ndims(arg_plan, in_lts, out_lts) -> tuple:
-    """The dimensions of the arrays a kernel is called on, per its argument plan:
-    inputs and outputs as their logical tensors lay them out (the entry point
-    flattens them: graphc.codegen.entry), workspaces and intermediates flat."""
-    return tuple(in_lts[ref].ndim if kind == "in" else out_lts[ref].ndim if kind == "out" else 1
-                 for kind, ref in arg_plan)
-
-
 def prepare_source(source: str, arg_plan, in_lts, out_lts) -> tuple:
-    """(dispatcher, signature, argument dimensions): the kernel of ``source``
-    loaded (not compiled), the signature it compiles for, and the dimensions of
-    the arrays it is called on (:func:`compile_source`, or a KernelBatch)."""
-    return load_kernel(source), signature(arg_plan, in_lts, out_lts), arg_ndims(arg_plan, in_lts, out_lts)
+    """(dispatcher, signature): the kernel of ``source`` loaded (not compiled) and
+    the signature it compiles for (:func:`compile_source`, or a KernelBatch)."""
+    return load_kernel(source), signature(arg_plan, in_lts, out_lts)
 
 
-def entry_of(dispatcher, sig, ndims=None) -> tuple:
+def entry_of(dispatcher, sig) -> tuple:
     """(Kernel, entry) of a dispatcher compiled for ``sig``: the entry point calls
-    it on a tuple of arrays of ``ndims`` dimensions (graphc.codegen.entry)."""
-    return Kernel(dispatcher), kernel_entry(dispatcher, sig, ndims)
+    it on a tuple of the arrays its plan names, of any dimensions and layout
+    (graphc.codegen.entry's spans)."""
+    return Kernel(dispatcher), kernel_entry(dispatcher, sig, spans=True)
 
 
 def compile_source(source: str, arg_plan, in_lts, out_lts):
     """(Kernel, entry): the kernel of ``source`` compiled for its arguments, and
     the entry point that calls it on a tuple of the arrays its plan names, as
     they are laid out (graphc.codegen.entry)."""
-    dispatcher, sig, ndims = prepare_source(source, arg_plan, in_lts, out_lts)
+    dispatcher, sig = prepare_source(source, arg_plan, in_lts, out_lts)
     compile_kernel(dispatcher, sig)
-    return entry_of(dispatcher, sig, ndims)
+    return entry_of(dispatcher, sig)
 
 
 _KERNEL_LOCK = threading.Lock()

@@ -1,6 +1,7 @@
 """How Python calls a kernel (graphc.codegen.entry): one trampoline serves every
 kernel of as many arrays of the same dimensions, whatever their dtypes and
-layouts, and each kernel still sees its own arrays, strides and status."""
+layouts (as spans, whatever their dimensions too), and each kernel still sees
+its own arrays, strides and status."""
 import numpy as np
 import pytest
 from numba import njit, typeof
@@ -74,12 +75,12 @@ def _strided_copy(x, out):
 
 
 def test_arrays_of_any_dimensions_reach_a_kernel_as_spans():
-    """With ``ndims``, each array reaches the kernel as the one-dimensional span of
+    """With ``spans``, each array reaches the kernel as the one-dimensional span of
     its elements: a strided 2-D array (its data from its first element to its last,
     gaps included), a dense 2-D output, a 0-d array, an empty one."""
     sig = (typeof(np.zeros(1, np.float32)),) * 2
     _strided_copy.compile(sig)
-    e = kernel_entry(_strided_copy, sig, (2, 2))
+    e = kernel_entry(_strided_copy, sig, spans=True)
     buf = np.arange(12, dtype=np.float32)
     x = np.lib.stride_tricks.as_strided(buf, shape=(2, 3), strides=(4, 16))   # element strides (1, 4)
     out = np.zeros((2, 3), np.float32)
@@ -87,12 +88,33 @@ def test_arrays_of_any_dimensions_reach_a_kernel_as_spans():
     np.testing.assert_array_equal(out, x + 1)
     assert e.compiled[1] is not _entry(_twice, buf, buf.copy()).compiled[1]   # (not the pass-through trampoline)
     _length.compile((typeof(buf),))
-    lengths = kernel_entry(_length, (typeof(buf),), (0,)), kernel_entry(_length, (typeof(buf),), (3,))
-    assert lengths[0]((np.array(5, np.float32),)) == 1
-    assert lengths[1]((np.zeros((2, 0, 3), np.float32),)) == 0
-    assert lengths[1]((np.zeros((2, 4, 3), np.float32)[:, ::2],)) == 2 * 4 * 3 - 3   # (rows 0 and 2 of 4, and between)
+    length = kernel_entry(_length, (typeof(buf),), spans=True)
+    assert length((np.array(5, np.float32),)) == 1
+    assert length((np.zeros((2, 0, 3), np.float32),)) == 0
+    assert length((np.zeros((2, 4, 3), np.float32)[:, ::2],)) == 2 * 4 * 3 - 3   # (rows 0 and 2 of 4, and between)
 
 
 @njit(no_cpython_wrapper=True)
 def _length(x):
     return x.size
+
+
+def test_one_span_trampoline_for_arrays_of_any_dimensions():
+    """Spans: one trampoline for the kernels of as many arrays, whatever their
+    dimensions (0 to 32); an object that is no array is refused, not read."""
+    sig = (typeof(np.zeros(1, np.float32)),) * 2
+    _twice.compile(sig)
+    e = kernel_entry(_twice, sig, spans=True)
+    seen = set()
+    for shape in [(), (5,), (2, 3), (1, 2, 1, 3)] + [(1,) * 31 + (2,)]:
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        out = np.zeros(shape, np.float32)
+        entry = kernel_entry(_twice, sig, spans=True)
+        assert entry((x, out)) == -1
+        np.testing.assert_array_equal(out, 2 * x)
+        seen.add(id(entry.compiled[1]))
+    assert len(seen) == 1 and id(e.compiled[1]) in seen
+    with pytest.raises(TypeError, match="numpy arrays"):
+        e((np.zeros(3, np.float32), [0.0, 0.0, 0.0]))
+    with pytest.raises(TypeError, match="numpy arrays"):
+        e((np.zeros(3, np.float32), 7))
