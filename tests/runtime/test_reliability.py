@@ -3,6 +3,7 @@ runs and out-of-range values give the reference's answer or a GraphcError that
 says what is wrong, and leave caller buffers untouched on failure."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -148,6 +149,26 @@ def test_elementwise_in_place_is_correct_and_partial_overlap_refused():
     y = np.linspace(-3, 3, 136, dtype=np.float32)   # shifted by one row: partial overlap
     src, dst = y[8:].reshape(8, 16), y[:128].reshape(8, 16)
     _refused(cp, {0: src}, {1: dst}, "op 0 (ReLU)", "in-place port")
+
+
+def test_outputs_found_apart_are_checked_again_for_other_arrays():
+    """A run into given outputs remembers that they shared no memory, for those very
+    (live) arrays only: the same arrays again run as they are; an output over
+    another run's input, or a new array where a remembered one died, is checked."""
+    g = one_op("ReduceSum", [("f32", [4, 4])], [("f32", [4, 1])], {"axes": [1], "keep_dims": True})
+    cp = partition(g)
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    out = np.zeros((4, 1), np.float32)
+    for _ in range(2):
+        cp.execute({0: x}, {1: out})
+        assert_same(out, x.sum(axis=1, keepdims=True))
+    _refused(cp, {0: x}, {1: x[:, :1]}, "op 0 (ReduceSum)", "no in-place port")   # the same input
+    y = np.arange(16, dtype=np.float32).reshape(4, 4) + 1
+    cp.execute({0: y}, {1: out})
+    del y, out
+    gc.collect()                                       # (the remembered arrays dead: ids free again)
+    z = np.arange(16, dtype=np.float32).reshape(4, 4)
+    _refused(cp, {0: z}, {1: z[:, 1:2]}, "op 0 (ReduceSum)", "no in-place port")
 
 
 def test_reduction_into_its_input_refused():

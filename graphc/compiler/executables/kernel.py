@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 
 import numpy as np
 
@@ -34,6 +35,11 @@ class KernelExecutable(Executable):
         self._workspaces: dict[int, np.ndarray] = {}   # plan entries "ws" and "tmp", allocated at first use
         self._ws_lock = threading.Lock()
         self._fast = None              # the per-run work done once (_fast_plan); False: no fast path
+        #: weak references to the inputs, then the outputs, of the last run into given outputs that
+        #: found the outputs sharing no memory (with each other or an input): the same live objects
+        #: again need no check.  (An array object's memory does not move while it lives: numpy
+        #: refuses to resize one that shares its memory, and its data cannot be reassigned.)
+        self._apart = ()
         self._fresh = None             # its common call's plan (_fresh_plan)
 
     def set_kernel(self, kernel, entry) -> None:
@@ -225,18 +231,34 @@ class KernelExecutable(Executable):
             if kind == 1 and not flags.writeable:
                 return None
             args.append(a)
-        overlaps = np.may_share_memory   # (loops: generators cost as much again as the checks)
-        for i, u in enumerate(outs):
-            for a in arrays:
-                if overlaps(u, a):
-                    return None
-            for v in outs[:i]:
-                if overlaps(u, v):
-                    return None
+        if not _same_objects(self._apart, arrays, outs):
+            overlaps = np.may_share_memory   # (loops: generators cost as much again as the checks)
+            for i, u in enumerate(outs):
+                for a in arrays:
+                    if overlaps(u, a):
+                        return None
+                for v in outs[:i]:
+                    if overlaps(u, v):
+                        return None
+            self._apart = tuple(weakref.ref(a) for a in arrays) + tuple(weakref.ref(u) for u in outs)
         status = self._call(args)
         if status is not None and status >= 0:   # (bad data found before anything was written)
             raise self._fault(status, arrays)
         return outs
+
+
+def _same_objects(refs, arrays, outs) -> bool:
+    """Whether weak references ``refs`` are to ``arrays`` then ``outs``, each alive
+    and the very object (:attr:`KernelExecutable._apart`)."""
+    if len(refs) != len(arrays) + len(outs):
+        return False
+    k = 0
+    for group in (arrays, outs):
+        for a in group:
+            if refs[k]() is not a:
+                return False
+            k += 1
+    return True
 
 
 def _in_order(given, lts):
