@@ -165,12 +165,18 @@ def _input_transform(kb, geo: Geometry, t: _Tiles, xp, n, g, t0, m, v, vb, pv):
                 kb.store(v, ir.u64(at + (a * 4 + b) * pv), vals[b])
 
 
+#: the weight transform's elements count this many times against the parallel threshold
+WEIGHT_GATHER = 4
+
+
 def _transformed_weights(kb, geo: Geometry, w: Weights, rounding):
     """U[g][e][c][oc] = (G g G^T)[e], all groups, once per run."""
     G, cg, ocg = geo.groups, geo.cg, geo.ocg
     u = kb.workspace(G * 16 * cg * ocg, "f32", prefix="wu")
     half = ir.const(0.5, "f32")
-    with kb.for_(G * cg, "gc", worth_parallel(G * cg * ocg * 16)) as gc:
+    # (each (c, oc) reads its 9 taps a filter apart and stores 16 values cg x ocg apart: a
+    # gather, worth two threads from a quarter of the elements a streaming loop needs)
+    with kb.for_(G * cg, "gc", worth_parallel(G * cg * ocg * 16 * WEIGHT_GATHER)) as gc:
         g = kb.let(gc // cg, "g")
         c = kb.let(gc % cg, "c")
         with kb.for_(ocg, "oc") as oc:
