@@ -33,8 +33,8 @@ from __future__ import annotations
 import functools
 import threading
 
-from numba import types
 from llvmlite import ir as llvm_ir
+from numba import types
 from numba.core import cgutils
 from numba.core.datamodel.models import ArrayModel
 from numba.extending import NativeValue, intrinsic, register_model, unbox

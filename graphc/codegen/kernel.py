@@ -446,9 +446,9 @@ BLAS_ROADS = {"gemm_f32": "sgemm", "gemm_bf16": "gemm_bf16bf16f32", "gemm_bf16_p
 def blas_road(helper: str) -> str:
     """``dnnl_sgemm``, ``mkl_sgemm``, ``openblas_sgemm``, ...: the library and function a BLAS helper runs."""
     from .blas import BACKEND, OWN_BF16, OWN_INT8, bf16_gemm, int8_gemm
-    if helper in ("gemm_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "bf16_block") and OWN_BF16:
+    if BLAS_ROADS[helper] == "gemm_bf16bf16f32" and OWN_BF16:
         return "graphc_amx_bf16_tile" if bf16_gemm.AMX else "graphc_avx512bf16_tile"
-    if helper in ("gemm_u8s8", "gemm_u8s8_packed", "u8s8_block") and OWN_INT8:
+    if BLAS_ROADS[helper] == "gemm_s8u8s32" and OWN_INT8:
         return "graphc_amx_int8_tile" if int8_gemm.AMX else "graphc_avx512vnni_tile"
     # (the f32 GEMM's library is the backend's; the bf16 and int8 ones off graphc's tiles are MKL's)
     return f"{BACKEND if helper == 'gemm_f32' else 'mkl'}_{BLAS_ROADS[helper]}"
