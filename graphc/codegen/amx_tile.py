@@ -23,7 +23,12 @@ the AVX-512 tiles' arguments but for ``lda``: A packed in tiles, the elements
 from its first group of 16 rows to its second (``ldc`` in elements of C;
 ``acc`` nonzero adds into C); kp or kq a multiple of 16.
 ``graphc_amx_bf16_rows`` and ``graphc_amx_int8_rows`` take A in its rows,
-``lda`` elements apart, as the AVX-512 tiles do.  ``graphc_amx_config()``
+``lda`` elements apart, as the AVX-512 tiles do.
+``graphc_amx_bf16_taps(a, b, c, kp, lda, ldc, acc, aoffs, bstep, ntaps)`` is
+the rows tile summing ``ntaps`` products (a convolution's taps, each its own A
+rows ``aoffs[t]`` elements from ``a`` and its own packed B ``t * bstep``
+elements from ``b``) in the tile registers: C is loaded or zeroed once and
+stored once, not once per tap (oneDNN's batch-reduce GEMM).  ``graphc_amx_config()``
 loads the tile configuration into the calling thread: the GEMM drivers call
 it once per call of theirs, before their tiles (the thread's tile registers
 may have been configured by another library since: oneDNN and MKL run on AMX
@@ -49,6 +54,8 @@ BF16 = "graphc_amx_bf16_tile"
 INT8 = "graphc_amx_int8_tile"
 #: the same tiles reading A in place, in its own rows
 BF16_ROWS, INT8_ROWS = "graphc_amx_bf16_rows", "graphc_amx_int8_rows"
+#: the bf16 batch-reduce tile: A in its own rows, one product per tap summed in the tile registers
+BF16_TAPS = "graphc_amx_bf16_taps"
 #: A is read in place unless its rows are a multiple of this many bytes apart:
 #: then a tile's 16 lines fall in 8 or fewer of L1's 64 sets, two A tiles
 #: overflow its 12 ways, and A packed in tiles (1,024 contiguous bytes each) is
@@ -95,11 +102,22 @@ def _config() -> str:
     return "[" + ", ".join(f"i8 {v}" for v in cfg) + "]"
 
 
-def _step_pointers(i: str, tag: str, tiled: bool) -> list[str]:
+def _step_pointers(i: str, tag: str, tiled: bool, a_bytes: int, taps: bool) -> list[str]:
     """The A and B tile addresses of step ``i`` of the K loop (A's tiles 1 KB
-    apart when packed, 64 bytes along its rows in place; B's 16 rows of 128 bytes)."""
-    return [f"  %ak{tag} = shl i64 {i}, {10 if tiled else 6}", f"  %pa0{tag} = getelementptr i8, ptr %a, i64 %ak{tag}",
-            f"  %pa1{tag} = getelementptr i8, ptr %a16, i64 %ak{tag}", f"  %bo{tag} = shl i64 {i}, 11",
+    apart when packed, 64 bytes along its rows in place; B's 16 rows of 128
+    bytes).  ``taps``: step i is step i % n of tap i / n, whose A lies
+    ``aoffs[tap]`` elements from ``a`` and whose B ``tap * bstep`` from ``b``."""
+    if not taps:
+        return [f"  %ak{tag} = shl i64 {i}, {10 if tiled else 6}", f"  %pa0{tag} = getelementptr i8, ptr %a, i64 %ak{tag}",
+                f"  %pa1{tag} = getelementptr i8, ptr %a16, i64 %ak{tag}", f"  %bo{tag} = shl i64 {i}, 11",
+                f"  %pb0{tag} = getelementptr i8, ptr %b, i64 %bo{tag}",
+                f"  %pb1{tag} = getelementptr i8, ptr %pb0{tag}, i64 64"]
+    return [f"  %t{tag} = udiv i64 {i}, %n", f"  %s{tag} = urem i64 {i}, %n",
+            f"  %aop{tag} = getelementptr i64, ptr %aoffs, i64 %t{tag}", f"  %ao{tag} = load i64, ptr %aop{tag}",
+            f"  %aob{tag} = mul i64 %ao{tag}, {a_bytes}", f"  %as{tag} = shl i64 %s{tag}, {10 if tiled else 6}",
+            f"  %ak{tag} = add i64 %aob{tag}, %as{tag}", f"  %pa0{tag} = getelementptr i8, ptr %a, i64 %ak{tag}",
+            f"  %pa1{tag} = getelementptr i8, ptr %a16, i64 %ak{tag}", f"  %bt{tag} = mul i64 %t{tag}, %bstepb",
+            f"  %bs{tag} = shl i64 %s{tag}, 11", f"  %bo{tag} = add i64 %bt{tag}, %bs{tag}",
             f"  %pb0{tag} = getelementptr i8, ptr %b, i64 %bo{tag}",
             f"  %pb1{tag} = getelementptr i8, ptr %pb0{tag}, i64 64"]
 
@@ -110,7 +128,7 @@ def _load(tile: int, tag: str) -> str:
     return f"  call void @llvm.x86.tileloadd64(i8 {tile}, ptr %{name}{tag}, i64 {stride})"
 
 
-def tile_ir(symbol: str, dot: str, a_bytes: int, tiled: bool) -> str:
+def tile_ir(symbol: str, dot: str, a_bytes: int, tiled: bool, taps: bool = False) -> str:
     """One tile function: C tiles 0-3 (rows 0-15 and 16-31, columns 0-15 and
     16-31), A tiles 4-5, B tiles 6-7; ``a_bytes`` the size of an element of A;
     ``tiled``: A packed in tiles (``lda``: the elements from its first 16 rows'
@@ -119,12 +137,17 @@ def tile_ir(symbol: str, dot: str, a_bytes: int, tiled: bool) -> str:
     load waits for the products still reading the register it fills; each of
     the next step's loads is issued right after the last product that reads
     its register (the first step's loads before the loop, the last step's
-    products after it)."""
+    products after it).  ``taps`` (a batch-reduce tile): three arguments more,
+    ``aoffs`` (``ntaps`` int64 element offsets of each tap's A from ``a``),
+    ``bstep`` (elements from one tap's packed B to the next's) and ``ntaps``;
+    C (+)= the sum of the taps' products, kept in the tile registers from the
+    first tap's first step to the last tap's last."""
     c_at = {0: "%c", 1: "%c1", 2: "%c2", 3: "%c3"}
     dots = {(r, h): f"  call void @llvm.x86.{dot}(i8 {2 * r + h}, i8 {4 + r}, i8 {6 + h})"
             for r in range(2) for h in range(2)}
-    lines = [f"define void @{symbol}(ptr %a, ptr %b, ptr %c, i64 %kp, i64 %lda, i64 %ldc, i64 %acc) {{",
-             "entry:", f"  %ldae = mul i64 %lda, {a_bytes}", "  %ldcb = shl i64 %ldc, 2",
+    extra = ", ptr %aoffs, i64 %bstep, i64 %ntaps" if taps else ""
+    lines = [f"define void @{symbol}(ptr %a, ptr %b, ptr %c, i64 %kp, i64 %lda, i64 %ldc, i64 %acc{extra}) {{",
+             "entry:", *([f"  %bstepb = mul i64 %bstep, {a_bytes}"] if taps else []), f"  %ldae = mul i64 %lda, {a_bytes}", "  %ldcb = shl i64 %ldc, 2",
              *(["  %a16o = add i64 %ldae, 0", "  %ldab = add i64 64, 0"] if tiled else
                ["  %a16o = shl i64 %ldae, 4", "  %ldab = add i64 %ldae, 0"]),
              "  %a16 = getelementptr i8, ptr %a, i64 %a16o",
@@ -133,11 +156,13 @@ def tile_ir(symbol: str, dot: str, a_bytes: int, tiled: bool) -> str:
              "  %isacc = icmp ne i64 %acc, 0", "  br i1 %isacc, label %load, label %zero", "load:"]
     lines += [f"  call void @llvm.x86.tileloadd64(i8 {t}, ptr {c_at[t]}, i64 %ldcb)" for t in range(4)]
     lines += ["  br label %pre", "zero:"] + [f"  call void @llvm.x86.tilezero(i8 {t})" for t in range(4)]
-    lines += ["  br label %pre", "pre:", "  %n = lshr i64 %kp, 4", "  %some = icmp sgt i64 %n, 0",
-              "  br i1 %some, label %first, label %done", "first:", *_step_pointers("0", "f", tiled),
-              *(_load(t, "f") for t in (4, 6, 7, 5)), "  %last = sub i64 %n, 1",
+    count = "%nt" if taps else "%n"
+    lines += ["  br label %pre", "pre:", "  %n = lshr i64 %kp, 4", *(["  %nt = mul i64 %n, %ntaps"] if taps else []),
+              f"  %some = icmp sgt i64 {count}, 0",
+              "  br i1 %some, label %first, label %done", "first:", *_step_pointers("0", "f", tiled, a_bytes, taps),
+              *(_load(t, "f") for t in (4, 6, 7, 5)), f"  %last = sub i64 {count}, 1",
               "  %steps = icmp sgt i64 %last, 0", "  br i1 %steps, label %loop, label %tail", "loop:",
-              "  %i = phi i64 [0, %first], [%in, %loop]", "  %in = add i64 %i, 1", *_step_pointers("%in", "", tiled),
+              "  %i = phi i64 [0, %first], [%in, %loop]", "  %in = add i64 %i, 1", *_step_pointers("%in", "", tiled, a_bytes, taps),
               dots[0, 0], dots[0, 1], _load(4, ""), dots[1, 0], _load(6, ""), dots[1, 1], _load(7, ""),
               _load(5, ""), "  %more = icmp slt i64 %in, %last", "  br i1 %more, label %loop, label %tail", "tail:",
               *dots.values(), "  br label %done", "done:"]
@@ -162,7 +187,8 @@ def module_ir() -> str:
              "declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)",
              "declare void @llvm.x86.tdpbusd(i8 immarg, i8 immarg, i8 immarg)"]
     tiles = [tile_ir(BF16, "tdpbf16ps", 2, True), tile_ir(BF16_ROWS, "tdpbf16ps", 2, False),
-             tile_ir(INT8, "tdpbusd", 1, True), tile_ir(INT8_ROWS, "tdpbusd", 1, False)]
+             tile_ir(INT8, "tdpbusd", 1, True), tile_ir(INT8_ROWS, "tdpbusd", 1, False),
+             tile_ir(BF16_TAPS, "tdpbf16ps", 2, False, taps=True)]
     return "\n".join(decls + [config_ir()] + tiles)
 
 
@@ -175,10 +201,10 @@ def bind() -> bool:
     CPU that has AMX)."""
     global _bound
     if not _bound and available("bf16") and available("int8"):
-        bind_ir(module_ir(), (CONFIG, BF16, BF16_ROWS, INT8, INT8_ROWS))
+        bind_ir(module_ir(), (CONFIG, BF16, BF16_ROWS, INT8, INT8_ROWS, BF16_TAPS))
         _bound = True
     return _bound
 
 
-__all__ = ["MR", "NR", "K_STEP", "BF16", "INT8", "BF16_ROWS", "INT8_ROWS", "CONFIG", "CONFLICT_STRIDE", "available",
+__all__ = ["MR", "NR", "K_STEP", "BF16", "INT8", "BF16_ROWS", "INT8_ROWS", "BF16_TAPS", "CONFIG", "CONFLICT_STRIDE", "available",
            "tile_ir", "config_ir", "module_ir", "bind"]

@@ -360,6 +360,61 @@ def bf16_block(m, k, a, a_off, lda, ap, ap_off, bp, bp_off, npan_all, jp, acc, c
     return 0
 
 
+@intrinsic
+def _amx_taps(typingctx, a, a_off, aoffs, b, b_off, bstep, c, c_off, kp, lda, ntaps):
+    """graphc.codegen.amx_tile's batch-reduce tile: C[32][32] (rows 32 apart,
+    from ``c_off``) = the sum over ``ntaps`` taps t of A_t @ B_t, A_t the rows
+    of ``a`` from ``a_off + aoffs[t]`` (``lda`` apart), B_t the packed panel
+    from ``b_off + t * bstep``; kp pairs of k each."""
+    if not (arrays(types.uint16, a, b) and arrays(types.float32, c) and arrays(types.int64, aoffs)):
+        return None
+    sig = types.void(a, a_off, aoffs, b, b_off, bstep, c, c_off, kp, lda, ntaps)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, VOIDP, i64, i64, i64, i64, VOIDP, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, amx_tile.BF16_TAPS)
+        cast = [context.cast(builder, args[i], sa[i], types.int64) for i in (8, 9, 5, 10)]
+        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
+                          pointer(context, builder, sa[3], args[3], args[4], sa[4]),
+                          pointer(context, builder, sa[6], args[6], args[7], sa[7]),
+                          cast[0], cast[1], context.get_constant(types.int64, 32), context.get_constant(types.int64, 0),
+                          pointer(context, builder, sa[2], args[2], context.get_constant(types.intp, 0), types.intp),
+                          cast[2], cast[3]])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@helper_jit(cache=True, nogil=True)
+def taps_in_registers(k, lda):
+    """Does ``bf16_taps`` sum its taps' products in AMX's tile registers, for A
+    of k columns in rows lda apart: on AMX's road, k whole steps of the tile in
+    one block (A read in place), the rows a stride L1 holds."""
+    return AMX and k % (2 * KP_ALIGN) == 0 and k // 2 <= KC and (lda * 2) % amx_tile.CONFLICT_STRIDE != 0
+
+
+@helper_jit(cache=True, nogil=True)
+def bf16_taps(m, k, a, a_off, lda, aoffs, ap, ap_off, bp, bp_off, bstep, npan_all, jp, c, c_off):
+    """One tile of C, as ``bf16_block`` makes it, from the sum of ``len(aoffs)``
+    products (a convolution's taps): ``C[MR x 32]`` at ``c[c_off:]`` (rows 32
+    apart) = the sum over taps t of ``A_t[m, k] @`` panel ``jp`` of B_t, A_t the
+    rows of ``a`` from ``a_off + aoffs[t]`` (``lda`` apart), B_t packed by
+    pack_b_bf16 from ``bp_off + t * bstep``.  Where ``taps_in_registers``, the
+    taps' products are summed in AMX's tile registers in one call (C stored
+    once): then MR rows of every A_t are read, the caller's rows past m
+    included (their products land in C's rows past m).  Else a ``bf16_block``
+    per tap.  ``bf16_begin`` first, on this thread."""
+    if taps_in_registers(k, lda):
+        kp = k // 2
+        _amx_taps(a, a_off, aoffs, bp, bp_off + jp * kp * 64, bstep, c, c_off, kp, lda, len(aoffs))
+        return 0
+    for t in range(len(aoffs)):
+        bf16_block(m, k, a, a_off + aoffs[t], lda, ap, ap_off, bp, bp_off + t * bstep, npan_all, jp, 1 if t > 0 else 0,
+                   c, c_off)
+    return 0
+
+
 @helper_jit(cache=True, nogil=True)
 def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """blas.gemm_bf16 on the tile: B packed (for this call), then gemm_bf16_packed."""
@@ -371,4 +426,4 @@ def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_of
 
 __all__ = ["AMX", "MR", "KP_ALIGN", "KC", "MC", "packed_pairs", "bf16_panels", "bf16_a_panels", "pack_b_bf16",
            "pack_panels_bf16", "pack_a_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "gemm_bf16_tiles",
-           "block_pack_elems", "bf16_begin", "bf16_block"]
+           "block_pack_elems", "bf16_begin", "bf16_block", "bf16_taps", "taps_in_registers"]

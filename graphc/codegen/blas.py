@@ -319,6 +319,7 @@ def _gemm_u8s8(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
 #    into each kernel.  Arrays: bf16 as uint16 bits, u8/s8 operands, f32/s32 results.
 _U16A, _F32A = array(types.uint16), array(types.float32)
 _U8A, _S8A, _S32A, _F64A = array(types.uint8), array(types.int8), array(types.int32), array(types.float64)
+_I64A = array(types.int64)
 gemm_f32 = export("gemm_f32", _gemm_f32, (I64,) * 5 + (_F32A, I64, I64, _F32A, I64, I64, F64, _F32A, I64, I64))
 gemm_bf16 = export("gemm_bf16", _gemm_bf16, (I64,) * 5 + (_U16A, I64, I64, _U16A, I64, I64, F64, _F32A, I64, I64))
 gemm_bf16_packed = export("gemm_bf16_packed", bf16_gemm.gemm_bf16_packed,
@@ -330,6 +331,8 @@ pack_a_bf16 = export("pack_a_bf16", bf16_gemm.pack_a_bf16, (I64,) * 3 + (_U16A, 
 bf16_begin = export("bf16_begin", bf16_gemm.bf16_begin, ())
 bf16_block = export("bf16_block", bf16_gemm.bf16_block,
                     (I64,) * 2 + (_U16A, I64, I64, _U16A, I64, _U16A, I64, I64, I64, I64, _F32A, I64))
+bf16_taps = export("bf16_taps", bf16_gemm.bf16_taps,
+                   (I64,) * 2 + (_U16A, I64, I64, _I64A, _U16A, I64, _U16A, I64, I64, I64, I64, _F32A, I64))
 pack_panels_bf16 = export("pack_panels_bf16", bf16_gemm.pack_panels_bf16, (I64,) * 3 + (_U16A, I64, I64, _U16A, I64))
 gemm_u8s8 = export("gemm_u8s8", _gemm_u8s8, (I64,) * 5 + (_U8A, I64, I64, _S8A, I64, I64, _S32A, I64, I64))
 gemm_u8s8_packed = export("gemm_u8s8_packed", int8_gemm.gemm_u8s8_packed,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from . import ir
-from .conv_bf16 import PackedWeights, bf16_operands, bf16_weights, bits, plain_bf16
+from .conv_bf16 import PackedWeights, bf16_operands, bf16_weights, bits, plain_bf16, taps_in_tile
 from .conv_int8 import Int8Operands, emit_forward_int8
 from .conv_cf import channels_first, depthwise, emit_depthwise, emit_forward_cf
 from .conv_cols import BF16 as _BF16, F32 as _F32, VirtualLayout, VirtualRows, im2col as _im2col
@@ -267,9 +267,14 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
     weights packed for it once per call, and each work item copies the virtual
     rows it reads (its own and the outer taps' halo) as bf16 bits into its
     thread's scratch right before its GEMMs (rather than a whole copy first:
-    the rows are in L2 when read, and the kernel has one parallel loop)."""
+    the rows are in L2 when read, and the kernel has one parallel loop).
+    Where the tile sums a tile of C's taps in its registers (conv_bf16.
+    taps_in_tile: AMX), a virtual row is one position's channels and every tap
+    a row offset (VirtualLayout's ``every_tap``): one call per tile of C, and a
+    copy of src not widened KW times."""
     G, ocg = geo.groups, geo.ocg
-    lay = VirtualLayout(geo)
+    every_tap = bf16 and taps_in_tile(geo)
+    lay = VirtualLayout(geo, every_tap)
     width, rows, offs, span = lay.width, lay.rows, lay.offs, lay.span
     kw = geo.kernel[-1]
     per = span * width
@@ -307,7 +312,9 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
             # 1'. bf16: the work item's own virtual rows (and the outer taps' halo), copied
             # into the thread's scratch just before its GEMMs read them (in L2; no pass
             # over the whole copy, one parallel loop fewer)
-            rows_ = kb.scratch((tm + max(offs)) * width, "u16", par, prefix="xrows")
+            # (on the every-tap road the tile reads a last slice's MR rows whole: room for them)
+            read = -(-tm // _bf16_mr()) * _bf16_mr() if every_tap else tm
+            rows_ = kb.scratch((read + max(offs)) * width, "u16", par, prefix="xrows")
             copy.emit(n, g, q0, m + max(offs), rows_.buf, rows_.at(0))
             base = rows_.at(0)
         else:
@@ -321,7 +328,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
                 with kb.for_(nc, "oc") as oc:
                     kb.emit(store(n, g * ocg + c0 + oc, opos, read(oc)))
         if bf16 and isinstance(wb, PackedWeights):
-            _tap_blocks(kb, wb, g, m, offs, width, ocg, rows_.buf, base, par, virtual_row)
+            _tap_blocks(kb, wb, g, m, offs, width, ocg, rows_.buf, base, par, virtual_row, every_tap)
         else:
             tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
             for k, off in enumerate(offs):
@@ -331,21 +338,30 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
                 virtual_row(r, 0, ocg, lambda oc: tile[row + oc])
 
 
-def _tap_blocks(kb, wb: PackedWeights, g, m, offs, width, ocg, abuf, base, par, virtual_row):
+def _bf16_mr() -> int:
+    from .bf16_gemm import MR
+    return MR
+
+
+def _tap_blocks(kb, wb: PackedWeights, g, m, offs, width, ocg, abuf, base, par, virtual_row, every_tap: bool):
     """The shifted GEMMs on graphc's bf16 tile a tile of C at a time: for each MR
     virtual rows x 32 channels, the outer taps' products summed into a float32
-    block in L1 (``bf16_block``), and its rows stored right away (``virtual_row``)
-    rather than each tap's GEMM adding into a work item's tile of C in L2 and
-    the store reading it after the last."""
+    block in L1 (``bf16_block``; ``every_tap``: all taps in one ``bf16_taps``
+    call, summed in the tile registers), and its rows stored right away
+    (``virtual_row``) rather than each tap's GEMM adding into a work item's tile
+    of C in L2 and the store reading it after the last."""
     from .bf16_gemm import MR, block_pack_elems
     block = kb.scratch(MR * 32, "f32", par, prefix="cblock")
     ap = kb.scratch(block_pack_elems(width), "u16", par, prefix="apack")
+    aoffs = kb.const_array([off * width for off in offs], "int", prefix="taps") if every_tap else None
     kb.let(ir.call("bf16_begin"), "st")
     with kb.for_((m + (MR - 1)) // MR, "s") as s:
         i0 = kb.let(s * MR, "i0")
         mi = kb.let(ir.call("min", MR, m - i0), "mi")
         with kb.for_(wb.npan, "jp") as jp:
-            for k, off in enumerate(offs):
+            if every_tap:
+                kb.let(wb.taps(mi, width, abuf, base + i0 * width, width, aoffs, ap, g, jp, block), "st")
+            for k, off in enumerate(offs if not every_tap else ()):
                 kb.let(wb.block(mi, width, abuf, base + (i0 + off) * width, width, ap, g, k, jp, k > 0, block), "st")
             nc = panel_width(ocg, jp * 32)
             with kb.for_(mi, "r") as r:

@@ -27,6 +27,16 @@ def bf16_operands(x, w, rounding) -> bool:
     return bf16_conv_gemm() and _bf16_values(x.ref, rounding) and _bf16_values(w.ref, rounding)
 
 
+def taps_in_tile(geo: Geometry) -> bool:
+    """Do the bf16 shifted GEMMs sum all of a window's taps in AMX's tile
+    registers (graphc.codegen.bf16_gemm.bf16_taps over virtual rows of one
+    position each: conv_cols.VirtualLayout's ``every_tap``)?  On AMX's road,
+    where each tap's A, Cg channels of a position, is whole steps of the tile
+    read in place and one block of k."""
+    from .bf16_gemm import taps_in_registers
+    return bf16_tile_gemm() and taps_in_registers.py_func(geo.cg, geo.cg)
+
+
 def plain_bf16(ref) -> bool:
     """A bf16 kernel argument (its bits read in place)?"""
     return type(ref) is ArrayRef and ref.dtype is DataType.bf16
@@ -57,6 +67,13 @@ class PackedWeights:
         """C[m, n] (+)= A[m, k] @ B of (group ``g``, run ``run``): the GEMM call."""
         return ir.call("gemm_bf16_packed", 0, m, n, k, abuf, aoff, lda, self.buf, (g * self.runs + run) * self.per,
                        self.npan, 0, beta, cbuf, coff, ldc)
+
+    def taps(self, m, k, abuf, aoff, lda, aoffs, ap, g, jp, block) -> ir.Expr:
+        """A tile of C (as :meth:`block`) = the sum over every run t (a tap) of
+        A_t[m, k] @ B of (group ``g``, run t), A_t the rows of ``abuf`` from
+        ``aoff + aoffs[t]``: the call (graphc.codegen.bf16_gemm.bf16_taps)."""
+        return ir.call("bf16_taps", m, k, abuf, aoff, lda, aoffs, ap.buf, ap.at(0), self.buf, g * self.runs * self.per,
+                       self.per, self.npan, jp, block.buf, block.at(0))
 
     def block(self, m, k, abuf, aoff, lda, ap, g, run, jp, acc: bool, block) -> ir.Expr:
         """A tile of C (``m`` <= MR rows x panel ``jp``'s 32 columns, float32, rows 32
@@ -122,4 +139,4 @@ def bf16_weights(kb, geo: Geometry, w, rounding, width: int,
     return PackedWeights(bp, runs, per, npan)
 
 
-__all__ = ["MatrixWeights", "PackedWeights", "bf16_operands", "bf16_weights", "bits", "plain_bf16"]
+__all__ = ["MatrixWeights", "PackedWeights", "bf16_operands", "bf16_weights", "bits", "plain_bf16", "taps_in_tile"]

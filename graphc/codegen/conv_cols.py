@@ -108,20 +108,30 @@ class VirtualLayout:
     each of the last dim's KW taps (``width`` values).  A dst position has the
     virtual row ``sum(o[t] * vs[t])``; an outer tap k reads the row ``offs[k]``
     further; ``rows`` virtual rows hold every dst position, ``span`` those a tap
-    may read; ``inner``: the rows of one step of the first dim."""
+    may read; ``inner``: the rows of one step of the first dim.
 
-    def __init__(self, geo: Geometry):
+    ``every_tap``: the last dim is padded as the outer ones are and a virtual
+    row holds one position's Cg channels, so that every tap is a row offset
+    (``offs`` over the whole window) and the copy of src is not widened KW
+    times (the rows of padding past dst's last dim are computed and skipped):
+    for a tile summing all taps in its registers (graphc.codegen.bf16_gemm.
+    bf16_taps)."""
+
+    def __init__(self, geo: Geometry, every_tap: bool = False):
         self.geo = geo
-        self.width = geo.kernel[-1] * geo.cg
-        # (the last dim's extent is dst's own: no virtual rows of padding to compute and
-        # skip; 56x56 computed 58 columns for 56)
-        self.pd = [o + (k - 1) * d for o, k, d in zip(geo.small[:-1], geo.kernel[:-1], geo.dilations[:-1])] \
-            + [geo.small[-1]]
+        #: the last dim's taps a virtual row holds
+        self.row_taps = 1 if every_tap else geo.kernel[-1]
+        self.width = self.row_taps * geo.cg
+        # (folded, the last dim's extent is dst's own: no virtual rows of padding to compute
+        # and skip; 56x56 computed 58 columns for 56)
+        outer = len(geo.kernel) if every_tap else len(geo.kernel) - 1
+        self.pd = [o + (k - 1) * d for o, k, d in zip(geo.small[:outer], geo.kernel[:outer], geo.dilations[:outer])] \
+            + list(geo.small[outer:])
         self.vs = dense_strides(self.pd)
         self.inner = math.prod(self.pd[1:])
         self.rows = geo.small[0] * self.inner
         self.offs = [sum(t * d * v for t, d, v in zip(tap, geo.dilations, self.vs))
-                     for tap in np.ndindex(*geo.kernel[:-1])]
+                     for tap in np.ndindex(*geo.kernel[:outer])]
         self.span = self.rows + max(self.offs)
 
     def tiles(self, items: int, threads: int) -> tuple[int, int]:
@@ -157,7 +167,7 @@ class VirtualRows:
     def emit(self, n, g, v0, count, dest, at0):
         kb, geo, vs, pd = self.kb, self.geo, self.layout.vs, self.layout.pd
         cg = geo.cg
-        kw, dw = geo.kernel[-1], geo.dilations[-1]
+        kw, dw = self.layout.row_taps, geo.dilations[-1]
         with kb.for_(count, "v") as v:
             vv = kb.let(v0 + v, "vv")
             vpos = [kb.let(vv // vs[0], "p")] + [kb.let((vv // st) % d, "p") for st, d in zip(vs[1:], pd[1:])]

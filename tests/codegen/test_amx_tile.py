@@ -42,6 +42,35 @@ def test_int8_products_are_exact(m, n, k, lda):
     assert np.array_equal(c, a[:, :k].astype(np.int64) @ b.astype(np.int64))
 
 
+@pytest.mark.parametrize("m,k,lda,taps", [(32, 64, 64, 9), (32, 96, 128, 3), (20, 64, 64, 4), (32, 64, 256, 2),
+                                            (32, 48, 48, 3), (32, 1056, 1056, 2)])
+def test_bf16_taps_sum_every_tap(m, k, lda, taps):
+    """bf16_taps: C = the sum over taps of A_t @ B_t, A_t rows of one buffer at
+    each tap's offset, B_t packed one after another; in the tile registers where
+    taps_in_registers (rows read whole to MR: the buffer has room), else a
+    bf16_block per tap (k off the tile's step, rows 512 bytes apart, k over a block)."""
+    rng = np.random.default_rng(m + k + taps)
+    offs = np.array([t * 7 * lda + t for t in range(taps)], np.int64)   # (an odd element: any offset)
+    rows = (int(offs.max()) + lda - 1) // lda + bf16_gemm.MR + 1
+    a = rng.standard_normal(rows * lda + lda).astype(ml_dtypes.bfloat16)
+    bs = rng.standard_normal((taps, k, 40)).astype(ml_dtypes.bfloat16)
+    per = bf16_gemm.bf16_panels(40, k)
+    bp = np.empty(taps * per, np.uint16)
+    for t in range(taps):
+        bf16_gemm.pack_b_bf16(0, 40, k, bs[t].view(np.uint16).ravel(), 0, 40, bp, t * per, 0, 2)
+    ap = np.empty(bf16_gemm.block_pack_elems(k), np.uint16)
+    bf16_gemm.bf16_begin()
+    for jp in range(2):
+        c = np.full(bf16_gemm.MR * 32, np.nan, np.float32)
+        bf16_gemm.bf16_taps(m, k, a.view(np.uint16), 0, lda, offs, ap, 0, bp, 0, per, 2, jp, c, 0)
+        want = sum(np.stack([a[o + r * lda:o + r * lda + k] for r in range(m)]).astype(np.float64)
+                   @ bs[t][:, jp * 32:jp * 32 + 32].astype(np.float64) for t, o in enumerate(offs))
+        n = want.shape[1]
+        got = c.reshape(bf16_gemm.MR, 32)[:m, :n]
+        assert np.abs(got - want).max() <= taps * k * 2.0 ** -23 * max(1.0, np.abs(want).max()), (jp, m, k, lda)
+    assert bf16_gemm.taps_in_registers(k, lda) == (k % 32 == 0 and k <= 2 * bf16_gemm.KC and lda * 2 % 512 != 0)
+
+
 def test_the_drivers_configure_the_tiles_after_another_library():
     """oneDNN (inside torch) configures this thread's tiles its own way for its
     bf16 GEMM; graphc's driver loads its configuration again before its tiles."""

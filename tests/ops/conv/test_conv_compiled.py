@@ -328,6 +328,32 @@ def test_forward_on_the_tile(geom, dfmt, wfmt):
     assert road in _road(cg) and bf16_tile_name() in _road(cg), _road(cg)
 
 
+#: (N, C, OC, spatial, kernel, attrs): channels per group whole steps of AMX's tile (32 of k)
+EVERY_TAP = [
+    (2, 64, 40, (9, 10), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (1, 64, 24, (7, 8), (3, 3), {"groups": 2, "pads_begin": (1, 0), "pads_end": (0, 2)}),
+    (2, 32, 16, (12,), (5,), {"dilations": (2,), "pads_begin": (4,), "pads_end": (2,)}),
+    (1, 32, 8, (4, 5, 6), (2, 3, 2), {"pads_begin": (1, 1, 0), "pads_end": (0, 1, 1)}),
+    (1, 64, 64, (6, 7), (3, 3), {"dilations": (2, 2), "pads_begin": (2, 2), "pads_end": (2, 2)}),
+]
+
+
+@on_the_tile
+@pytest.mark.parametrize("geom", EVERY_TAP, ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}k{g[4]}")
+@pytest.mark.parametrize("kind", ["Convolution", "ConvolutionBackwardData"])
+def test_every_tap_summed_in_the_tile(geom, kind):
+    """Channels per group whole steps of AMX's tile: each virtual row is one
+    position's channels, every tap a row offset, and one tile call sums a tile
+    of C's taps in the tile registers (``bf16_taps``), reading a last slice's
+    MR rows whole; elsewhere the outer taps' ``bf16_block`` calls."""
+    from graphc.codegen import bf16_gemm
+    g = conv_graph(kind, "bf16", geom, "NXC", "XIO")
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=f"{geom} {kind}")
+    assert "bf16_shifted_gemm" in _road(cg), _road(cg)
+    channels = geom[1] if kind == "Convolution" else geom[2]     # (of the forward convolution run)
+    assert ("bf16_taps(" in cg.source) == (bf16_gemm.AMX and channels // geom[5].get("groups", 1) % 32 == 0)
+
+
 @on_the_tile
 @pytest.mark.parametrize("geom", [GEOMS[0], WINOGRAD[2], EDGES[0]], ids=lambda g: f"c{g[1]}{g[3]}")
 def test_data_gradient_at_unit_strides_on_the_tile(geom):
