@@ -24,8 +24,8 @@ from its first group of 16 rows to its second (``ldc`` in elements of C;
 ``acc`` nonzero adds into C); kp or kq a multiple of 16.
 ``graphc_amx_bf16_rows`` and ``graphc_amx_int8_rows`` take A in its rows,
 ``lda`` elements apart, as the AVX-512 tiles do.
-``graphc_amx_bf16_taps(a, b, c, kp, lda, ldc, acc, aoffs, bstep, ntaps)`` is
-the rows tile summing ``ntaps`` products (a convolution's taps, each its own A
+``graphc_amx_bf16_taps(a, b, c, kp, lda, ldc, acc, aoffs, bstep, ntaps)`` (and
+``graphc_amx_int8_taps``, kq for kp) is the rows tile summing ``ntaps`` products (a convolution's taps, each its own A
 rows ``aoffs[t]`` elements from ``a`` and its own packed B ``t * bstep``
 elements from ``b``) in the tile registers: C is loaded or zeroed once and
 stored once, not once per tap (oneDNN's batch-reduce GEMM).  ``graphc_amx_config()``
@@ -54,8 +54,8 @@ BF16 = "graphc_amx_bf16_tile"
 INT8 = "graphc_amx_int8_tile"
 #: the same tiles reading A in place, in its own rows
 BF16_ROWS, INT8_ROWS = "graphc_amx_bf16_rows", "graphc_amx_int8_rows"
-#: the bf16 batch-reduce tile: A in its own rows, one product per tap summed in the tile registers
-BF16_TAPS = "graphc_amx_bf16_taps"
+#: the batch-reduce tiles: A in its own rows, one product per tap summed in the tile registers
+BF16_TAPS, INT8_TAPS = "graphc_amx_bf16_taps", "graphc_amx_int8_taps"
 #: A is read in place unless its rows are a multiple of this many bytes apart:
 #: then a tile's 16 lines fall in 8 or fewer of L1's 64 sets, two A tiles
 #: overflow its 12 ways, and A packed in tiles (1,024 contiguous bytes each) is
@@ -188,7 +188,7 @@ def module_ir() -> str:
              "declare void @llvm.x86.tdpbusd(i8 immarg, i8 immarg, i8 immarg)"]
     tiles = [tile_ir(BF16, "tdpbf16ps", 2, True), tile_ir(BF16_ROWS, "tdpbf16ps", 2, False),
              tile_ir(INT8, "tdpbusd", 1, True), tile_ir(INT8_ROWS, "tdpbusd", 1, False),
-             tile_ir(BF16_TAPS, "tdpbf16ps", 2, False, taps=True)]
+             tile_ir(BF16_TAPS, "tdpbf16ps", 2, False, taps=True), tile_ir(INT8_TAPS, "tdpbusd", 1, False, taps=True)]
     return "\n".join(decls + [config_ir()] + tiles)
 
 
@@ -201,10 +201,10 @@ def bind() -> bool:
     CPU that has AMX)."""
     global _bound
     if not _bound and available("bf16") and available("int8"):
-        bind_ir(module_ir(), (CONFIG, BF16, BF16_ROWS, INT8, INT8_ROWS, BF16_TAPS))
+        bind_ir(module_ir(), (CONFIG, BF16, BF16_ROWS, INT8, INT8_ROWS, BF16_TAPS, INT8_TAPS))
         _bound = True
     return _bound
 
 
-__all__ = ["MR", "NR", "K_STEP", "BF16", "INT8", "BF16_ROWS", "INT8_ROWS", "BF16_TAPS", "CONFIG", "CONFLICT_STRIDE", "available",
+__all__ = ["MR", "NR", "K_STEP", "BF16", "INT8", "BF16_ROWS", "INT8_ROWS", "BF16_TAPS", "INT8_TAPS", "CONFIG", "CONFLICT_STRIDE", "available",
            "tile_ir", "config_ir", "module_ir", "bind"]

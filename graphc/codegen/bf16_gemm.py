@@ -23,7 +23,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import amx_tile, bf16_tile
-from .blas_abi import VOIDP, arrays, amx_config, copy_elements, pointer, road_tiles
+from .blas_abi import VOIDP, arrays, amx_config, copy_elements, pointer, road_tiles, taps_call
 from .blas_import import bf16_amx_gemm
 from .helper_jit import helper_jit
 
@@ -36,6 +36,8 @@ AMX = bf16_amx_gemm() and amx_tile.bind()
 #: (``_pack_a``) or in its own rows (``_rows``), B packed, from element offsets
 MR, _bf16_tile, _bf16_tile_rows = road_tiles(AMX, (amx_tile.BF16, amx_tile.BF16_ROWS), bf16_tile.SYMBOL, bf16_tile.MR,
                                               types.uint16, types.uint16, types.float32)
+#: ``taps(a, a_off, aoffs, b, b_off, bstep, c, c_off, kp, lda, ntaps)``: AMX's batch-reduce tile
+_amx_taps = taps_call(amx_tile.BF16_TAPS, types.uint16, types.uint16, types.float32)
 #: packed k is whole blocks of this many pairs (an AMX tile's step; the same on both roads)
 KP_ALIGN = amx_tile.K_STEP
 
@@ -358,32 +360,6 @@ def bf16_block(m, k, a, a_off, lda, ap, ap_off, bp, bp_off, npan_all, jp, acc, c
             _pack_a(0, m, k, a, a_off, lda, 0, m, 2 * p0, kp, ap, ap_off)
             _bf16_tile(ap, ap_off, bp, bo, c, c_off, kp, 16 * lp if AMX else lp, 32, ac)
     return 0
-
-
-@intrinsic
-def _amx_taps(typingctx, a, a_off, aoffs, b, b_off, bstep, c, c_off, kp, lda, ntaps):
-    """graphc.codegen.amx_tile's batch-reduce tile: C[32][32] (rows 32 apart,
-    from ``c_off``) = the sum over ``ntaps`` taps t of A_t @ B_t, A_t the rows
-    of ``a`` from ``a_off + aoffs[t]`` (``lda`` apart), B_t the packed panel
-    from ``b_off + t * bstep``; kp pairs of k each."""
-    if not (arrays(types.uint16, a, b) and arrays(types.float32, c) and arrays(types.int64, aoffs)):
-        return None
-    sig = types.void(a, a_off, aoffs, b, b_off, bstep, c, c_off, kp, lda, ntaps)
-
-    def codegen(context, builder, signature, args):
-        sa = signature.args
-        i64 = llir.IntType(64)
-        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, VOIDP, i64, i64, i64, i64, VOIDP, i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, amx_tile.BF16_TAPS)
-        cast = [context.cast(builder, args[i], sa[i], types.int64) for i in (8, 9, 5, 10)]
-        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
-                          pointer(context, builder, sa[3], args[3], args[4], sa[4]),
-                          pointer(context, builder, sa[6], args[6], args[7], sa[7]),
-                          cast[0], cast[1], context.get_constant(types.int64, 32), context.get_constant(types.int64, 0),
-                          pointer(context, builder, sa[2], args[2], context.get_constant(types.intp, 0), types.intp),
-                          cast[2], cast[3]])
-        return context.get_dummy_value()
-    return sig, codegen
 
 
 @helper_jit(cache=True, nogil=True)

@@ -343,6 +343,8 @@ row_sums_u8 = export("row_sums_u8", int8_gemm.row_sums_u8, (I64, I64, _U8A, I64,
 u8s8_begin = export("u8s8_begin", int8_gemm.u8s8_begin, ())
 u8s8_block = export("u8s8_block", int8_gemm.u8s8_block,
                     (I64,) * 2 + (_U8A, I64, I64, _U8A, I64, _S8A, I64, I64, I64, _S32A, I64))
+u8s8_taps = export("u8s8_taps", int8_gemm.u8s8_taps,
+                   (I64,) * 2 + (_U8A, I64, I64, _I64A, _U8A, I64, _S8A, I64, I64, I64, I64, _S32A, I64))
 
 
 @functools.cache

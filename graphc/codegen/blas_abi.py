@@ -78,6 +78,36 @@ def tile_call(symbol: str, a_dtype, b_dtype, c_dtype):
     return call
 
 
+def taps_call(symbol: str, a_dtype, b_dtype, c_dtype):
+    """An intrinsic calling AMX's batch-reduce tile ``symbol`` (graphc.codegen.
+    amx_tile's ``taps`` tiles) as ``taps(a, a_off, aoffs, b, b_off, bstep, c,
+    c_off, steps, lda, ntaps)``: C[32][32] (rows 32 apart, from ``c_off``) = the
+    sum over ``ntaps`` taps t of A_t @ B_t, A_t the rows of ``a`` from ``a_off +
+    aoffs[t]`` (``lda`` apart; ``aoffs`` int64), B_t the packed panel from
+    ``b_off + t * bstep``; ``steps`` pairs or quads of k each."""
+    @intrinsic
+    def call(typingctx, a, a_off, aoffs, b, b_off, bstep, c, c_off, steps, lda, ntaps):
+        if not (arrays(a_dtype, a) and arrays(b_dtype, b) and arrays(c_dtype, c) and arrays(types.int64, aoffs)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            sa = signature.args
+            i64 = llir.IntType(64)
+            fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, VOIDP, i64, i64, i64, i64, VOIDP, i64, i64])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
+            cast = [context.cast(builder, args[i], sa[i], types.int64) for i in (8, 9, 5, 10)]
+            builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
+                              pointer(context, builder, sa[3], args[3], args[4], sa[4]),
+                              pointer(context, builder, sa[6], args[6], args[7], sa[7]),
+                              cast[0], cast[1], i64(32), i64(0),
+                              pointer(context, builder, sa[2], args[2], context.get_constant(types.intp, 0),
+                                      types.intp),
+                              cast[2], cast[3]])
+            return context.get_dummy_value()
+        return types.void(a, a_off, aoffs, b, b_off, bstep, c, c_off, steps, lda, ntaps), codegen
+    return call
+
+
 def road_tiles(amx: bool, amx_symbols, avx512_symbol: str, avx512_rows: int, *dtypes):
     """(MR, tile, rows_tile): the rows of C a tile call makes and the intrinsics
     (:func:`tile_call`) calling the road's tile with A packed and with A in its

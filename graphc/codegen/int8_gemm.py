@@ -22,7 +22,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import amx_tile, int8_tile
-from .blas_abi import VOIDP, arrays, amx_config, copy_elements, pointer, road_tiles
+from .blas_abi import VOIDP, arrays, amx_config, copy_elements, pointer, road_tiles, taps_call
 from .blas_import import int8_amx_gemm
 from .helper_jit import helper_jit
 
@@ -36,6 +36,8 @@ AMX = OWN and int8_amx_gemm() and amx_tile.bind()
 #: (``_pack_a``) or in its own rows (``_rows``), B packed, from element offsets
 MR, _int8_tile, _int8_tile_rows = road_tiles(AMX, (amx_tile.INT8, amx_tile.INT8_ROWS), int8_tile.SYMBOL, int8_tile.MR,
                                               types.uint8, types.int8, types.int32)
+#: ``taps(a, a_off, aoffs, b, b_off, bstep, c, c_off, kq, lda, ntaps)``: AMX's batch-reduce tile
+_amx_taps = taps_call(amx_tile.INT8_TAPS, types.uint8, types.int8, types.int32)
 #: packed k is whole blocks of this many quads (an AMX tile's step; the same on both roads)
 KQ_ALIGN = amx_tile.K_STEP
 
@@ -282,6 +284,39 @@ def u8s8_block(m, k, a, a_off, lda, ap, ap_off, bp, bp_off, npan_all, jp, c, c_o
 
 
 @helper_jit(cache=True, nogil=True)
+def taps_in_registers(k, lda):
+    """Does ``u8s8_taps`` sum its taps' products in AMX's tile registers, for A
+    of k columns (bytes) in rows lda apart: on AMX's road, k whole steps of the
+    tile in one block (A read in place), the rows a stride L1 holds."""
+    return AMX and k % (4 * KQ_ALIGN) == 0 and k // 4 <= KC and lda % amx_tile.CONFLICT_STRIDE != 0
+
+
+@helper_jit(cache=True, nogil=True)
+def u8s8_taps(m, k, a, a_off, lda, aoffs, ap, ap_off, bp, bp_off, bstep, npan_all, jp, c, c_off):
+    """One tile of C, as ``u8s8_block`` makes it, from the sum of ``len(aoffs)``
+    products (a convolution's taps): ``C[MR x 32]`` at ``c[c_off:]`` (s32, rows
+    32 apart) = the sum over taps t of ``A_t[m, k] @`` panel ``jp`` of B_t, A_t
+    the u8 rows of ``a`` from ``a_off + aoffs[t]`` (``lda`` apart), B_t packed by
+    pack_b_u8s8 from ``bp_off + t * bstep``.  Where ``taps_in_registers``, the
+    taps' products are summed in AMX's tile registers in one call: then MR rows
+    of every A_t are read, the caller's rows past m included (their products
+    land in C's rows past m).  Else a ``u8s8_block`` per tap, summed.
+    ``u8s8_begin`` first, on this thread."""
+    if taps_in_registers(k, lda):
+        kq = k // 4
+        _amx_taps(a, a_off, aoffs, bp, bp_off + jp * kq * 128, bstep, c, c_off, kq, lda, len(aoffs))
+        return 0
+    part = np.empty(MR * 32, np.int32)
+    for t in range(len(aoffs)):
+        u8s8_block(m, k, a, a_off + aoffs[t], lda, ap, ap_off, bp, bp_off + t * bstep, npan_all, jp,
+                   c if t == 0 else part, c_off if t == 0 else 0)
+        if t > 0:
+            for i in range(MR * 32):
+                c[c_off + i] += part[i]
+    return 0
+
+
+@helper_jit(cache=True, nogil=True)
 def gemm_u8s8_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     """blas.gemm_u8s8 on the tile: B packed (for this call), then gemm_u8s8_packed."""
     npan = (n + 31) // 32
@@ -331,4 +366,5 @@ else:
 
 
 __all__ = ["AMX", "MR", "KQ_ALIGN", "KC", "MC", "block_pack_bytes", "packed_quads", "u8s8_panels", "pack_b_u8s8",
-           "gemm_u8s8_packed", "gemm_u8s8_tiles", "row_sums_u8", "u8s8_begin", "u8s8_block"]
+           "gemm_u8s8_packed", "gemm_u8s8_tiles", "row_sums_u8", "u8s8_begin", "u8s8_block", "u8s8_taps",
+           "taps_in_registers"]

@@ -441,7 +441,7 @@ class KernelBuilder:
 BLAS_ROADS = {"gemm_f32": "sgemm", "gemm_bf16": "gemm_bf16bf16f32", "gemm_bf16_packed": "gemm_bf16bf16f32",
               "gemm_bf16_prepacked": "gemm_bf16bf16f32", "bf16_block": "gemm_bf16bf16f32",
               "bf16_taps": "gemm_bf16bf16f32", "gemm_u8s8": "gemm_s8u8s32", "gemm_u8s8_packed": "gemm_s8u8s32",
-              "u8s8_block": "gemm_s8u8s32"}
+              "u8s8_block": "gemm_s8u8s32", "u8s8_taps": "gemm_s8u8s32"}
 
 
 def blas_road(helper: str) -> str:

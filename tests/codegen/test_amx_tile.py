@@ -71,6 +71,33 @@ def test_bf16_taps_sum_every_tap(m, k, lda, taps):
     assert bf16_gemm.taps_in_registers(k, lda) == (k % 32 == 0 and k <= 2 * bf16_gemm.KC and lda * 2 % 512 != 0)
 
 
+@pytest.mark.parametrize("m,k,lda,taps", [(32, 64, 64, 9), (20, 128, 192, 3), (32, 64, 512, 2), (32, 96, 96, 3),
+                                            (32, 1088, 1088, 2)])
+def test_u8s8_taps_sum_every_tap_exactly(m, k, lda, taps):
+    """u8s8_taps: the int8 batch-reduce tile where taps_in_registers, else a
+    u8s8_block per tap summed (rows 512 bytes apart, k off the tile's step, k
+    over a block); exact s32 sums either way."""
+    rng = np.random.default_rng(m * k + taps)
+    offs = np.array([t * 5 * lda + 3 * t for t in range(taps)], np.int64)
+    rows = (int(offs.max()) + lda - 1) // lda + int8_gemm.MR + 1
+    a = rng.integers(0, 256, rows * lda + lda).astype(np.uint8)
+    bs = rng.integers(-128, 128, (taps, k, 40)).astype(np.int8)
+    per = int8_gemm.u8s8_panels(40, k)
+    bp = np.empty(taps * per, np.int8)
+    sums = np.empty(40, np.int32)
+    for t in range(taps):
+        int8_gemm.pack_b_u8s8(0, 40, k, bs[t].ravel(), 0, 40, bp, t * per, sums, 0, 0, 2)
+    ap = np.empty(int8_gemm.block_pack_bytes(k), np.uint8)
+    int8_gemm.u8s8_begin()
+    for jp in range(2):
+        c = np.full(int8_gemm.MR * 32, 7, np.int32)
+        int8_gemm.u8s8_taps(m, k, a, 0, lda, offs, ap, 0, bp, 0, per, 2, jp, c, 0)
+        want = sum(np.stack([a[o + r * lda:o + r * lda + k] for r in range(m)]).astype(np.int64)
+                   @ bs[t][:, jp * 32:jp * 32 + 32].astype(np.int64) for t, o in enumerate(offs))
+        np.testing.assert_array_equal(c.reshape(int8_gemm.MR, 32)[:m, :want.shape[1]], want)
+    assert int8_gemm.taps_in_registers(k, lda) == (k % 64 == 0 and k <= 4 * int8_gemm.KC and lda % 512 != 0)
+
+
 def test_the_drivers_configure_the_tiles_after_another_library():
     """oneDNN (inside torch) configures this thread's tiles its own way for its
     bf16 GEMM; graphc's driver loads its configuration again before its tiles."""

@@ -82,6 +82,33 @@ def test_every_signedness_and_zero_points(src, wei, wzps):
         assert "int8_gemm" in only_compiled(g).get_impl_info()
 
 
+#: channels per group whole steps of AMX-INT8's tile (64 of k) and weights without zero points
+EVERY_TAP = {
+    "3x3-pad": dict(n=2, c=64, oc=40, hw=(9, 10), k=(3, 3), pad=1, post=True, bias=True),
+    "groups-dil": dict(n=1, c=128, oc=64, hw=(8, 7), k=(3, 3), pad=2, dil=2, groups=2),
+    "s8-src": dict(n=1, c=64, oc=32, hw=(6, 7), k=(3, 3), pad=1, src="s8", zx=-5),
+    "1d": dict(n=2, c=64, oc=32, hw=(30,), k=(5,), pad=2),
+    "3d": dict(n=1, c=64, oc=16, hw=(3, 4, 5), k=(2, 3, 3), pad=1),
+    "windows-in-padding-alone": dict(n=1, c=64, oc=16, hw=(4, 5), k=(3, 3), pad=4),
+}
+
+
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+@pytest.mark.parametrize("case", list(EVERY_TAP))
+def test_every_tap_summed_in_the_tile(case, fmt):
+    """Unit strides, s8 weights without zero points, a group's channels whole steps
+    of AMX's tile: virtual rows of one position each (src's zero point in the
+    padding), every tap a row offset, and one tile call sums a tile of C's taps
+    in the tile registers (``u8s8_taps``); exact as the im2col road is."""
+    from graphc.codegen import int8_gemm
+    g = _qconv(**EVERY_TAP[case], fmt=fmt, wzps=False)
+    check_compiled(g, exact=True, seed=len(case))
+    if ON_TILE:
+        cp = only_compiled(g)
+        assert "int8_gemm" in cp.get_impl_info()
+        assert ("u8s8_taps(" in cp.source) == int8_gemm.AMX
+
+
 def test_nxc_1x1_src_read_in_place():
     """A 1x1 window over NXC u8 src: the tile reads src's rows, no panel of columns."""
     g = _qconv(2, 64, 64, (8, 8), (1, 1), fmt="NXC", post=True)
