@@ -14,6 +14,13 @@ windows over NXC u8 src), and multiplies it a tile of C at a time
 tile stored right away with the zero points compensated
 (graphc.codegen.gemm_int8.compensated) and the scales applied by ``store``.  The padding holds src's zero point
 (shifted), so that its terms (q - z) are 0 as the reference's zeros are.
+
+At unit strides, on AMX, with s8 weights without zero points and a group's
+channels whole steps of the tile (:func:`every_tap`), there is no panel: the
+work item copies src into virtual rows of one position each
+(graphc.codegen.conv_cols.VirtualLayout's ``every_tap``), each tap of the
+window a row offset into them, and ``u8s8_taps`` sums a tile of C's taps in the
+tile registers, the weights packed per tap.
 """
 from __future__ import annotations
 
