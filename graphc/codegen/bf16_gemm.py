@@ -91,6 +91,31 @@ def _pack_cols(typingctx, b, b_off, bp, out_off, ldb, kp):
     return sig, codegen
 
 
+@intrinsic
+def transpose_u16(typingctx, src, s_off, lds, dst, d_off, ldd, nblk):
+    """graphc.codegen.bf16_tile's transpose: ``nblk`` 16 x 16 blocks of 16-bit
+    values, block b's rows 16 values of ``src`` from ``s_off + 16 b`` (rows
+    ``lds`` apart), stored transposed into ``dst`` from ``d_off`` (its row p at
+    ``(16 b + p) ldd`` further); returns 0.  A kernel's copy of channels-first
+    bf16 src into rows of positions (graphc.codegen.conv_cols.VirtualRows)."""
+    if not arrays(types.uint16, src, dst):
+        return None
+    sig = types.int64(src, s_off, lds, dst, d_off, ldd, nblk)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i64 = llir.IntType(64)
+        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, i64, VOIDP, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, bf16_tile.TRANSPOSE)
+        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
+                          context.cast(builder, args[2], sa[2], types.int64),
+                          pointer(context, builder, sa[3], args[3], args[4], sa[4]),
+                          context.cast(builder, args[5], sa[5], types.int64),
+                          context.cast(builder, args[6], sa[6], types.int64)])
+        return context.get_constant(types.int64, 0)
+    return sig, codegen
+
+
 @helper_jit(cache=True, nogil=True)
 def packed_pairs(k):
     """The pairs of k of a packed operand: ceil(k / 2) rounded up to KP_ALIGN."""
@@ -402,4 +427,4 @@ def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_of
 
 __all__ = ["AMX", "MR", "KP_ALIGN", "KC", "MC", "packed_pairs", "bf16_panels", "bf16_a_panels", "pack_b_bf16",
            "pack_panels_bf16", "pack_a_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "gemm_bf16_tiles",
-           "block_pack_elems", "bf16_begin", "bf16_block", "bf16_taps", "taps_in_registers"]
+           "block_pack_elems", "bf16_begin", "bf16_block", "bf16_taps", "taps_in_registers", "transpose_u16"]

@@ -9,7 +9,9 @@ bf16_amx_gemm); this module's packs serve both.
 The tile is LLVM IR (vectors, the ``llvm.x86.avx512bf16.dpbf16ps.512``
 intrinsic) compiled once per process by llvmlite for the host CPU and bound to
 the symbol ``graphc_bf16_tile`` (with B's packing, ``graphc_bf16_pack``, and a
-transposed B's, ``graphc_bf16_pack_t``);
+transposed B's, ``graphc_bf16_pack_t``, and a transpose of 16 x 16 blocks of
+16-bit values, ``graphc_u16_transpose``: channels-first src into the rows of
+positions the convolutions' tiles read);
 kernels reach it through graphc.codegen.blas.gemm_bf16 (graphc.codegen.bf16_gemm),
 by that name (never an address baked into
 code, so they stay cacheable on disk).
@@ -35,6 +37,8 @@ SYMBOL = "graphc_bf16_tile"
 PACK = "graphc_bf16_pack"
 #: a transposed B's packing: a panel's 32 columns, each a row of k in memory, gathered a pair at a time
 PACK_T = "graphc_bf16_pack_t"
+#: 16 x 16 blocks of 16-bit values transposed in registers (channels-first src into rows of positions)
+TRANSPOSE = "graphc_u16_transpose"
 
 
 @functools.cache
@@ -131,6 +135,41 @@ def pack_t_ir() -> str:
     return "\n".join(lines)
 
 
+def transpose_ir() -> str:
+    """``graphc_u16_transpose(s, lds, d, ldd, nblk)``: for each of nblk blocks b,
+    the 16 x 16 block of 16-bit values whose rows are 16 values of ``s`` from
+    ``16 b``, rows ``lds`` apart, stored transposed: row p of it (16 values) at
+    ``d`` from ``(16 b + p) ldd``.  Sixteen vector loads, four rounds of sixteen
+    two-source shuffles (each round swaps the off-diagonal quadrants of blocks
+    half the size of the last), sixteen vector stores."""
+    vec = "<16 x i16>"
+    lines = [f"define void @{TRANSPOSE}(ptr %s, i64 %lds, ptr %d, i64 %ldd, i64 %nblk) {{", "entry:",
+             "  %some = icmp sgt i64 %nblk, 0", "  br i1 %some, label %loop, label %done", "loop:",
+             "  %b = phi i64 [0, %entry], [%bn, %loop]", "  %so = shl i64 %b, 4"]
+    for r in range(16):
+        lines += [f"  %sr{r} = mul i64 %lds, {r}", f"  %sa{r} = add i64 %sr{r}, %so",
+                  f"  %sp{r} = getelementptr i16, ptr %s, i64 %sa{r}", f"  %v0_{r} = load {vec}, ptr %sp{r}, align 2"]
+    cur = {r: f"%v0_{r}" for r in range(16)}
+    for st, half in enumerate((8, 4, 2, 1), start=1):
+        lo = ", ".join(f"i32 {k if k & half == 0 else 16 + k - half}" for k in range(16))
+        hi = ", ".join(f"i32 {k + half if k & half == 0 else 16 + k}" for k in range(16))
+        nxt = {}
+        for i in range(16):
+            if i & half:
+                continue
+            j = i + half
+            lines += [f"  %v{st}_{i} = shufflevector {vec} {cur[i]}, {vec} {cur[j]}, <16 x i32> <{lo}>",
+                      f"  %v{st}_{j} = shufflevector {vec} {cur[i]}, {vec} {cur[j]}, <16 x i32> <{hi}>"]
+            nxt[i], nxt[j] = f"%v{st}_{i}", f"%v{st}_{j}"
+        cur = nxt
+    for p in range(16):
+        lines += [f"  %dq{p} = add i64 %so, {p}", f"  %dr{p} = mul i64 %dq{p}, %ldd",
+                  f"  %dp{p} = getelementptr i16, ptr %d, i64 %dr{p}", f"  store {vec} {cur[p]}, ptr %dp{p}, align 2"]
+    lines += ["  %bn = add i64 %b, 1", "  %more = icmp slt i64 %bn, %nblk", "  br i1 %more, label %loop, label %done",
+              "done:", "  ret void", "}"]
+    return "\n".join(lines)
+
+
 _bound = False
 
 
@@ -139,9 +178,10 @@ def bind() -> bool:
     False where the CPU has no AVX512-BF16."""
     global _bound
     if not _bound and available():
-        bind_ir(tile_ir() + "\n" + pack_ir() + "\n" + pack_t_ir(), (SYMBOL, PACK, PACK_T))
+        bind_ir("\n".join((tile_ir(), pack_ir(), pack_t_ir(), transpose_ir())), (SYMBOL, PACK, PACK_T, TRANSPOSE))
         _bound = True
     return _bound
 
 
-__all__ = ["MR", "NR", "SYMBOL", "PACK", "PACK_T", "available", "tile_ir", "pack_ir", "pack_t_ir", "bind"]
+__all__ = ["MR", "NR", "SYMBOL", "PACK", "PACK_T", "TRANSPOSE", "available", "tile_ir", "pack_ir", "pack_t_ir",
+           "transpose_ir", "bind"]

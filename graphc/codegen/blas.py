@@ -43,7 +43,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import bf16_gemm, bf16_tile, int8_gemm, int8_tile
-from .bf16_gemm import gemm_bf16_tiles
+from .bf16_gemm import gemm_bf16_tiles, transpose_u16
 from .blas_abi import VOIDP as _VOIDP, arrays as _arrays, pointer as _pointer
 from .blas_import import bf16_tile_gemm, dnnl_path, mkl_path
 from .exported import F64, I64, array, export

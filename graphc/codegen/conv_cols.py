@@ -14,7 +14,7 @@ from .conv_bf16 import bits
 from .conv_views import Data, Geometry
 from .conv_views import rounded as _rounded, tap_loops as _tap_loops
 from .loops import unravel
-from ..types import dense_strides
+from ..types import DataType, dense_strides
 
 #: src channels per pass over the window taps of an im2col row (channels-first src)
 IM2COL_CHANNELS = 16
@@ -164,9 +164,28 @@ class VirtualRows:
     def __init__(self, kb, geo: Geometry, x: Data, rounding, layout: VirtualLayout, cells: Cells):
         self.kb, self.geo, self.x, self.rounding, self.layout, self.cells = kb, geo, x, rounding, layout, cells
 
+    def transposable(self) -> bool:
+        """Can :meth:`emit` move the values by 16 x 16 blocks transposed in
+        registers (graphc.codegen.bf16_gemm.transpose_u16): plain bf16 src,
+        channels first with unit stride along the last dim, one position a row,
+        16 channels a block, the last dim's src whole inside its padded extent,
+        on a CPU with graphc's AVX-512 bf16 module."""
+        from .blas_import import bf16_tile_gemm
+        x, geo = self.x, self.geo
+        ref = x.ref
+        return (self.layout.row_taps == 1 and not x.nxc and self.rounding is None and self.cells.elem == "u16"
+                and getattr(ref, "dtype", None) is DataType.bf16 and getattr(ref, "strides", None) is not None
+                and x.strides()[2][-1] == 1 and geo.cg % 16 == 0 and geo.big[-1] >= 16 and geo.begin[-1] >= 0
+                and geo.begin[-1] + geo.big[-1] <= self.layout.pd[-1] and bf16_tile_gemm())
+
     def emit(self, n, g, v0, count, dest, at0):
         kb, geo, vs, pd = self.kb, self.geo, self.layout.vs, self.layout.pd
         cg = geo.cg
+        # the last dim's src positions moved by blocks: 16 x blocks from lo, and where a row
+        # is not whole blocks, one more block ending at its end (overlapping the last)
+        blocks = geo.big[-1] // 16 if self.transposable() else 0
+        tail = blocks and geo.big[-1] % 16 != 0
+        lo, hi = geo.begin[-1], geo.begin[-1] + (geo.big[-1] if blocks else 0)
         kw, dw = self.layout.row_taps, geo.dilations[-1]
         with kb.for_(count, "v") as v:
             vv = kb.let(v0 + v, "vv")
@@ -177,18 +196,39 @@ class VirtualRows:
                 c = (p >= 0) & (p < size)
                 inside = c if inside is None else inside & c
             row = kb.let(at0 + v * self.layout.width, "xr")
-            with kb.for_(kw, "k") as k:
-                last = kb.let(vpos[-1] + k * dw - geo.begin[-1], "ip")
-                ok = (last >= 0) & (last < geo.big[-1])
-                ok = ok if inside is None else inside & ok
-                at = kb.let(row + k * cg, "xa")
-                with kb.if_(ok) as st:
-                    with kb.for_(cg, "ci") as ci:
-                        val = _rounded(self.x.load(n, g * cg + ci, pos + [last]), self.rounding)
-                        kb.store(dest, ir.u64(at + ci), self.cells.convert(val))
-                    with kb.else_(st):
+            if blocks:
+                # the run of this last-dim row's src positions [lo, hi), inside src and wholly
+                # within the rows asked for: its channels, 16 at a time, transposed from src's
+                # rows into the run's rows, at its first position (the positions before and after
+                # it, the rows outside src and a run cut by the range: value by value)
+                first = kb.let(v - (vpos[-1] - lo), "vf")
+                fits = kb.let((first >= 0) & (first + (hi - lo) <= count), "fit")
+                start = fits & vpos[-1].eq(lo)
+                with kb.if_(start if inside is None else inside & start):
+                    with kb.for_(cg // 16, "cb") as cb:
+                        src = kb.let(self.x.ref.offset(self.x.ivars(n, g * cg + cb * 16, pos + [ir.const(0)])), "xs")
+                        kb.let(ir.call("transpose_u16", self.x.ref.buf, src, self.x.strides()[1], dest,
+                                       row + cb * 16, cg, blocks), "st")
+                        if tail:
+                            back = hi - lo - 16
+                            kb.let(ir.call("transpose_u16", self.x.ref.buf, src + back, self.x.strides()[1], dest,
+                                           row + back * cg + cb * 16, cg, 1), "st")
+            # (a position the block run moved: nothing more to write)
+            moved = None if not blocks else (vpos[-1] >= lo) & (vpos[-1] < hi) & fits
+            moved = moved if moved is None or inside is None else moved & inside
+            with (kb.if_(~moved) if moved is not None else nothing()):
+                with kb.for_(kw, "k") as k:
+                    last = kb.let(vpos[-1] + k * dw - geo.begin[-1], "ip")
+                    ok = (last >= 0) & (last < geo.big[-1])
+                    ok = ok if inside is None else inside & ok
+                    at = kb.let(row + k * cg, "xa")
+                    with kb.if_(ok) as st:
                         with kb.for_(cg, "ci") as ci:
-                            kb.store(dest, ir.u64(at + ci), self.cells.pad)
+                            val = _rounded(self.x.load(n, g * cg + ci, pos + [last]), self.rounding)
+                            kb.store(dest, ir.u64(at + ci), self.cells.convert(val))
+                        with kb.else_(st):
+                            with kb.for_(cg, "ci") as ci:
+                                kb.store(dest, ir.u64(at + ci), self.cells.pad)
 
 
 @contextmanager

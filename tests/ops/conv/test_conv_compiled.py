@@ -338,23 +338,36 @@ EVERY_TAP = [
     (2, 32, 16, (12,), (5,), {"dilations": (2,), "pads_begin": (4,), "pads_end": (2,)}),
     (1, 32, 8, (4, 5, 6), (2, 3, 2), {"pads_begin": (1, 1, 0), "pads_end": (0, 1, 1)}),
     (1, 64, 64, (6, 7), (3, 3), {"dilations": (2, 2), "pads_begin": (2, 2), "pads_end": (2, 2)}),
+    # rows of 16 positions and more: channels-first bf16 src moved by 16 x 16 blocks transposed
+    (1, 32, 24, (5, 37), (3, 3), {"pads_begin": (1, 2), "pads_end": (0, 1)}),
+    (2, 64, 32, (3, 4, 20), (2, 3, 3), {"pads_begin": (1, 0, 0), "pads_end": (0, 1, 2)}),
+    (1, 32, 16, (40,), (5,), {"dilations": (2,), "pads_begin": (3,), "pads_end": (5,)}),
 ]
 
 
 @on_the_tile
 @pytest.mark.parametrize("geom", EVERY_TAP, ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}k{g[4]}")
 @pytest.mark.parametrize("kind", ["Convolution", "ConvolutionBackwardData"])
-def test_every_tap_summed_in_the_tile(geom, kind):
+@pytest.mark.parametrize("dfmt,wfmt", [("NXC", "XIO"), ("NCX", "OIX")])
+def test_every_tap_summed_in_the_tile(geom, kind, dfmt, wfmt):
     """Channels per group whole steps of AMX's tile: each virtual row is one
     position's channels, every tap a row offset, and one tile call sums a tile
     of C's taps in the tile registers (``bf16_taps``), reading a last slice's
-    MR rows whole; elsewhere the outer taps' ``bf16_block`` calls."""
+    MR rows whole; elsewhere the outer taps' ``bf16_block`` calls.  Channels-first
+    src with rows of 16 positions or more is moved into the virtual rows by
+    16 x 16 blocks transposed in registers (``transpose_u16``), the rest of a
+    row value by value."""
     from graphc.codegen import bf16_gemm
-    g = conv_graph(kind, "bf16", geom, "NXC", "XIO")
-    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=f"{geom} {kind}")
-    assert "bf16_shifted_gemm" in _road(cg), _road(cg)
+    g = conv_graph(kind, "bf16", geom, dfmt, wfmt)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=f"{geom} {kind} {dfmt}")
     channels = geom[1] if kind == "Convolution" else geom[2]     # (of the forward convolution run)
-    assert ("bf16_taps(" in cg.source) == (bf16_gemm.AMX and channels // geom[5].get("groups", 1) % 32 == 0)
+    every = bf16_gemm.AMX and channels // geom[5].get("groups", 1) % 32 == 0
+    assert ("bf16_taps(" in cg.source) == every
+    if dfmt == "NXC" or every:
+        assert "bf16_shifted_gemm" in _road(cg), _road(cg)
+    src_width = geom[3][-1] if kind == "Convolution" else None
+    if src_width is not None:
+        assert ("transpose_u16(" in cg.source) == (every and dfmt == "NCX" and src_width >= 16)
 
 
 @on_the_tile
