@@ -17,13 +17,11 @@ size.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir as llir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import amx_tile, bf16_tile
-from .blas_abi import VOIDP, arrays, amx_config, copy_elements, pointer, road_tiles, taps_call
+from .blas_abi import arrays, amx_config, call_symbol, copy_elements, road_tiles, taps_call
 from .blas_import import bf16_amx_gemm
 from .helper_jit import helper_jit
 
@@ -56,15 +54,8 @@ def _pack_rows(typingctx, b, off0, off1, bp, out_off, npan, pstride):
     sig = types.void(b, off0, off1, bp, out_off, npan, pstride)
 
     def codegen(context, builder, signature, args):
-        sa = signature.args
-        i64 = llir.IntType(64)
-        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, VOIDP, i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, bf16_tile.PACK)
-        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
-                          pointer(context, builder, sa[0], args[0], args[2], sa[2]),
-                          pointer(context, builder, sa[3], args[3], args[4], sa[4]),
-                          context.cast(builder, args[5], sa[5], types.int64),
-                          context.cast(builder, args[6], sa[6], types.int64)])
+        call_symbol(context, builder, bf16_tile.PACK, signature, args,
+                    [("p", 0, 1), ("p", 0, 2), ("p", 3, 4), ("i", 5), ("i", 6)])
         return context.get_dummy_value()
     return sig, codegen
 
@@ -79,14 +70,7 @@ def _pack_cols(typingctx, b, b_off, bp, out_off, ldb, kp):
     sig = types.void(b, b_off, bp, out_off, ldb, kp)
 
     def codegen(context, builder, signature, args):
-        sa = signature.args
-        i64 = llir.IntType(64)
-        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, VOIDP, i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, bf16_tile.PACK_T)
-        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
-                          pointer(context, builder, sa[2], args[2], args[3], sa[3]),
-                          context.cast(builder, args[4], sa[4], types.int64),
-                          context.cast(builder, args[5], sa[5], types.int64)])
+        call_symbol(context, builder, bf16_tile.PACK_T, signature, args, [("p", 0, 1), ("p", 2, 3), ("i", 4), ("i", 5)])
         return context.get_dummy_value()
     return sig, codegen
 
@@ -103,15 +87,8 @@ def transpose_u16(typingctx, src, s_off, lds, dst, d_off, ldd, nblk):
     sig = types.int64(src, s_off, lds, dst, d_off, ldd, nblk)
 
     def codegen(context, builder, signature, args):
-        sa = signature.args
-        i64 = llir.IntType(64)
-        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, i64, VOIDP, i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, bf16_tile.TRANSPOSE)
-        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]),
-                          context.cast(builder, args[2], sa[2], types.int64),
-                          pointer(context, builder, sa[3], args[3], args[4], sa[4]),
-                          context.cast(builder, args[5], sa[5], types.int64),
-                          context.cast(builder, args[6], sa[6], types.int64)])
+        call_symbol(context, builder, bf16_tile.TRANSPOSE, signature, args,
+                    [("p", 0, 1), ("i", 2), ("p", 3, 4), ("i", 5), ("i", 6)])
         return context.get_constant(types.int64, 0)
     return sig, codegen
 

@@ -25,6 +25,19 @@ def arrays(dtype, *arrs) -> bool:
     return all(isinstance(a, types.Array) and a.dtype == dtype and a.ndim == 1 for a in arrs)
 
 
+def call_symbol(context, builder, symbol: str, signature, args, parts) -> None:
+    """Call the void function ``symbol`` (LLVM IR of graphc's own, bound by name)
+    from an intrinsic's codegen with ``parts`` for its arguments, in its order:
+    ``("p", i, j)`` a pointer to element ``args[j]`` of the array ``args[i]``,
+    ``("i", i)`` the integer ``args[i]`` as int64."""
+    sa = signature.args
+    i64 = llir.IntType(64)
+    vals = [pointer(context, builder, sa[p[1]], args[p[1]], args[p[2]], sa[p[2]]) if p[0] == "p"
+            else context.cast(builder, args[p[1]], sa[p[1]], types.int64) for p in parts]
+    fnty = llir.FunctionType(llir.VoidType(), [VOIDP if p[0] == "p" else i64 for p in parts])
+    builder.call(cgutils.get_or_insert_function(builder.module, fnty, symbol), vals)
+
+
 @intrinsic
 def copy_elements(typingctx, dst, d_off, src, s_off, count):
     """``dst[d_off:d_off + count] = src[s_off:s_off + count]`` (1-D arrays of one

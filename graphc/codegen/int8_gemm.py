@@ -16,13 +16,11 @@ side; zeros past n and past k.  ``u8s8_panels(n, k)`` is its size.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir as llir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import amx_tile, int8_tile
-from .blas_abi import VOIDP, arrays, amx_config, copy_elements, pointer, road_tiles, taps_call
+from .blas_abi import arrays, amx_config, call_symbol, copy_elements, road_tiles, taps_call
 from .blas_import import int8_amx_gemm
 from .helper_jit import helper_jit
 
@@ -57,14 +55,8 @@ def _pack_quads(typingctx, b, b_off, ldb, bp, out_off, npan, pstride, sums, s_of
     sig = types.void(b, b_off, ldb, bp, out_off, npan, pstride, sums, s_off)
 
     def codegen(context, builder, signature, args):
-        sa = signature.args
-        i64 = llir.IntType(64)
-        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, i64, VOIDP, i64, i64, VOIDP])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, int8_tile.PACK)
-        size = [context.cast(builder, args[i], sa[i], types.int64) for i in (2, 5, 6)]
-        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]), size[0],
-                          pointer(context, builder, sa[3], args[3], args[4], sa[4]), size[1], size[2],
-                          pointer(context, builder, sa[7], args[7], args[8], sa[8])])
+        call_symbol(context, builder, int8_tile.PACK, signature, args,
+                    [("p", 0, 1), ("i", 2), ("p", 3, 4), ("i", 5), ("i", 6), ("p", 7, 8)])
         return context.get_dummy_value()
     return sig, codegen
 
@@ -79,14 +71,8 @@ def _pack_panel_t(typingctx, b, b_off, ldb, bp, out_off, kq, sums, s_off):
     sig = types.void(b, b_off, ldb, bp, out_off, kq, sums, s_off)
 
     def codegen(context, builder, signature, args):
-        sa = signature.args
-        i64 = llir.IntType(64)
-        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, i64, VOIDP, i64, VOIDP])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, int8_tile.PACK_T)
-        size = [context.cast(builder, args[i], sa[i], types.int64) for i in (2, 5)]
-        builder.call(fn, [pointer(context, builder, sa[0], args[0], args[1], sa[1]), size[0],
-                          pointer(context, builder, sa[3], args[3], args[4], sa[4]), size[1],
-                          pointer(context, builder, sa[6], args[6], args[7], sa[7])])
+        call_symbol(context, builder, int8_tile.PACK_T, signature, args,
+                    [("p", 0, 1), ("i", 2), ("p", 3, 4), ("i", 5), ("p", 6, 7)])
         return context.get_dummy_value()
     return sig, codegen
 
@@ -335,13 +321,8 @@ def _row_sums(typingctx, m, k, a, a_off, lda, out, o_off):
     sig = types.void(m, k, a, a_off, lda, out, o_off)
 
     def codegen(context, builder, signature, args):
-        sa = signature.args
-        i64 = llir.IntType(64)
-        fnty = llir.FunctionType(llir.VoidType(), [VOIDP, i64, i64, i64, VOIDP])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, int8_tile.ROW_SUMS)
-        size = [context.cast(builder, args[i], sa[i], types.int64) for i in (4, 0, 1)]
-        builder.call(fn, [pointer(context, builder, sa[2], args[2], args[3], sa[3])] + size
-                     + [pointer(context, builder, sa[5], args[5], args[6], sa[6])])
+        call_symbol(context, builder, int8_tile.ROW_SUMS, signature, args,
+                    [("p", 2, 3), ("i", 4), ("i", 0), ("i", 1), ("p", 5, 6)])
         return context.get_dummy_value()
     return sig, codegen
 
