@@ -10,11 +10,11 @@ from contextlib import contextmanager
 import numpy as np
 
 from . import ir
-from .conv_bf16 import bits
+from .conv_bf16 import bits, plain_bf16
 from .conv_views import Data, Geometry
 from .conv_views import rounded as _rounded, tap_loops as _tap_loops
 from .loops import unravel
-from ..types import DataType, dense_strides
+from ..types import dense_strides
 
 #: src channels per pass over the window taps of an im2col row (channels-first src)
 IM2COL_CHANNELS = 16
@@ -166,7 +166,8 @@ class VirtualRows:
 
     def transposable(self) -> bool:
         """Can :meth:`emit` move the values by 16 x 16 blocks transposed in
-        registers (graphc.codegen.bf16_gemm.transpose_u16): plain bf16 src,
+        registers (graphc.codegen.bf16_gemm.transpose_u16): plain bf16 src (a
+        kernel argument, not a value a fused op computes),
         channels first with unit stride along the last dim, one position a row,
         16 channels a block, the last dim's src whole inside its padded extent,
         on a CPU with graphc's AVX-512 bf16 module."""
@@ -174,7 +175,7 @@ class VirtualRows:
         x, geo = self.x, self.geo
         ref = x.ref
         return (self.layout.row_taps == 1 and not x.nxc and self.rounding is None and self.cells.elem == "u16"
-                and getattr(ref, "dtype", None) is DataType.bf16 and getattr(ref, "strides", None) is not None
+                and plain_bf16(ref) and ref.strides is not None
                 and x.strides()[2][-1] == 1 and geo.cg % 16 == 0 and geo.big[-1] >= 16 and geo.begin[-1] >= 0
                 and geo.begin[-1] + geo.big[-1] <= self.layout.pd[-1] and bf16_tile_gemm())
 

@@ -371,6 +371,30 @@ def test_every_tap_summed_in_the_tile(geom, kind, dfmt, wfmt):
 
 
 @on_the_tile
+def test_every_tap_with_src_a_fused_op_computes():
+    """The int8-to-bf16 convolution frameworks dump (u8 Dequantize -> TypeCast bf16,
+    s8 weights likewise -> Convolution NCX -> Add; oneDNN's
+    int8_bf16_conv_binary_add_fusion at Stable Diffusion's 320 channels): src is
+    a value the kernel computes, not an array, so the every-tap road copies it
+    value by value (no block transpose of an array it does not have)."""
+    from graphc.codegen import bf16_gemm
+    from support.fusion import dequantize
+    b = GraphBuilder()
+    x, w = b.tensor("u8", [1, 32, 6, 20]), b.tensor("s8", [16, 32, 3, 3])
+    dx = b.op("TypeCast", [dequantize(b, x, {"qtype": "per_tensor", "scales": [2.0 ** -4], "zps": [19]})],
+              out=[("bf16", [1, 32, 6, 20])])[0]
+    dw = b.op("TypeCast", [dequantize(b, w, {"qtype": "per_channel", "axis": 0, "scales": [2.0 ** -6] * 16,
+                                                "zps": [0] * 16})], out=[("bf16", [16, 32, 3, 3])])[0]
+    y = b.op("Convolution", [dx, dw, b.tensor("bf16", [16])], out=[("bf16", [1, 16, 6, 20])],
+             attrs=win(2, pads_begin=(1, 1), pads_end=(1, 1), data_format="NCX", weights_format="OIX"))[0]
+    b.op("Add", [y, b.tensor("bf16", [1, 16, 1, 1])])
+    g = b.finalize()
+    cg, _ = compiled_vs_reference(g, normal_inputs(g))
+    assert len(cg.compiled) == 1
+    assert ("bf16_taps(" in cg.source) == bf16_gemm.AMX and "transpose_u16(" not in cg.source
+
+
+@on_the_tile
 @pytest.mark.parametrize("geom", [GEOMS[0], WINOGRAD[2], EDGES[0]], ids=lambda g: f"c{g[1]}{g[3]}")
 def test_data_gradient_at_unit_strides_on_the_tile(geom):
     """ConvolutionBackwardData at unit strides is a forward convolution of dy: the
