@@ -25,9 +25,9 @@ from its first group of 16 rows to its second (``ldc`` in elements of C;
 ``graphc_amx_bf16_rows`` and ``graphc_amx_int8_rows`` take A in its rows,
 ``lda`` elements apart, as the AVX-512 tiles do.
 ``graphc_amx_bf16_taps(a, b, c, kp, lda, ldc, acc, aoffs, bstep, ntaps)`` (and
-``graphc_amx_int8_taps``, kq for kp) is the rows tile summing ``ntaps`` products (a convolution's taps, each its own A
-rows ``aoffs[t]`` elements from ``a`` and its own packed B ``t * bstep``
-elements from ``b``) in the tile registers: C is loaded or zeroed once and
+``graphc_amx_int8_taps``, kq for kp) is the rows tile summing ``ntaps``
+products (a convolution's taps, each its own A rows ``aoffs[t]`` elements from
+``a`` and its own packed B ``t * bstep`` elements from ``b``) in the tile registers: C is loaded or zeroed once and
 stored once, not once per tap (oneDNN's batch-reduce GEMM).  ``graphc_amx_config()``
 loads the tile configuration into the calling thread: the GEMM drivers call
 it once per call of theirs, before their tiles (the thread's tile registers
@@ -107,19 +107,19 @@ def _step_pointers(i: str, tag: str, tiled: bool, a_bytes: int, taps: bool) -> l
     apart when packed, 64 bytes along its rows in place; B's 16 rows of 128
     bytes).  ``taps``: step i is step i % n of tap i / n, whose A lies
     ``aoffs[tap]`` elements from ``a`` and whose B ``tap * bstep`` from ``b``."""
-    if not taps:
-        return [f"  %ak{tag} = shl i64 {i}, {10 if tiled else 6}", f"  %pa0{tag} = getelementptr i8, ptr %a, i64 %ak{tag}",
-                f"  %pa1{tag} = getelementptr i8, ptr %a16, i64 %ak{tag}", f"  %bo{tag} = shl i64 {i}, 11",
-                f"  %pb0{tag} = getelementptr i8, ptr %b, i64 %bo{tag}",
-                f"  %pb1{tag} = getelementptr i8, ptr %pb0{tag}, i64 64"]
-    return [f"  %t{tag} = udiv i64 {i}, %n", f"  %s{tag} = urem i64 {i}, %n",
-            f"  %aop{tag} = getelementptr i64, ptr %aoffs, i64 %t{tag}", f"  %ao{tag} = load i64, ptr %aop{tag}",
-            f"  %aob{tag} = mul i64 %ao{tag}, {a_bytes}", f"  %as{tag} = shl i64 %s{tag}, {10 if tiled else 6}",
-            f"  %ak{tag} = add i64 %aob{tag}, %as{tag}", f"  %pa0{tag} = getelementptr i8, ptr %a, i64 %ak{tag}",
-            f"  %pa1{tag} = getelementptr i8, ptr %a16, i64 %ak{tag}", f"  %bt{tag} = mul i64 %t{tag}, %bstepb",
-            f"  %bs{tag} = shl i64 %s{tag}, 11", f"  %bo{tag} = add i64 %bt{tag}, %bs{tag}",
-            f"  %pb0{tag} = getelementptr i8, ptr %b, i64 %bo{tag}",
-            f"  %pb1{tag} = getelementptr i8, ptr %pb0{tag}, i64 64"]
+    a_shift = 10 if tiled else 6
+    if taps:
+        offsets = [f"  %t{tag} = udiv i64 {i}, %n", f"  %s{tag} = urem i64 {i}, %n",
+                   f"  %aop{tag} = getelementptr i64, ptr %aoffs, i64 %t{tag}", f"  %ao{tag} = load i64, ptr %aop{tag}",
+                   f"  %aob{tag} = mul i64 %ao{tag}, {a_bytes}", f"  %as{tag} = shl i64 %s{tag}, {a_shift}",
+                   f"  %ak{tag} = add i64 %aob{tag}, %as{tag}", f"  %bt{tag} = mul i64 %t{tag}, %bstepb",
+                   f"  %bs{tag} = shl i64 %s{tag}, 11", f"  %bo{tag} = add i64 %bt{tag}, %bs{tag}"]
+    else:
+        offsets = [f"  %ak{tag} = shl i64 {i}, {a_shift}", f"  %bo{tag} = shl i64 {i}, 11"]
+    return offsets + [f"  %pa0{tag} = getelementptr i8, ptr %a, i64 %ak{tag}",
+                      f"  %pa1{tag} = getelementptr i8, ptr %a16, i64 %ak{tag}",
+                      f"  %pb0{tag} = getelementptr i8, ptr %b, i64 %bo{tag}",
+                      f"  %pb1{tag} = getelementptr i8, ptr %pb0{tag}, i64 64"]
 
 
 def _load(tile: int, tag: str) -> str:
@@ -147,7 +147,8 @@ def tile_ir(symbol: str, dot: str, a_bytes: int, tiled: bool, taps: bool = False
             for r in range(2) for h in range(2)}
     extra = ", ptr %aoffs, i64 %bstep, i64 %ntaps" if taps else ""
     lines = [f"define void @{symbol}(ptr %a, ptr %b, ptr %c, i64 %kp, i64 %lda, i64 %ldc, i64 %acc{extra}) {{",
-             "entry:", *([f"  %bstepb = mul i64 %bstep, {a_bytes}"] if taps else []), f"  %ldae = mul i64 %lda, {a_bytes}", "  %ldcb = shl i64 %ldc, 2",
+             "entry:", *([f"  %bstepb = mul i64 %bstep, {a_bytes}"] if taps else []),
+             f"  %ldae = mul i64 %lda, {a_bytes}", "  %ldcb = shl i64 %ldc, 2",
              *(["  %a16o = add i64 %ldae, 0", "  %ldab = add i64 64, 0"] if tiled else
                ["  %a16o = shl i64 %ldae, 4", "  %ldab = add i64 %ldae, 0"]),
              "  %a16 = getelementptr i8, ptr %a, i64 %a16o",
@@ -162,7 +163,8 @@ def tile_ir(symbol: str, dot: str, a_bytes: int, tiled: bool, taps: bool = False
               "  br i1 %some, label %first, label %done", "first:", *_step_pointers("0", "f", tiled, a_bytes, taps),
               *(_load(t, "f") for t in (4, 6, 7, 5)), f"  %last = sub i64 {count}, 1",
               "  %steps = icmp sgt i64 %last, 0", "  br i1 %steps, label %loop, label %tail", "loop:",
-              "  %i = phi i64 [0, %first], [%in, %loop]", "  %in = add i64 %i, 1", *_step_pointers("%in", "", tiled, a_bytes, taps),
+              "  %i = phi i64 [0, %first], [%in, %loop]", "  %in = add i64 %i, 1",
+              *_step_pointers("%in", "", tiled, a_bytes, taps),
               dots[0, 0], dots[0, 1], _load(4, ""), dots[1, 0], _load(6, ""), dots[1, 1], _load(7, ""),
               _load(5, ""), "  %more = icmp slt i64 %in, %last", "  br i1 %more, label %loop, label %tail", "tail:",
               *dots.values(), "  br label %done", "done:"]
@@ -206,5 +208,5 @@ def bind() -> bool:
     return _bound
 
 
-__all__ = ["MR", "NR", "K_STEP", "BF16", "INT8", "BF16_ROWS", "INT8_ROWS", "BF16_TAPS", "INT8_TAPS", "CONFIG", "CONFLICT_STRIDE", "available",
-           "tile_ir", "config_ir", "module_ir", "bind"]
+__all__ = ["MR", "NR", "K_STEP", "BF16", "INT8", "BF16_ROWS", "INT8_ROWS", "BF16_TAPS", "INT8_TAPS", "CONFIG",
+           "CONFLICT_STRIDE", "available", "tile_ir", "config_ir", "module_ir", "bind"]

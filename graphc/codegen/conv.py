@@ -313,8 +313,8 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
             # into the thread's scratch just before its GEMMs read them (in L2; no pass
             # over the whole copy, one parallel loop fewer)
             # (on the every-tap road the tile reads a last slice's MR rows whole: room for them)
-            read = -(-tm // _bf16_mr()) * _bf16_mr() if every_tap else tm
-            rows_ = kb.scratch((read + max(offs)) * width, "u16", par, prefix="xrows")
+            from .bf16_gemm import MR
+            rows_ = kb.scratch(lay.scratch_rows(tm, MR if every_tap else 1) * width, "u16", par, prefix="xrows")
             copy.emit(n, g, q0, m + max(offs), rows_.buf, rows_.at(0))
             base = rows_.at(0)
         else:
@@ -336,11 +336,6 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
             with kb.for_(m, "r") as r:
                 row = kb.let(r * ocg, "tr")
                 virtual_row(r, 0, ocg, lambda oc: tile[row + oc])
-
-
-def _bf16_mr() -> int:
-    from .bf16_gemm import MR
-    return MR
 
 
 def _tap_blocks(kb, wb: PackedWeights, g, m, offs, width, ocg, abuf, base, par, virtual_row, every_tap: bool):
@@ -428,10 +423,9 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
     elif depthwise(geo, x, dst) and x.ref.dtype is not DataType.bf16:
         emit_depthwise(kb, geo, x, w, store, rounding)
     elif shifted(geo) and bf16_operands(x, w, rounding) and (x.nxc or not winograd(geo) or taps_in_tile(geo)):
-        # (NCX src: Winograd in f32 beat the tile's virtual rows, gathered from planes, until
-        # the tile summed every tap in its registers: 8x64x56x56 bf16 5.3 -> 2.1 ms)
-        # (NCX: the copy gathers channels and the stores scatter them; f32 Winograd,
-        # channels first, ran 1.29 against 1.37 ms of CPU on one core for 2x64x56x56)
+        # (NCX: f32 Winograd, channels first, beat the virtual rows gathered from src's planes
+        # (1.29 against 1.37 ms of CPU on one core for 2x64x56x56) until the tile summed every
+        # tap in its registers and src's planes moved by transposed blocks: 8x64x56x56 5.3 -> 1.6 ms)
         kb.road("bf16_shifted_gemm")
         emit_forward_shifted(kb, geo, x, w, store, rounding, bf16=True)
     elif winograd(geo):

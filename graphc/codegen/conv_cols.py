@@ -134,6 +134,12 @@ class VirtualLayout:
                      for tap in np.ndindex(*geo.kernel[:outer])]
         self.span = self.rows + max(self.offs)
 
+    def scratch_rows(self, tm: int, whole: int = 1) -> int:
+        """The virtual rows a work item of ``tm`` rows copies for its taps (its own
+        and the taps' halo), its own rounded up to ``whole`` (a tile that reads a
+        last slice's rows whole)."""
+        return -(-tm // whole) * whole + max(self.offs)
+
     def tiles(self, items: int, threads: int) -> tuple[int, int]:
         """(blocks, rows per block) of the virtual rows for work items of whole
         first-dim rows of dst: SHIFTED_TILE_ROWS rows at least, fewer while

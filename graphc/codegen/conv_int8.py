@@ -210,10 +210,10 @@ def _forward_every_tap(kb, geo: Geometry, x: Data, w: Weights, store, ops: Int8O
     mt, tm = lay.tiles(geo.n * G, plan_threads())
     items = geo.n * G * mt
     par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * geo.kd // 32)
-    read = -(-tm // MR) * MR + max(lay.offs)          # (the tile reads a last slice's MR rows whole)
     with kb.for_(items, "t", par) as t:
         n, g, q0, m = work_item(kb, t, geo, mt, tm, lay.rows)
-        rows = kb.scratch(read * cg, "u8", par, prefix="xrows")
+        # (the tile reads a last slice's MR rows whole: room for them)
+        rows = kb.scratch(lay.scratch_rows(tm, MR) * cg, "u8", par, prefix="xrows")
         VirtualRows(kb, geo, x, None, lay, cells).emit(n, g, q0, m + max(lay.offs), rows.buf, rows.at(0))
         _tiles(kb, m, npan, cg, par,
                lambda i0, mi, jp, block, ap: ir.call("u8s8_taps", mi, cg, rows.buf, rows.at(0) + i0 * cg, cg, aoffs,
