@@ -393,6 +393,35 @@ def bf16_taps(m, k, a, a_off, lda, aoffs, ap, ap_off, bp, bp_off, bstep, npan_al
     return 0
 
 
+#: pairs of k of a step of ``bf16_weight_taps``: a B panel's and a tile of A rows' lines (with
+#: the taps' halo) stay in L1 while every tap's product reads them
+WEIGHT_KP = 128
+
+
+@helper_jit(cache=True, nogil=True)
+def bf16_weight_taps(m, a, a_off, lda, aoffs, bp, bp_off, kp, npan, acc, c, c_off, ldc, cstep):
+    """A block of k of a convolution's weight gradient, one product per tap: for
+    each tap t, ``C_t[m x 32 npan] (+)= A_t[m, 2 kp] @ B`` (``acc``: add to C_t,
+    else overwrite it), A_t the rows of ``a`` from ``a_off + aoffs[t]`` (``lda``
+    apart, read in place: m a multiple of MR, rows past the caller's channels
+    included), B packed by pack_b_bf16 (npan panels, kp pairs, from ``bp_off``),
+    C_t float32 from ``c_off + t * cstep`` (rows ``ldc`` apart, whole panels).
+    kp a multiple of KP_ALIGN; on AMX's road lda a stride L1 holds
+    (``taps_in_registers``).  A step of WEIGHT_KP pairs at a time, and in it
+    every tap's product of one tile of C's A rows and B panel after the other:
+    the taps' A rows overlap (a row offset apart) and their B is the same.
+    ``bf16_begin`` first, on this thread."""
+    for p0 in range(0, kp, WEIGHT_KP):
+        ks = min(WEIGHT_KP, kp - p0)
+        ac = 1 if p0 > 0 or acc != 0 else 0
+        for i0 in range(0, m, MR):
+            for jp in range(npan):
+                for t in range(len(aoffs)):
+                    _bf16_tile_rows(a, a_off + aoffs[t] + i0 * lda + 2 * p0, bp, bp_off + jp * kp * 64 + p0 * 64, c,
+                                    c_off + t * cstep + i0 * ldc + jp * 32, ks, lda, ldc, ac)
+    return 0
+
+
 @helper_jit(cache=True, nogil=True)
 def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """blas.gemm_bf16 on the tile: B packed (for this call), then gemm_bf16_packed."""
@@ -404,4 +433,5 @@ def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_of
 
 __all__ = ["AMX", "MR", "KP_ALIGN", "KC", "MC", "packed_pairs", "bf16_panels", "bf16_a_panels", "pack_b_bf16",
            "pack_panels_bf16", "pack_a_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "gemm_bf16_tiles",
-           "block_pack_elems", "bf16_begin", "bf16_block", "bf16_taps", "taps_in_registers", "transpose_u16"]
+           "block_pack_elems", "bf16_begin", "bf16_block", "bf16_taps", "bf16_weight_taps", "taps_in_registers",
+           "transpose_u16"]

@@ -333,6 +333,8 @@ bf16_block = export("bf16_block", bf16_gemm.bf16_block,
                     (I64,) * 2 + (_U16A, I64, I64, _U16A, I64, _U16A, I64, I64, I64, I64, _F32A, I64))
 bf16_taps = export("bf16_taps", bf16_gemm.bf16_taps,
                    (I64,) * 2 + (_U16A, I64, I64, _I64A, _U16A, I64, _U16A, I64, I64, I64, I64, _F32A, I64))
+bf16_weight_taps = export("bf16_weight_taps", bf16_gemm.bf16_weight_taps,
+                          (I64, _U16A, I64, I64, _I64A, _U16A, I64, I64, I64, I64, _F32A, I64, I64, I64))
 pack_panels_bf16 = export("pack_panels_bf16", bf16_gemm.pack_panels_bf16, (I64,) * 3 + (_U16A, I64, I64, _U16A, I64))
 gemm_u8s8 = export("gemm_u8s8", _gemm_u8s8, (I64,) * 5 + (_U8A, I64, I64, _S8A, I64, I64, _S32A, I64, I64))
 gemm_u8s8_packed = export("gemm_u8s8_packed", int8_gemm.gemm_u8s8_packed,

@@ -34,6 +34,7 @@ from .conv_int8 import Int8Operands, emit_forward_int8
 from .conv_cf import channels_first, depthwise, emit_depthwise, emit_forward_cf
 from .conv_cols import BF16 as _BF16, F32 as _F32, VirtualLayout, VirtualRows, im2col as _im2col
 from .conv_cols import nothing as _nothing, window_taps as _window_taps
+from .conv_weights_bf16 import emit_backward_weights_tile, tile_weights
 from .conv_views import Data, Geometry, Weights, cropped, moved_store, store_zeros_outside, visible_box
 from .conv_views import MIN_ROWS, PANEL_ELEMS, panel_width, tile_rows
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
@@ -574,6 +575,10 @@ def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=
     unit strides take Winograd (graphc.codegen.winograd).  Only the dy positions
     whose window meets x are read (visible_box: the others' columns are zeros)."""
     geo, dy = _visible_dy(kb, geo, dy)
+    if tile_weights(geo, x, dy, rounding):
+        kb.road("bf16_tile_weights")
+        emit_backward_weights_tile(kb, geo, x, dy, store, rounding)
+        return
     if winograd(geo):
         kb.road("winograd_weights")
         emit_backward_weights_winograd(kb, geo, x, dy, store, rounding)

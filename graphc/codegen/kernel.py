@@ -440,7 +440,8 @@ class KernelBuilder:
 #: the BLAS helpers a kernel may call, and the library function each runs (graphc.codegen.blas)
 BLAS_ROADS = {"gemm_f32": "sgemm", "gemm_bf16": "gemm_bf16bf16f32", "gemm_bf16_packed": "gemm_bf16bf16f32",
               "gemm_bf16_prepacked": "gemm_bf16bf16f32", "bf16_block": "gemm_bf16bf16f32",
-              "bf16_taps": "gemm_bf16bf16f32", "gemm_u8s8": "gemm_s8u8s32", "gemm_u8s8_packed": "gemm_s8u8s32",
+              "bf16_taps": "gemm_bf16bf16f32", "bf16_weight_taps": "gemm_bf16bf16f32",
+              "gemm_u8s8": "gemm_s8u8s32", "gemm_u8s8_packed": "gemm_s8u8s32",
               "u8s8_block": "gemm_s8u8s32", "u8s8_taps": "gemm_s8u8s32"}
 
 

@@ -243,9 +243,11 @@ def test_winograd(geom, dtype, dfmt, wfmt):
 def test_winograd_weight_gradient(geom, dtype, dfmt, wfmt):
     """ConvolutionBackwardWeights of a 3x3 window at unit strides: Winograd's
     gradient G^T [sum (A dy A^T) * (B^T d B)] G (odd sizes, groups, pads)."""
+    from graphc.codegen import bf16_gemm
     g = conv_graph("ConvolutionBackwardWeights", dtype, geom, dfmt, wfmt)
     cg, _ = compiled_vs_reference(g, what=f"{geom} {dtype} {dfmt}")
-    assert "winograd_weights" in cg.compiled[0].get_impl_info()
+    tile = dtype == "bf16" and bf16_tile_gemm() and bf16_gemm.AMX     # (test_weight_gradient_on_the_tile)
+    assert ("bf16_tile_weights" if tile else "winograd_weights") in cg.compiled[0].get_impl_info()
 
 
 @pytest.mark.parametrize("wfmt", ["OIX", "IOX"])
@@ -370,6 +372,31 @@ def test_every_tap_summed_in_the_tile(geom, kind, dfmt, wfmt):
         assert ("transpose_u16(" in cg.source) == (every and dfmt == "NCX" and src_width >= 16)
 
 
+#: (N, C, OC, spatial, kernel, attrs) of weight gradients on AMX's tile: channels past
+#: a tile's rows and panels, groups, dilations, 1-D and 3-D, images of more than one
+#: block of virtual rows (bf16_weights.KB), unit and other windows
+WEIGHT_TILE = EVERY_TAP + EDGES[:1] + [
+    (2, 48, 40, (30, 29), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (3, 16, 8, (6, 6), (1, 1), {}),
+    (1, 8, 12, (5, 6), (2, 2), {"groups": 2, "pads_begin": (0, 1), "pads_end": (1, 0)}),
+]
+
+
+@on_the_tile
+@pytest.mark.parametrize("geom", WEIGHT_TILE, ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}k{g[4]}")
+@pytest.mark.parametrize("dfmt,wfmt", [("NXC", "XIO"), ("NCX", "OIX")])
+def test_weight_gradient_on_the_tile(geom, dfmt, wfmt):
+    """bf16 weight gradients at unit strides on AMX's tile (graphc.codegen.
+    conv_weights_bf16): each tap's product over every position reads the same
+    packed dy and the transposed copy of src from the tap's offset; elsewhere
+    Winograd or im2col."""
+    from graphc.codegen import bf16_gemm
+    g = conv_graph("ConvolutionBackwardWeights", "bf16", geom, dfmt, wfmt)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=f"{geom} {dfmt}")
+    assert ("bf16_tile_weights" in cg.compiled[0].get_impl_info()) == bf16_gemm.AMX
+    assert ("bf16_weight_taps(" in cg.source) == bf16_gemm.AMX
+
+
 @on_the_tile
 def test_every_tap_with_src_a_fused_op_computes():
     """The int8-to-bf16 convolution frameworks dump (u8 Dequantize -> TypeCast bf16,
@@ -430,6 +457,26 @@ def test_f32_under_fpmath_bf16_takes_the_tile():
     g = b.finalize()
     cg, _ = compiled_vs_reference(g, normal_inputs(g))
     assert "bf16_shifted_gemm" in _road(cg), _road(cg)
+
+
+@on_the_tile
+@pytest.mark.parametrize("dfmt,wfmt", [("NXC", "XIO"), ("NCX", "OIX")])
+def test_f32_weight_gradient_under_fpmath_bf16(dfmt, wfmt):
+    """The weight gradient of f32 src and dy read rounded to bf16 (fpmath_mode
+    bf16): on AMX's tile, each value rounded as it is copied (no block
+    transposes of f32 arrays); Winograd elsewhere."""
+    from graphc.codegen import bf16_gemm
+    b = GraphBuilder(fpmath_mode="bf16")
+    shape = [2, 9, 10, 32] if dfmt == "NXC" else [2, 32, 9, 10]
+    x, dy = b.tensor("f32", shape), b.tensor("f32", shape)
+    wshape = [3, 3, 32, 32] if wfmt == "XIO" else [32, 32, 3, 3]
+    b.op("ConvolutionBackwardWeights", [x, dy], out=[("f32", wshape)],
+         attrs=dict(strides=(1, 1), dilations=(1, 1), pads_begin=(1, 1), pads_end=(1, 1), data_format=dfmt,
+                    weights_format=wfmt, weights_shape=wshape))
+    g = b.finalize()
+    cg, _ = compiled_vs_reference(g, normal_inputs(g))
+    assert ("bf16_tile_weights" in _road(cg)) == bf16_gemm.AMX, _road(cg)
+    assert "transpose_u16(" not in cg.source
 
 
 @on_the_tile
