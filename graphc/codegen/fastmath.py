@@ -55,8 +55,7 @@ tails (tests/codegen/test_fastmath.py; float32 subnormal results flush to 0):
   running max, and back (exact): an integer max reduction vectorizes, a float
   one with NaN semantics does not (a 1024-float row's max about 7x faster).
 - attn_exp_row: a row of an attention score tile exponentiated in place
-  (exp_le0_f32) and summed in float32, with 'reassoc' and 'contract';
-  attn_exp_sum the same sum with the row left as it is.
+  (exp_le0_f32) and summed in float32, with 'reassoc' and 'contract'.
 - fsum, and the per-kernel sums of sum_helper: float64 sums with 'reassoc',
   so LLVM vectorizes them into partial sums (a strict running sum, or several
   unrolled by hand, stays scalar).
@@ -360,8 +359,10 @@ def key_f32(x):
     # an int32 ordered as the float32 x is (-0 below +0; a NaN with the sign
     # bit clear above +inf, with it set below -inf): integer maxima vectorize
     # (a float max with NaN semantics does not)
+    # (the int32 kept: numba widens int32 operators to int64, and a maximum on
+    # int64 keys runs on half as many lanes)
     b = np.int32(f32_to_bits(x))
-    return b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))
+    return np.int32(b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF)))
 
 
 @_inlined
@@ -406,16 +407,6 @@ def fsum32(buf, n):
             for j in range(b, e):
                 s += np.float64(buf[np.uint64(j)])
     return s
-
-
-@helper_jit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
-def attn_exp_sum(s, off, n, m):
-    # the float32 sum of exp(s[off:off+n] - m) for s <= m, s left as it is
-    # (graphc.codegen.attention: a row of scores kept for the second sweep)
-    acc = np.float32(0.0)
-    for j in range(n):
-        acc += exp_le0_f32(s[np.uint64(off + j)] - m)
-    return acc
 
 
 @helper_jit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})

@@ -160,7 +160,7 @@ for _name, _dt, _needs in (
         ("f32_of_key", "f32", ("bits_to_f32",)), ("tanh_f32", "f32", ("exp_neg_f32",)),
         ("erfc_f32", "f32", ("exp_neg_f32",)), ("erf_f32", "f32", ("fma_f32",)),
         ("gelu_erf_f32", "f32", ("erf_f32",)), ("hidden_int", "int", ()),
-        ("attn_exp_row", "f32", ("exp_le0_f32",)), ("attn_exp_sum", "f32", ("exp_le0_f32",)),
+        ("attn_exp_row", "f32", ("exp_le0_f32",)),
         ("exp_scaled_f32", "f32", ("bits_to_f32", "expm1_poly_f32")),
         ("exp_sub_f32", "f32", ("exp_scaled_f32",)), ("exp_f32", "f32", ("exp_scaled_f32",)),
         ("expm1_f32", "f32", ("bits_to_f32", "expm1_poly_f32")), ("log_f32", "f32", ("bits_to_f32", "fma_f32")),

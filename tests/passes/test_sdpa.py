@@ -124,7 +124,7 @@ def _assert_bf16_products(g):
     into its panels once per head, else gemm_bf16."""
     from graphc.codegen.blas_import import bf16_tile_gemm
     loop = str(g.get_partitions("fusion")[0].compile().source).split("\ndef ", 1)[1]   # (past the imports)
-    products = 2 if "attn_exp_sum(" in loop else 3
+    products = 2 if "scores0" in loop else 3     # (the kept scores' scratch)
     if bf16_tile_gemm():
         assert loop.count("gemm_bf16_packed(") == products and loop.count("pack_panels_bf16(") == 2
     else:
