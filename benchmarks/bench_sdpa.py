@@ -192,6 +192,7 @@ CASES = {
     "decode 1x32x1x4096x128 f32 KV": sdpa_compressed(1, 32, 4096, 128, None, sq=1),
     "decode 1x32x1x4096x128 s8 KV g32": sdpa_compressed(1, 32, 4096, 128, sq=1),
     "SDPA train fwd+bwd 2x16x512x64 f32": sdpa_training(2, 16, 512, 64),
+    "SDPA train fwd+bwd 2x16x512x64 bf16": sdpa_training(2, 16, 512, 64, "bf16"),
 }
 
 #: compressed-KV case -> the f32 case of its shape

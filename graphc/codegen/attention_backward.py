@@ -30,13 +30,14 @@ import math
 from dataclasses import dataclass
 
 from . import ir
-from .attention_operands import (ZERO, IndexRef, as_matrix, dropout_kept, gemm, gemm_block, output_store, prologue_views,
-                                 stored, tile_operand)
+from .attention_operands import (ZERO, IndexRef, as_matrix, bf16_pair, dropout_kept, gemm, gemm_block, output_store,
+                                 prologue_views, stored, tile_operand)
+from .conv_bf16 import bits
 from .fused_values import Values
 from .kernel import Scratch, as_stored, is_narrow_float, plan_threads, worth_parallel
 from .loops import linear, unravel
 from .rules.misc import dropout_params
-from ..types import dense_strides
+from ..types import DataType, dense_strides
 
 #: query rows and keys per block of the backward kernel
 BQ, BK = 64, 64
@@ -51,11 +52,16 @@ def lower_attention_backward(kb, ops, refs, plan) -> None:
 class _Tiles:
     """A task's scratch tiles: S, then the dV MatMul's src (``stile``); dP, then
     the dQ/dK MatMuls' src (``ptile``); the Philox words of each Dropout's
-    params (``words``, by the params' tensor ids)."""
+    params (``words``, by the params' tensor ids).  Where those MatMuls
+    multiply bf16 values, their srcs as bf16 bits instead (``pbits``: P^T,
+    keys x queries; ``dbits``: dS^T in sweep 1, dS in sweep 2), each laid out
+    as the GEMM reads it (no transposed pack of A)."""
 
     stile: Scratch
     ptile: Scratch
     words: dict
+    pbits: Scratch | None = None
+    dbits: Scratch | None = None
 
 
 @dataclass
@@ -112,6 +118,13 @@ class _Backward:
         self.q_b = as_matrix(local[self.dkm.inputs[1].id], self.dkm.attr("transpose_b"), batch)
         self.k_b = as_matrix(local[self.dqm.inputs[1].id], self.dqm.attr("transpose_b"), batch)
         self.d, self.dvd = self.q.cols, self.do.cols
+        # bf16 GEMMs (f32 sums) where both operands hold bf16 values: the S and dP tiles
+        # for bf16 Q, K, dO, V; the gradients' where the MatMuls' srcs (P, dS) are bf16
+        # too (the graph's TypeCasts), their tiles then bf16 bits
+        self.s_bf16, self.dp_bf16 = bf16_pair(self.q, self.k), bf16_pair(self.do, self.v)
+        dvs, dqs = self.dvm.inputs[0], self.dqm.inputs[0]
+        self.p_bf16 = dvs.dtype is DataType.bf16 and bf16_pair(self.do_b)
+        self.ds_bf16 = dqs.dtype is DataType.bf16 and self.dkm.inputs[0].id == dqs.id and bf16_pair(self.q_b, self.k_b)
 
     def _gradients(self, byid) -> None:
         """``sums``: {dK/dV MatMul id: the ReduceSum over the heads sharing K/V
@@ -174,7 +187,9 @@ class _Backward:
         kb, size, parallel = self.kb, self.bq * self.bk, self.parallel
         return _Tiles(kb.scratch(size, "f32", parallel, prefix="stile"),
                       kb.scratch(size, "f32", parallel, prefix="ptile"),
-                      {key: kb.scratch(4 * (self.bk // 4 + 2), "int", parallel, prefix="rw") for key in self.dparams})
+                      {key: kb.scratch(4 * (self.bk // 4 + 2), "int", parallel, prefix="rw") for key in self.dparams},
+                      kb.scratch(size, "u16", parallel, prefix="pbits") if self.p_bf16 else None,
+                      kb.scratch(size, "u16", parallel, prefix="dbits") if self.ds_bf16 else None)
 
     def _accumulators(self, *sizes) -> list:
         """Scratches of ``sizes`` f32 elements, cleared."""
@@ -189,10 +204,11 @@ class _Backward:
         MatMul's src into ``tiles.stile`` (first sweep) and the dQ/dK MatMuls' src
         into ``tiles.ptile``."""
         kb, bk, sq, skv = self.kb, self.bk, self.sq, self.skv
-        for mat_a, mat_b, out, ld in ((self.q, self.k, tiles.stile, self.d), (self.do, self.v, tiles.ptile, self.dvd)):
-            a = gemm_block(kb, mat_a, bivars, i0, m_, 0, ld, self.bq * ld, self.parallel)
-            b = gemm_block(kb, mat_b, bivars, 0, ld, j0, n_, ld * bk, self.parallel)
-            gemm(kb, a, b, m_, n_, ld, 0.0, out, bk)
+        for mat_a, mat_b, out, ld, bf16 in ((self.q, self.k, tiles.stile, self.d, self.s_bf16),
+                                            (self.do, self.v, tiles.ptile, self.dvd, self.dp_bf16)):
+            a = gemm_block(kb, mat_a, bivars, i0, m_, 0, ld, self.bq * ld, self.parallel, bf16)
+            b = gemm_block(kb, mat_b, bivars, 0, ld, j0, n_, ld * bk, self.parallel, bf16)
+            gemm(kb, a, b, m_, n_, ld, 0.0, out, bk, bf16)
         with kb.for_(m_, "r") as r:
             row = kb.let(r * bk, "sr")
             i = kb.let(i0 + r, "i")
@@ -200,12 +216,13 @@ class _Backward:
                      for key, prm in self.dparams.items()}
             dval = kb.let(self.dsum[tb * sq + i], "dd")
             with kb.for_(n_, "jj") as jj:
-                self._tile_element(list(bivars) + [i, j0 + jj], row + jj, jj, tiles, keeps, dval, first_sweep)
+                self._tile_element(list(bivars) + [i, j0 + jj], row + jj, r, jj, tiles, keeps, dval, first_sweep)
 
-    def _tile_element(self, ivars, at, jj, tiles, keeps, dval, first_sweep) -> None:
-        """Element ``at`` of the tiles (key jj of the block, at ``ivars``): the
-        pointwise ops from S, dP and D (``dval``) with the Dropouts' keep masks
-        ``keeps``; the first sweep also stores the extra outputs (dM)."""
+    def _tile_element(self, ivars, at, r, jj, tiles, keeps, dval, first_sweep) -> None:
+        """Element ``at`` of the tiles (query row r, key jj of the block, at
+        ``ivars``): the pointwise ops from S, dP and D (``dval``) with the
+        Dropouts' keep masks ``keeps``; the first sweep also stores the extra
+        outputs (dM)."""
         kb, values, sshape, score = self.kb, self.values, self.sshape, self.score
         s_, dp_ = tiles.stile[at], tiles.ptile[at]
         with values.binding({score.id: stored(s_, score.dtype), self.dpm.outputs[0].id: dp_, self.r_out.id: dval}):
@@ -215,14 +232,22 @@ class _Backward:
                 y = ir.select(keeps[key](jj), x * self.dparams[key][1], 0.0)
                 values.bound[o.outputs[0].id] = stored(y, o.outputs[0].dtype)
             dvs, dqs = self.dvm.inputs[0], self.dqm.inputs[0]
-            pv = kb.let(ir.f32(values.at(dvs.id, dvs, ivars, sshape)), "pv") if first_sweep else None
-            dsv = kb.let(ir.f32(values.at(dqs.id, dqs, ivars, sshape)), "dsv")
+            # (bf16 srcs as their bits: a rounded value's own, no rounding again)
+            if first_sweep:
+                pe = values.at(dvs.id, dvs, ivars, sshape)
+                pv = kb.let(bits(pe) if self.p_bf16 else ir.f32(pe), "pv")
+            de = values.at(dqs.id, dqs, ivars, sshape)
+            dsv = kb.let(bits(de) if self.ds_bf16 else ir.f32(de), "dsv")
             if first_sweep:
                 for t in self.extra:
                     kb.emit(self.local[t.id].store_nd(ivars, values.at(t.id, t, ivars, sshape)))
+        across = jj * self.bq + r   # (the element's place in a transposed tile: keys x queries)
         if first_sweep:
-            kb.emit(tiles.stile.store(at, pv))
-        kb.emit(tiles.ptile.store(at, dsv))
+            kb.emit(tiles.pbits.store(across, pv) if self.p_bf16 else tiles.stile.store(at, pv))
+        if self.ds_bf16:
+            kb.emit(tiles.dbits.store(across if first_sweep else at, dsv))
+        else:
+            kb.emit(tiles.ptile.store(at, dsv))
 
     # -- sweep 1: dK and dV of a key block ---------------------------------------------------
     def _key_sweep(self) -> None:
@@ -274,9 +299,13 @@ class _Backward:
             i0 = kb.let(qb * bq, "i0")
             m_ = kb.let(ir.call("min", bq, self.sq - i0), "m")
             self._tile(bivars, tb, i0, m_, task.j0, task.n, task.tiles, True)
-            for acc, mat, w, src in zip(parts, (self.do_b, self.q_b), (dvd, d), (task.tiles.stile, task.tiles.ptile)):
-                b = gemm_block(kb, mat, bivars, i0, m_, 0, w, bq * w, parallel)
-                gemm(kb, tile_operand(src, self.bk, 1), b, task.n, w, m_, 1.0, acc, w)
+            tl = task.tiles
+            for acc, mat, w, src, bf16 in zip(parts, (self.do_b, self.q_b), (dvd, d), (tl.pbits or tl.stile,
+                                              tl.dbits or tl.ptile), (self.p_bf16, self.ds_bf16)):
+                b = gemm_block(kb, mat, bivars, i0, m_, 0, w, bq * w, parallel, bf16)
+                # (P^T / dS^T: bf16 bits laid out transposed, else the f32 tile read transposed)
+                a = tile_operand(src, bq, 0) if bf16 else tile_operand(src, self.bk, 1)
+                gemm(kb, a, b, task.n, w, m_, 1.0, acc, w, bf16)
         for acc, mm, w in ((task.dv_acc, self.dvm, dvd), (task.dk_acc, self.dkm, d)):
             h = task.head.get(mm.id)
             if h is not None:   # the head's dst as the MatMul rounds it, added up
@@ -314,8 +343,8 @@ class _Backward:
                 j0 = kb.let(kv * bk, "j0")
                 n_ = kb.let(ir.call("min", bk, self.skv - j0), "n")
                 self._tile(bivars, tb, i0, m_, j0, n_, tiles, False)
-                k = gemm_block(kb, self.k_b, bivars, j0, n_, 0, d, bk * d, self.parallel)
-                gemm(kb, tile_operand(tiles.ptile, bk), k, m_, d, n_, 1.0, dq_acc, d)
+                k = gemm_block(kb, self.k_b, bivars, j0, n_, 0, d, bk * d, self.parallel, self.ds_bf16)
+                gemm(kb, tile_operand(tiles.dbits or tiles.ptile, bk), k, m_, d, n_, 1.0, dq_acc, d, self.ds_bf16)
             store = output_store(self.ops, self.local, self.plan.epilogue, self.dqm.outputs[0])
             with kb.for_(m_, "r") as r:
                 with kb.for_(d, "c") as c:

@@ -424,10 +424,11 @@ def bf16_weight_taps(m, a, a_off, lda, aoffs, bp, bp_off, kp, npan, acc, c, c_of
 
 @helper_jit(cache=True, nogil=True)
 def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
-    """blas.gemm_bf16 on the tile: B packed (for this call), then gemm_bf16_packed."""
+    """blas.gemm_bf16 on the tile: B packed (for this call; stored transposed, a
+    full panel's pairs gathered at a time), then gemm_bf16_packed."""
     npan = (n + 31) // 32
     bp = np.empty(packed_pairs(k) * npan * 64, np.uint16)
-    pack_b_bf16(tb, n, k, b, b_off, ldb, bp, 0, 0, npan)
+    pack_panels_bf16(tb, n, k, b, b_off, ldb, bp, 0)
     return gemm_bf16_packed(ta, m, n, k, a, a_off, lda, bp, 0, npan, 0, beta, c, c_off, ldc)
 
 

@@ -67,6 +67,21 @@ def test_backward_one_kernel(dt, dropout):
     check_sdpa_backward(g, ids)
 
 
+def test_bf16_backward_multiplies_in_bf16():
+    """bf16 Q, K, V, dO and the graph's bf16 P and dS (its TypeCasts): each of the
+    backward kernel's seven GEMMs multiplies bf16 values with f32 sums (not
+    widened to f32 for sgemm), P^T and dS^T as bf16 bits laid out as the GEMM
+    reads them; the gradients against the reference."""
+    from graphc.codegen.blas_import import bf16_gemm
+    g, ids = sdpa_backward_graph("bf16", mask="add")
+    check_sdpa_backward(g, ids)
+    part = next(p for p in g.get_partitions("fusion") if any(o.kind != "End" for o in p.ops))
+    loop = str(part.compile().source).split("\ndef ", 1)[1]   # (past the imports)
+    if bf16_gemm():
+        assert "gemm_f32(" not in loop and loop.count("gemm_bf16(") == 7
+        assert "pbits" in loop and "dbits" in loop
+
+
 @pytest.mark.parametrize("dt", ["f32", "f16"])
 def test_backward_with_dmask_output(dt):
     g, ids = sdpa_backward_graph(dt, scale="div", mask="add", dropout=True, dmask=True, sq=40, skv=72)
