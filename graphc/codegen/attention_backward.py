@@ -30,8 +30,10 @@ import math
 from dataclasses import dataclass
 
 from . import ir
+from .bf16_gemm import bf16_panels
 from .attention_operands import (ZERO, IndexRef, as_matrix, bf16_pair, dropout_kept, gemm, gemm_block, output_store,
                                  prologue_views, stored, tile_operand)
+from .blas_import import bf16_tile_gemm
 from .conv_bf16 import bits
 from .fused_values import Values
 from .kernel import Scratch, as_stored, is_narrow_float, plan_threads, worth_parallel
@@ -62,6 +64,10 @@ class _Tiles:
     words: dict
     pbits: Scratch | None = None
     dbits: Scratch | None = None
+    #: sweep 1's bf16 bits row by row (stored along memory), then moved into pbits / dbits
+    #: transposed 16 x 16 at a time (graphc.codegen.bf16_gemm.transpose_u16)
+    prows: Scratch | None = None
+    drows: Scratch | None = None
 
 
 @dataclass
@@ -122,9 +128,12 @@ class _Backward:
         # for bf16 Q, K, dO, V; the gradients' where the MatMuls' srcs (P, dS) are bf16
         # too (the graph's TypeCasts), their tiles then bf16 bits
         self.s_bf16, self.dp_bf16 = bf16_pair(self.q, self.k), bf16_pair(self.do, self.v)
+        # (on graphc's tile: its AVX-512 module transposes the bits tiles)
         dvs, dqs = self.dvm.inputs[0], self.dqm.inputs[0]
-        self.p_bf16 = dvs.dtype is DataType.bf16 and bf16_pair(self.do_b)
-        self.ds_bf16 = dqs.dtype is DataType.bf16 and self.dkm.inputs[0].id == dqs.id and bf16_pair(self.q_b, self.k_b)
+        own = bf16_tile_gemm()
+        self.p_bf16 = own and dvs.dtype is DataType.bf16 and bf16_pair(self.do_b)
+        self.ds_bf16 = own and dqs.dtype is DataType.bf16 and self.dkm.inputs[0].id == dqs.id and \
+            bf16_pair(self.q_b, self.k_b)
 
     def _gradients(self, byid) -> None:
         """``sums``: {dK/dV MatMul id: the ReduceSum over the heads sharing K/V
@@ -183,13 +192,19 @@ class _Backward:
             kb.emit(dsum.store(t, stored(acc, self.r_out.dtype)))
         return dsum
 
-    def _scratches(self) -> _Tiles:
-        kb, size, parallel = self.kb, self.bq * self.bk, self.parallel
+    def _scratches(self, first_sweep: bool) -> _Tiles:
+        kb, size, parallel, bq, bk = self.kb, self.bq * self.bk, self.parallel, self.bq, self.bk
+        # (the transposed tiles: rows of whole blocks of 16 queries; a row-major one read by whole
+        # blocks of 16 past its last row and column)
+        bits = lambda on, prefix, n: kb.scratch(n, "u16", parallel, prefix=prefix) if on else None  # noqa: E731
+        across, rows = _up16(bk) * _up16(bq), _up16(bq) * bk + _up16(bk) - bk
+        ds_across = first_sweep and self.ds_bf16
         return _Tiles(kb.scratch(size, "f32", parallel, prefix="stile"),
                       kb.scratch(size, "f32", parallel, prefix="ptile"),
                       {key: kb.scratch(4 * (self.bk // 4 + 2), "int", parallel, prefix="rw") for key in self.dparams},
-                      kb.scratch(size, "u16", parallel, prefix="pbits") if self.p_bf16 else None,
-                      kb.scratch(size, "u16", parallel, prefix="dbits") if self.ds_bf16 else None)
+                      bits(first_sweep and self.p_bf16, "pbits", across),
+                      bits(self.ds_bf16, "dbits", across if ds_across else size),
+                      bits(first_sweep and self.p_bf16, "prows", rows), bits(ds_across, "drows", rows))
 
     def _accumulators(self, *sizes) -> list:
         """Scratches of ``sizes`` f32 elements, cleared."""
@@ -199,14 +214,34 @@ class _Backward:
                 self.kb.emit(acc.store(z, ZERO))
         return accs
 
-    def _tile(self, bivars, tb, i0, m_, j0, n_, tiles, first_sweep) -> None:
-        """S and dP of the tile (query rows i0.., keys j0..), then per element the dV
+    def _panels(self, bivars, j0, n_) -> list:
+        """K^T and V^T of the key block j0.. (n_ keys) packed into the tile's panels
+        (graphc.codegen.bf16_gemm) where their products multiply bf16 on graphc's
+        tile, else None: for the S and dP products of a run of query blocks."""
+        kb, out = self.kb, []
+        for mat, ld, bf16 in ((self.k, self.d, self.s_bf16), (self.v, self.dvd, self.dp_bf16)):
+            if not (bf16 and bf16_tile_gemm()):
+                out.append(None)
+                continue
+            pan = kb.scratch(bf16_panels(self.bk, ld), "u16", self.parallel, prefix="bpan")
+            buf, off, ldb, tr = gemm_block(kb, mat, bivars, 0, ld, j0, n_, ld * self.bk, self.parallel, True)
+            kb.let(ir.call("pack_panels_bf16", tr, n_, ld, buf, off, ldb, pan.buf, pan.at(0)), "st")
+            out.append(pan)
+        return out
+
+    def _tile(self, bivars, tb, i0, m_, j0, n_, tiles, first_sweep, panels=(None, None)) -> None:
+        """S and dP of the tile (query rows i0.., keys j0..; K^T and V^T packed in
+        ``panels`` where :meth:`_panels` packed them), then per element the dV
         MatMul's src into ``tiles.stile`` (first sweep) and the dQ/dK MatMuls' src
         into ``tiles.ptile``."""
         kb, bk, sq, skv = self.kb, self.bk, self.sq, self.skv
-        for mat_a, mat_b, out, ld, bf16 in ((self.q, self.k, tiles.stile, self.d, self.s_bf16),
-                                            (self.do, self.v, tiles.ptile, self.dvd, self.dp_bf16)):
-            a = gemm_block(kb, mat_a, bivars, i0, m_, 0, ld, self.bq * ld, self.parallel, bf16)
+        for mat_a, mat_b, out, ld, bf16, pan in ((self.q, self.k, tiles.stile, self.d, self.s_bf16, panels[0]),
+                                                 (self.do, self.v, tiles.ptile, self.dvd, self.dp_bf16, panels[1])):
+            abuf, aoff, lda, ta = a = gemm_block(kb, mat_a, bivars, i0, m_, 0, ld, self.bq * ld, self.parallel, bf16)
+            if pan is not None:
+                kb.let(ir.call("gemm_bf16_packed", ta, m_, n_, ld, abuf, aoff, lda, pan.buf, pan.at(0),
+                               (n_ + 31) // 32, 0, 0.0, out.buf, out.at(0), bk), "st")
+                continue
             b = gemm_block(kb, mat_b, bivars, 0, ld, j0, n_, ld * bk, self.parallel, bf16)
             gemm(kb, a, b, m_, n_, ld, 0.0, out, bk, bf16)
         with kb.for_(m_, "r") as r:
@@ -216,13 +251,17 @@ class _Backward:
                      for key, prm in self.dparams.items()}
             dval = kb.let(self.dsum[tb * sq + i], "dd")
             with kb.for_(n_, "jj") as jj:
-                self._tile_element(list(bivars) + [i, j0 + jj], row + jj, r, jj, tiles, keeps, dval, first_sweep)
+                self._tile_element(list(bivars) + [i, j0 + jj], row + jj, jj, tiles, keeps, dval, first_sweep)
+        for rows, across in ((tiles.prows, tiles.pbits), (tiles.drows, tiles.dbits)):
+            if rows is not None:   # keys x queries, 16 x 16 at a time
+                with kb.for_((m_ + 15) // 16, "rb") as rb:
+                    kb.let(ir.call("transpose_u16", rows.buf, rows.at(rb * 16 * bk), bk, across.buf,
+                                   across.at(rb * 16), _up16(self.bq), (n_ + 15) // 16), "st")
 
-    def _tile_element(self, ivars, at, r, jj, tiles, keeps, dval, first_sweep) -> None:
-        """Element ``at`` of the tiles (query row r, key jj of the block, at
-        ``ivars``): the pointwise ops from S, dP and D (``dval``) with the
-        Dropouts' keep masks ``keeps``; the first sweep also stores the extra
-        outputs (dM)."""
+    def _tile_element(self, ivars, at, jj, tiles, keeps, dval, first_sweep) -> None:
+        """Element ``at`` of the tiles (key jj of the block, at ``ivars``): the
+        pointwise ops from S, dP and D (``dval``) with the Dropouts' keep masks
+        ``keeps``; the first sweep also stores the extra outputs (dM)."""
         kb, values, sshape, score = self.kb, self.values, self.sshape, self.score
         s_, dp_ = tiles.stile[at], tiles.ptile[at]
         with values.binding({score.id: stored(s_, score.dtype), self.dpm.outputs[0].id: dp_, self.r_out.id: dval}):
@@ -241,11 +280,10 @@ class _Backward:
             if first_sweep:
                 for t in self.extra:
                     kb.emit(self.local[t.id].store_nd(ivars, values.at(t.id, t, ivars, sshape)))
-        across = jj * self.bq + r   # (the element's place in a transposed tile: keys x queries)
         if first_sweep:
-            kb.emit(tiles.pbits.store(across, pv) if self.p_bf16 else tiles.stile.store(at, pv))
+            kb.emit(tiles.prows.store(at, pv) if self.p_bf16 else tiles.stile.store(at, pv))
         if self.ds_bf16:
-            kb.emit(tiles.dbits.store(across if first_sweep else at, dsv))
+            kb.emit((tiles.drows if first_sweep else tiles.dbits).store(at, dsv))
         else:
             kb.emit(tiles.ptile.store(at, dsv))
 
@@ -272,7 +310,7 @@ class _Backward:
         j0 = kb.let((t % self.nkb) * bk, "b0")
         n_ = kb.let(ir.call("min", bk, self.skv - j0), "nb")
         ovars = unravel(kb, to, [self.batch[a] for a in self.outer]) if self.outer else []
-        tiles = self._scratches()
+        tiles = self._scratches(True)
         dk_acc, dv_acc = self._accumulators(bk * d, bk * dvd)
         head = {m.id: kb.scratch(bk * w, "f32", self.parallel, prefix="hacc") for m, w in ((dvm, dvd), (dkm, d))
                 if m in per_head}
@@ -295,16 +333,17 @@ class _Backward:
                 with kb.for_(task.n * w, "z") as z:
                     kb.emit(h.store(z, ZERO))
             parts.append(h or acc)
+        panels = self._panels(bivars, task.j0, task.n)   # (once for the head's query blocks)
         with kb.for_(self.nqb, "qb") as qb:
             i0 = kb.let(qb * bq, "i0")
             m_ = kb.let(ir.call("min", bq, self.sq - i0), "m")
-            self._tile(bivars, tb, i0, m_, task.j0, task.n, task.tiles, True)
+            self._tile(bivars, tb, i0, m_, task.j0, task.n, task.tiles, True, panels)
             tl = task.tiles
             for acc, mat, w, src, bf16 in zip(parts, (self.do_b, self.q_b), (dvd, d), (tl.pbits or tl.stile,
                                               tl.dbits or tl.ptile), (self.p_bf16, self.ds_bf16)):
                 b = gemm_block(kb, mat, bivars, i0, m_, 0, w, bq * w, parallel, bf16)
                 # (P^T / dS^T: bf16 bits laid out transposed, else the f32 tile read transposed)
-                a = tile_operand(src, bq, 0) if bf16 else tile_operand(src, self.bk, 1)
+                a = tile_operand(src, _up16(bq), 0) if bf16 else tile_operand(src, self.bk, 1)
                 gemm(kb, a, b, task.n, w, m_, 1.0, acc, w, bf16)
         for acc, mm, w in ((task.dv_acc, self.dvm, dvd), (task.dk_acc, self.dkm, d)):
             h = task.head.get(mm.id)
@@ -337,7 +376,7 @@ class _Backward:
             i0 = kb.let((t % self.nqb) * bq, "b0")
             bivars = unravel(kb, tb, self.batch) if self.batch else []
             m_ = kb.let(ir.call("min", bq, sq - i0), "nb")
-            tiles = self._scratches()
+            tiles = self._scratches(False)
             (dq_acc,) = self._accumulators(bq * d)
             with kb.for_(self.nkb, "kv") as kv:
                 j0 = kb.let(kv * bk, "j0")
@@ -349,6 +388,10 @@ class _Backward:
             with kb.for_(m_, "r") as r:
                 with kb.for_(d, "c") as c:
                     kb.emit(store(list(bivars) + [i0 + r, c], dq_acc[r * d + c]))
+
+
+def _up16(n: int) -> int:
+    return -(-n // 16) * 16
 
 
 __all__ = ["lower_attention_backward", "BQ", "BK"]

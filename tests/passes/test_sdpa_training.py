@@ -68,18 +68,20 @@ def test_backward_one_kernel(dt, dropout):
 
 
 def test_bf16_backward_multiplies_in_bf16():
-    """bf16 Q, K, V, dO and the graph's bf16 P and dS (its TypeCasts): each of the
-    backward kernel's seven GEMMs multiplies bf16 values with f32 sums (not
-    widened to f32 for sgemm), P^T and dS^T as bf16 bits laid out as the GEMM
-    reads them; the gradients against the reference."""
-    from graphc.codegen.blas_import import bf16_gemm
+    """bf16 Q, K, V, dO and the graph's bf16 P and dS (its TypeCasts): on graphc's
+    tile each of the backward kernel's seven GEMMs multiplies bf16 values with
+    f32 sums (not widened to f32 for sgemm), sweep 1's S and dP from K^T and V^T
+    packed once for a key block's query blocks, P^T and dS^T as bf16 bits
+    transposed 16 x 16 in registers; the gradients against the reference."""
+    from graphc.codegen.blas_import import bf16_tile_gemm
     g, ids = sdpa_backward_graph("bf16", mask="add")
     check_sdpa_backward(g, ids)
     part = next(p for p in g.get_partitions("fusion") if any(o.kind != "End" for o in p.ops))
     loop = str(part.compile().source).split("\ndef ", 1)[1]   # (past the imports)
-    if bf16_gemm():
-        assert "gemm_f32(" not in loop and loop.count("gemm_bf16(") == 7
-        assert "pbits" in loop and "dbits" in loop
+    if bf16_tile_gemm():
+        assert "gemm_f32(" not in loop
+        assert loop.count("gemm_bf16(") == 5 and loop.count("gemm_bf16_packed(") == 2
+        assert loop.count("pack_panels_bf16(") == 2 and loop.count("transpose_u16(") == 2
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16"])
