@@ -1,14 +1,15 @@
 """Real models: eager torch, torch.compile (inductor) and torch.compile(backend="graphc").
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_models.py [--models bert,gpt2,resnet50]
-        [--modes infer_f32,infer_bf16,train_f32] [--contenders eager,inductor,graphc] [--repeat N]
+        [--modes infer_f32,infer_bf16,train_f32,train_bf16] [--contenders eager,inductor,graphc] [--repeat N]
 
 Models (transformers architectures from configs, random weights, no download):
   bert      BERT-base with 2 layers (hidden 768, 12 heads), batch 4, sequence 128
   gpt2      GPT-2 (768, 12 heads) with 2 layers, batch 4, sequence 128
   resnet50  ResNet-50 (transformers' ResNetModel, its default config), batch 2, 224x224
 Modes: inference in f32, inference under bf16 autocast, one training step in f32 (forward,
-backward of the sum of the output, no optimizer).
+backward of the sum of the output, no optimizer), the same step under bf16 autocast
+(``train_bf16``).
 Each (model, mode, contender) runs in its OWN process: the first call (compile included) and the
 median of --repeat timed calls after two warm-ups; graphc's also reports its coverage (the share
 of ATen nodes run in graphc kernels).  The machine's load average is printed with every row.
@@ -56,13 +57,13 @@ def child(model_name: str, mode: str, contender: str, repeat: int) -> dict:
     import torch
     torch.manual_seed(0)
     model, inputs = _model(model_name)
-    train = mode == "train_f32"
+    train = mode.startswith("train")
     model.train(train)
     fn = model if contender == "eager" else torch.compile(model, backend="inductor" if contender == "inductor"
                                                            else "graphc")
 
     def call():
-        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if mode == "infer_bf16" else contextlib.nullcontext()
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if mode.endswith("bf16") else contextlib.nullcontext()
         if train:
             with ctx:
                 out = _first(fn(*inputs))

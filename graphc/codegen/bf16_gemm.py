@@ -109,13 +109,22 @@ def pack_b_bf16(tb, n, k, b, b_off, ldb, bp, bp_off, jp_lo, jp_hi):
     """Pack panels [jp_lo, jp_hi) of B (k x n; ``tb``: stored transposed, element
     (kk, j) at ``b[b_off + j * ldb + kk]``) into ``bp`` from ``bp_off`` (the
     layout of the module's doc): a row pair at a time across the full panels
-    (the tile module's vector pack), element by element at the edges."""
+    (the tile module's vector pack), element by element at the edges; B stored
+    transposed (column j of B a row of k, as a Linear's weights): a full panel's
+    whole pairs gathered at a time (the module's transposed pack), each edge
+    column's pairs read along memory."""
     kp_all = packed_pairs(k)
     npan = (n + 31) // 32
     fast_hi = min(jp_hi, n // 32) if tb == 0 else jp_lo
+    whole = k // 2   # pairs with both halves in B (an odd k ends on a half pair)
     for p0 in range(0, kp_all, KC):
         kp = min(KC, kp_all - p0)
         blk = bp_off + p0 * npan * 64
+        if tb != 0:
+            nw = max(0, min(kp, whole - p0))
+            for jp in range(jp_lo, jp_hi):
+                _pack_panel_t(n, k, b, b_off, ldb, bp, blk + jp * kp * 64, jp, p0, kp, nw)
+            continue
         for p in range(kp):
             kk = 2 * (p0 + p)
             lo = jp_lo
@@ -136,43 +145,36 @@ def pack_b_bf16(tb, n, k, b, b_off, ldb, bp, bp_off, jp_lo, jp_hi):
 
 
 @helper_jit(cache=True, nogil=True)
+def _pack_panel_t(n, k, b, b_off, ldb, bp, out, jp, p0, kp, nw):
+    """Panel jp of a block of kp pairs (from pair p0; nw of them whole) of B stored
+    transposed into ``bp`` from ``out``: gathered where the panel's 32 columns
+    and its pairs are whole, else column by column (zeros past n and past k)."""
+    if jp * 32 + 32 <= n and nw == kp:
+        _pack_cols(b, b_off + jp * 32 * ldb + 2 * p0, bp, out, ldb, kp)
+        return
+    for jj in range(32):
+        j = jp * 32 + jj
+        o = out + 2 * jj
+        if j >= n:
+            for p in range(kp):
+                bp[o + p * 64] = 0
+                bp[o + p * 64 + 1] = 0
+            continue
+        src = b_off + j * ldb + 2 * p0
+        for p in range(nw):
+            bp[o + p * 64] = b[src + 2 * p]
+            bp[o + p * 64 + 1] = b[src + 2 * p + 1]
+        for p in range(nw, kp):     # an odd k's last half pair, then zeros
+            half = 2 * (p0 + p) < k
+            bp[o + p * 64] = b[src + 2 * p] if half else 0
+            bp[o + p * 64 + 1] = 0
+
+
+@helper_jit(cache=True, nogil=True)
 def pack_panels_bf16(tb, n, k, b, b_off, ldb, bp, bp_off):
-    """All panels of B (k x n) packed as ``pack_b_bf16`` packs them; B stored
-    transposed (``tb``: column j of B is a row of k, as K is the B of an
-    attention's Q K^T) moved a (k, k+1) pair at a time, each column's pairs read
-    along memory, with no test per element (pack_b_bf16's transposed road tests
-    every element; a full panel's whole pairs gathered by the tile module's
-    vector code)."""
-    npan = (n + 31) // 32
-    if tb == 0:
-        return pack_b_bf16(0, n, k, b, b_off, ldb, bp, bp_off, 0, npan)
-    kp_all = packed_pairs(k)
-    whole = k // 2   # pairs with both halves in B (an odd k ends on a half pair)
-    for p0 in range(0, kp_all, KC):
-        kp = min(KC, kp_all - p0)
-        nw = max(0, min(kp, whole - p0))
-        for jp in range(npan):
-            out = bp_off + p0 * npan * 64 + jp * kp * 64
-            if jp * 32 + 32 <= n and nw == kp:
-                _pack_cols(b, b_off + jp * 32 * ldb + 2 * p0, bp, out, ldb, kp)
-                continue
-            for jj in range(32):
-                j = jp * 32 + jj
-                o = out + 2 * jj
-                if j >= n:
-                    for p in range(kp):
-                        bp[o + p * 64] = 0
-                        bp[o + p * 64 + 1] = 0
-                    continue
-                src = b_off + j * ldb + 2 * p0
-                for p in range(nw):
-                    bp[o + p * 64] = b[src + 2 * p]
-                    bp[o + p * 64 + 1] = b[src + 2 * p + 1]
-                for p in range(nw, kp):     # an odd k's last half pair, then zeros
-                    half = 2 * (p0 + p) < k
-                    bp[o + p * 64] = b[src + 2 * p] if half else 0
-                    bp[o + p * 64 + 1] = 0
-    return 0
+    """All panels of B (k x n) packed by ``pack_b_bf16`` (``tb``: stored
+    transposed, as K is the B of an attention's Q K^T)."""
+    return pack_b_bf16(tb, n, k, b, b_off, ldb, bp, bp_off, 0, (n + 31) // 32)
 
 
 @helper_jit(cache=True, nogil=True)
@@ -204,9 +206,16 @@ def _pack_a(ta, m, k, a, a_off, lda, i0, mb, k0, kp, ap, ap_off):
             for q in range(whole, qn):
                 ap[ap_off + _a_at(r, q, lp)] = a[src + q]
     else:
+        # A stored transposed (a column of A a row of memory, a weight gradient's dY^T):
+        # 16 x 16 blocks transposed in registers, the edges value by value
+        r16, q16 = mb // 16 * 16, qn // 16 * 16
+        for r in range(0, r16, 16):
+            for q in range(0, q16, 16):
+                d = ap_off + ((r >> 4) * 16 * lp + (q >> 5) * 512 + (q & 31) if AMX else r * lp + q)
+                transpose_u16(a, a_off + (k0 + q) * lda + i0 + r, lda, ap, d, 32 if AMX else lp, 1)
         for q in range(qn):
             src = a_off + (k0 + q) * lda + i0
-            for r in range(mb):
+            for r in range(0 if q >= q16 else r16, mb):
                 ap[ap_off + _a_at(r, q, lp)] = a[src + r]
     for r in range(mb):
         for q in range(qn, lp):

@@ -38,6 +38,9 @@ TILE_ELEMS = 1 << 20
 OWN_TILE_ELEMS = 1 << 16
 #: columns (a multiple of 32: whole panels) of such a tile at most
 OWN_COLS = 256
+#: elements of A a thread packs whole for its column block at most (bf16: 4 MB), where
+#: the block's tile of C is larger than TILE_ELEMS (made from tiles of L2 under the epilogue)
+OWN_A_ELEMS = 1 << 21
 #: the rows of a tile from L2 (_tiles_of_l2) are a multiple of this: whole calls of
 #: graphc's bf16 tiles (AMX's 32 rows, AVX512-BF16's 8), whose packed A they start in
 TILE_ROWS = 32
@@ -170,7 +173,7 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     if panels:
         tn = min(N, -(-tn // 32) * 32)        # column tiles start at a panel of the packed B
         cols = min(N, -(-(-(-N // plan_threads())) // 32) * 32)    # N / threads, up to a panel
-        if nbatch == 1 and (dc is not None or M * cols <= TILE_ELEMS):
+        if nbatch == 1 and (dc is not None or M * cols <= TILE_ELEMS or M * K <= OWN_A_ELEMS):
             # one GEMM: a column block per thread, each packing its own panels of B
             # inside its tile (B packed once, in parallel, and no loop before the
             # tiles' whose end every thread waits for: on oversubscribed cores that

@@ -108,20 +108,45 @@ def test_a_packed_once_for_blocks_of_rows_and_columns(m, n, k, ta):
     assert np.isnan(c[32:, :32]).all()
 
 
+def _packed(bmat, n, k):
+    """The packed layout of the module's doc, built in numpy from the k x n matrix
+    ``bmat``: for each block of KC pairs, its panels one after the other, each
+    pair of a panel 32 (k, k+1) pairs, one per column; zeros past n and past k."""
+    kp_all = bf16_gemm.packed_pairs.py_func(k)
+    npan = (n + 31) // 32
+    full = np.zeros((2 * kp_all, 32 * npan), np.uint16)
+    full[:k, :n] = bmat
+    out = []
+    for p0 in range(0, kp_all, bf16_gemm.KC):
+        kp = min(bf16_gemm.KC, kp_all - p0)
+        for jp in range(npan):
+            blk = full[2 * p0:2 * (p0 + kp), 32 * jp:32 * jp + 32]          # (2 kp) x 32
+            out.append(blk.reshape(kp, 2, 32).transpose(0, 2, 1).ravel())  # pair p, column jj, half e
+    return np.concatenate(out)
+
+
 @pytest.mark.parametrize("n,k", [(45, 13), (128, 64), (32, 1), (7, 2 * bf16_gemm.KC + 3), (70, 2 * bf16_gemm.KC + 6)])
 @pytest.mark.parametrize("tb", [0, 1])
-def test_panels_packed_whole_as_pack_b_bf16_packs_them(n, k, tb):
-    """pack_panels_bf16 (every panel at once; a transposed B a pair of k at a time)
-    writes the bits pack_b_bf16 writes, from an offset and a leading dim wider than
-    the rows (odd k: the last pair's second half zero; columns past n zero)."""
+def test_panels_packed_as_the_layout_says(n, k, tb):
+    """pack_panels_bf16 and pack_b_bf16 (a plain B a row pair at a time, a
+    transposed one a full panel's pairs gathered, each edge column along memory)
+    write the layout a numpy construction of it gives, from an offset and a
+    leading dim wider than the rows (odd k: the last pair's second half zero;
+    columns past n zero); pack_b_bf16 by ranges of panels writes the same."""
     rng = np.random.default_rng(n * k + tb)
     ld = (k if tb else n) + 3
     b = rng.integers(1, 2 ** 16, 5 + (n if tb else k) * ld).astype(np.uint16)
+    rows = b[5:].reshape(-1, ld)
+    bmat = rows[:n, :k].T if tb else rows[:k, :n]
     size = bf16_gemm.bf16_panels(n, k)
-    want, got = np.full(size + 2, 9, np.uint16), np.full(size + 2, 9, np.uint16)
-    bf16_gemm.pack_b_bf16(tb, n, k, b, 5, ld, want, 1, 0, (n + 31) // 32)
+    want = np.full(size + 2, 9, np.uint16)
+    want[1:-1] = _packed(bmat, n, k)
+    got, by_ranges = np.full(size + 2, 9, np.uint16), np.full(size + 2, 9, np.uint16)
     bf16_gemm.pack_panels_bf16(tb, n, k, b, 5, ld, got, 1)
-    assert np.array_equal(got, want)
+    npan = (n + 31) // 32
+    for lo, hi in ((0, 1), (1, npan)):
+        bf16_gemm.pack_b_bf16(tb, n, k, b, 5, ld, by_ranges, 1, lo, hi)
+    assert np.array_equal(got, want) and np.array_equal(by_ranges, want)
 
 
 @on_the_road
