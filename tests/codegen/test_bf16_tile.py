@@ -165,3 +165,19 @@ def test_a_column_block_in_tiles_of_l2_under_an_epilogue(transpose_a):
     assert len(cg.compiled) == 1 and "for rbk" in src and "for cbk" in src
     # (A packed once for the thread's blocks: pack_a_bf16 before the loops, the blocks' products from it)
     assert src.index("pack_a_bf16(") < src.index("for cbk") < src.index("gemm_bf16_prepacked(")
+
+
+@on_the_road
+@pytest.mark.parametrize("transpose_a", [False, True])
+def test_a_row_block_per_thread_when_taller_than_wide(transpose_a):
+    """A MatMul at least twice as tall as wide gives each thread a block of rows
+    (its part of A packed, B whole), not a block of columns (all of A packed on
+    every thread); uneven row blocks and tiles, A read transposed too, the
+    epilogue against the reference."""
+    from graphc.codegen.kernel import plan_threads
+    from support.compiled import bf16_matmul_bias_gelu
+    m, k, n = 1030, 72, 260
+    cg = bf16_matmul_bias_gelu(m, k, n, transpose_a)
+    src = cg.compiled[0].source
+    rows = -(-(-(-m // plan_threads())) // 32) * 32
+    assert len(cg.compiled) == 1 and f"min({rows}, {m} - " in src and f"min({n}, {n} - " in src
