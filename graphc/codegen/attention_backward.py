@@ -36,7 +36,7 @@ from .attention_operands import (ZERO, IndexRef, as_matrix, bf16_pair, dropout_k
 from .blas_import import bf16_tile_gemm
 from .conv_bf16 import bits
 from .fused_values import Values
-from .kernel import Scratch, as_stored, is_narrow_float, plan_threads, worth_parallel
+from .kernel import ArrayRef, Scratch, as_stored, is_narrow_float, plan_threads, worth_parallel
 from .loops import linear, unravel
 from .rules.misc import dropout_params
 from ..types import DataType, dense_strides
@@ -96,6 +96,11 @@ class _Backward:
         byid = {o.id: o for o in ops}
         self.qk, self.dpm, self.dvm, self.dqm, self.dkm, rsum = (byid[i] for i in plan.anchors[:6])
         self.local = dict(refs)
+        #: the partition's one-element inputs (scales, a mask's fill): read once a tile, not
+        #: once an element (their loads, beside the element loop's stores, kept LLVM from
+        #: vectorizing it: too many pairs of arrays to check for overlap)
+        self.scalars = sorted({t.id: t for o in ops for t in o.inputs if isinstance(refs.get(t.id), ArrayRef)
+                               and all(d == 1 for d in t.shape)}.items())
         self.values = Values(ops, self.local)
         prologue_views(ops, self.local, self.values, plan.prologue)   # (4-D GQA: Q, K, ... reshaped to 5-D)
         for o in ops:   # an implicit causal mask: GenIndex's dst is its index
@@ -244,6 +249,7 @@ class _Backward:
                 continue
             b = gemm_block(kb, mat_b, bivars, 0, ld, j0, n_, ld * bk, self.parallel, bf16)
             gemm(kb, a, b, m_, n_, ld, 0.0, out, bk, bf16)
+        scalars = {tid: kb.let(self.local[tid].load_nd([None] * len(t.shape)), "sc") for tid, t in self.scalars}
         with kb.for_(m_, "r") as r:
             row = kb.let(r * bk, "sr")
             i = kb.let(i0 + r, "i")
@@ -251,20 +257,22 @@ class _Backward:
                      for key, prm in self.dparams.items()}
             dval = kb.let(self.dsum[tb * sq + i], "dd")
             with kb.for_(n_, "jj") as jj:
-                self._tile_element(list(bivars) + [i, j0 + jj], row + jj, jj, tiles, keeps, dval, first_sweep)
+                self._tile_element(list(bivars) + [i, j0 + jj], row + jj, jj, tiles, keeps, dval, first_sweep,
+                                   scalars)
         for rows, across in ((tiles.prows, tiles.pbits), (tiles.drows, tiles.dbits)):
             if rows is not None:   # keys x queries, 16 x 16 at a time
                 with kb.for_((m_ + 15) // 16, "rb") as rb:
                     kb.let(ir.call("transpose_u16", rows.buf, rows.at(rb * 16 * bk), bk, across.buf,
                                    across.at(rb * 16), _up16(self.bq), (n_ + 15) // 16), "st")
 
-    def _tile_element(self, ivars, at, jj, tiles, keeps, dval, first_sweep) -> None:
+    def _tile_element(self, ivars, at, jj, tiles, keeps, dval, first_sweep, scalars) -> None:
         """Element ``at`` of the tiles (key jj of the block, at ``ivars``): the
         pointwise ops from S, dP and D (``dval``) with the Dropouts' keep masks
         ``keeps``; the first sweep also stores the extra outputs (dM)."""
         kb, values, sshape, score = self.kb, self.values, self.sshape, self.score
         s_, dp_ = tiles.stile[at], tiles.ptile[at]
-        with values.binding({score.id: stored(s_, score.dtype), self.dpm.outputs[0].id: dp_, self.r_out.id: dval}):
+        with values.binding({**scalars, score.id: stored(s_, score.dtype), self.dpm.outputs[0].id: dp_,
+                             self.r_out.id: dval}):
             for o in self.drops:
                 key = tuple(t.id for t in o.inputs[1:])
                 x = values.at(o.inputs[0].id, o.inputs[0], ivars, sshape)
