@@ -172,18 +172,9 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
     own = False
     if panels:
         tn = min(N, -(-tn // 32) * 32)        # column tiles start at a panel of the packed B
-        cols = min(N, -(-(-(-N // plan_threads())) // 32) * 32)    # N / threads, up to a panel
-        if nbatch == 1 and (dc is not None or M * cols <= TILE_ELEMS or M * K <= OWN_A_ELEMS):
-            # one GEMM: a column block per thread, each packing its own panels of B
-            # inside its tile (B packed once, in parallel, and no loop before the
-            # tiles' whose end every thread waits for: on oversubscribed cores that
-            # wait ran 1024^3 in 24 ms against 8 with the packing serial)
-            tm, tn, own = M, cols, True
-            rows = -(-(-(-M // plan_threads())) // 32) * 32    # M / threads, whole tiles of rows
-            if M >= 2 * N and rows * K <= OWN_A_ELEMS and (dc is not None or M * cols > OWN_TILE_ELEMS):
-                # taller than wide: a block of rows per thread (its part of A packed, not all of
-                # it on every thread; B whole on each): bf16 3072x512x768 1.50-1.60 -> 1.16 ms
-                tm, tn = rows, N
+        blocks = _own_blocks(nbatch, M, K, N, dc is not None)
+        if blocks is not None:
+            (tm, tn), own = blocks, True
     mt, nt = -(-M // tm), -(-N // tn)
     # a thread's block of C computed from tiles of L2 under the epilogue (_tiles_of_l2)
     l2_tiles = (own or (bf16 and not panels)) and dc is None and chunks == 1 and tm * tn > OWN_TILE_ELEMS
@@ -264,6 +255,26 @@ def emit_gemm(kb, batch_shape, a: Matrix, b: Matrix, store, out: Matrix | None =
             tile = kb.scratch(tm * tn, "f32", parallel, prefix="tile")
             kb.let(product(tile.buf, tile.at(0), n_), "st")
             _store_tile(kb, store, bivars, i0, j0, m_, n_, tile)
+
+
+def _own_blocks(nbatch, M, K, N, in_place: bool):
+    """(rows, columns) of C each thread computes as one GEMM on graphc's bf16 tile
+    with its own packed operands, or None (tiles of C over B packed once, shared).
+    A column block per thread, each packing its own panels of B inside its tile
+    (B packed once, in parallel, and no loop before the tiles' whose end every
+    thread waits for: on oversubscribed cores that wait ran 1024^3 in 24 ms
+    against 8 with the packing serial), where its tile of C is small, C is
+    written in place, or its A packs in OWN_A_ELEMS (its tile then made from
+    tiles of L2).  Taller than wide: a block of rows per thread instead (its part
+    of A packed, not all of it on every thread; B whole on each): bf16
+    3072x512x768 1.50-1.60 -> 1.16 ms."""
+    cols = min(N, -(-(-(-N // plan_threads())) // 32) * 32)    # N / threads, up to a panel
+    if nbatch != 1 or not (in_place or M * cols <= TILE_ELEMS or M * K <= OWN_A_ELEMS):
+        return None
+    rows = -(-(-(-M // plan_threads())) // 32) * 32            # M / threads, whole tiles of rows
+    if M >= 2 * N and rows * K <= OWN_A_ELEMS and (in_place or M * cols > OWN_TILE_ELEMS):
+        return rows, N
+    return M, cols
 
 
 def _tiles_of_l2(kb, store, bivars, i0, j0, m_, n_, tn, product, parallel) -> None:
