@@ -25,6 +25,9 @@ ORACLE = {r.dtype: r.oracle_tol for r in ROWS if r.oracle_tol is not None}
 #: a whole model compiled by the torch backend vs eager torch (rounding differences
 #: add up through its layers; relative to the largest |expected| of the tensor)
 MODEL = {DataType.f32: (1e-3, 1e-6), DataType.bf16: (3e-2, 1e-3), DataType.f16: (1e-2, 1e-4)}
+#: the same under bf16 autocast: f32 results (a parameter's gradient) computed through bf16
+#: values carry bf16's rounding
+MODEL_BF16_AUTOCAST = {DataType.f32: MODEL[DataType.bf16], DataType.bf16: MODEL[DataType.bf16]}
 #: finite differences: float64 central differences with step 1e-6
 GRADCHECK = (1e-5, 1e-6)
 

@@ -72,14 +72,34 @@ def _batch_norm_training(b, n):
     ins = [src, b.value(rm), b.value(rv)] + ([b.value(w), b.value(bias)] if w is not None else [])
     per = meta(x).numel() // meta(x).shape[1]
     c = [meta(x).shape[1]]
+    # (the batch's statistics in the running ones' dtype, as graphc's op takes them all in one;
+    # under bf16 autocast torch's trace may save them as bf16: cast on the way out)
+    stats = DTYPES[meta(rm).dtype]
+    mean_out, rstd_out = b.out(n, 1), b.out(n, 2)
     y, run_mean, run_var, mean, var = b.op(
         "BatchNormForwardTraining", ins,
-        [b.out(n, 0), b.out(n, 3), b.tmp(src, c, "f32"), b.out(n, 1), b.tmp(src, c, "f32")],
+        [b.out(n, 0), b.out(n, 3), b.tmp(src, c, "f32"), _in(b, mean_out, stats), b.tmp(src, c, "f32")],
         epsilon=float(eps), momentum=1.0 - float(momentum), data_format="NCX")
-    rstd = b.rstd(var, eps, b.out(n, 2))
+    mean = _cast(b, mean, mean_out)
+    rstd = _cast(b, b.rstd(var, eps, _in(b, rstd_out, var.dtype)), rstd_out)
     extra = b.op("Multiply", [var, b.value(float(momentum) / (per - 1), like=var)], [b.tmp(var)])
     run_var = b.op("Add", [run_var, extra], [b.out(n, 4)])
     return (y, mean, rstd, run_mean, run_var)
+
+
+def _in(b, out, dtype):
+    """``out`` where it holds ``dtype``, else a new tensor of its shape in ``dtype``."""
+    return out if out.dtype == dtype else b.tmp(out, dtype=dtype)
+
+
+def _cast(b, t, out):
+    """``t`` as ``out`` (a TypeCast into it where ``t`` is another tensor)."""
+    return t if t is out else b.op("TypeCast", [t], [out])
+
+
+def _to(b, t, dtype):
+    """``t`` in ``dtype`` (None: as it is)."""
+    return t if dtype is None or t.dtype == dtype else b.op("TypeCast", [t], [b.tmp(t, dtype=dtype)])
 
 
 def _batch_norm_no_stats_guard(n):
@@ -120,11 +140,14 @@ def _batch_norm_backward_guard(n):
 def _batch_norm_backward(b, n):
     grad, x, w, _rm, _rv, save_mean, save_rstd, _train, eps, mask = n.args[:10]
     src = b.value(x)
-    rstd = b.value(save_rstd)
+    # (the statistics in gamma's dtype, as graphc's op takes them: bf16 ones saved under bf16
+    # autocast are cast to its f32)
+    stats = DTYPES[meta(w).dtype] if w is not None else None
+    rstd = _to(b, b.value(save_rstd), stats)
     # torch saves rstd: graphc gets var = rstd ** -2 - eps and adds eps back
     var = b.op("Subtract", [b.op("Pow", [rstd], [b.tmp(rstd)], beta=-2.0), b.value(float(eps), like=rstd)],
                [b.tmp(rstd)])
-    ins = [src, b.value(grad), b.value(save_mean), var] + ([b.value(w)] if w is not None else [])
+    ins = [src, b.value(grad), _to(b, b.value(save_mean), stats), var] + ([b.value(w)] if w is not None else [])
     outs = [b.out(n, 0) if mask[0] else b.tmp(src)]
     if w is not None:   # (with a weight, its gradients are asked for: graphc's op ignores gamma otherwise)
         c = list(meta(w).shape)

@@ -388,6 +388,23 @@ def test_batch_norm_training_updates_the_running_statistics_as_eager():
         assert_tensors_close(getattr(bn, name), getattr(twin, name), ORACLE, name)
 
 
+def test_batch_norm_training_under_bf16_autocast():
+    """Conv -> BatchNorm2d -> ReLU trained under bf16 autocast: the batch norm's src
+    is bf16, its weights and running statistics f32, and the statistics torch's
+    trace saves bf16: graphc takes the forward and the backward (their statistics
+    in f32, cast to and from the saved ones), outputs and gradients as eager's."""
+    from graphc.tolerances import MODEL_BF16_AUTOCAST
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+    bn = torch.nn.BatchNorm2d(8, momentum=0.2).train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lowered = check_against_eager(lambda t: torch.relu(bn(conv(t))), _r(2, 3, 6, 7, seed=4),
+                                      table=MODEL_BF16_AUTOCAST,
+                                      train=True, params=list(conv.parameters()) + list(bn.parameters()))
+    for op in ("aten::_native_batch_norm_legit_functional", "aten::native_batch_norm_backward"):
+        assert op not in lowered.fallback, lowered.fallback
+
+
 #: backward rows' guards: (name, function, leaf inputs, the ATen op left in torch) in a training step
 REFUSED_TRAINED = [
     ("convolution_backward transposed", lambda x, w: F.conv_transpose2d(x, w), (_leaf(1, 2, 4, 4), _leaf(2, 3, 3, 3)),
