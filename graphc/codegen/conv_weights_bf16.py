@@ -34,13 +34,30 @@ from .loops import unravel
 KB = 512
 
 
+#: a thread's float32 partial sums of one group (taps x Cg x OCg) at most, unless the work
+#: items' blocks of k are long (PARTIAL_MIN_K): each item adds its products into all of them,
+#: and from memory (ResNet-50's 1x1 2048 x 512 gradient over 7x7 positions, 4 MB of sums and
+#: 64 virtual rows an item, ran 2.3 ms on the tile against 0.6 on the im2col road)
+PARTIAL_BYTES = 1 << 20
+PARTIAL_MIN_K = 256
+
+
 def tile_weights(geo: Geometry, x: Data, dy: Data, rounding) -> bool:
     """Does the weight gradient of ``geo`` take AMX's tile: unit strides, src and
-    dy both bf16 values, graphc's tile on AMX?"""
+    dy both bf16 values, graphc's tile on AMX, and partial sums an item's block
+    of k pays for (PARTIAL_BYTES, PARTIAL_MIN_K)?"""
     if not (bf16_tile_gemm() and all(s == 1 for s in geo.strides) and bf16_operands(x, dy, rounding)):
         return False
-    from .bf16_gemm import AMX
-    return AMX
+    from .bf16_gemm import AMX, MR
+    kbk = _block_rows(VirtualLayout(geo, every_tap=True).rows)
+    sums = geo.taps * -(-geo.cg // MR) * MR * -(-geo.ocg // 32) * 32 * 4
+    return AMX and (sums <= PARTIAL_BYTES or kbk >= PARTIAL_MIN_K)
+
+
+def _block_rows(rows: int) -> int:
+    """Virtual rows of a work item: an image's ``rows`` in blocks of at most KB, as even
+    as whole steps of the tile (32 rows) let them."""
+    return -(-rows // (-(-rows // KB) * 32)) * 32
 
 
 def _stride(elems: int) -> int:
@@ -60,8 +77,8 @@ def emit_backward_weights_tile(kb, geo: Geometry, x: Data, dy: Data, store, roun
     cgp = -(-cg // MR) * MR                 # A's rows: whole tiles (zero rows past cg)
     npan = -(-ocg // 32)
     ocp = npan * 32
-    nq = -(-lay.rows // KB)                 # work items of an image: as even as whole steps of the tile let them
-    kbk = -(-lay.rows // (nq * 32)) * 32
+    kbk = _block_rows(lay.rows)
+    nq = -(-lay.rows // kbk)
     lda = _stride(kbk + max(lay.offs))
     items = geo.n * G * nq
     par = worth_parallel(geo.n * geo.positions * geo.oc * geo.kd // 8)

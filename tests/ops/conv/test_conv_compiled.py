@@ -460,6 +460,19 @@ def test_f32_under_fpmath_bf16_takes_the_tile():
 
 
 @on_the_tile
+def test_weight_gradient_with_large_sums_and_few_positions_leaves_the_tile():
+    """A 1x1 gradient of 512 x 1024 channels over 3x3 positions: a thread's partial
+    sums (2 MB) would be added into from memory by items of 32 virtual rows; it
+    takes the im2col road."""
+    from graphc.codegen.conv_weights_bf16 import PARTIAL_BYTES
+    geom = (2, 512, 1024, (3, 3), (1, 1), {})
+    assert 512 * 1024 * 4 > PARTIAL_BYTES
+    g = conv_graph("ConvolutionBackwardWeights", "bf16", geom, "NCX", "OIX")
+    cg, _ = compiled_vs_reference(g, normal_inputs(g))
+    assert "bf16_tile_weights" not in _road(cg) and "im2col_weights" in _road(cg), _road(cg)
+
+
+@on_the_tile
 @pytest.mark.parametrize("dfmt,wfmt", [("NXC", "XIO"), ("NCX", "OIX")])
 def test_f32_weight_gradient_under_fpmath_bf16(dfmt, wfmt):
     """The weight gradient of f32 src and dy read rounded to bf16 (fpmath_mode
