@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from . import ir
 from .blas_import import bf16_tile_gemm
 from .conv_bf16 import bf16_operands, bits, plain_bf16
-from .conv_cols import VirtualLayout
+from .conv_cols import VirtualLayout, nothing
 from .conv_views import Data, Geometry, rounded
 from .kernel import plan_threads, worth_parallel
 from .loops import unravel
@@ -155,6 +155,19 @@ def _clamp(v, lo, hi):
     return ir.call("min", ir.call("max", v, lo), hi)
 
 
+def _by_blocks(kb, run, move):
+    """A run of ``run`` positions moved 16 at a time (``move(j)``: the 16 from j; a
+    last block overlapping the one before where 16 does not divide the run);
+    returns the condition that the run is shorter than 16, for the caller to
+    move it value by value."""
+    nb = kb.let(run // 16, "nb")
+    with kb.for_(nb, "b") as b:
+        move(b * 16)
+    with kb.if_((nb > 0) & ((run % 16) > 0)):
+        move(run - 16)
+    return nb.eq(0)
+
+
 def _copy_src(kb, geo, lay, x: Data, rounding, n, g, q0, lda, xt):
     """Rows c < Cg of ``xt`` (``lda`` apart): src channel g * Cg + c at virtual rows
     [q0, q0 + lda) of image n (zeros in the padding and past the image).  A run
@@ -183,15 +196,10 @@ def _copy_src(kb, geo, lay, x: Data, rounding, n, g, q0, lda, xt):
             def move(j):
                 src = kb.let(ref.offset(x.ivars(n, g * cg, coords + [p0 + j])), "xs")
                 kb.let(ir.call("transpose_u16", ref.buf, src, lds, xt.buf, xt.at(at + lo + j), lda, cg // 16), "st")
-            nb = kb.let(run // 16, "nb")
-            with kb.for_(nb, "b") as b:
-                move(b * 16)
-            with kb.if_((nb > 0) & ((run % 16) > 0)):
-                move(run - 16)
-            short = nb.eq(0)
+            short = _by_blocks(kb, run, move)
         else:
             short = None
-        with (kb.if_(short) if short is not None else _nothing()):
+        with (kb.if_(short) if short is not None else nothing()):
             if x.nxc:
                 with kb.for_(run, "j") as j, kb.for_(cg, "c") as c:
                     kb.store(xt, c * lda + at + lo + j, bits(rounded(x.load(n, g * cg + c, coords + [p0 + j]),
@@ -227,15 +235,10 @@ def _copy_dy(kb, geo, lay, dy: Data, rounding, n, g, q0, kbk, rows):
                     src = kb.let(ref.offset(dy.ivars(n, g * ocg + cb * 16, coords + [c0 + j])), "ys")
                     kb.let(ir.call("transpose_u16", ref.buf, src, lds, rows.buf, rows.at((at + j) * ocg + cb * 16),
                                    ocg, 1), "st")
-            nb = kb.let(run // 16, "nb")
-            with kb.for_(nb, "b") as b:
-                move(b * 16)
-            with kb.if_((nb > 0) & ((run % 16) > 0)):
-                move(run - 16)
-            short = nb.eq(0)
+            short = _by_blocks(kb, run, move)
         else:
             short = None
-        with (kb.if_(short) if short is not None else _nothing()):
+        with (kb.if_(short) if short is not None else nothing()):
             if dense:   # the run's channels one after the other in dy: one copy of run x OCg values
                 src = kb.let(ref.offset(dy.ivars(n, g * ocg, coords + [c0])), "ys")
                 with kb.for_(run * ocg, "j") as j:
@@ -244,11 +247,6 @@ def _copy_dy(kb, geo, lay, dy: Data, rounding, n, g, q0, kbk, rows):
                 with kb.for_(run, "j") as j, kb.for_(ocg, "oc") as oc:
                     kb.store(rows, (at + j) * ocg + oc, bits(rounded(dy.load(n, g * ocg + oc, coords + [c0 + j]),
                                                                      rounding)))
-
-
-@contextmanager
-def _nothing():
-    yield
 
 
 __all__ = ["KB", "emit_backward_weights_tile", "tile_weights"]
