@@ -69,7 +69,8 @@ from dataclasses import dataclass
 from . import ir
 from .attention_backward import BK, BQ, lower_attention_backward
 from .attention_operands import (REORDERS, ZERO, IndexRef, as_matrix, bf16_pair, dropout_kept, gemm, gemm_block,
-                                 inverse_sum, mm_rounding, output_store, prologue_views, stored, tile_operand)
+                                 inverse_sum, mm_rounding, output_store, pack_block, prologue_views, stored,
+                                 tile_operand)
 from .bf16_gemm import bf16_panels
 from .blas_import import bf16_tile_gemm
 from .conv_bf16 import bits
@@ -316,11 +317,9 @@ class _Forward:
             j0 = kb.let(kv * bn, "j0")
             n_ = kb.let(ir.call("min", bn, self.skv - j0), "n")
             if kpan is not None:
-                buf, off, ld, tr = gemm_block(kb, self.k, bivars, 0, d, j0, n_, d * bn, parallel, True)
-                kb.let(ir.call("pack_panels_bf16", tr, n_, d, buf, off, ld, kpan.buf, kpan.at(kv * self.perk)), "st")
+                pack_block(kb, self.k, bivars, 0, d, j0, n_, d * bn, parallel, kpan, kv * self.perk)
             if vpan is not None:
-                buf, off, ld, tr = gemm_block(kb, self.v, bivars, j0, n_, 0, dv, bn * dv, parallel, True)
-                kb.let(ir.call("pack_panels_bf16", tr, dv, n_, buf, off, ld, vpan.buf, vpan.at(kv * self.perv)), "st")
+                pack_block(kb, self.v, bivars, j0, n_, 0, dv, bn * dv, parallel, vpan, kv * self.perv)
         return kpan, vpan
 
     def _query_block(self, tb, qb, bivars, panels) -> _QueryBlock:

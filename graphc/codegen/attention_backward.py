@@ -30,9 +30,9 @@ import math
 from dataclasses import dataclass
 
 from . import ir
-from .bf16_gemm import bf16_panels
 from .attention_operands import (ZERO, IndexRef, as_matrix, bf16_pair, dropout_kept, gemm, gemm_block, output_store,
-                                 prologue_views, stored, tile_operand)
+                                 pack_block, prologue_views, stored, tile_operand)
+from .bf16_gemm import bf16_panels
 from .blas_import import bf16_tile_gemm
 from .conv_bf16 import bits
 from .fused_values import Values
@@ -229,8 +229,7 @@ class _Backward:
                 out.append(None)
                 continue
             pan = kb.scratch(bf16_panels(self.bk, ld), "u16", self.parallel, prefix="bpan")
-            buf, off, ldb, tr = gemm_block(kb, mat, bivars, 0, ld, j0, n_, ld * self.bk, self.parallel, True)
-            kb.let(ir.call("pack_panels_bf16", tr, n_, ld, buf, off, ldb, pan.buf, pan.at(0)), "st")
+            pack_block(kb, mat, bivars, 0, ld, j0, n_, ld * self.bk, self.parallel, pan, 0)
             out.append(pan)
         return out
 

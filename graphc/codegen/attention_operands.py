@@ -148,6 +148,14 @@ def gemm_block(kb, mat, bivars, r0, nr, c0, nc, size, parallel, bf16=False):
     return panel.buf, panel.at(0), nc, 0
 
 
+def pack_block(kb, mat, bivars, r0, nr, c0, nc, size, parallel, pan, at) -> None:
+    """Rows r0.. x cols c0.. of ``mat`` (nr x nc, read as :func:`gemm_block` reads
+    bf16 operands) packed as the B of a product on graphc's bf16 tile into its
+    panels (graphc.codegen.bf16_gemm), in the scratch ``pan`` from element ``at``."""
+    buf, off, ld, tr = gemm_block(kb, mat, bivars, r0, nr, c0, nc, size, parallel, True)
+    kb.let(ir.call("pack_panels_bf16", tr, nc, nr, buf, off, ld, pan.buf, pan.at(at)), "st")
+
+
 def tile_operand(tile, ld, transposed=0) -> tuple:
     """A scratch tile of leading dim ``ld`` as a GEMM operand (as :func:`gemm_block`'s)."""
     return tile.buf, tile.at(0), ld, transposed
@@ -228,4 +236,5 @@ def stored(value, dtype):
 
 
 __all__ = ["REORDERS", "ZERO", "buffer_view", "Reindexed", "IndexRef", "prologue_views", "mm_rounding", "as_matrix",
-           "gemm_block", "tile_operand", "gemm", "bf16_pair", "dropout_kept", "output_store", "inverse_sum", "stored"]
+           "gemm_block", "pack_block", "tile_operand", "gemm", "bf16_pair", "dropout_kept", "output_store", "inverse_sum",
+           "stored"]
