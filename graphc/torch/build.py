@@ -110,6 +110,11 @@ class RegionBuilder:
         shape = list(like.shape if shape is None else shape)
         return LogicalTensor(self._id(), dtype or like.dtype, shape, _dense(shape) if dense else None)
 
+    def cast(self, t: LogicalTensor, dtype) -> LogicalTensor:
+        """``t`` in ``dtype``: itself where it has it (or ``dtype`` is None), else a
+        TypeCast of it into a new tensor."""
+        return t if dtype is None or t.dtype == dtype else self.op("TypeCast", [t], [self.tmp(t, dtype=dtype)])
+
     def rstd(self, var: LogicalTensor, eps: float, out: LogicalTensor | None = None) -> LogicalTensor:
         """1 / sqrt(var + eps) (Add, Pow), into ``out`` or a new tensor of var's shape:
         the statistic torch's norms save, and batch norm's scale before gamma."""

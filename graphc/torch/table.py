@@ -493,11 +493,7 @@ def _conv_weights(b, n, w_node, bn):
         bias = b.op("Subtract", [beta, b.op("Multiply", [centred, scale], [b.tmp(mean)])], [b.tmp(mean)])
     elif bias_node is not None:
         bias = b.value(bias_node)
-    if wt.dtype != out_dt:
-        wt = b.op("TypeCast", [wt], [b.tmp(wt, dtype=out_dt)])
-    if bias is not None and bias.dtype != out_dt:
-        bias = b.op("TypeCast", [bias], [b.tmp(bias, dtype=out_dt)])
-    return wt, bias, "XIO"
+    return b.cast(wt, out_dt), None if bias is None else b.cast(bias, out_dt), "XIO"
 
 
 @row([aten.convolution.default], "Convolution (constant weights laid out XIO once; an inference batch norm "

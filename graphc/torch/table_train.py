@@ -97,11 +97,6 @@ def _cast(b, t, out):
     return t if t is out else b.op("TypeCast", [t], [out])
 
 
-def _to(b, t, dtype):
-    """``t`` in ``dtype`` (None: as it is)."""
-    return t if dtype is None or t.dtype == dtype else b.op("TypeCast", [t], [b.tmp(t, dtype=dtype)])
-
-
 def _batch_norm_no_stats_guard(n):
     x, w, bias, training = n.args[:4]
     if not training:
@@ -143,11 +138,11 @@ def _batch_norm_backward(b, n):
     # (the statistics in gamma's dtype, as graphc's op takes them: bf16 ones saved under bf16
     # autocast are cast to its f32)
     stats = DTYPES[meta(w).dtype] if w is not None else None
-    rstd = _to(b, b.value(save_rstd), stats)
+    rstd = b.cast(b.value(save_rstd), stats)
     # torch saves rstd: graphc gets var = rstd ** -2 - eps and adds eps back
     var = b.op("Subtract", [b.op("Pow", [rstd], [b.tmp(rstd)], beta=-2.0), b.value(float(eps), like=rstd)],
                [b.tmp(rstd)])
-    ins = [src, b.value(grad), _to(b, b.value(save_mean), stats), var] + ([b.value(w)] if w is not None else [])
+    ins = [src, b.value(grad), b.cast(b.value(save_mean), stats), var] + ([b.value(w)] if w is not None else [])
     outs = [b.out(n, 0) if mask[0] else b.tmp(src)]
     if w is not None:   # (with a weight, its gradients are asked for: graphc's op ignores gamma otherwise)
         c = list(meta(w).shape)
