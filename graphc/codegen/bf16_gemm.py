@@ -313,10 +313,19 @@ def pack_a_bf16(ta, m, k, a, a_off, lda, ap, ap_off):
     first pair) from ``ap_off + mp * 2 * p0`` (mp: m rounded up to MR).  A
     kernel packs a thread's A once when it multiplies it by several blocks of
     B's columns (``gemm_bf16_prepacked``), rather than once per block."""
+    return pack_a_rows_bf16(ta, m, k, a, a_off, lda, 0, m, ap, ap_off)
+
+
+@helper_jit(cache=True, nogil=True)
+def pack_a_rows_bf16(ta, m, k, a, a_off, lda, r0, nr, ap, ap_off):
+    """Rows [r0, r0 + nr) of A (r0 a multiple of MR) packed where pack_a_bf16
+    puts them: a kernel packs a shared A (a convolution's weights) a block of
+    rows per thread."""
     mp = -(-m // MR) * MR
     kp_all = packed_pairs(k)
     for p0 in range(0, kp_all, KC):
-        _pack_a(ta, m, k, a, a_off, lda, 0, m, 2 * p0, min(KC, kp_all - p0), ap, ap_off + mp * 2 * p0)
+        kp = min(KC, kp_all - p0)
+        _pack_a(ta, m, k, a, a_off, lda, r0, nr, 2 * p0, kp, ap, ap_off + mp * 2 * p0 + r0 * 2 * kp)
     return 0
 
 
@@ -447,6 +456,6 @@ def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_of
 
 
 __all__ = ["AMX", "MR", "KP_ALIGN", "KC", "MC", "packed_pairs", "bf16_panels", "bf16_a_panels", "pack_b_bf16",
-           "pack_panels_bf16", "pack_a_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "gemm_bf16_tiles",
+           "pack_panels_bf16", "pack_a_bf16", "pack_a_rows_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "gemm_bf16_tiles",
            "block_pack_elems", "bf16_begin", "bf16_block", "bf16_taps", "bf16_weight_taps", "taps_in_registers",
            "transpose_u16"]

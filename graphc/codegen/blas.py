@@ -328,6 +328,8 @@ pack_b_bf16 = export("pack_b_bf16", bf16_gemm.pack_b_bf16, (I64,) * 3 + (_U16A, 
 gemm_bf16_prepacked = export("gemm_bf16_prepacked", bf16_gemm.gemm_bf16_prepacked,
                              (I64,) * 3 + (_U16A, I64, I64, I64, _U16A, I64, I64, I64, F64, _F32A, I64, I64))
 pack_a_bf16 = export("pack_a_bf16", bf16_gemm.pack_a_bf16, (I64,) * 3 + (_U16A, I64, I64, _U16A, I64))
+pack_a_rows_bf16 = export("pack_a_rows_bf16", bf16_gemm.pack_a_rows_bf16,
+                          (I64,) * 3 + (_U16A, I64, I64, I64, I64, _U16A, I64))
 bf16_begin = export("bf16_begin", bf16_gemm.bf16_begin, ())
 bf16_block = export("bf16_block", bf16_gemm.bf16_block,
                     (I64,) * 2 + (_U16A, I64, I64, _U16A, I64, _U16A, I64, I64, I64, I64, _F32A, I64))

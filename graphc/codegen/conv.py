@@ -31,7 +31,7 @@ import math
 from . import ir
 from .conv_bf16 import PackedWeights, bf16_operands, bf16_weights, bits, plain_bf16, taps_in_tile
 from .conv_int8 import Int8Operands, emit_forward_int8
-from .conv_cf import channels_first, depthwise, emit_depthwise, emit_forward_cf
+from .conv_cf import F32Rows, bf16_channels_first, bf16_rows, channels_first, depthwise, emit_depthwise, emit_forward_cf
 from .conv_cols import BF16 as _BF16, F32 as _F32, VirtualLayout, VirtualRows, im2col as _im2col
 from .conv_cols import nothing as _nothing, window_taps as _window_taps
 from .conv_weights_bf16 import emit_backward_weights_tile, tile_weights
@@ -388,7 +388,12 @@ class FlippedWeights:
         return self.w.load(g, ic, oc, [k - 1 - t for k, t in zip(self.kernel, taps)])
 
     def matrix_strides(self, geo, channel_major=False):
-        return None
+        """A 1x1 window's: the weights' own matrix transposed (rows its output
+        channels, columns its input channels); else None (the taps flip)."""
+        if any(k != 1 for k in self.kernel):
+            return None
+        ms = self.w.matrix_strides(geo, channel_major)
+        return None if ms is None else (ms[1], ms[0], ms[2])
 
 
 def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: Data | None = None,
@@ -429,6 +434,8 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
         # tap in its registers and src's planes moved by transposed blocks: 8x64x56x56 5.3 -> 1.6 ms)
         kb.road("bf16_shifted_gemm")
         emit_forward_shifted(kb, geo, x, w, store, rounding, bf16=True)
+    elif not shifted(geo) and bf16_channels_first(geo, x, w, rounding, dst):
+        emit_forward_cf(kb, geo, x, store, lambda: bf16_rows(kb, geo, w, rounding), rounding, out)
     elif winograd(geo):
         kb.road("winograd")
         emit_forward_winograd(kb, geo, x, w, store, rounding)
@@ -440,8 +447,8 @@ def emit_convolution(kb, geo: Geometry, x: Data, w, store, rounding=None, out: D
         # (f32 under fpmath bf16 too: its rounded values' products are exact in f32, summed in
         # f32 as on the tile; NCX's positions-major gather cost the tile road 2x on 50x64x56x56)
         cm = channel_major(geo, w, rounding)
-        emit_forward_cf(kb, geo, x, w, store, lambda: weights_operand(kb, geo, w, True, rounding, True, cm),
-                        rounding, out, cm)
+        emit_forward_cf(kb, geo, x, store, lambda: F32Rows(weights_operand(kb, geo, w, True, rounding, True, cm), cm),
+                        rounding, out)
     else:
         kb.road("im2col")
         emit_forward(kb, geo, x, w, store, rounding, out)
@@ -456,7 +463,8 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     Only the dy positions whose window meets dx are read (visible_box)."""
     geo, dy = _visible_dy(kb, geo, dy)
     fwd = as_forward(geo)
-    if fwd is not None and (exact_k is not None or winograd(fwd) or shifted(fwd)):
+    if fwd is not None and (exact_k is not None or winograd(fwd) or shifted(fwd)
+                            or bf16_channels_first(fwd, dy, w, rounding, None)):
         emit_convolution(kb, fwd, dy, FlippedWeights(w, geo), store, rounding, exact_k=exact_k)
         return
     kb.road("col2im")

@@ -103,6 +103,43 @@ class MatrixWeights:
                        beta, cbuf, coff, ldc)
 
 
+def _matrix(kb, geo: Geometry, w, rounding, transposed: bool):
+    """Each group's (T*Cg x OCg) weight matrix (rows: taps then input channels;
+    ``transposed``: its (OCg x T*Cg) transpose) as bf16 bits: (buffer, ld, group
+    stride, tb), element (r, c) of group g at ``g * gs + r * ld + c`` (``tb``:
+    ``c * ld + r``).  The tensor itself where it is a plain bf16 one with a unit
+    stride along one of the matrix's dims, else a copy into a workspace."""
+    kd, cg, ocg, G = geo.kd, geo.cg, geo.ocg, geo.groups
+    rows, cols = (ocg, kd) if transposed else (kd, ocg)      # of the matrix
+    ms = w.matrix_strides(geo) if plain_bf16(w.ref) and rounding is None else None
+    if ms is not None:
+        rs, cs, gs = (ms[1], ms[0], ms[2]) if transposed else ms
+    if ms is not None and cs == 1 and rs >= cols:
+        return w.ref.buf, rs, gs, 0
+    if ms is not None and rs == 1 and cs >= rows:
+        return w.ref.buf, cs, gs, 1
+    wbuf = kb.workspace(G * kd * ocg, "u16", prefix="wbits")
+    # blocks of WEIGHT_BLOCK input x output channels of a tap, in parallel where large: a
+    # block's lines read and written stay in L1 (OIX weights of 512 x 512 x 3 x 3 copied a
+    # value at a time along ic, 9 apart in and 512 apart out: 16 ms of a 0.85 ms conv)
+    T, nb, ob = geo.taps, -(-cg // WEIGHT_BLOCK), -(-ocg // WEIGHT_BLOCK)
+    with kb.for_(G * T * nb, "wt", worth_parallel(G * kd * ocg)) as wt:
+        g = kb.let(wt // (T * nb), "g")
+        flat = kb.let((wt // nb) % T, "tf")
+        taps = [v if v is not None else ir.const(0) for v in unravel(kb, flat, geo.kernel)]
+        i0 = kb.let((wt % nb) * WEIGHT_BLOCK, "i0")
+        with kb.for_(ob, "ob") as obk:
+            o0 = kb.let(obk * WEIGHT_BLOCK, "o0")
+            with kb.for_(ir.call("min", WEIGHT_BLOCK, cg - i0), "i") as i:
+                ic = kb.let(i0 + i, "ic")
+                r = kb.let(flat * cg + ic, "wr")
+                with kb.for_(ir.call("min", WEIGHT_BLOCK, ocg - o0), "o") as o:
+                    oc = kb.let(o0 + o, "oc")
+                    at = g * (kd * ocg) + (oc * kd + r if transposed else r * ocg + oc)
+                    kb.store(wbuf, ir.u64(at), bits(rounded(w.load(g, oc, ic, taps), rounding)))
+    return wbuf, cols, kd * ocg, 0
+
+
 def bf16_weights(kb, geo: Geometry, w, rounding, width: int,
                  transposed: bool = False) -> PackedWeights | MatrixWeights:
     """The weights of each group and each run of ``width`` rows of its (T*Cg x OCg)
@@ -110,37 +147,11 @@ def bf16_weights(kb, geo: Geometry, w, rounding, width: int,
     (:class:`PackedWeights` on graphc's tile, else :class:`MatrixWeights`); with ``transposed``, each group's whole (OCg x T*Cg)
     transpose (``width`` = OCg: the data gradient's dY @ W^T).  The matrix is
     read in place when it is a plain bf16 tensor with a unit stride along one
-    of its dims, else first copied as bf16 bits; on graphc's tile it is then
-    packed into the tile's panels."""
-    kd, cg, ocg, G = geo.kd, geo.cg, geo.ocg, geo.groups
+    of its dims, else first copied as bf16 bits (:func:`_matrix`); on graphc's
+    tile it is then packed into the tile's panels."""
+    kd, ocg, G = geo.kd, geo.ocg, geo.groups
     rows, cols = (ocg, kd) if transposed else (kd, ocg)      # of the matrix B
-    ms = w.matrix_strides(geo) if plain_bf16(w.ref) and rounding is None else None
-    if ms is not None:
-        rs, cs, gs = (ms[1], ms[0], ms[2]) if transposed else ms
-    if ms is not None and cs == 1 and rs >= cols:
-        wbuf, ld, tb = w.ref.buf, rs, 0
-    elif ms is not None and rs == 1 and cs >= rows:
-        wbuf, ld, tb = w.ref.buf, cs, 1
-    else:
-        wbuf, ld, gs, tb = kb.workspace(G * kd * ocg, "u16", prefix="wbits"), cols, kd * ocg, 0
-        # blocks of WEIGHT_BLOCK input x output channels of a tap, in parallel where large: a
-        # block's lines read and written stay in L1 (OIX weights of 512 x 512 x 3 x 3 copied a
-        # value at a time along ic, 9 apart in and 512 apart out: 16 ms of a 0.85 ms conv)
-        T, nb, ob = geo.taps, -(-cg // WEIGHT_BLOCK), -(-ocg // WEIGHT_BLOCK)
-        with kb.for_(G * T * nb, "wt", worth_parallel(G * kd * ocg)) as wt:
-            g = kb.let(wt // (T * nb), "g")
-            flat = kb.let((wt // nb) % T, "tf")
-            taps = [v if v is not None else ir.const(0) for v in unravel(kb, flat, geo.kernel)]
-            i0 = kb.let((wt % nb) * WEIGHT_BLOCK, "i0")
-            with kb.for_(ob, "ob") as obk:
-                o0 = kb.let(obk * WEIGHT_BLOCK, "o0")
-                with kb.for_(ir.call("min", WEIGHT_BLOCK, cg - i0), "i") as i:
-                    ic = kb.let(i0 + i, "ic")
-                    r = kb.let(flat * cg + ic, "wr")
-                    with kb.for_(ir.call("min", WEIGHT_BLOCK, ocg - o0), "o") as o:
-                        oc = kb.let(o0 + o, "oc")
-                        at = g * (kd * ocg) + (oc * kd + r if transposed else r * ocg + oc)
-                        kb.store(wbuf, ir.u64(at), bits(rounded(w.load(g, oc, ic, taps), rounding)))
+    wbuf, ld, gs, tb = _matrix(kb, geo, w, rounding, transposed)
     if not bf16_tile_gemm():
         return MatrixWeights(wbuf, ld, tb, gs, width)
     from .bf16_gemm import bf16_panels
@@ -156,4 +167,37 @@ def bf16_weights(kb, geo: Geometry, w, rounding, width: int,
     return PackedWeights(bp, runs, per, npan)
 
 
-__all__ = ["MatrixWeights", "PackedWeights", "bf16_operands", "bf16_weights", "bits", "plain_bf16", "taps_in_tile"]
+class RowWeights:
+    """The weights as the A operands of bf16 GEMMs on graphc's tile, each group's
+    (OCg x T*Cg) matrix packed once per call as pack_a_bf16 packs an A, ``per``
+    elements a group in ``buf`` (the channels-first road's Y = W @ Cols)."""
+
+    def __init__(self, buf, per: int, ocg: int, kd: int):
+        self.buf, self.per, self.ocg, self.kd = buf, per, ocg, kd
+
+    def product(self, g, n, bp, bp_off, npan, cbuf, coff, ldc) -> ir.Expr:
+        """C[OCg, n] = W of group ``g`` @ B (n columns packed by pack_b_bf16, ``npan``
+        panels from ``bp_off``): the GEMM call."""
+        return ir.call("gemm_bf16_prepacked", self.ocg, n, self.kd, self.buf, g * self.per, self.ocg, 0, bp, bp_off,
+                       npan, 0, 0.0, cbuf, coff, ldc)
+
+
+def bf16_weight_rows(kb, geo: Geometry, w, rounding) -> RowWeights:
+    """The weights (bf16 values) as :class:`RowWeights` on graphc's tile: each
+    group's (OCg x T*Cg) matrix (columns taps then input channels) packed, a
+    block of MR output channels per thread where large."""
+    from .bf16_gemm import MR, bf16_a_panels
+    kd, ocg, G = geo.kd, geo.ocg, geo.groups
+    wbuf, ld, gs, tb = _matrix(kb, geo, w, rounding, transposed=True)
+    per = bf16_a_panels(ocg, kd)
+    ap = kb.workspace(G * per, "u16", prefix="wrows")
+    blocks = -(-ocg // MR)
+    with kb.for_(G * blocks, "wr", G * blocks > 1 and worth_parallel(G * kd * ocg)) as wr:
+        g = kb.let(wr // blocks, "g")
+        r0 = kb.let((wr % blocks) * MR, "r0")
+        kb.let(ir.call("pack_a_rows_bf16", tb, ocg, kd, wbuf, g * gs, ld, r0, ir.call("min", MR, ocg - r0), ap,
+                       g * per), "st")
+    return RowWeights(ap, per, ocg, kd)
+
+
+__all__ = ["MatrixWeights", "PackedWeights", "RowWeights", "bf16_weight_rows", "bf16_operands", "bf16_weights", "bits", "plain_bf16", "taps_in_tile"]

@@ -30,10 +30,14 @@ from contextlib import contextmanager
 import numpy as np
 
 from . import ir
+from .blas_import import bf16_tile_gemm
+from .conv_bf16 import RowWeights, bf16_operands, bf16_weight_rows
+from .conv_cols import BF16, F32
 from .conv_views import Data, Geometry, Weights
 from .conv_views import plain_f32, rounded, tap_loops
 from .kernel import plan_threads, worth_parallel
 from .loops import unravel, window_index
+from ..types import DataType
 
 #: f32 elements of one work item's columns and tile together: about L2's size
 ITEM_ELEMS = 1 << 18
@@ -51,6 +55,23 @@ def channels_first(geo: Geometry, x: Data, dst: Data | None = None) -> bool:
         inner = [s for s, n in zip(sp, sizes) if n != 1]
         return bool(inner) and 0 < min(inner) < cs
     return geo.cg * geo.taps > 1 and (outer(x, geo.big) or (dst is not None and outer(dst, geo.small)))
+
+
+#: output channels of a group the bf16 channels-first road needs at least (its GEMM's rows:
+#: the tile makes 32 at a time), and input channels (a window's taps over 3 channels, the
+#: 7x7 stem at stride 2: 2x3x224x224 -> 64, 2.57 ms against im2col's 1.89)
+BF16_MIN_OC, BF16_MIN_C = 16, 16
+
+
+def bf16_channels_first(geo: Geometry, x: Data, w, rounding, dst: Data | None) -> bool:
+    """Does a bf16 convolution of channels-first data (``channels_first``) whose
+    window takes no shifted GEMMs (1x1, strided) run here on graphc's bf16 tile
+    (weights as its A, columns as its B; bf16 tensors, BF16_MIN_OC output and
+    BF16_MIN_C input channels a group at least), rather than im2col's
+    positions-major gather of one value a cache line?"""
+    return (getattr(x.ref, "dtype", None) is DataType.bf16 and geo.ocg >= BF16_MIN_OC and geo.cg >= BF16_MIN_C
+            and bf16_tile_gemm()
+            and bf16_operands(x, w, rounding) and channels_first(geo, x, dst))
 
 
 def _blocks(geo: Geometry):
@@ -95,24 +116,61 @@ def _in_place(geo: Geometry, d: Data, sizes, nb: int):
     return (cs, ns) if d.rows(sizes) == 1 and cs >= math.prod(sizes) else None
 
 
-def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_operand, rounding=None,
-                    out: Data | None = None, channel_major: bool = False):
+class F32Rows:
+    """The weights as the f32 GEMM's A (conv.weights_operand's buffer, group
+    offset function, ld and transpose flag), columns f32 values; K channel
+    after channel when ``channel_major`` (OIX weights read in place), else
+    taps first."""
+    cells = F32
+
+    def __init__(self, operand, channel_major: bool):
+        self.operand, self.channel_major = operand, channel_major
+
+    def product(self, kb, geo: Geometry, g, cols, panel, c, par):
+        wbuf, woff, ldw, tw = self.operand
+        kb.let(ir.call("gemm_f32", tw, 0, geo.ocg, cols, geo.kd, wbuf, woff(g), ldw, panel.buf, panel.at(0), cols,
+                       0.0, *c), "st")
+
+
+class BF16Rows:
+    """The weights packed as the A of graphc's bf16 tile (conv_bf16.RowWeights),
+    columns bf16 bits, taps first; each work item packs its columns as the
+    tile's B (pack_b_bf16's panels, in L2) before the product."""
+    cells = BF16
+    channel_major = False
+
+    def __init__(self, rows: RowWeights, cols_max: int):
+        self.rows, self.cols_max = rows, cols_max
+
+    def product(self, kb, geo: Geometry, g, cols, panel, c, par):
+        from .bf16_gemm import bf16_panels
+        bp = kb.scratch(bf16_panels(self.cols_max, geo.kd), "u16", par, prefix="cpanels")
+        kb.let(ir.call("pack_panels_bf16", 0, cols, geo.kd, panel.buf, panel.at(0), cols, bp.buf, bp.at(0)), "st")
+        kb.let(self.rows.product(g, cols, bp.buf, bp.at(0), (cols + 31) // 32, *c), "st")
+
+
+def bf16_rows(kb, geo: Geometry, w, rounding) -> BF16Rows:
+    """The bf16 weights of the channels-first road (packed once per call)."""
+    kb.road("bf16_gemm")
+    nb, nr, mw, _ = _blocks(geo)
+    return BF16Rows(bf16_weight_rows(kb, geo, w, rounding), nb * nr * mw)
+
+
+def emit_forward_cf(kb, geo: Geometry, x: Data, store, weights, rounding=None, out: Data | None = None):
     """dst = conv(x, w) with the channels first (see the module's text);
     ``store(n, o, spatial ivars, value)`` as in conv.emit_forward, ``out`` dst
     when the store only stores (the GEMM then writes it in place when it can);
-    ``weights_operand()``: conv.weights_operand's (buffer, group offset, ld,
-    transpose flag) of the (OCg x T*Cg) weights, whose K runs channel after
-    channel when ``channel_major`` (OIX weights read in place), else taps first."""
+    ``weights()``: the (OCg x T*Cg) weights as the GEMM's A (:class:`F32Rows`,
+    :class:`BF16Rows`), made before the work items' loop."""
     kb.road("channels_first")
-    G, ocg, cg, kd = geo.groups, geo.ocg, geo.cg, geo.kd
     W = geo.small[-1]
     R = geo.positions // W
     nb, nr, mw, items = _blocks(geo)
     cols_max = nb * nr * mw
     nbk, rbk, wbk = -(-geo.n // nb), -(-R // nr), -(-W // mw)
-    wbuf, woff, ldw, tw = weights_operand()
+    wop = weights()
     dst_in = _in_place(geo, out, geo.small, nb) if out is not None else None
-    par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * kd // 8)
+    par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * geo.kd // 8)
     with kb.for_(items, "t", par) as t:
         iw = kb.let(t % wbk, "iw")
         ir_ = kb.let((t // wbk) % rbk, "ir")
@@ -130,19 +188,16 @@ def emit_forward_cf(kb, geo: Geometry, x: Data, w: Weights, store, weights_opera
         # (src always copied: read in place as BLAS's B, leading dimension the channel stride,
         # 50x64x56x56 took 2.07 s a call at 2 threads under load with libgomp's default wait
         # policy (45 ms before this road, 25 ms with the copy; 16 ms under OMP_WAIT_POLICY=PASSIVE))
-        panel = kb.scratch(kd * cols_max, "f32", par, prefix="cols")
-        _pack_columns(kb, geo, x, panel, g, (n0, cn), (r0, cr), (w0, cw), cols, rounding, channel_major)
-        bbuf, boff, ldb = panel.buf, panel.at(0), cols
+        panel = kb.scratch(geo.kd * cols_max, wop.cells.elem, par, prefix="cols")
+        _pack_columns(kb, geo, x, panel, g, (n0, cn), (r0, cr), (w0, cw), cols, rounding, wop)
         if dst_in is not None:
             cs, ns = dst_in
-            kb.let(ir.call("gemm_f32", tw, 0, ocg, cols, kd, wbuf, woff(g), ldw, bbuf, boff, ldb, 0.0,
-                           out.ref.buf, n0 * ns + g * ocg * cs + p0 + out.base(), cs), "st")
+            wop.product(kb, geo, g, cols, panel, (out.ref.buf, n0 * ns + g * geo.ocg * cs + p0 + out.base(), cs), par)
         else:
-            tile = kb.scratch(ocg * cols_max, "f32", par, prefix="tile")
-            kb.let(ir.call("gemm_f32", tw, 0, ocg, cols, kd, wbuf, woff(g), ldw, bbuf, boff, ldb, 0.0,
-                           tile.buf, tile.at(0), cols), "st")
-            with kb.for_(ocg, "oc") as oc:
-                c = kb.let(g * ocg + oc, "c")
+            tile = kb.scratch(geo.ocg * cols_max, "f32", par, prefix="tile")
+            wop.product(kb, geo, g, cols, panel, (tile.buf, tile.at(0), cols), par)
+            with kb.for_(geo.ocg, "oc") as oc:
+                c = kb.let(g * geo.ocg + oc, "c")
                 row = kb.let(oc * cols, "ro")
                 with _columns(kb, geo, (n0, cn), (r0, cr), (w0, cw)) as (n, pos, col):
                     kb.emit(store(n, c, pos, tile[row + col]))
@@ -162,12 +217,13 @@ def _columns(kb, geo, images, rows, lasts):
                 yield n, outer + [ow], base + ow
 
 
-def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols, rounding, channel_major):
-    """The work item's (T*Cg x cols) f32 matrix: row (tap, ci) (``channel_major``:
-    row (ci, tap)) holds, column by column, the src value of channel g * Cg + ci
+def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols, rounding, weights):
+    """The work item's (T*Cg x cols) matrix of ``weights.cells``: row (tap, ci)
+    (``weights.channel_major``: row (ci, tap)) holds, column by column, the src value of channel g * Cg + ci
     the tap meets from the column's dst position (0 in the padding); rows read
     src along its positions."""
     padded = _padded_dims(geo)
+    cells, channel_major = weights.cells, weights.channel_major
     (n0, cn), (r0, cr), (w0, cw) = images, rows, lasts
     with kb.for_(cn, "im") as i:
         with kb.for_(cr, "rr") as rr:
@@ -193,14 +249,14 @@ def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, col
                         if padded[-1]:
                             c = (last >= 0) & (last < geo.big[-1])
                             ok = c if ok is None else ok & c
-                        value = ir.f32(rounded(x.load(n, g * geo.cg + ci, pos + [last]), rounding))
+                        value = cells.convert(rounded(x.load(n, g * geo.cg + ci, pos + [last]), rounding))
                         if ok is None:
                             kb.emit(panel.store(row + ww, value))
                         else:
                             with kb.if_(ok) as st:
                                 kb.emit(panel.store(row + ww, value))
                                 with kb.else_(st):
-                                    kb.emit(panel.store(row + ww, ir.const(0.0, "f32")))
+                                    kb.emit(panel.store(row + ww, cells.pad))
 
 
 #: taps of a depthwise window the direct loop takes at most (each an unrolled term)

@@ -139,7 +139,7 @@ for _name, _dt in (("e8m0_to_f32", "f32"), ("f4e2m1_to_f32", "f32"), ("f4e3m0_to
 
 # graphc.codegen.blas (the import binds numba to the BLAS library and sets its thread limit once)
 _BLAS_NAMES = ("gemm_f32", "gemm_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "gemm_u8s8", "gemm_u8s8_packed",
-               "pack_a_bf16", "pack_b_bf16", "pack_b_u8s8", "row_sums_u8", "u8s8_begin", "u8s8_block", "bf16_begin",
+               "pack_a_bf16", "pack_a_rows_bf16", "pack_b_bf16", "pack_b_u8s8", "row_sums_u8", "u8s8_begin", "u8s8_block", "bf16_begin",
                "bf16_block", "bf16_taps", "bf16_weight_taps", "u8s8_taps", "transpose_u16")
 _BLAS = Imports("graphc.codegen.blas", "from graphc.codegen.blas import " + ", ".join(_BLAS_NAMES)
                 + ", single_threaded_blas\nsingle_threaded_blas()", TOP)
