@@ -387,6 +387,14 @@ def bf16_block(m, k, a, a_off, lda, ap, ap_off, bp, bp_off, npan_all, jp, acc, c
     return 0
 
 
+def row_stride(k: int) -> int:
+    """The elements between rows of a kernel's own copy of k-wide rows that the
+    tile reads in place: k, or k + 32 where k's bytes are a multiple of the
+    stride at which AMX's tile loads conflict in L1 (amx_tile.CONFLICT_STRIDE:
+    a 256-channel bf16 row is 512 bytes)."""
+    return k + 32 if AMX and (2 * k) % amx_tile.CONFLICT_STRIDE == 0 else k
+
+
 @helper_jit(cache=True, nogil=True)
 def taps_in_registers(k, lda):
     """Does ``bf16_taps`` sum its taps' products in AMX's tile registers, for A
@@ -457,5 +465,5 @@ def gemm_bf16_tiles(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, beta, c, c_of
 
 __all__ = ["AMX", "MR", "KP_ALIGN", "KC", "MC", "packed_pairs", "bf16_panels", "bf16_a_panels", "pack_b_bf16",
            "pack_panels_bf16", "pack_a_bf16", "pack_a_rows_bf16", "gemm_bf16_packed", "gemm_bf16_prepacked", "gemm_bf16_tiles",
-           "block_pack_elems", "bf16_begin", "bf16_block", "bf16_taps", "bf16_weight_taps", "taps_in_registers",
+           "block_pack_elems", "bf16_begin", "bf16_block", "bf16_taps", "bf16_weight_taps", "row_stride", "taps_in_registers",
            "transpose_u16"]

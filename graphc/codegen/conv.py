@@ -315,7 +315,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
             # over the whole copy, one parallel loop fewer)
             # (on the every-tap road the tile reads a last slice's MR rows whole: room for them)
             from .bf16_gemm import MR
-            rows_ = kb.scratch(lay.scratch_rows(tm, MR if every_tap else 1) * width, "u16", par, prefix="xrows")
+            rows_ = kb.scratch(lay.scratch_rows(tm, MR if every_tap else 1) * lay.ld, "u16", par, prefix="xrows")
             copy.emit(n, g, q0, m + max(offs), rows_.buf, rows_.at(0))
             base = rows_.at(0)
         else:
@@ -329,7 +329,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
                 with kb.for_(nc, "oc") as oc:
                     kb.emit(store(n, g * ocg + c0 + oc, opos, read(oc)))
         if bf16 and isinstance(wb, PackedWeights):
-            _tap_blocks(kb, wb, g, m, offs, width, ocg, rows_.buf, base, par, virtual_row, every_tap)
+            _tap_blocks(kb, wb, g, m, offs, (width, lay.ld), ocg, rows_.buf, base, par, virtual_row, every_tap)
         else:
             tile = kb.scratch(tm * ocg, "f32", par, prefix="tile")
             for k, off in enumerate(offs):
@@ -339,7 +339,7 @@ def emit_forward_shifted(kb, geo: Geometry, x: Data, w: Weights, store, rounding
                 virtual_row(r, 0, ocg, lambda oc: tile[row + oc])
 
 
-def _tap_blocks(kb, wb: PackedWeights, g, m, offs, width, ocg, abuf, base, par, virtual_row, every_tap: bool):
+def _tap_blocks(kb, wb: PackedWeights, g, m, offs, rows, ocg, abuf, base, par, virtual_row, every_tap: bool):
     """The shifted GEMMs on graphc's bf16 tile a tile of C at a time: for each MR
     virtual rows x 32 channels, the outer taps' products summed into a float32
     block in L1 (``bf16_block``; ``every_tap``: all taps in one ``bf16_taps``
@@ -347,18 +347,19 @@ def _tap_blocks(kb, wb: PackedWeights, g, m, offs, width, ocg, abuf, base, par, 
     (``virtual_row``) rather than each tap's GEMM adding into a work item's tile
     of C in L2 and the store reading it after the last."""
     from .bf16_gemm import MR, block_pack_elems
+    width, ld = rows     # (a virtual row's values; from one to the next)
     block = kb.scratch(MR * 32, "f32", par, prefix="cblock")
     ap = kb.scratch(block_pack_elems(width), "u16", par, prefix="apack")
-    aoffs = kb.const_array([off * width for off in offs], "int", prefix="taps") if every_tap else None
+    aoffs = kb.const_array([off * ld for off in offs], "int", prefix="taps") if every_tap else None
     kb.let(ir.call("bf16_begin"), "st")
     with kb.for_((m + (MR - 1)) // MR, "s") as s:
         i0 = kb.let(s * MR, "i0")
         mi = kb.let(ir.call("min", MR, m - i0), "mi")
         with kb.for_(wb.npan, "jp") as jp:
             if every_tap:
-                kb.let(wb.taps(mi, width, abuf, base + i0 * width, width, aoffs, ap, g, jp, block), "st")
+                kb.let(wb.taps(mi, width, abuf, base + i0 * ld, ld, aoffs, ap, g, jp, block), "st")
             for k, off in enumerate(offs if not every_tap else ()):
-                kb.let(wb.block(mi, width, abuf, base + (i0 + off) * width, width, ap, g, k, jp, k > 0, block), "st")
+                kb.let(wb.block(mi, width, abuf, base + (i0 + off) * ld, ld, ap, g, k, jp, k > 0, block), "st")
             nc = panel_width(ocg, jp * 32)
             with kb.for_(mi, "r") as r:
                 row = kb.let(r * 32, "br")

@@ -33,9 +33,9 @@ def taps_in_tile(geo: Geometry) -> bool:
     registers (graphc.codegen.bf16_gemm.bf16_taps over virtual rows of one
     position each: conv_cols.VirtualLayout's ``every_tap``)?  On AMX's road,
     where each tap's A, Cg channels of a position, is whole steps of the tile
-    read in place and one block of k."""
-    from .bf16_gemm import taps_in_registers
-    return bf16_tile_gemm() and taps_in_registers.py_func(geo.cg, geo.cg)
+    read in place and one block of k (the rows bf16_gemm.row_stride apart)."""
+    from .bf16_gemm import row_stride, taps_in_registers
+    return bf16_tile_gemm() and taps_in_registers.py_func(geo.cg, row_stride(geo.cg))
 
 
 def plain_bf16(ref) -> bool:

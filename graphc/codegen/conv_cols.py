@@ -105,7 +105,7 @@ class VirtualLayout:
     graphc.codegen.conv.emit_forward_shifted): over the padded extents ``pd``
     (dst size + dilated window - 1 over the outer window dims, dst's size over
     the last, whose taps lie in the row), virtual row v holds the Cg channels of
-    each of the last dim's KW taps (``width`` values).  A dst position has the
+    each of the last dim's KW taps (``width`` values, rows ``ld`` apart).  A dst position has the
     virtual row ``sum(o[t] * vs[t])``; an outer tap k reads the row ``offs[k]``
     further; ``rows`` virtual rows hold every dst position, ``span`` those a tap
     may read; ``inner``: the rows of one step of the first dim.
@@ -122,6 +122,12 @@ class VirtualLayout:
         #: the last dim's taps a virtual row holds
         self.row_taps = 1 if every_tap else geo.kernel[-1]
         self.width = self.row_taps * geo.cg
+        #: elements from one virtual row to the next (every tap's rows, read in place by
+        #: AMX's tile, apart by a stride whose loads do not conflict in L1)
+        self.ld = self.width
+        if every_tap:
+            from .bf16_gemm import row_stride
+            self.ld = row_stride(self.width)
         # (folded, the last dim's extent is dst's own: no virtual rows of padding to compute
         # and skip; 56x56 computed 58 columns for 56)
         outer = len(geo.kernel) if every_tap else len(geo.kernel) - 1
@@ -202,7 +208,8 @@ class VirtualRows:
             for p, size in zip(pos, geo.big[:-1]):
                 c = (p >= 0) & (p < size)
                 inside = c if inside is None else inside & c
-            row = kb.let(at0 + v * self.layout.width, "xr")
+            ld = self.layout.ld
+            row = kb.let(at0 + v * ld, "xr")
             if blocks:
                 # the run of this last-dim row's src positions [lo, hi), inside src and wholly
                 # within the rows asked for: its channels, 16 at a time, transposed from src's
@@ -215,11 +222,11 @@ class VirtualRows:
                     with kb.for_(cg // 16, "cb") as cb:
                         src = kb.let(self.x.ref.offset(self.x.ivars(n, g * cg + cb * 16, pos + [ir.const(0)])), "xs")
                         kb.let(ir.call("transpose_u16", self.x.ref.buf, src, self.x.strides()[1], dest,
-                                       row + cb * 16, cg, blocks), "st")
+                                       row + cb * 16, ld, blocks), "st")
                         if tail:
                             back = hi - lo - 16
                             kb.let(ir.call("transpose_u16", self.x.ref.buf, src + back, self.x.strides()[1], dest,
-                                           row + back * cg + cb * 16, cg, 1), "st")
+                                           row + back * ld + cb * 16, ld, 1), "st")
             # (a position the block run moved: nothing more to write)
             moved = None if not blocks else (vpos[-1] >= lo) & (vpos[-1] < hi) & fits
             moved = moved if moved is None or inside is None else moved & inside

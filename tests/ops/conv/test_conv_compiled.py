@@ -345,10 +345,15 @@ EVERY_TAP = [
     (2, 64, 32, (3, 4, 20), (2, 3, 3), {"pads_begin": (1, 0, 0), "pads_end": (0, 1, 2)}),
     (1, 32, 16, (40,), (5,), {"dilations": (2,), "pads_begin": (3,), "pads_end": (5,)}),
 ]
+#: virtual rows of 512 bytes and 1 KB (whose tile loads conflict in L1): copied 64 bytes further apart
+WIDE_ROWS = [
+    (1, 256, 256, (5, 18), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (1, 1024, 64, (4, 5), (3, 3), {"groups": 2, "pads_begin": (1, 1), "pads_end": (1, 1)}),
+]
 
 
 @on_the_tile
-@pytest.mark.parametrize("geom", EVERY_TAP, ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}k{g[4]}")
+@pytest.mark.parametrize("geom", EVERY_TAP + WIDE_ROWS, ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}k{g[4]}")
 @pytest.mark.parametrize("kind", ["Convolution", "ConvolutionBackwardData"])
 @pytest.mark.parametrize("dfmt,wfmt", [("NXC", "XIO"), ("NCX", "OIX")])
 def test_every_tap_summed_in_the_tile(geom, kind, dfmt, wfmt):
