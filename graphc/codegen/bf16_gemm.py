@@ -147,11 +147,14 @@ def pack_b_bf16(tb, n, k, b, b_off, ldb, bp, bp_off, jp_lo, jp_hi):
 @helper_jit(cache=True, nogil=True)
 def _pack_panel_t(n, k, b, b_off, ldb, bp, out, jp, p0, kp, nw):
     """Panel jp of a block of kp pairs (from pair p0; nw of them whole) of B stored
-    transposed into ``bp`` from ``out``: gathered where the panel's 32 columns
-    and its pairs are whole, else column by column (zeros past n and past k)."""
-    if jp * 32 + 32 <= n and nw == kp:
-        _pack_cols(b, b_off + jp * 32 * ldb + 2 * p0, bp, out, ldb, kp)
-        return
+    transposed into ``bp`` from ``out``: the whole pairs gathered where the
+    panel's 32 columns are whole, else column by column; then the pairs past
+    them (an odd k's last half pair, zeros past k; zeros past n)."""
+    full = jp * 32 + 32 <= n
+    if full:
+        _pack_cols(b, b_off + jp * 32 * ldb + 2 * p0, bp, out, ldb, nw)
+        if nw == kp:
+            return
     for jj in range(32):
         j = jp * 32 + jj
         o = out + 2 * jj
@@ -161,7 +164,7 @@ def _pack_panel_t(n, k, b, b_off, ldb, bp, out, jp, p0, kp, nw):
                 bp[o + p * 64 + 1] = 0
             continue
         src = b_off + j * ldb + 2 * p0
-        for p in range(nw):
+        for p in range(nw if full else 0, nw):
             bp[o + p * 64] = b[src + 2 * p]
             bp[o + p * 64 + 1] = b[src + 2 * p + 1]
         for p in range(nw, kp):     # an odd k's last half pair, then zeros

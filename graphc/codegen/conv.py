@@ -35,6 +35,7 @@ from .conv_cf import F32Rows, bf16_channels_first, bf16_rows, channels_first, de
 from .conv_cols import BF16 as _BF16, F32 as _F32, VirtualLayout, VirtualRows, im2col as _im2col
 from .conv_cols import nothing as _nothing, window_taps as _window_taps
 from .conv_weights_bf16 import emit_backward_weights_tile, tile_weights
+from .conv_weights_cf import emit_backward_weights_cf, few_positions
 from .conv_views import Data, Geometry, Weights, cropped, moved_store, store_zeros_outside, visible_box
 from .conv_views import MIN_ROWS, PANEL_ELEMS, panel_width, tile_rows
 from .conv_views import plain_f32 as _plain, rounded as _rounded, tap_loops as _tap_loops, work_item as _item
@@ -584,6 +585,9 @@ def emit_backward_weights(kb, geo: Geometry, x: Data, dy: Data, store, rounding=
     unit strides take Winograd (graphc.codegen.winograd).  Only the dy positions
     whose window meets x are read (visible_box: the others' columns are zeros)."""
     geo, dy = _visible_dy(kb, geo, dy)
+    if few_positions(geo, x, dy, rounding):
+        emit_backward_weights_cf(kb, geo, x, dy, store, rounding)
+        return
     if tile_weights(geo, x, dy, rounding):
         kb.road("bf16_tile_weights")
         emit_backward_weights_tile(kb, geo, x, dy, store, rounding)

@@ -32,7 +32,7 @@ import numpy as np
 from . import ir
 from .blas_import import bf16_tile_gemm
 from .conv_bf16 import RowWeights, bf16_operands, bf16_weight_rows
-from .conv_cols import BF16, F32
+from .conv_cols import BF16, F32, Cells
 from .conv_views import Data, Geometry, Weights
 from .conv_views import plain_f32, rounded, tap_loops
 from .kernel import plan_threads, worth_parallel
@@ -189,7 +189,7 @@ def emit_forward_cf(kb, geo: Geometry, x: Data, store, weights, rounding=None, o
         # 50x64x56x56 took 2.07 s a call at 2 threads under load with libgomp's default wait
         # policy (45 ms before this road, 25 ms with the copy; 16 ms under OMP_WAIT_POLICY=PASSIVE))
         panel = kb.scratch(geo.kd * cols_max, wop.cells.elem, par, prefix="cols")
-        _pack_columns(kb, geo, x, panel, g, (n0, cn), (r0, cr), (w0, cw), cols, rounding, wop)
+        pack_columns(kb, geo, x, panel, g, (n0, cn), (r0, cr), (w0, cw), cols, rounding, wop.cells, wop.channel_major)
         if dst_in is not None:
             cs, ns = dst_in
             wop.product(kb, geo, g, cols, panel, (out.ref.buf, n0 * ns + g * geo.ocg * cs + p0 + out.base(), cs), par)
@@ -217,13 +217,13 @@ def _columns(kb, geo, images, rows, lasts):
                 yield n, outer + [ow], base + ow
 
 
-def _pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols, rounding, weights):
-    """The work item's (T*Cg x cols) matrix of ``weights.cells``: row (tap, ci)
-    (``weights.channel_major``: row (ci, tap)) holds, column by column, the src value of channel g * Cg + ci
+def pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols, rounding, cells: Cells,
+                 channel_major: bool):
+    """The work item's (T*Cg x cols) matrix of ``cells``: row (tap, ci)
+    (``channel_major``: row (ci, tap)) holds, column by column, the src value of channel g * Cg + ci
     the tap meets from the column's dst position (0 in the padding); rows read
     src along its positions."""
     padded = _padded_dims(geo)
-    cells, channel_major = weights.cells, weights.channel_major
     (n0, cn), (r0, cr), (w0, cw) = images, rows, lasts
     with kb.for_(cn, "im") as i:
         with kb.for_(cr, "rr") as rr:

@@ -465,16 +465,53 @@ def test_f32_under_fpmath_bf16_takes_the_tile():
 
 
 @on_the_tile
-def test_weight_gradient_with_large_sums_and_few_positions_leaves_the_tile():
+@pytest.mark.parametrize("dfmt,wfmt,road", [("NXC", "XIO", "im2col_weights"), ("NCX", "OIX", "bf16_few_positions")])
+def test_weight_gradient_with_large_sums_and_few_positions_leaves_the_tile(dfmt, wfmt, road):
     """A 1x1 gradient of 512 x 1024 channels over 3x3 positions: a thread's partial
     sums (2 MB) would be added into from memory by items of 32 virtual rows; it
-    takes the im2col road."""
+    takes the few-positions road (channels first) or im2col."""
     from graphc.codegen.conv_weights_bf16 import PARTIAL_BYTES
     geom = (2, 512, 1024, (3, 3), (1, 1), {})
     assert 512 * 1024 * 4 > PARTIAL_BYTES
-    g = conv_graph("ConvolutionBackwardWeights", "bf16", geom, "NCX", "OIX")
+    g = conv_graph("ConvolutionBackwardWeights", "bf16", geom, dfmt, wfmt)
     cg, _ = compiled_vs_reference(g, normal_inputs(g))
-    assert "bf16_tile_weights" not in _road(cg) and "im2col_weights" in _road(cg), _road(cg)
+    assert "bf16_tile_weights" not in _road(cg) and road in _road(cg), _road(cg)
+
+
+#: (N, C, OC, spatial, kernel, attrs) of weight gradients over few positions whose dW is
+#: large (graphc.codegen.conv_weights_cf: MIN_SUMS bytes of sums a group at least)
+FEW_POSITIONS = [
+    (2, 128, 256, (5, 6), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (1, 128, 256, (7, 7), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),     # K odd: a half pair
+    (1, 512, 272, (4, 4), (1, 1), {}),                                               # OC past whole blocks
+    (2, 128, 160, (9, 9), (3, 3), {"strides": (2, 2), "pads_begin": (1, 1), "pads_end": (1, 1)}),
+    (1, 256, 512, (4, 5), (3, 3), {"groups": 2, "pads_begin": (1, 0), "pads_end": (0, 1)}),
+    (1, 96, 200, (3, 4, 5), (3, 3, 3), {"pads_begin": (1, 1, 1), "pads_end": (1, 1, 1)}),
+]
+
+
+@on_the_tile
+@pytest.mark.parametrize("geom", FEW_POSITIONS, ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}k{g[4]}")
+def test_weight_gradient_over_few_positions(geom):
+    """Channels-first bf16 weight gradients over few dst positions: every
+    position of the batch in one GEMM's k, dW made by blocks on the tile
+    (no partial sums); the blocks' columns are whole input channels' taps."""
+    g = conv_graph("ConvolutionBackwardWeights", "bf16", geom, "NCX", "OIX")
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=str(geom))
+    assert "bf16_few_positions" in _road(cg), _road(cg)
+
+
+@on_the_tile
+def test_f32_weight_gradient_over_few_positions_under_fpmath_bf16():
+    """f32 src and dy read rounded to bf16 (fpmath_mode bf16) on the same road."""
+    b = GraphBuilder(fpmath_mode="bf16")
+    x, dy = b.tensor("f32", [1, 128, 7, 7]), b.tensor("f32", [1, 256, 7, 7])
+    b.op("ConvolutionBackwardWeights", [x, dy], out=[("f32", [256, 128, 3, 3])],
+         attrs=dict(strides=(1, 1), dilations=(1, 1), pads_begin=(1, 1), pads_end=(1, 1), data_format="NCX",
+                    weights_format="OIX", weights_shape=[256, 128, 3, 3]))
+    g = b.finalize()
+    cg, _ = compiled_vs_reference(g, normal_inputs(g))
+    assert "bf16_few_positions" in _road(cg), _road(cg)
 
 
 @on_the_tile
