@@ -34,10 +34,12 @@ MAX_K = 4096
 MAX_COLS = 1 << 23
 #: output channels of a group at least (the tile's rows come 32 at a time)
 MIN_OC = 16
-#: bytes of a group's float32 dW at least: below, the partial-sum roads' sums stay in cache
-#: (1x1 1024 -> 256 over 2 x 14 x 14 positions, 1 MB: 1.03 ms on the tile's partial sums,
-#: 0.41 here; 512 -> 128 over 2 x 28 x 28, 256 KB: 0.47 either way)
-MIN_SUMS = 1 << 19
+#: bytes of a group's float32 dW at least, at unit strides: below, the tile's partial sums
+#: (graphc.codegen.conv_weights_bf16) stay in cache (1x1 1024 -> 256 over 2 x 14 x 14
+#: positions, 1 MB: 1.03 ms on the tile's partial sums, 0.41 here; 3x3 128 -> 128 over
+#: 2 x 28 x 28, 590 KB: 1.1-1.4 ms there, 2.5 here inside ResNet-50's step).  Strided
+#: windows, which that road does not take, come here whatever their sums.
+MIN_SUMS = 1 << 20
 #: rows and columns of dW a work item makes about (its float32 block: 128 KB, in L2; the
 #: columns whole panels of 32 and whole channels' taps)
 BLOCK_ROWS, BLOCK_COLS = 128, 256
@@ -49,10 +51,11 @@ def few_positions(geo: Geometry, x: Data, dy: Data, rounding) -> bool:
     """Does the weight gradient of ``geo`` take this road: src channels first
     (its rows along positions), src and dy bf16 values on graphc's bf16 tile,
     at most MAX_K dst positions in the batch, MIN_OC output channels a group
-    and MIN_SUMS bytes of float32 sums a group?"""
+    and MIN_SUMS bytes of float32 sums a group (any, at other strides)?"""
     k = geo.n * geo.positions
+    large = geo.kd * geo.ocg * 4 >= MIN_SUMS or any(s != 1 for s in geo.strides)
     return (bf16_tile_gemm() and bf16_operands(x, dy, rounding) and channels_first(geo, x)
-            and k <= MAX_K and geo.kd * k <= MAX_COLS and geo.ocg >= MIN_OC and geo.kd * geo.ocg * 4 >= MIN_SUMS)
+            and k <= MAX_K and geo.kd * k <= MAX_COLS and geo.ocg >= MIN_OC and large)
 
 
 def emit_backward_weights_cf(kb, geo: Geometry, x: Data, dy: Data, store, rounding=None):

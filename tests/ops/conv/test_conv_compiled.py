@@ -479,11 +479,12 @@ def test_weight_gradient_with_large_sums_and_few_positions_leaves_the_tile(dfmt,
 
 
 #: (N, C, OC, spatial, kernel, attrs) of weight gradients over few positions whose dW is
-#: large (graphc.codegen.conv_weights_cf: MIN_SUMS bytes of sums a group at least)
+#: large (graphc.codegen.conv_weights_cf: MIN_SUMS bytes of sums a group at least) or whose
+#: window is strided
 FEW_POSITIONS = [
     (2, 128, 256, (5, 6), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),
     (1, 128, 256, (7, 7), (3, 3), {"pads_begin": (1, 1), "pads_end": (1, 1)}),     # K odd: a half pair
-    (1, 512, 272, (4, 4), (1, 1), {}),                                               # OC past whole blocks
+    (1, 1024, 272, (4, 4), (1, 1), {}),                                              # OC past whole blocks
     (2, 128, 160, (9, 9), (3, 3), {"strides": (2, 2), "pads_begin": (1, 1), "pads_end": (1, 1)}),
     (1, 256, 512, (4, 5), (3, 3), {"groups": 2, "pads_begin": (1, 0), "pads_end": (0, 1)}),
     (1, 96, 200, (3, 4, 5), (3, 3, 3), {"pads_begin": (1, 1, 1), "pads_end": (1, 1, 1)}),
