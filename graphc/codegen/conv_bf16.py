@@ -130,13 +130,14 @@ def _matrix(kb, geo: Geometry, w, rounding, transposed: bool):
         i0 = kb.let((wt % nb) * WEIGHT_BLOCK, "i0")
         with kb.for_(ob, "ob") as obk:
             o0 = kb.let(obk * WEIGHT_BLOCK, "o0")
-            with kb.for_(ir.call("min", WEIGHT_BLOCK, cg - i0), "i") as i:
-                ic = kb.let(i0 + i, "ic")
+            # (the inner loop along the copy's rows: ic for the transpose, oc else)
+            spans = [(ir.call("min", WEIGHT_BLOCK, cg - i0), "i"), (ir.call("min", WEIGHT_BLOCK, ocg - o0), "o")]
+            with kb.for_(*spans[1 if transposed else 0]) as a, kb.for_(*spans[0 if transposed else 1]) as b:
+                i, o = (b, a) if transposed else (a, b)
+                ic, oc = kb.let(i0 + i, "ic"), kb.let(o0 + o, "oc")
                 r = kb.let(flat * cg + ic, "wr")
-                with kb.for_(ir.call("min", WEIGHT_BLOCK, ocg - o0), "o") as o:
-                    oc = kb.let(o0 + o, "oc")
-                    at = g * (kd * ocg) + (oc * kd + r if transposed else r * ocg + oc)
-                    kb.store(wbuf, ir.u64(at), bits(rounded(w.load(g, oc, ic, taps), rounding)))
+                at = g * (kd * ocg) + (oc * kd + r if transposed else r * ocg + oc)
+                kb.store(wbuf, ir.u64(at), bits(rounded(w.load(g, oc, ic, taps), rounding)))
     return wbuf, cols, kd * ocg, 0
 
 
@@ -170,10 +171,12 @@ def bf16_weights(kb, geo: Geometry, w, rounding, width: int,
 class RowWeights:
     """The weights as the A operands of bf16 GEMMs on graphc's tile, each group's
     (OCg x T*Cg) matrix packed once per call as pack_a_bf16 packs an A, ``per``
-    elements a group in ``buf`` (the channels-first road's Y = W @ Cols)."""
+    elements a group in ``buf`` (the channels-first road's Y = W @ Cols); its
+    columns channel after channel (each channel's taps) when ``channel_major``,
+    else taps first."""
 
-    def __init__(self, buf, per: int, ocg: int, kd: int):
-        self.buf, self.per, self.ocg, self.kd = buf, per, ocg, kd
+    def __init__(self, buf, per: int, ocg: int, kd: int, channel_major: bool):
+        self.buf, self.per, self.ocg, self.kd, self.channel_major = buf, per, ocg, kd, channel_major
 
     def product(self, g, n, bp, bp_off, npan, cbuf, coff, ldc) -> ir.Expr:
         """C[OCg, n] = W of group ``g`` @ B (n columns packed by pack_b_bf16, ``npan``
@@ -184,11 +187,14 @@ class RowWeights:
 
 def bf16_weight_rows(kb, geo: Geometry, w, rounding) -> RowWeights:
     """The weights (bf16 values) as :class:`RowWeights` on graphc's tile: each
-    group's (OCg x T*Cg) matrix (columns taps then input channels) packed, a
-    block of MR output channels per thread where large."""
+    group's (OCg x T*Cg) matrix packed, a block of MR output channels per
+    thread where large.  Its columns channel after channel where the weights'
+    rows lie so (OIX: read in place), else taps first (:func:`_matrix`)."""
     from .bf16_gemm import MR, bf16_a_panels
     kd, ocg, G = geo.kd, geo.ocg, geo.groups
-    wbuf, ld, gs, tb = _matrix(kb, geo, w, rounding, transposed=True)
+    ms = w.matrix_strides(geo, True) if plain_bf16(w.ref) and rounding is None else None
+    cm = ms is not None and ms[0] == 1 and ms[1] >= kd
+    wbuf, ld, gs, tb = (w.ref.buf, ms[1], ms[2], 0) if cm else _matrix(kb, geo, w, rounding, transposed=True)
     per = bf16_a_panels(ocg, kd)
     ap = kb.workspace(G * per, "u16", prefix="wrows")
     blocks = -(-ocg // MR)
@@ -197,7 +203,7 @@ def bf16_weight_rows(kb, geo: Geometry, w, rounding) -> RowWeights:
         r0 = kb.let((wr % blocks) * MR, "r0")
         kb.let(ir.call("pack_a_rows_bf16", tb, ocg, kd, wbuf, g * gs, ld, r0, ir.call("min", MR, ocg - r0), ap,
                        g * per), "st")
-    return RowWeights(ap, per, ocg, kd)
+    return RowWeights(ap, per, ocg, kd, cm)
 
 
 __all__ = ["MatrixWeights", "PackedWeights", "RowWeights", "bf16_weight_rows", "bf16_operands", "bf16_weights", "bits", "plain_bf16", "taps_in_tile"]

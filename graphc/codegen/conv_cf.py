@@ -134,13 +134,13 @@ class F32Rows:
 
 class BF16Rows:
     """The weights packed as the A of graphc's bf16 tile (conv_bf16.RowWeights),
-    columns bf16 bits, taps first; each work item packs its columns as the
-    tile's B (pack_b_bf16's panels, in L2) before the product."""
+    columns bf16 bits in the weights' order of k; each work item packs its
+    columns as the tile's B (pack_b_bf16's panels, in L2) before the product."""
     cells = BF16
-    channel_major = False
 
     def __init__(self, rows: RowWeights, cols_max: int):
         self.rows, self.cols_max = rows, cols_max
+        self.channel_major = rows.channel_major
 
     def product(self, kb, geo: Geometry, g, cols, panel, c, par):
         from .bf16_gemm import bf16_panels

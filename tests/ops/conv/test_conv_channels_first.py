@@ -123,14 +123,14 @@ def test_nxc_keeps_the_positions_major_road(geom):
     assert "channels_first" not in _road(cg) and "im2col" in _road(cg), _road(cg)
 
 
-def _mixed(geom, dfmt, wfmt):
+def _mixed(geom, dfmt, wfmt, dt="f32"):
     """Convolution of ``geom`` with data_format ``dfmt`` and weights_format ``wfmt``."""
     n, c, oc, sp, k, extra = geom
     g = extra.get("groups", 1)
     b = GraphBuilder()
-    x = b.tensor("f32", [n, c, *sp] if dfmt == "NCX" else [n, *sp, c])
-    w = b.tensor("f32", [oc, c // g, *k] if wfmt == "OIX" else [*k, c // g, oc])
-    b.op("Convolution", [x, w, b.tensor("f32", [oc])], out=[("f32", [-1] * (len(sp) + 2))],
+    x = b.tensor(dt, [n, c, *sp] if dfmt == "NCX" else [n, *sp, c])
+    w = b.tensor(dt, [oc, c // g, *k] if wfmt == "OIX" else [*k, c // g, oc])
+    b.op("Convolution", [x, w, b.tensor(dt, [oc])], out=[(dt, [-1] * (len(sp) + 2))],
          attrs=dict(_attrs(geom, dfmt), weights_format=wfmt))
     return b.finalize()
 
@@ -214,6 +214,16 @@ def test_bf16_on_the_tile(geom, bias):
     value a cache line; 2x256x56x56 1x1 -> 64: 1.03 -> 0.44 ms)."""
     cg, _ = compiled_vs_reference(conv(geom, bias, dt="bf16"), what=str(geom))
     assert "channels_first" in _road(cg) and "bf16_gemm" in _road(cg), _road(cg)
+
+
+@pytest.mark.parametrize("wfmt", ["OIX", "XIO"])
+def test_bf16_weights_of_several_taps(wfmt):
+    """Weights of several taps are packed as the tile's A from where they lie,
+    never copied first: OIX as their rows lie (K channel after channel, each
+    channel's taps; the columns copied in that order), XIO as an A stored
+    transposed (K taps first)."""
+    cg, _ = compiled_vs_reference(_mixed(BF16_GEOMS[2], "NCX", wfmt, "bf16"), what=wfmt)
+    assert "channels_first" in _road(cg) and "wbits" not in cg.compiled[0].source, _road(cg)
 
 
 @pytest.mark.parametrize("geom", [BF16_GEOMS[0], BF16_GEOMS[2]], ids=lambda g: f"{g[3]}k{g[4]}")
