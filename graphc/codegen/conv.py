@@ -31,7 +31,8 @@ import math
 from . import ir
 from .conv_bf16 import PackedWeights, bf16_operands, bf16_weights, bits, plain_bf16, taps_in_tile
 from .conv_int8 import Int8Operands, emit_forward_int8
-from .conv_cf import F32Rows, bf16_channels_first, bf16_rows, channels_first, depthwise, emit_depthwise, emit_forward_cf
+from .conv_cf import F32Rows, bf16_channels_first, bf16_data_channels_first, bf16_rows, channels_first, depthwise
+from .conv_cf import emit_backward_data_cf, emit_depthwise, emit_forward_cf
 from .conv_cols import BF16 as _BF16, F32 as _F32, VirtualLayout, VirtualRows, im2col as _im2col
 from .conv_cols import nothing as _nothing, window_taps as _window_taps
 from .conv_weights_bf16 import emit_backward_weights_tile, tile_weights
@@ -468,6 +469,9 @@ def emit_backward_data(kb, geo: Geometry, dy: Data, w: Weights, store, rounding=
     if fwd is not None and (exact_k is not None or winograd(fwd) or shifted(fwd)
                             or bf16_channels_first(fwd, dy, w, rounding, None)):
         emit_convolution(kb, fwd, dy, FlippedWeights(w, geo), store, rounding, exact_k=exact_k)
+        return
+    if exact_k is None and bf16_data_channels_first(geo, dy, w, rounding):
+        emit_backward_data_cf(kb, geo, dy, w, store, rounding)
         return
     kb.road("col2im")
     G, P, kd, ocg, cg = geo.groups, geo.positions, geo.kd, geo.ocg, geo.cg

@@ -170,40 +170,48 @@ def bf16_weights(kb, geo: Geometry, w, rounding, width: int,
 
 class RowWeights:
     """The weights as the A operands of bf16 GEMMs on graphc's tile, each group's
-    (OCg x T*Cg) matrix packed once per call as pack_a_bf16 packs an A, ``per``
-    elements a group in ``buf`` (the channels-first road's Y = W @ Cols); its
-    columns channel after channel (each channel's taps) when ``channel_major``,
-    else taps first."""
+    (m x k) matrix packed once per call as pack_a_bf16 packs an A, ``per``
+    elements a group in ``buf``: W (OCg x T*Cg: the channels-first road's
+    Y = W @ Cols) or its transpose (T*Cg x OCg: the data gradient's
+    Cols = W^T @ dY); T*Cg runs channel after channel (each channel's taps)
+    when ``channel_major``, else taps first."""
 
-    def __init__(self, buf, per: int, ocg: int, kd: int, channel_major: bool):
-        self.buf, self.per, self.ocg, self.kd, self.channel_major = buf, per, ocg, kd, channel_major
+    def __init__(self, buf, per: int, m: int, k: int, channel_major: bool):
+        self.buf, self.per, self.m, self.k, self.channel_major = buf, per, m, k, channel_major
 
     def product(self, g, n, bp, bp_off, npan, cbuf, coff, ldc) -> ir.Expr:
-        """C[OCg, n] = W of group ``g`` @ B (n columns packed by pack_b_bf16, ``npan``
-        panels from ``bp_off``): the GEMM call."""
-        return ir.call("gemm_bf16_prepacked", self.ocg, n, self.kd, self.buf, g * self.per, self.ocg, 0, bp, bp_off,
+        """C[m, n] = the matrix of group ``g`` @ B (n columns packed by pack_b_bf16,
+        ``npan`` panels from ``bp_off``): the GEMM call."""
+        return ir.call("gemm_bf16_prepacked", self.m, n, self.k, self.buf, g * self.per, self.m, 0, bp, bp_off,
                        npan, 0, 0.0, cbuf, coff, ldc)
 
 
-def bf16_weight_rows(kb, geo: Geometry, w, rounding) -> RowWeights:
+def bf16_weight_rows(kb, geo: Geometry, w, rounding, transposed: bool = False) -> RowWeights:
     """The weights (bf16 values) as :class:`RowWeights` on graphc's tile: each
-    group's (OCg x T*Cg) matrix packed, a block of MR output channels per
-    thread where large.  Its columns channel after channel where the weights'
-    rows lie so (OIX: read in place), else taps first (:func:`_matrix`)."""
+    group's (OCg x T*Cg) matrix (``transposed``: its transpose) packed, a
+    block of MR rows per thread where large.  T*Cg runs channel after channel
+    where the weights lie so (OIX: read in place), else taps first
+    (:func:`_matrix`)."""
     from .bf16_gemm import MR, bf16_a_panels
     kd, ocg, G = geo.kd, geo.ocg, geo.groups
+    m, k = (kd, ocg) if transposed else (ocg, kd)
     ms = w.matrix_strides(geo, True) if plain_bf16(w.ref) and rounding is None else None
+    # (channel-major, in place: element (oc, kk) of W at oc * ms[1] + kk, so W is an A in its
+    # rows and W^T an A stored transposed)
     cm = ms is not None and ms[0] == 1 and ms[1] >= kd
-    wbuf, ld, gs, tb = (w.ref.buf, ms[1], ms[2], 0) if cm else _matrix(kb, geo, w, rounding, transposed=True)
-    per = bf16_a_panels(ocg, kd)
+    if cm:
+        wbuf, ld, gs, ta = w.ref.buf, ms[1], ms[2], 1 if transposed else 0
+    else:
+        wbuf, ld, gs, ta = _matrix(kb, geo, w, rounding, transposed=not transposed)
+    per = bf16_a_panels(m, k)
     ap = kb.workspace(G * per, "u16", prefix="wrows")
-    blocks = -(-ocg // MR)
+    blocks = -(-m // MR)
     with kb.for_(G * blocks, "wr", G * blocks > 1 and worth_parallel(G * kd * ocg)) as wr:
         g = kb.let(wr // blocks, "g")
         r0 = kb.let((wr % blocks) * MR, "r0")
-        kb.let(ir.call("pack_a_rows_bf16", tb, ocg, kd, wbuf, g * gs, ld, r0, ir.call("min", MR, ocg - r0), ap,
+        kb.let(ir.call("pack_a_rows_bf16", ta, m, k, wbuf, g * gs, ld, r0, ir.call("min", MR, m - r0), ap,
                        g * per), "st")
-    return RowWeights(ap, per, ocg, kd, cm)
+    return RowWeights(ap, per, m, k, cm)
 
 
 __all__ = ["MatrixWeights", "PackedWeights", "RowWeights", "bf16_weight_rows", "bf16_operands", "bf16_weights", "bits", "plain_bf16", "taps_in_tile"]

@@ -31,13 +31,13 @@ import numpy as np
 
 from . import ir
 from .blas_import import bf16_tile_gemm
-from .conv_bf16 import RowWeights, bf16_operands, bf16_weight_rows
-from .conv_cols import BF16, F32, Cells
+from .conv_bf16 import RowWeights, bf16_operands, bf16_weight_rows, bits
+from .conv_cols import BF16, F32, Cells, nothing
 from .conv_views import Data, Geometry, Weights
 from .conv_views import plain_f32, rounded, tap_loops
 from .kernel import plan_threads, worth_parallel
 from .loops import unravel, window_index
-from ..types import DataType
+from ..types import DataType, dense_strides
 
 #: f32 elements of one work item's columns and tile together: about L2's size
 ITEM_ELEMS = 1 << 18
@@ -50,11 +50,14 @@ def channels_first(geo: Geometry, x: Data, dst: Data | None = None) -> bool:
     dst's do (an NCX dst of channels-last src: the positions-major tile's stores
     would scatter each dst row): the channels-first road then reads or writes
     along their rows."""
-    def outer(d, sizes):
-        _, cs, sp = d.strides()
-        inner = [s for s, n in zip(sp, sizes) if n != 1]
-        return bool(inner) and 0 < min(inner) < cs
-    return geo.cg * geo.taps > 1 and (outer(x, geo.big) or (dst is not None and outer(dst, geo.small)))
+    return geo.cg * geo.taps > 1 and (_outer(x, geo.big) or (dst is not None and _outer(dst, geo.small)))
+
+
+def _outer(d: Data, sizes) -> bool:
+    """``d``'s channels lie outside its positions (of ``sizes``)."""
+    _, cs, sp = d.strides()
+    inner = [s for s, n in zip(sp, sizes) if n != 1]
+    return bool(inner) and 0 < min(inner) < cs
 
 
 #: output channels of a group the bf16 channels-first road needs at least (its GEMM's rows:
@@ -257,6 +260,89 @@ def pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols
                                 kb.emit(panel.store(row + ww, value))
                                 with kb.else_(st):
                                     kb.emit(panel.store(row + ww, cells.pad))
+
+
+def bf16_data_channels_first(geo: Geometry, dy: Data, w, rounding) -> bool:
+    """Does the data gradient of a bf16 convolution of channels-first dy run
+    here (:func:`emit_backward_data_cf`): bf16 tensors on graphc's bf16 tile,
+    BF16_MIN_C input and BF16_MIN_OC output channels a group at least?"""
+    return (getattr(dy.ref, "dtype", None) is DataType.bf16 and geo.ocg >= BF16_MIN_OC and geo.cg >= BF16_MIN_C
+            and bf16_tile_gemm() and bf16_operands(dy, w, rounding) and _outer(dy, geo.small))
+
+
+#: f32 elements of a block of the data gradient's columns (T*Cg x a block of dy's rows)
+DATA_COLS_ELEMS = 1 << 18
+
+
+def emit_backward_data_cf(kb, geo: Geometry, dy: Data, w, store, rounding=None):
+    """dx = the data gradient of conv(x, w) (any strides) channels first on
+    graphc's bf16 tile: per image and group, ``Cols[T*Cg, P] = W^T @ dY[OCg, P]``
+    (the weights packed once a call as the tile's A, dY's rows copied as bits
+    and packed as its B a block of its rows at a time), each block's columns
+    added into an f32 accumulator of dx's rows (row (ci, tap) into channel ci
+    at the positions the tap meets, along dy's rows), stored at the end.  The
+    positions-major col2im gathered dY and scattered dx one value a cache line."""
+    from .bf16_gemm import bf16_panels
+    kb.road("channels_first")
+    kb.road("bf16_gemm")
+    G, cg, ocg, kd = geo.groups, geo.cg, geo.ocg, geo.kd
+    W = geo.small[-1]
+    R = geo.positions // W
+    nr = max(1, min(R, DATA_COLS_ELEMS // (kd * W)))
+    cols_max = nr * W
+    wt = bf16_weight_rows(kb, geo, w, rounding, transposed=True)
+    big = geo.big_size
+    items = geo.n * G
+    par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * kd // 8)
+    with kb.for_(items, "t", par) as t:
+        n = kb.let(t // G, "n")
+        g = kb.let(t % G, "g")
+        acc = kb.alloc(cg * big, "f32", fill=0, prefix="acc")
+        rows = kb.scratch(ocg * cols_max, "u16", par, prefix="dyrows")
+        bp = kb.scratch(bf16_panels(cols_max, ocg), "u16", par, prefix="dypanels")
+        tile = kb.scratch(kd * cols_max, "f32", par, prefix="cols")
+        with kb.for_(-(-R // nr), "rb") as rb:
+            r0 = kb.let(rb * nr, "r0")
+            cr = kb.let(ir.call("min", nr, R - r0), "cr")
+            cols = kb.let(cr * W, "nc")
+            with kb.for_(ocg, "oc") as oc, kb.for_(cols, "p") as p:
+                pos = [v if v is not None else ir.const(0) for v in unravel(kb, r0 * W + p, geo.small)]
+                kb.emit(rows.store(oc * cols + p, bits(rounded(dy.load(n, g * ocg + oc, pos), rounding))))
+            kb.let(ir.call("pack_panels_bf16", 0, cols, ocg, rows.buf, rows.at(0), cols, bp.buf, bp.at(0)), "st")
+            kb.let(wt.product(g, cols, bp.buf, bp.at(0), (cols + 31) // 32, tile.buf, tile.at(0), cols), "st")
+            _add_columns(kb, geo, acc, tile, (r0, cr), cols, wt.channel_major)
+        with kb.for_(cg, "ci") as ci, kb.for_(big, "b") as b:
+            kb.emit(store(n, g * cg + ci, unravel(kb, b, geo.big), acc[ci * big + b]))
+
+
+def _add_columns(kb, geo: Geometry, acc, tile, rows, cols, channel_major: bool):
+    """Add a block of the data gradient's columns (rows (ci, tap), or (tap, ci)
+    unless ``channel_major``; a column per dy position of dy's rows [r0, r0 +
+    cr)) into the (Cg x src positions) accumulator, along dy's rows."""
+    r0, cr = rows
+    W, big = geo.small[-1], geo.big_size
+    padded = _padded_dims(geo)
+    bs = dense_strides(geo.big)
+    with kb.for_(geo.cg, "ci") as ci, tap_loops(kb, geo.kernel) as (taps, flat):
+        k = ci * geo.taps + flat if channel_major else flat * geo.cg + ci
+        with kb.for_(cr, "rr") as rr:
+            outer = unravel(kb, r0 + rr, geo.small[:-1])
+            at, inside = ci * big, None
+            for o, tp, s, d, b, size, st, pad in zip(outer, taps, geo.strides, geo.dilations, geo.begin, geo.big,
+                                                      bs, padded):
+                ip = kb.let((o if o is not None else ir.const(0)) * s + tp * d - b, "ip")
+                at = at + ip * st
+                if pad:
+                    c = (ip >= 0) & (ip < size)
+                    inside = c if inside is None else inside & c
+            row = kb.let(k * cols + rr * W, "cr")
+            base = kb.let(at, "ab")
+            with (kb.if_(inside) if inside is not None else nothing()):
+                with kb.for_(W, "ow") as ow:
+                    last = kb.let(ow * geo.strides[-1] + taps[-1] * geo.dilations[-1] - geo.begin[-1], "ip")
+                    ok = (last >= 0) & (last < geo.big[-1]) if padded[-1] else None
+                    with (kb.if_(ok) if ok is not None else nothing()):
+                        kb.store(acc, base + last, acc[base + last] + tile[row + ow])
 
 
 #: taps of a depthwise window the direct loop takes at most (each an unrolled term)

@@ -256,3 +256,42 @@ def test_bf16_data_gradient_of_a_1x1_window(weights_format):
     cg, _ = compiled_vs_reference(g, what=weights_format)
     assert "channels_first" in _road(cg) and "bf16_gemm" in _road(cg), _road(cg)
     assert "wbits" not in cg.compiled[0].source
+
+
+#: (N, C, OC, spatial of src, kernel, extra attrs) of strided bf16 data gradients channels first
+BF16_DATA = [
+    (2, 48, 40, (10, 11), (1, 1), {"strides": (2, 2)}),
+    (1, 64, 32, (11, 12), (3, 3), {"strides": (2, 2), "groups": 2, "pads_begin": (1, 0), "pads_end": (0, 1)}),
+    (1, 16, 24, (13, 14), (5, 5), {"strides": (3, 2), "pads_begin": (2, 2), "pads_end": (2, 1)}),
+    (2, 32, 16, (40,), (3,), {"strides": (2,), "dilations": (2,), "pads_begin": (1,), "pads_end": (2,)}),
+    (1, 16, 16, (5, 6, 7), (3, 3, 3), {"strides": (2, 2, 2), "pads_begin": (1, 1, 1), "pads_end": (1, 1, 1)}),
+    (1, 64, 40, (64, 70), (3, 3), {"strides": (2, 2), "pads_begin": (1, 1), "pads_end": (1, 1)}),  # row blocks
+]
+
+
+@pytest.mark.parametrize("weights_format", ["OIX", "XIO"])
+@pytest.mark.parametrize("geom", BF16_DATA, ids=lambda g: f"c{g[1]}oc{g[2]}{g[3]}k{g[4]}")
+def test_bf16_strided_data_gradient(geom, weights_format):
+    """The data gradient of a strided bf16 convolution of NCX data: Cols = W^T @ dY
+    on the tile (dY's rows as its B, a block of rows at a time), each column added
+    into dx's rows where its tap meets them (the positions-major col2im gathered
+    dY and scattered dx one value a cache line)."""
+    n, c, oc, sp, k, extra = geom
+    g = one_op("Convolution", [("bf16", [n, c, *sp]), ("bf16", [oc, c // extra.get("groups", 1), *k])],
+               [("bf16", [-1] * (len(sp) + 2))], _attrs(geom))
+    dst = list(g.ops[0].outputs[0].shape)
+    w = [oc, c // extra.get("groups", 1), *k] if weights_format == "OIX" else [*k, c // extra.get("groups", 1), oc]
+    attrs = dict(_attrs(geom), weights_format=weights_format, dst_shape=[n, c, *sp])
+    g = one_op("ConvolutionBackwardData", [("bf16", dst), ("bf16", w)], [("bf16", [n, c, *sp])], attrs)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=f"{geom} {weights_format}")
+    assert "channels_first" in _road(cg) and "bf16_gemm" in _road(cg), _road(cg)
+
+
+def test_bf16_strided_data_gradient_of_few_channels_keeps_col2im():
+    """Three input channels (a stem's data gradient): col2im."""
+    geom = (1, 3, 32, (23, 23), (7, 7), {"strides": (2, 2), "pads_begin": (3, 3), "pads_end": (3, 3)})
+    attrs = dict(_attrs(geom), dst_shape=[1, 3, 23, 23])
+    g = one_op("ConvolutionBackwardData", [("bf16", [1, 32, 12, 12]), ("bf16", [32, 3, 7, 7])],
+               [("bf16", [1, 3, 23, 23])], attrs)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g))
+    assert "col2im" in _road(cg), _road(cg)
