@@ -35,19 +35,19 @@ KINDS = ("fwd", "bwd_data", "bwd_weights")
 FORMATS = ("NCX", "NXC")
 
 
-def _shapes(fmt, n, c, oc, hw, k):
-    """(src, weights, dst) shapes in graphc's layout for ``fmt``."""
+def _shapes(fmt, n, c, oc, hw, k, o):
+    """(src, weights, dst) shapes in graphc's layout for ``fmt`` (dst o x o)."""
     if fmt == "NXC":
-        return (n, hw, hw, c), (k, k, c, oc), (n, hw, hw, oc)
-    return (n, c, hw, hw), (oc, c, k, k), (n, oc, hw, hw)
+        return (n, hw, hw, c), (k, k, c, oc), (n, o, o, oc)
+    return (n, c, hw, hw), (oc, c, k, k), (n, oc, o, o)
 
 
-def build(kind, fmt, dt, n, c, oc, hw, k=3, pad=1):
-    """The one-op graph of ``kind`` (dst the same size as src: pad (k - 1) / 2)."""
+def build(kind, fmt, dt, n, c, oc, hw, k=3, pad=1, stride=1):
+    """The one-op graph of ``kind`` (by default dst the same size as src: pad (k - 1) / 2)."""
     from graphc.builder import GraphBuilder
-    xs, ws, ys = _shapes(fmt, n, c, oc, hw, k)
-    attrs = dict(strides=(1, 1), dilations=(1, 1), pads_begin=(pad, pad), pads_end=(pad, pad), data_format=fmt,
-                 weights_format="XIO" if fmt == "NXC" else "OIX")
+    xs, ws, ys = _shapes(fmt, n, c, oc, hw, k, (hw + 2 * pad - k) // stride + 1)
+    attrs = dict(strides=(stride, stride), dilations=(1, 1), pads_begin=(pad, pad), pads_end=(pad, pad),
+                 data_format=fmt, weights_format="XIO" if fmt == "NXC" else "OIX")
     b = GraphBuilder()
     if kind == "fwd":
         b.op("Convolution", [b.tensor(dt, xs), b.tensor(dt, ws)], out=[(dt, ys)], attrs=attrs)
