@@ -179,10 +179,12 @@ class RowWeights:
     def __init__(self, buf, per: int, m: int, k: int, channel_major: bool):
         self.buf, self.per, self.m, self.k, self.channel_major = buf, per, m, k, channel_major
 
-    def product(self, g, n, bp, bp_off, npan, cbuf, coff, ldc) -> ir.Expr:
+    def product(self, g, n, bp, bp_off, npan, cbuf, coff, ldc, rows=None) -> ir.Expr:
         """C[m, n] = the matrix of group ``g`` @ B (n columns packed by pack_b_bf16,
-        ``npan`` panels from ``bp_off``): the GEMM call."""
-        return ir.call("gemm_bf16_prepacked", self.m, n, self.k, self.buf, g * self.per, self.m, 0, bp, bp_off,
+        ``npan`` panels from ``bp_off``): the GEMM call; ``rows``: (count, first)
+        of the matrix's rows only, the first a multiple of bf16_gemm.MR."""
+        m, r0 = rows if rows is not None else (self.m, 0)
+        return ir.call("gemm_bf16_prepacked", m, n, self.k, self.buf, g * self.per, self.m, r0, bp, bp_off,
                        npan, 0, 0.0, cbuf, coff, ldc)
 
 

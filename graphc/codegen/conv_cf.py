@@ -288,19 +288,24 @@ def emit_backward_data_cf(kb, geo: Geometry, dy: Data, w, store, rounding=None):
     G, cg, ocg, kd = geo.groups, geo.cg, geo.ocg, geo.kd
     W = geo.small[-1]
     R = geo.positions // W
-    nr = max(1, min(R, DATA_COLS_ELEMS // (kd * W)))
-    cols_max = nr * W
     wt = bf16_weight_rows(kb, geo, w, rounding, transposed=True)
+    work = geo.n * geo.positions * geo.oc * kd // 8
+    cb = _data_channel_block(geo, wt.channel_major, work)
+    nblk = -(-cg // cb)
+    nr = max(1, min(R, DATA_COLS_ELEMS // (cb * geo.taps * W)))
+    cols_max = nr * W
     big = geo.big_size
-    items = geo.n * G
-    par = items > 1 and worth_parallel(geo.n * geo.positions * geo.oc * kd // 8)
+    items = geo.n * G * nblk
+    par = items > 1 and worth_parallel(work)
     with kb.for_(items, "t", par) as t:
-        n = kb.let(t // G, "n")
-        g = kb.let(t % G, "g")
-        acc = kb.alloc(cg * big, "f32", fill=0, prefix="acc")
+        n = kb.let(t // (G * nblk), "n")
+        g = kb.let((t // nblk) % G, "g")
+        c0 = kb.let(t % nblk * cb, "c0")
+        cn = kb.let(ir.call("min", cb, cg - c0), "cn")
+        acc = kb.alloc(cb * big, "f32", fill=0, prefix="acc")
         rows = kb.scratch(ocg * cols_max, "u16", par, prefix="dyrows")
         bp = kb.scratch(bf16_panels(cols_max, ocg), "u16", par, prefix="dypanels")
-        tile = kb.scratch(kd * cols_max, "f32", par, prefix="cols")
+        tile = kb.scratch(cb * geo.taps * cols_max, "f32", par, prefix="cols")
         with kb.for_(-(-R // nr), "rb") as rb:
             r0 = kb.let(rb * nr, "r0")
             cr = kb.let(ir.call("min", nr, R - r0), "cr")
@@ -309,21 +314,37 @@ def emit_backward_data_cf(kb, geo: Geometry, dy: Data, w, store, rounding=None):
                 pos = [v if v is not None else ir.const(0) for v in unravel(kb, r0 * W + p, geo.small)]
                 kb.emit(rows.store(oc * cols + p, bits(rounded(dy.load(n, g * ocg + oc, pos), rounding))))
             kb.let(ir.call("pack_panels_bf16", 0, cols, ocg, rows.buf, rows.at(0), cols, bp.buf, bp.at(0)), "st")
-            kb.let(wt.product(g, cols, bp.buf, bp.at(0), (cols + 31) // 32, tile.buf, tile.at(0), cols), "st")
-            _add_columns(kb, geo, acc, tile, (r0, cr), cols, wt.channel_major)
-        with kb.for_(cg, "ci") as ci, kb.for_(big, "b") as b:
-            kb.emit(store(n, g * cg + ci, unravel(kb, b, geo.big), acc[ci * big + b]))
+            mine = None if nblk == 1 else (cn * geo.taps, c0 * geo.taps)
+            kb.let(wt.product(g, cols, bp.buf, bp.at(0), (cols + 31) // 32, tile.buf, tile.at(0), cols, mine), "st")
+            _add_columns(kb, geo, acc, tile, (r0, cr), cols, wt.channel_major, cn)
+        with kb.for_(cn, "ci") as ci, kb.for_(big, "b") as b:
+            kb.emit(store(n, g * cg + c0 + ci, unravel(kb, b, geo.big), acc[ci * big + b]))
 
 
-def _add_columns(kb, geo: Geometry, acc, tile, rows, cols, channel_major: bool):
+def _data_channel_block(geo: Geometry, channel_major: bool, work: int) -> int:
+    """dx channels of a work item of the channels-first data gradient: all of a
+    group's, unless the images and groups are fewer than the threads and the
+    weights' rows run channel after channel (a block's rows of W^T then lie
+    together, whole tiles of rows from the first): blocks enough for the threads."""
+    from .bf16_gemm import MR
+    items = geo.n * geo.groups
+    if not channel_major or items >= plan_threads() or not worth_parallel(work):
+        return geo.cg
+    step = MR // math.gcd(MR, geo.taps)          # channels whose rows are whole tiles of rows
+    want = -(-geo.cg // -(-plan_threads() // items))
+    return min(geo.cg, -(-want // step) * step)
+
+
+def _add_columns(kb, geo: Geometry, acc, tile, rows, cols, channel_major: bool, channels):
     """Add a block of the data gradient's columns (rows (ci, tap), or (tap, ci)
     unless ``channel_major``; a column per dy position of dy's rows [r0, r0 +
-    cr)) into the (Cg x src positions) accumulator, along dy's rows."""
+    cr)) of ``channels`` dx channels into their (channels x src positions)
+    accumulator, along dy's rows."""
     r0, cr = rows
     W, big = geo.small[-1], geo.big_size
     padded = _padded_dims(geo)
     bs = dense_strides(geo.big)
-    with kb.for_(geo.cg, "ci") as ci, tap_loops(kb, geo.kernel) as (taps, flat):
+    with kb.for_(channels, "ci") as ci, tap_loops(kb, geo.kernel) as (taps, flat):
         k = ci * geo.taps + flat if channel_major else flat * geo.cg + ci
         with kb.for_(cr, "rr") as rr:
             outer = unravel(kb, r0 + rr, geo.small[:-1])

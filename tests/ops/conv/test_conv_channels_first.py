@@ -287,6 +287,30 @@ def test_bf16_strided_data_gradient(geom, weights_format):
     assert "channels_first" in _road(cg) and "bf16_gemm" in _road(cg), _road(cg)
 
 
+@pytest.mark.parametrize("weights_format", ["OIX", "XIO"])
+def test_bf16_strided_data_gradient_of_one_image(weights_format):
+    """One image and one group: where the weights' rows run channel after channel
+    (OIX), dx's channels are split in blocks across the threads (96 channels on
+    two threads: 64 and 32, each block's rows of W^T whole tiles apart); XIO
+    keeps one block."""
+    from graphc.codegen.conv_cf import _data_channel_block
+    from graphc.codegen.conv_views import Geometry
+    from graphc.codegen.kernel import plan_threads
+    geom = (1, 96, 64, (30, 31), (3, 3), {"strides": (2, 2), "pads_begin": (1, 1), "pads_end": (1, 1)})
+    g = one_op("Convolution", [("bf16", [1, 96, 30, 31]), ("bf16", [64, 96, 3, 3])], [("bf16", [-1] * 4)],
+               _attrs(geom))
+    dst = list(g.ops[0].outputs[0].shape)
+    w = [64, 96, 3, 3] if weights_format == "OIX" else [3, 3, 96, 64]
+    attrs = dict(_attrs(geom), weights_format=weights_format, dst_shape=[1, 96, 30, 31])
+    g = one_op("ConvolutionBackwardData", [("bf16", dst), ("bf16", w)], [("bf16", [1, 96, 30, 31])], attrs)
+    cg, _ = compiled_vs_reference(g, normal_inputs(g), what=weights_format)
+    assert "channels_first" in _road(cg), _road(cg)
+    geo = Geometry(1, 96, 64, 1, (30, 31), tuple(dst[2:]), (3, 3), (2, 2), (1, 1), (1, 1))
+    block = _data_channel_block(geo, weights_format == "OIX", 1 << 30)
+    if plan_threads() == 2:     # (this machine's and CI's two cores)
+        assert block == (64 if weights_format == "OIX" else 96), block
+
+
 def test_bf16_strided_data_gradient_of_few_channels_keeps_col2im():
     """Three input channels (a stem's data gradient): col2im."""
     geom = (1, 3, 32, (23, 23), (7, 7), {"strides": (2, 2), "pads_begin": (3, 3), "pads_end": (3, 3)})
