@@ -194,7 +194,6 @@ def bf16_weight_rows(kb, geo: Geometry, w, rounding, transposed: bool = False) -
     block of MR rows per thread where large.  T*Cg runs channel after channel
     where the weights lie so (OIX: read in place), else taps first
     (:func:`_matrix`)."""
-    from .bf16_gemm import MR, bf16_a_panels
     kd, ocg, G = geo.kd, geo.ocg, geo.groups
     m, k = (kd, ocg) if transposed else (ocg, kd)
     ms = w.matrix_strides(geo, True) if plain_bf16(w.ref) and rounding is None else None
@@ -205,15 +204,26 @@ def bf16_weight_rows(kb, geo: Geometry, w, rounding, transposed: bool = False) -
         wbuf, ld, gs, ta = w.ref.buf, ms[1], ms[2], 1 if transposed else 0
     else:
         wbuf, ld, gs, ta = _matrix(kb, geo, w, rounding, transposed=not transposed)
-    per = bf16_a_panels(m, k)
-    ap = kb.workspace(G * per, "u16", prefix="wrows")
-    blocks = -(-m // MR)
-    with kb.for_(G * blocks, "wr", G * blocks > 1 and worth_parallel(G * kd * ocg)) as wr:
-        g = kb.let(wr // blocks, "g")
-        r0 = kb.let((wr % blocks) * MR, "r0")
-        kb.let(ir.call("pack_a_rows_bf16", ta, m, k, wbuf, g * gs, ld, r0, ir.call("min", MR, m - r0), ap,
-                       g * per), "st")
+    ap, per = packed_rows(kb, G, m, k, (ta, wbuf, gs, ld), worth_parallel(G * kd * ocg), "wrows")
     return RowWeights(ap, per, m, k, cm)
 
 
-__all__ = ["MatrixWeights", "PackedWeights", "RowWeights", "bf16_weight_rows", "bf16_operands", "bf16_weights", "bits", "plain_bf16", "taps_in_tile"]
+def packed_rows(kb, groups: int, m: int, k: int, a, parallel: bool, prefix: str):
+    """Each of ``groups`` (m x k) matrices packed once as the tile's A
+    (pack_a_bf16's layout) into a workspace, a block of MR rows per work item
+    (in parallel when ``parallel``); ``a``: (ta, buffer, group stride, lda) of
+    the bf16 bits.  Returns (the workspace, its elements a group)."""
+    from .bf16_gemm import MR, bf16_a_panels
+    ta, buf, gs, lda = a
+    per = bf16_a_panels(m, k)
+    ap = kb.workspace(groups * per, "u16", prefix=prefix)
+    blocks = -(-m // MR)
+    with kb.for_(groups * blocks, "ab", parallel and groups * blocks > 1) as ab:
+        g = kb.let(ab // blocks, "g")
+        r0 = kb.let((ab % blocks) * MR, "r0")
+        kb.let(ir.call("pack_a_rows_bf16", ta, m, k, buf, g * gs, lda, r0, ir.call("min", MR, m - r0), ap,
+                       g * per), "st")
+    return ap, per
+
+
+__all__ = ["MatrixWeights", "PackedWeights", "RowWeights", "bf16_weight_rows", "packed_rows", "bf16_operands", "bf16_weights", "bits", "plain_bf16", "taps_in_tile"]

@@ -66,15 +66,19 @@ def _outer(d: Data, sizes) -> bool:
 BF16_MIN_OC, BF16_MIN_C = 16, 16
 
 
+def _bf16_on_tile(geo: Geometry, d: Data, w, rounding) -> bool:
+    """bf16 tensors (``d`` and the weights) on graphc's bf16 tile, BF16_MIN_OC output
+    and BF16_MIN_C input channels a group at least."""
+    return (getattr(d.ref, "dtype", None) is DataType.bf16 and geo.ocg >= BF16_MIN_OC and geo.cg >= BF16_MIN_C
+            and bf16_tile_gemm() and bf16_operands(d, w, rounding))
+
+
 def bf16_channels_first(geo: Geometry, x: Data, w, rounding, dst: Data | None) -> bool:
     """Does a bf16 convolution of channels-first data (``channels_first``) whose
     window takes no shifted GEMMs (1x1, strided) run here on graphc's bf16 tile
-    (weights as its A, columns as its B; bf16 tensors, BF16_MIN_OC output and
-    BF16_MIN_C input channels a group at least), rather than im2col's
-    positions-major gather of one value a cache line?"""
-    return (getattr(x.ref, "dtype", None) is DataType.bf16 and geo.ocg >= BF16_MIN_OC and geo.cg >= BF16_MIN_C
-            and bf16_tile_gemm()
-            and bf16_operands(x, w, rounding) and channels_first(geo, x, dst))
+    (weights as its A, columns as its B; :func:`_bf16_on_tile`), rather than
+    im2col's positions-major gather of one value a cache line?"""
+    return _bf16_on_tile(geo, x, w, rounding) and channels_first(geo, x, dst)
 
 
 def _blocks(geo: Geometry):
@@ -264,10 +268,8 @@ def pack_columns(kb, geo: Geometry, x: Data, panel, g, images, rows, lasts, cols
 
 def bf16_data_channels_first(geo: Geometry, dy: Data, w, rounding) -> bool:
     """Does the data gradient of a bf16 convolution of channels-first dy run
-    here (:func:`emit_backward_data_cf`): bf16 tensors on graphc's bf16 tile,
-    BF16_MIN_C input and BF16_MIN_OC output channels a group at least?"""
-    return (getattr(dy.ref, "dtype", None) is DataType.bf16 and geo.ocg >= BF16_MIN_OC and geo.cg >= BF16_MIN_C
-            and bf16_tile_gemm() and bf16_operands(dy, w, rounding) and _outer(dy, geo.small))
+    here (:func:`emit_backward_data_cf`; :func:`_bf16_on_tile`)?"""
+    return _bf16_on_tile(geo, dy, w, rounding) and _outer(dy, geo.small)
 
 
 #: f32 elements of a block of the data gradient's columns (T*Cg x a block of dy's rows)

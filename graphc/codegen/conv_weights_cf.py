@@ -21,7 +21,7 @@ import math
 
 from . import ir
 from .blas_import import bf16_tile_gemm
-from .conv_bf16 import bf16_operands, bits
+from .conv_bf16 import bf16_operands, bits, packed_rows
 from .conv_cf import channels_first, pack_columns
 from .conv_cols import BF16
 from .conv_views import Data, Geometry, rounded, tap_loops
@@ -61,7 +61,7 @@ def few_positions(geo: Geometry, x: Data, dy: Data, rounding) -> bool:
 def emit_backward_weights_cf(kb, geo: Geometry, x: Data, dy: Data, store, rounding=None):
     """dw = the gradient of conv(x, w) w.r.t. w (the module's doc); ``store(g, oc,
     ic, taps, value)`` stores one element of dw."""
-    from .bf16_gemm import MR, bf16_a_panels, bf16_panels
+    from .bf16_gemm import MR, bf16_panels
     kb.road("bf16_few_positions")
     G, ocg, kd, P = geo.groups, geo.ocg, geo.kd, geo.positions
     K = geo.n * P
@@ -74,14 +74,8 @@ def emit_backward_weights_cf(kb, geo: Geometry, x: Data, dy: Data, store, roundi
         with kb.for_(geo.n, "n") as n, kb.for_(P, "p") as p:
             pos = [v if v is not None else ir.const(0) for v in unravel(kb, p, geo.small)]
             kb.store(dyr, ir.u64(go * K + n * P + p), bits(rounded(dy.load(n, g * ocg + go % ocg, pos), rounding)))
-    apg = bf16_a_panels(ocg, K)
-    ap = kb.workspace(G * apg, "u16", prefix="dypanels")
+    ap, apg = packed_rows(kb, G, ocg, K, (0, dyr, ocg * K, K), par, "dypanels")
     blocks = -(-ocg // MR)
-    with kb.for_(G * blocks, "ab", par and G * blocks > 1) as ab:
-        g = kb.let(ab // blocks, "g")
-        r0 = kb.let((ab % blocks) * MR, "r0")
-        kb.let(ir.call("pack_a_rows_bf16", 0, ocg, K, dyr, g * (ocg * K), K, r0, ir.call("min", MR, ocg - r0), ap,
-                       g * apg), "st")
     # the columns as the tile's B, stored transposed (a column of B is a row of the columns)
     npan = -(-kd // 32)
     bpg = bf16_panels(kd, K)
